@@ -1,0 +1,49 @@
+"""pipeline: concurrency-first batch LLM extraction — DuckDB in, validated JSON out, resumable."""
+
+from pipeline.errors import (
+    BadOutputError,
+    ConfigError,
+    DatabaseLockedError,
+    EmptyOutputError,
+    FailureClass,
+    FatalRunError,
+    InvalidJSONError,
+    PermanentRecordError,
+    PipelineError,
+    RecordError,
+    SchemaInvalidError,
+    ServerUnreachableError,
+    TransientError,
+    TruncatedError,
+)
+from pipeline.job import JobSpec, load_job
+from pipeline.loader import LoadReport, load_file
+from pipeline.runner import RunOptions, RunStatus, RunSummary, run_job
+from pipeline.status import JobStatus, job_status
+
+__all__ = [
+    "BadOutputError",
+    "ConfigError",
+    "DatabaseLockedError",
+    "EmptyOutputError",
+    "FailureClass",
+    "FatalRunError",
+    "InvalidJSONError",
+    "JobSpec",
+    "JobStatus",
+    "LoadReport",
+    "PermanentRecordError",
+    "PipelineError",
+    "RecordError",
+    "RunOptions",
+    "RunStatus",
+    "RunSummary",
+    "SchemaInvalidError",
+    "ServerUnreachableError",
+    "TransientError",
+    "TruncatedError",
+    "job_status",
+    "load_file",
+    "load_job",
+    "run_job",
+]

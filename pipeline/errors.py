@@ -1,0 +1,109 @@
+"""Every error the pipeline raises, split by how the caller reacts to it.
+
+::
+
+    PipelineError
+    ├── FatalRunError            abort the whole run early, with one clear message
+    │   ├── ConfigError          bad job spec, input file or database (exit code 2, before any request)
+    │   └── DatabaseLockedError  another process holds the job's database
+    └── RecordError              about one record; the run goes on
+        ├── TransientError       retry the same request after backoff (timeouts, resets, 408/429/5xx)
+        ├── BadOutputError       re-ask the model (the reply arrived but is unusable)
+        │   ├── InvalidJSONError
+        │   ├── SchemaInvalidError
+        │   ├── EmptyOutputError
+        │   └── TruncatedError   retry with a larger token budget (finish_reason "length")
+        └── PermanentRecordError record the failure, do not retry (400, e.g. context length)
+
+Library errors (openai, httpx2, pydantic, duckdb) are translated into these once, at the boundary
+where they are caught, with ``raise ... from``. Messages never contain record text or API keys.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class FailureClass(StrEnum):
+    """How a record ended when it did not produce a result; stored in the failures table."""
+
+    INVALID_JSON = "invalid_json"
+    SCHEMA_INVALID = "schema_invalid"
+    TRUNCATED = "truncated"
+    EMPTY = "empty"
+    TRANSIENT = "transient"
+    PERMANENT = "permanent"
+
+
+#: Failure classes a plain re-run does not retry (``--retry-failed`` does). Transient failures are
+#: not in here: they say nothing about the record, so the next run tries them again.
+PERMANENT_FAILURE_CLASSES: frozenset[FailureClass] = frozenset(FailureClass) - {FailureClass.TRANSIENT}
+
+
+class PipelineError(Exception):
+    """Base of every error raised on purpose by this package."""
+
+
+class FatalRunError(PipelineError):
+    """Going on would fail every remaining record the same way: stop the run."""
+
+
+class ConfigError(FatalRunError):
+    """The job spec, an input file or the database is wrong; nothing was sent to the server."""
+
+
+class DatabaseLockedError(FatalRunError):
+    """Another process (usually a running ``pipeline run``) holds the database's write lock."""
+
+
+class RecordError(PipelineError):
+    """Something went wrong for one record; the other records are unaffected."""
+
+    failure_class: FailureClass = FailureClass.PERMANENT
+
+
+class TransientError(RecordError):
+    """The server or the network failed; the same request may succeed later."""
+
+    failure_class = FailureClass.TRANSIENT
+
+    def __init__(self, message: str, *, retry_after: float | None = None, timed_out: bool = False) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+        self.timed_out = timed_out
+
+
+class ServerUnreachableError(TransientError):
+    """No connection could be made at all (refused, DNS, unreachable)."""
+
+
+class BadOutputError(RecordError):
+    """The server answered, but the answer cannot be used as it is."""
+
+    def __init__(self, message: str, *, raw_output: str | None = None) -> None:
+        super().__init__(message)
+        self.raw_output = raw_output
+
+
+class InvalidJSONError(BadOutputError):
+    failure_class = FailureClass.INVALID_JSON
+
+
+class SchemaInvalidError(BadOutputError):
+    failure_class = FailureClass.SCHEMA_INVALID
+
+
+class EmptyOutputError(BadOutputError):
+    failure_class = FailureClass.EMPTY
+
+
+class TruncatedError(BadOutputError):
+    """The token budget ran out (often spent on reasoning) before the answer was complete."""
+
+    failure_class = FailureClass.TRUNCATED
+
+
+class PermanentRecordError(RecordError):
+    """The server rejected this record's request for good (e.g. the prompt exceeds the context)."""
+
+    failure_class = FailureClass.PERMANENT

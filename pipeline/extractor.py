@@ -1,0 +1,122 @@
+"""One record, end to end: first request, retries under the policy, validation, a classified outcome.
+
+Record-level problems always end as a :class:`Failed` outcome (never silently dropped); only a
+:class:`FatalRunError` escapes, to stop the run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import structlog
+from pydantic import BaseModel
+
+from pipeline.errors import (
+    BadOutputError,
+    FailureClass,
+    FatalRunError,
+    RecordError,
+    TransientError,
+    TruncatedError,
+)
+from pipeline.llm import ChatRequest, LLMClient, Reply
+from pipeline.outcomes import Extracted, Failed, Outcome, SourceRecord
+from pipeline.parse import larger_budget_request, parse_reply, reask_request
+from pipeline.prompt import PromptBuilder
+from pipeline.retry import RetryPolicy
+from pipeline.stats import RunStats
+
+log = structlog.get_logger("pipeline.extractor")
+
+# Failures that say something about the server, not the record: many in a row mean it is down.
+_SERVER_SIDE = frozenset({FailureClass.TRANSIENT, FailureClass.PERMANENT})
+
+
+@dataclass(slots=True)
+class _RecordState:
+    first: ChatRequest
+    request: ChatRequest
+    attempts: int = 0
+    last_raw_output: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetGrowth:
+    factor: float
+    ceiling: int
+
+
+class Extractor:
+    def __init__(
+        self,
+        llm: LLMClient,
+        prompts: PromptBuilder,
+        schema: type[BaseModel],
+        policy: RetryPolicy,
+        growth: BudgetGrowth,
+        stats: RunStats,
+        abort_after_consecutive_failures: int,
+    ) -> None:
+        self._llm = llm
+        self._prompts = prompts
+        self._schema = schema
+        self._policy = policy
+        self._growth = growth
+        self._stats = stats
+        self._abort_after = abort_after_consecutive_failures
+        self._server_failures_in_a_row = 0
+
+    async def extract(self, record: SourceRecord) -> Outcome:
+        first = self._prompts.request_for(record.fields)
+        state = _RecordState(first=first, request=first)
+        try:
+            async for attempt in self._policy.attempts():
+                with attempt:
+                    reply, value = await self._attempt(state)
+                    self._server_failures_in_a_row = 0
+                    return Extracted(record.id, value.model_dump_json(), state.attempts, reply)
+        except RecordError as error:
+            return self._failed(record, state, error)
+        raise AssertionError("the retry loop ends with a result or an error")  # pragma: no cover
+
+    async def _attempt(self, state: _RecordState) -> tuple[Reply, BaseModel]:
+        state.attempts += 1
+        reply = await self._send(state.request)
+        state.last_raw_output = reply.content if reply.content is not None else reply.reasoning
+        try:
+            return reply, parse_reply(reply, self._schema)
+        except TruncatedError:
+            state.request = larger_budget_request(state.request, self._growth.factor, self._growth.ceiling)
+            raise
+        except BadOutputError as error:
+            budget = ChatRequest(state.first.messages, state.request.max_tokens)
+            state.request = reask_request(budget, error)
+            raise
+
+    async def _send(self, request: ChatRequest) -> Reply:
+        stats = self._stats
+        stats.in_flight += 1
+        stats.requests += 1
+        try:
+            reply = await self._llm.complete(request)
+        except TransientError as error:
+            if error.timed_out:
+                stats.timeouts += 1
+                log.warning("request timed out", error=str(error))
+            raise
+        finally:
+            stats.in_flight -= 1
+        stats.output_tokens += reply.completion_tokens or 0
+        return reply
+
+    def _failed(self, record: SourceRecord, state: _RecordState, error: RecordError) -> Failed:
+        failure_class = error.failure_class
+        log.info("record failed", record_id=record.id, failure_class=str(failure_class), error=str(error))
+        if failure_class in _SERVER_SIDE:
+            self._server_failures_in_a_row += 1
+            if self._server_failures_in_a_row >= self._abort_after:
+                raise FatalRunError(
+                    f"{self._server_failures_in_a_row} records in a row failed on the server side "
+                    f"(last: {error}); stopping the run, results so far are saved"
+                ) from error
+        return Failed(record.id, failure_class, str(error), state.attempts, state.last_raw_output)

@@ -1,0 +1,267 @@
+"""The job spec (``jobs/*.yaml``): load, interpolate ``${VAR}``, validate, resolve the schema class.
+
+Every problem becomes one :class:`ConfigError` line naming the file and the key at fault, raised
+before any request is sent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import os
+import re
+import string
+import sys
+from collections.abc import Mapping
+from functools import cached_property
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import orjson
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from pipeline.errors import ConfigError
+
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+SqlName = Annotated[str, Field(pattern=_IDENTIFIER.pattern, max_length=128)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SourceSpec(_Strict):
+    """Where records come from: a table (or a SELECT) in the job's DuckDB database."""
+
+    table: SqlName | None = None
+    query: str | None = None
+    id_column: SqlName = "id"
+    fields: list[SqlName] = Field(min_length=1)
+    seed_file: Path | None = None
+    batch_size: int = Field(default=1000, ge=1, le=100_000)
+
+    @model_validator(mode="after")
+    def _exactly_one_origin(self) -> SourceSpec:
+        if (self.table is None) == (self.query is None):
+            raise ValueError("give exactly one of 'table' or 'query'")
+        if self.seed_file is not None and self.table is None:
+            raise ValueError("'seed_file' needs 'table' (the table it is loaded into)")
+        return self
+
+
+class PromptSpec(_Strict):
+    """A static system prompt (shared prefix, so vLLM's prefix cache hits) and a per-record template."""
+
+    system: str = Field(min_length=1)
+    user: str = Field(min_length=1)
+    include_schema: bool = True
+
+
+class EndpointSpec(_Strict):
+    base_url: str = Field(min_length=1)
+    api_key_env: str | None = None
+    structured_output: bool = True
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError(f"must start with http:// or https://, got {value!r}")
+        return value.rstrip("/")
+
+
+class RetrySpec(_Strict):
+    transient_retries: int = Field(default=6, ge=0, le=100)
+    reasks: int = Field(default=2, ge=0, le=20)
+    truncation_retries: int = Field(default=2, ge=0, le=10)
+    truncation_growth: float = Field(default=2.0, ge=1.0, le=16.0)
+    max_tokens_ceiling: int | None = Field(default=None, ge=1)
+    backoff_initial_s: float = Field(default=2.0, gt=0)
+    backoff_max_s: float = Field(default=120.0, gt=0)
+    abort_after_consecutive_failures: int = Field(default=50, ge=1)
+
+
+class OutputSpec(_Strict):
+    results_table: SqlName = "results"
+    failures_table: SqlName = "failures"
+    runs_table: SqlName = "runs"
+
+
+class JobSpec(_Strict):
+    """One extraction job. Paths are relative to the job file's directory."""
+
+    name: SqlName
+    database: Path
+    source: SourceSpec
+    prompt: PromptSpec
+    schema_path: str = Field(alias="schema", pattern=r"^[\w.]+:\w+$")
+    model: str = Field(min_length=1)
+    endpoint: EndpointSpec
+    concurrency: int = Field(default=256, ge=1, le=8192)
+    request_timeout_s: float = Field(default=900.0, gt=0)
+    max_tokens: int = Field(default=4096, ge=1)
+    reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = "low"
+    temperature: float | None = Field(default=0.0, ge=0.0, le=2.0)
+    extra_body: dict[str, Any] = Field(default_factory=dict)
+    retry: RetrySpec = RetrySpec()
+    output: OutputSpec = OutputSpec()
+    source_file: Path = Field(default=Path("<memory>"), exclude=True)
+
+    @model_validator(mode="after")
+    def _template_uses_known_fields(self) -> JobSpec:
+        unknown = sorted(set(template_fields(self.prompt.user)) - set(self.source.fields))
+        if unknown:
+            raise ValueError(f"prompt.user uses {unknown} which are not in source.fields")
+        return self
+
+    @cached_property
+    def schema_class(self) -> type[BaseModel]:
+        return resolve_schema(self.schema_path, self.source_file)
+
+    @property
+    def max_tokens_ceiling(self) -> int:
+        return self.retry.max_tokens_ceiling or self.max_tokens * 4
+
+    def api_key(self) -> str | None:
+        """The key from the environment variable the spec names, if it is set.
+
+        A vLLM server started without ``--api-key`` accepts any key, so an unset variable is not an
+        error until the server refuses the request (the 401 message then names the variable).
+        """
+        if self.endpoint.api_key_env is None:
+            return None
+        return os.environ.get(self.endpoint.api_key_env) or None
+
+    def with_overrides(self, **changes: Any) -> JobSpec:
+        """A copy with command-line overrides applied (``None`` means "keep the spec's value")."""
+        updates = {key: value for key, value in changes.items() if value is not None}
+        if "base_url" in updates:
+            updates["endpoint"] = self.endpoint.model_copy(update={"base_url": updates.pop("base_url")})
+        return self.model_copy(update=updates)
+
+    def prompt_hash(self) -> str:
+        return _digest(self.prompt.model_dump(mode="json"))
+
+    def schema_hash(self) -> str:
+        return _digest(self.schema_class.model_json_schema())
+
+    def job_hash(self) -> str:
+        """Everything that changes what a result means; not concurrency, timeouts or table names."""
+        return _digest(
+            {
+                "prompt": self.prompt_hash(),
+                "schema": self.schema_hash(),
+                "model": self.model,
+                "max_tokens": self.max_tokens,
+                "reasoning_effort": self.reasoning_effort,
+                "temperature": self.temperature,
+                "structured_output": self.endpoint.structured_output,
+                "extra_body": self.extra_body,
+            }
+        )
+
+
+def _digest(value: object) -> str:
+    return hashlib.sha256(orjson.dumps(value, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
+
+
+def template_fields(template: str) -> list[str]:
+    """The ``{name}`` placeholders of a user template; attribute or index access is refused."""
+    names = []
+    for _, name, spec, conversion in string.Formatter().parse(template):
+        if name is None:
+            continue
+        if not _IDENTIFIER.match(name) or spec or conversion:
+            raise ValueError(f"prompt.user placeholder {{{name}}} must be a plain field name")
+        names.append(name)
+    return names
+
+
+def load_job(path: str | Path) -> JobSpec:
+    """Read, interpolate and validate a job file; resolve its schema class. Raises :class:`ConfigError`."""
+    job_file = Path(path)
+    try:
+        text = job_file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{job_file}: cannot read job file ({exc.strerror or exc})") from exc
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{job_file}: not valid YAML ({_one_line(str(exc))})") from exc
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{job_file}: expected a mapping of keys at the top level")
+    data = _interpolate(raw, job_file, ())
+    if "source_file" in data:
+        raise ConfigError(f"{job_file}: key 'source_file': unknown key")
+    try:
+        spec = JobSpec.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"{job_file}: {describe_validation_error(exc)}") from exc
+    spec = _resolve_paths(spec.model_copy(update={"source_file": job_file}), job_file.resolve().parent)
+    spec.schema_class  # noqa: B018 - resolve now, so a bad import path fails before any request
+    return spec
+
+
+def _resolve_paths(spec: JobSpec, base: Path) -> JobSpec:
+    source = spec.source
+    if source.seed_file is not None and not source.seed_file.is_absolute():
+        source = source.model_copy(update={"seed_file": (base / source.seed_file).resolve()})
+    database = (spec.database if spec.database.is_absolute() else base / spec.database).resolve()
+    return spec.model_copy(update={"database": database, "source": source})
+
+
+def _interpolate(value: Any, job_file: Path, key: tuple[str, ...]) -> Any:
+    if isinstance(value, Mapping):
+        return {name: _interpolate(item, job_file, (*key, str(name))) for name, item in value.items()}
+    if isinstance(value, list):
+        return [_interpolate(item, job_file, (*key, str(index))) for index, item in enumerate(value)]
+    if not isinstance(value, str):
+        return value
+
+    def substitute(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(2)
+        if name in os.environ:
+            return os.environ[name]
+        if default is not None:
+            return default
+        raise ConfigError(f"{job_file}: key '{'.'.join(key)}': environment variable {name} is not set")
+
+    return _ENV_REFERENCE.sub(substitute, value)
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """Pydantic's errors as one line: ``key 'a.b': message; key 'c': message``."""
+    parts = []
+    for error in exc.errors(include_url=False, include_input=False)[:5]:
+        location = ".".join(str(part) for part in error["loc"])
+        message = "unknown key" if error["type"] == "extra_forbidden" else error["msg"]
+        message = message.removeprefix("Value error, ")
+        parts.append(f"key '{location}': {message}" if location else message)
+    more = exc.error_count() - len(parts)
+    return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")
+
+
+def resolve_schema(import_path: str, job_file: Path) -> type[BaseModel]:
+    """Import ``package.module:Class``; the job file's project folder is searched first."""
+    module_name, _, class_name = import_path.partition(":")
+    for folder in (job_file.resolve().parent.parent, job_file.resolve().parent):
+        if str(folder) not in sys.path:
+            sys.path.insert(0, str(folder))
+    where = f"{job_file}: key 'schema'"
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"{where}: cannot import module '{module_name}' ({exc})") from exc
+    found = getattr(module, class_name, None)
+    if found is None:
+        raise ConfigError(f"{where}: module '{module_name}' has no class '{class_name}'")
+    if not (isinstance(found, type) and issubclass(found, BaseModel)):
+        raise ConfigError(f"{where}: '{import_path}' is not a Pydantic model class")
+    return found
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())

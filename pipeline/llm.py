@@ -1,0 +1,277 @@
+"""The one place that talks to the model server.
+
+Builds each chat-completion request, sends it with AsyncOpenAI (its own retries off: the retry policy
+lives in :mod:`pipeline.retry`), reads the reply body with orjson, and translates every SDK / HTTP
+error into :mod:`pipeline.errors`. It never retries and never looks at the answer's meaning.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypedDict
+
+import anyio
+import httpx2
+import openai
+import orjson
+
+from pipeline.errors import (
+    FatalRunError,
+    PermanentRecordError,
+    PipelineError,
+    ServerUnreachableError,
+    TransientError,
+)
+
+# vLLM (uvicorn) closes idle keep-alive connections after 5 s; reusing one it is closing gives a
+# reset. Expiring ours first avoids that race.
+KEEPALIVE_EXPIRY_S = 4.0
+CONNECT_TIMEOUT_S = 30.0
+PREFLIGHT_TIMEOUT_S = 60.0
+_RETRYABLE_STATUS = frozenset({408, 409, 425, 429})
+
+
+class ChatMessage(TypedDict):
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    """What varies between attempts for one record: the messages and the token budget."""
+
+    messages: tuple[ChatMessage, ...]
+    max_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    content: str | None
+    reasoning: str | None
+    finish_reason: str | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    reasoning_tokens: int | None
+    latency_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class ClientSettings:
+    """Everything about a request that is the same for every record of a job."""
+
+    base_url: str
+    model: str
+    api_key: str | None = None
+    api_key_env: str | None = None
+    concurrency: int = 256
+    request_timeout_s: float = 900.0
+    temperature: float | None = 0.0
+    reasoning_effort: str | None = "low"
+    response_format: dict[str, Any] | None = None
+    extra_body: dict[str, Any] = field(default_factory=dict)
+
+
+def build_http_client(
+    settings: ClientSettings, transport: httpx2.AsyncBaseTransport | None = None
+) -> httpx2.AsyncClient:
+    """A pool that never makes a request wait for a connection, with long read timeouts."""
+    limits = httpx2.Limits(
+        max_connections=settings.concurrency + 16,  # headroom for the preflight and metrics scrapes
+        max_keepalive_connections=settings.concurrency,
+        keepalive_expiry=KEEPALIVE_EXPIRY_S,
+    )
+    timeout = httpx2.Timeout(
+        connect=CONNECT_TIMEOUT_S,
+        read=settings.request_timeout_s,
+        write=CONNECT_TIMEOUT_S,
+        pool=settings.request_timeout_s,
+    )
+    return openai.DefaultAsyncHttpx2Client(limits=limits, timeout=timeout, transport=transport)
+
+
+class LLMClient:
+    """Sends chat completions; :meth:`complete` returns a :class:`Reply` or raises a pipeline error."""
+
+    def __init__(self, settings: ClientSettings, *, transport: httpx2.AsyncBaseTransport | None = None):
+        self.settings = settings
+        self._http = build_http_client(settings, transport)
+        self._openai = openai.AsyncOpenAI(
+            base_url=settings.base_url,
+            api_key=settings.api_key or "EMPTY",  # what vLLM without --api-key expects
+            max_retries=0,
+            timeout=self._http.timeout,
+            http_client=self._http,
+        )
+        self._server_answered = False
+
+    async def __aenter__(self) -> LLMClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._openai.close()
+
+    def request_body(self, request: ChatRequest) -> dict[str, Any]:
+        """The keyword arguments for ``chat.completions.create``; ``reasoning_effort`` is top level."""
+        body: dict[str, Any] = {
+            "model": self.settings.model,
+            "messages": list(request.messages),
+            "max_tokens": request.max_tokens,
+        }
+        if self.settings.temperature is not None:
+            body["temperature"] = self.settings.temperature
+        if self.settings.reasoning_effort is not None:
+            body["reasoning_effort"] = self.settings.reasoning_effort
+        if self.settings.response_format is not None:
+            body["response_format"] = self.settings.response_format
+        if self.settings.extra_body:
+            body["extra_body"] = self.settings.extra_body
+        return body
+
+    async def complete(self, request: ChatRequest) -> Reply:
+        started = time.perf_counter()
+        try:
+            with anyio.fail_after(self.settings.request_timeout_s):
+                raw = await self._openai.chat.completions.with_raw_response.create(
+                    **self.request_body(request)
+                )
+        except TimeoutError as exc:
+            raise self._timeout_error() from exc
+        except openai.APIError as exc:
+            raise self._translate(exc) from exc
+        self._server_answered = True
+        return parse_completion_body(raw.http_response.content, time.perf_counter() - started)
+
+    async def check_server(self) -> None:
+        """Fail the run early if the server is down, refuses the key, or does not serve the model."""
+        try:
+            with anyio.fail_after(PREFLIGHT_TIMEOUT_S):
+                raw = await self._openai.models.with_raw_response.list()
+        except TimeoutError as exc:
+            raise FatalRunError(
+                f"{self.settings.base_url}/models did not answer within {PREFLIGHT_TIMEOUT_S:.0f} s"
+            ) from exc
+        except openai.NotFoundError:
+            return  # a server without a model list; the first completion will tell
+        except openai.APIError as exc:
+            error = self._translate(exc)
+            if isinstance(error, FatalRunError):
+                raise error from exc
+            raise FatalRunError(f"{self.settings.base_url}/models failed: {error}") from exc
+        self._server_answered = True
+        served = _served_models(raw.http_response.content)
+        if served is not None and self.settings.model not in served:
+            raise FatalRunError(
+                f"model '{self.settings.model}' is not served by {self.settings.base_url}; "
+                f"it serves: {', '.join(sorted(served)) or 'nothing'}"
+            )
+
+    def _key_hint(self) -> str:
+        name = self.settings.api_key_env
+        if name is None:
+            return "the job sends no API key: name the variable holding it in endpoint.api_key_env"
+        state = "is set" if self.settings.api_key else "is not set"
+        return f"the API key comes from environment variable {name} (endpoint.api_key_env), which {state}"
+
+    def _timeout_error(self) -> TransientError:
+        return TransientError(
+            f"no reply within {self.settings.request_timeout_s:.0f} s (request_timeout_s); "
+            "a server queueing at high concurrency needs a longer timeout",
+            timed_out=True,
+        )
+
+    def _translate(self, exc: openai.APIError) -> PipelineError:
+        url = self.settings.base_url
+        if isinstance(exc, openai.APITimeoutError):
+            return self._timeout_error()
+        if isinstance(exc, openai.APIConnectionError):
+            cause = exc.__cause__
+            if isinstance(cause, httpx2.ConnectError):
+                if not self._server_answered:
+                    return FatalRunError(f"cannot connect to {url}: {_one_line(str(cause)) or 'refused'}")
+                return ServerUnreachableError(f"cannot connect to {url}: {_one_line(str(cause))}")
+            return TransientError(
+                f"connection to {url} failed: {type(cause).__name__} {_one_line(str(cause))}"
+            )
+        if isinstance(exc, openai.APIStatusError):
+            self._server_answered = True
+            return _translate_status(exc, url, self.settings.model, self._key_hint())
+        return TransientError(f"unexpected reply from {url}: {_one_line(str(exc))}")
+
+
+def _translate_status(exc: openai.APIStatusError, url: str, model: str, key_hint: str) -> PipelineError:
+    status = exc.status_code
+    detail = f"HTTP {status}: {_server_message(exc)}"
+    if status in (401, 403):
+        return FatalRunError(f"{url} refused the request ({detail}); {key_hint}")
+    if status == 404:
+        return FatalRunError(f"{url}: model '{model}' or its chat completions route not found ({detail})")
+    if status in _RETRYABLE_STATUS or status >= 500:
+        return TransientError(detail, retry_after=retry_after_seconds(exc.response.headers))
+    return PermanentRecordError(detail)
+
+
+def _server_message(exc: openai.APIStatusError) -> str:
+    body = exc.body
+    message: object = None
+    if isinstance(body, dict):
+        inner = body.get("error")
+        message = body.get("message") or (inner.get("message") if isinstance(inner, dict) else inner)
+    return _one_line(str(message or exc.message))[:300]
+
+
+def retry_after_seconds(headers: httpx2.Headers) -> float | None:
+    """``Retry-After`` (seconds or HTTP date) or ``retry-after-ms``, as seconds; ``None`` if absent."""
+    if (millis := headers.get("retry-after-ms")) is not None:
+        try:
+            return max(0.0, float(millis) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def parse_completion_body(content: bytes, latency_s: float) -> Reply:
+    """Read the fields we use from a chat-completion body; reasoning may be in either field name."""
+    try:
+        body = orjson.loads(content)
+        choice = body["choices"][0]
+        message = choice["message"]
+        usage = body.get("usage") or {}
+        details = usage.get("completion_tokens_details") or {}
+        return Reply(
+            content=message.get("content"),
+            reasoning=message.get("reasoning") or message.get("reasoning_content"),
+            finish_reason=choice.get("finish_reason"),
+            prompt_tokens=usage.get("prompt_tokens"),
+            completion_tokens=usage.get("completion_tokens"),
+            reasoning_tokens=details.get("reasoning_tokens"),
+            latency_s=latency_s,
+        )
+    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, AttributeError) as exc:
+        raise TransientError("the server sent a malformed chat completion body") from exc
+
+
+def _served_models(content: bytes) -> set[str] | None:
+    try:
+        return {str(entry["id"]) for entry in orjson.loads(content)["data"]}
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        return None
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())

@@ -1,0 +1,42 @@
+"""Logging setup, called once by the CLI: JSON lines without a terminal, readable lines with one."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any, TextIO
+
+import orjson
+import structlog
+
+
+class _CurrentStderr:
+    """Resolves ``sys.stderr`` at each write, so rich's live display can redirect it."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
+def _json_renderer(_: Any, __: str, event: structlog.typing.EventDict) -> str:
+    return orjson.dumps(event, default=str).decode()
+
+
+def configure_logging(*, json_lines: bool, level: str = "info", stream: TextIO | None = None) -> None:
+    renderer: structlog.typing.Processor = (
+        _json_renderer if json_lines else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+    )
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelNamesMapping()[level.upper()]),
+        logger_factory=structlog.PrintLoggerFactory(file=stream or _CurrentStderr()),  # type: ignore[arg-type]
+        cache_logger_on_first_use=False,
+    )

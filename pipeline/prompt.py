@@ -1,0 +1,61 @@
+"""What is sent for a record: the static system prompt first (one shared prefix for vLLM's prefix
+cache), then the record's fields in the user template, last."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import orjson
+from pydantic import BaseModel
+
+from pipeline.job import JobSpec
+from pipeline.llm import ChatMessage, ChatRequest
+
+SCHEMA_INSTRUCTION = "Reply with one JSON object that matches this JSON schema, and nothing else:"
+
+
+def response_format_for(schema: type[BaseModel]) -> dict[str, Any]:
+    """The ``response_format`` asking the server to constrain decoding to the schema."""
+    return {
+        "type": "json_schema",
+        "json_schema": {"name": schema.__name__, "schema": schema.model_json_schema(), "strict": True},
+    }
+
+
+class _FieldValues(Mapping[str, str]):
+    """A record's fields as template text: missing values read as empty, everything as ``str``."""
+
+    __slots__ = ("_fields",)
+
+    def __init__(self, fields: Mapping[str, object]) -> None:
+        self._fields = fields
+
+    def __getitem__(self, key: str) -> str:
+        value = self._fields.get(key)
+        return "" if value is None else str(value)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._fields)
+
+    def __len__(self) -> int:
+        return len(self._fields)
+
+
+class PromptBuilder:
+    """Builds each record's first request. The system message object is shared by every request."""
+
+    def __init__(self, spec: JobSpec) -> None:
+        system = spec.prompt.system.strip()
+        if spec.prompt.include_schema:
+            # The model only reads field descriptions if they are in the prompt: constrained decoding
+            # enforces the shape but never shows the schema to the model.
+            schema_json = orjson.dumps(spec.schema_class.model_json_schema()).decode()
+            system = f"{system}\n\n{SCHEMA_INSTRUCTION}\n{schema_json}"
+        self.system_message: ChatMessage = {"role": "system", "content": system}
+        self._template = spec.prompt.user
+        self._max_tokens = spec.max_tokens
+
+    def request_for(self, fields: Mapping[str, object]) -> ChatRequest:
+        user: ChatMessage = {"role": "user", "content": self._template.format_map(_FieldValues(fields))}
+        return ChatRequest(messages=(self.system_message, user), max_tokens=self._max_tokens)

@@ -1,0 +1,29 @@
+"""A vLLM-like OpenAI-compatible server for tests, benchmarks and dry runs (``pipeline sim``)."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Callable
+
+from pipeline.sim.http import serve
+from pipeline.sim.server import Faults, SimConfig, SimServer
+
+__all__ = ["Faults", "SimConfig", "SimServer", "run_sim"]
+
+
+async def run_sim(
+    config: SimConfig, host: str, port: int, on_ready: Callable[[str], None] | None = None
+) -> None:
+    """Serve until SIGINT/SIGTERM. ``on_ready`` gets the base URL (with the real port if ``port`` is 0)."""
+    sim = SimServer(config)
+    server = await serve(sim.handle, host, port)
+    bound_port = server.sockets[0].getsockname()[1]
+    if on_ready is not None:
+        on_ready(f"http://{host}:{bound_port}/v1")
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    async with server:
+        await stop.wait()

@@ -1,0 +1,114 @@
+"""Valid instances of a JSON schema, as a server with constrained decoding would produce.
+
+Covers what Pydantic emits: objects, arrays, strings, numbers, booleans, null, enum/const,
+anyOf/oneOf/allOf, ``$ref`` into ``$defs``, and the usual bounds. Numbers rise through an object in
+field order, so pairs like minimum/maximum come out in order.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+_WORDS = (
+    "analysis",
+    "budget",
+    "client",
+    "data",
+    "delivery",
+    "design",
+    "engineering",
+    "finance",
+    "growth",
+    "leadership",
+    "operations",
+    "planning",
+    "quality",
+    "reporting",
+    "safety",
+    "sales",
+    "service",
+    "strategy",
+    "support",
+    "systems",
+    "team",
+    "testing",
+    "training",
+    "writing",
+)
+
+
+class InstanceGenerator:
+    def __init__(self, schema: dict[str, Any], rng: random.Random) -> None:
+        self._root = schema
+        self._rng = rng
+        self._counter = 0
+
+    def generate(self) -> Any:
+        return self._value(self._root, depth=0)
+
+    def _resolve(self, schema: dict[str, Any]) -> dict[str, Any]:
+        while "$ref" in schema:
+            reference = str(schema["$ref"])
+            if not reference.startswith("#/"):
+                raise ValueError(f"only local $ref is supported, got {reference}")
+            node: Any = self._root
+            for part in reference[2:].split("/"):
+                node = node[part]
+            schema = {**node, **{k: v for k, v in schema.items() if k != "$ref"}}
+        return schema
+
+    def _value(self, schema: dict[str, Any], depth: int) -> Any:
+        schema = self._resolve(schema)
+        if "const" in schema:
+            return schema["const"]
+        if "enum" in schema:
+            return self._rng.choice(schema["enum"])
+        for combinator in ("anyOf", "oneOf"):
+            if combinator in schema:
+                options = [self._resolve(option) for option in schema[combinator]]
+                non_null = [option for option in options if option.get("type") != "null"]
+                return self._value(non_null[0] if non_null else options[0], depth)
+        if "allOf" in schema:
+            merged: dict[str, Any] = {}
+            for part in schema["allOf"]:
+                merged.update(self._resolve(part))
+            return self._value(merged, depth)
+        kind = schema.get("type", "object" if "properties" in schema else "string")
+        if isinstance(kind, list):
+            kind = next((k for k in kind if k != "null"), "null")
+        return self._of_type(str(kind), schema, depth)
+
+    def _of_type(self, kind: str, schema: dict[str, Any], depth: int) -> Any:
+        if kind == "object":
+            properties = schema.get("properties", {})
+            return {name: self._value(sub, depth + 1) for name, sub in properties.items()}
+        if kind == "array":
+            low = int(schema.get("minItems", 1 if depth < 3 else 0))
+            high = int(schema.get("maxItems", max(low, 3)))
+            count = self._rng.randint(low, max(low, min(high, low + 3)))
+            return [self._value(schema.get("items", {}), depth + 1) for _ in range(count)]
+        if kind in ("integer", "number"):
+            return self._number(kind, schema)
+        if kind == "boolean":
+            return self._rng.random() < 0.5
+        if kind == "null":
+            return None
+        return self._string(schema)
+
+    def _number(self, kind: str, schema: dict[str, Any]) -> int | float:
+        self._counter += 1
+        low = float(schema.get("minimum", schema.get("exclusiveMinimum", 0)))
+        high = float(schema.get("maximum", schema.get("exclusiveMaximum", low + 1000)))
+        value = min(high, low + self._counter)
+        if "exclusiveMinimum" in schema and value <= low:
+            value = low + 1
+        return int(value) if kind == "integer" else float(value)
+
+    def _string(self, schema: dict[str, Any]) -> str:
+        low = int(schema.get("minLength", 1))
+        high = int(schema.get("maxLength", 60))
+        text = " ".join(self._rng.sample(_WORDS, 2))
+        while len(text) < low:
+            text += " " + self._rng.choice(_WORDS)
+        return text[:high]

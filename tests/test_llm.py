@@ -1,0 +1,216 @@
+from __future__ import annotations
+
+import anyio
+import httpx2
+import pytest
+
+from pipeline.errors import FatalRunError, PermanentRecordError, ServerUnreachableError, TransientError
+from pipeline.llm import (
+    KEEPALIVE_EXPIRY_S,
+    ChatRequest,
+    ClientSettings,
+    LLMClient,
+    build_http_client,
+    retry_after_seconds,
+)
+from tests.support.fakes import ScriptedServer, completion, error, good_completion, respond
+
+pytestmark = pytest.mark.anyio
+
+REQUEST = ChatRequest(
+    messages=({"role": "system", "content": "Extract."}, {"role": "user", "content": "A posting."}),
+    max_tokens=300,
+)
+
+
+def settings(**overrides: object) -> ClientSettings:
+    values: dict[str, object] = {
+        "base_url": "http://testserver/v1",
+        "model": "test-model",
+        "concurrency": 256,
+        "request_timeout_s": 900.0,
+    }
+    values.update(overrides)
+    return ClientSettings(**values)  # type: ignore[arg-type]
+
+
+async def call(server: ScriptedServer, **overrides: object) -> object:
+    async with LLMClient(settings(**overrides), transport=server.transport) as client:
+        return await client.complete(REQUEST)
+
+
+async def test_request_body_carries_job_options() -> None:
+    server = ScriptedServer([respond(good_completion())])
+    response_format = {"type": "json_schema", "json_schema": {"name": "Item", "schema": {}, "strict": True}}
+    await call(
+        server,
+        temperature=0.2,
+        reasoning_effort="low",
+        response_format=response_format,
+        extra_body={"top_k": 5},
+    )
+    body = server.bodies[0]
+    assert body["model"] == "test-model"
+    assert body["max_tokens"] == 300
+    assert body["reasoning_effort"] == "low"  # a top-level field, not inside extra_body
+    assert body["temperature"] == 0.2
+    assert body["response_format"] == response_format
+    assert body["top_k"] == 5
+    assert [m["role"] for m in body["messages"]] == ["system", "user"]
+
+
+async def test_optional_fields_are_left_out() -> None:
+    server = ScriptedServer([respond(good_completion())])
+    await call(server, temperature=None, reasoning_effort=None, response_format=None)
+    assert not {"temperature", "reasoning_effort", "response_format"} & set(server.bodies[0])
+
+
+async def test_reply_fields_and_both_reasoning_names() -> None:
+    for field in ("reasoning", "reasoning_content"):
+        body = completion('{"a": 1}', reasoning="thinking...", reasoning_field=field, completion_tokens=55)
+        reply = await call(ScriptedServer([respond(body)]))
+        assert reply.content == '{"a": 1}'  # type: ignore[attr-defined]
+        assert reply.reasoning == "thinking..."  # type: ignore[attr-defined]
+        assert reply.completion_tokens == 55  # type: ignore[attr-defined]
+        assert reply.reasoning_tokens == 10  # type: ignore[attr-defined]
+        assert reply.finish_reason == "stop"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("status", [408, 409, 425, 429, 500, 502, 503, 504])
+async def test_retryable_statuses_are_transient(status: int) -> None:
+    with pytest.raises(TransientError, match=f"HTTP {status}"):
+        await call(ScriptedServer([error(status, "busy")]))
+
+
+async def test_retry_after_is_read() -> None:
+    with pytest.raises(TransientError) as caught:
+        await call(ScriptedServer([error(429, headers={"retry-after": "7"})]))
+    assert caught.value.retry_after == 7.0
+
+
+@pytest.mark.parametrize("status", [400, 413, 422])
+async def test_client_errors_are_permanent_for_the_record(status: int) -> None:
+    message = "This model's maximum context length is 4096 tokens."
+    with pytest.raises(PermanentRecordError, match="maximum context length"):
+        await call(ScriptedServer([error(status, message)]))
+
+
+@pytest.mark.parametrize(
+    ("status", "message"),
+    [
+        (401, "refused the request"),
+        (403, "refused the request"),
+        (404, "model 'test-model' or its chat completions route"),
+    ],
+)
+async def test_auth_and_missing_model_are_fatal(status: int, message: str) -> None:
+    with pytest.raises(FatalRunError, match=message):
+        await call(ScriptedServer([error(status)]))
+
+
+async def test_401_names_the_key_variable_and_whether_it_is_set() -> None:
+    with pytest.raises(FatalRunError, match="environment variable MY_KEY .*which is not set"):
+        await call(ScriptedServer([error(401)]), api_key_env="MY_KEY", api_key=None)
+
+
+async def test_connection_refused_before_any_answer_is_fatal() -> None:
+    server = ScriptedServer([httpx2.ConnectError("[Errno 111] Connection refused")])
+    with pytest.raises(
+        FatalRunError, match=r"cannot connect to http://testserver/v1: \[Errno 111\] Connection refused"
+    ):
+        await call(server)
+
+
+async def test_connection_refused_after_an_answer_is_transient() -> None:
+    server = ScriptedServer([respond(good_completion()), httpx2.ConnectError("Connection refused")])
+    async with LLMClient(settings(), transport=server.transport) as client:
+        await client.complete(REQUEST)
+        with pytest.raises(ServerUnreachableError):
+            await client.complete(REQUEST)
+
+
+@pytest.mark.parametrize("failure", [httpx2.ReadError("reset by peer"), httpx2.RemoteProtocolError("closed")])
+async def test_resets_are_transient(failure: Exception) -> None:
+    with pytest.raises(TransientError, match="connection to http://testserver/v1 failed"):
+        await call(ScriptedServer([failure]))
+
+
+async def test_read_timeout_is_transient_and_marked() -> None:
+    with pytest.raises(TransientError, match=r"no reply within 900 s \(request_timeout_s\)") as caught:
+        await call(ScriptedServer([httpx2.ReadTimeout("timed out")]))
+    assert caught.value.timed_out
+
+
+async def test_overall_deadline_is_the_request_timeout() -> None:
+    async def never(request: httpx2.Request) -> httpx2.Response:
+        await anyio.Event().wait()
+        raise AssertionError("unreachable")
+
+    async with LLMClient(settings(request_timeout_s=0.01), transport=httpx2.MockTransport(never)) as client:
+        with pytest.raises(TransientError) as caught:
+            await client.complete(REQUEST)
+    assert caught.value.timed_out
+
+
+@pytest.mark.parametrize("body", ["not json", '{"choices": []}', '{"no": "choices"}'])
+async def test_malformed_body_is_transient(body: str) -> None:
+    with pytest.raises(TransientError, match="malformed"):
+        await call(ScriptedServer([respond(body)]))
+
+
+async def test_check_server_accepts_a_served_model() -> None:
+    async with LLMClient(settings(), transport=ScriptedServer([]).transport) as client:
+        await client.check_server()
+
+
+async def test_check_server_rejects_an_unserved_model() -> None:
+    server = ScriptedServer([], models=["other-a", "other-b"])
+    async with LLMClient(settings(), transport=server.transport) as client:
+        with pytest.raises(
+            FatalRunError, match="model 'test-model' is not served by .*it serves: other-a, other-b"
+        ):
+            await client.check_server()
+
+
+async def test_check_server_refused_connection_is_fatal() -> None:
+    def refuse(request: httpx2.Request) -> httpx2.Response:
+        raise httpx2.ConnectError("Connection refused")
+
+    async with LLMClient(settings(), transport=httpx2.MockTransport(refuse)) as client:
+        with pytest.raises(FatalRunError, match="cannot connect"):
+            await client.check_server()
+
+
+async def test_check_server_tolerates_a_server_without_a_model_list() -> None:
+    def no_models(request: httpx2.Request) -> httpx2.Response:
+        return error(404, "no route")
+
+    async with LLMClient(settings(), transport=httpx2.MockTransport(no_models)) as client:
+        await client.check_server()
+
+
+async def test_client_has_no_sdk_retries_and_a_pool_for_the_concurrency() -> None:
+    client = LLMClient(settings(concurrency=300, request_timeout_s=1200.0))
+    try:
+        assert client._openai.max_retries == 0
+        pool = client._http._transport._pool  # type: ignore[attr-defined]
+        assert pool._max_connections >= 300
+        assert pool._max_keepalive_connections >= 300
+        assert pool._keepalive_expiry == KEEPALIVE_EXPIRY_S < 5.0  # below vLLM's 5 s keep-alive
+        assert client._http.timeout.read == 1200.0
+    finally:
+        await client.aclose()
+
+
+def test_http_client_timeouts() -> None:
+    client = build_http_client(settings(request_timeout_s=600.0))
+    assert client.timeout.read == 600.0
+    assert client.timeout.pool == 600.0
+
+
+def test_retry_after_formats() -> None:
+    assert retry_after_seconds(httpx2.Headers({"retry-after": "3"})) == 3.0
+    assert retry_after_seconds(httpx2.Headers({"retry-after-ms": "1500"})) == 1.5
+    assert retry_after_seconds(httpx2.Headers({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"})) == 0.0
+    assert retry_after_seconds(httpx2.Headers({"retry-after": "soon"})) is None
+    assert retry_after_seconds(httpx2.Headers({})) is None

@@ -1,0 +1,142 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import duckdb
+import pytest
+
+from pipeline.errors import ConfigError
+from pipeline.job import JobSpec
+from pipeline.outcomes import SourceRecord
+from pipeline.runner import prepare_database
+from pipeline.source import SourceReader, describe_source, pending_sql
+from tests.support.jobs import make_job
+
+pytestmark = pytest.mark.anyio
+
+
+def mark(connection: duckdb.DuckDBPyConnection, table: str, rows: list[tuple[int, str]]) -> None:
+    for record_id, failure_class in rows:
+        if table == "results":
+            connection.execute("INSERT INTO results (record_id, extracted) VALUES (?, '{}')", [record_id])
+        else:
+            connection.execute(
+                "INSERT INTO failures (record_id, failure_class, message) VALUES (?, ?, 'x')",
+                [record_id, failure_class],
+            )
+
+
+async def pending_ids(spec: JobSpec, connection: duckdb.DuckDBPyConnection, **kwargs: object) -> list[object]:
+    reader = SourceReader(connection.cursor(), spec)
+    send, receive = anyio.create_memory_object_stream[SourceRecord](4)
+    ids: list[object] = []
+    async with anyio.create_task_group() as group:
+        group.start_soon(lambda: reader.stream_pending(send, **kwargs))  # type: ignore[arg-type]
+        async with receive:
+            async for record in receive:
+                ids.append(record.id)
+    return sorted(ids)  # type: ignore[type-var]
+
+
+async def test_pending_is_source_minus_done_and_permanent_failures(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=10)
+    connection = prepare_database(spec)
+    mark(connection, "results", [(0, ""), (1, "")])
+    mark(connection, "failures", [(2, "schema_invalid"), (3, "transient"), (4, "permanent")])
+    assert await pending_ids(spec, connection, retry_failed=False) == [3, 5, 6, 7, 8, 9]
+    assert await pending_ids(spec, connection, retry_failed=True) == [2, 3, 4, 5, 6, 7, 8, 9]
+    assert await SourceReader(connection.cursor(), spec).count_pending(retry_failed=False) == 6
+    assert await SourceReader(connection.cursor(), spec).count_pending(retry_failed=False, limit=4) == 4
+    connection.close()
+
+
+async def test_stream_in_batches_with_fields_and_limit(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=2500, source={"batch_size": 100})
+    connection = prepare_database(spec)
+    reader = SourceReader(connection.cursor(), spec)
+    send, receive = anyio.create_memory_object_stream[SourceRecord](1)
+    records: list[SourceRecord] = []
+    async with anyio.create_task_group() as group:
+        group.start_soon(lambda: reader.stream_pending(send, retry_failed=False, limit=1234))
+        async with receive:
+            async for record in receive:
+                records.append(record)
+    assert len(records) == 1234
+    assert len({r.id for r in records}) == 1234
+    first = records[0]
+    assert first.fields == {"title": f"Title {first.id}", "description": f"Description of posting {first.id}"}
+    connection.close()
+
+
+def test_pending_sql_is_an_anti_join() -> None:
+    from tests.support.jobs import job_dict
+
+    spec = JobSpec.model_validate(job_dict())
+    sql = pending_sql(spec, retry_failed=False)
+    assert 'NOT EXISTS (SELECT 1 FROM "results"' in sql
+    assert "failure_class IN ('empty', 'invalid_json', 'permanent', 'schema_invalid', 'truncated')" in sql
+    assert "transient" not in sql
+    assert "failures" not in pending_sql(spec, retry_failed=True)
+
+
+def test_query_source(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=10)
+    query_spec = spec.model_copy(
+        update={
+            "source": spec.source.model_copy(
+                update={"table": None, "query": "SELECT * FROM postings WHERE id < 4"}
+            )
+        }
+    )
+    connection = prepare_database(query_spec)
+    row = connection.execute(
+        f"SELECT count(*) FROM ({pending_sql(query_spec, retry_failed=False)})"
+    ).fetchone()
+    assert row == (4,)
+    connection.close()
+
+
+@pytest.mark.parametrize(
+    ("setup", "message"),
+    [
+        ("CREATE TABLE postings AS SELECT 1 AS id, 'x' AS title", r"no column \['description'\]"),
+        (
+            "CREATE TABLE postings AS SELECT NULL::INT AS id, 'x' AS title, 'y' AS description",
+            "1 records have a NULL id in column id",
+        ),
+        (
+            "CREATE TABLE postings AS SELECT 5 AS id, 'x' AS title, 'y' AS description FROM range(2)",
+            r"ids are not unique in column id \(e.g. 5\)",
+        ),
+        ("SELECT 1", r"table 'postings' does not exist .*pipeline load"),
+    ],
+)
+def test_bad_sources_are_config_errors(tmp_path: Path, setup: str, message: str) -> None:
+    spec = make_job(tmp_path, records=0)
+    with duckdb.connect(str(spec.database)) as connection:
+        connection.execute(setup)
+        with pytest.raises(ConfigError, match=message):
+            describe_source(connection, spec)
+
+
+def test_failing_query_is_a_config_error(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=3)
+    broken = spec.model_copy(
+        update={"source": spec.source.model_copy(update={"table": None, "query": "SELEC nope"})}
+    )
+    with (
+        duckdb.connect(str(spec.database)) as connection,
+        pytest.raises(ConfigError, match="key source.query fails"),
+    ):
+        describe_source(connection, broken)
+
+
+def test_id_type_is_kept(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=0)
+    with duckdb.connect(str(spec.database)) as connection:
+        connection.execute(
+            "CREATE TABLE postings AS "
+            "SELECT 'a-' || i AS id, 't' AS title, 'd' AS description FROM range(3) t(i)"
+        )
+        assert describe_source(connection, spec).id_type == "VARCHAR"

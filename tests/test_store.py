@@ -1,0 +1,175 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import orjson
+import pytest
+
+from pipeline.errors import DatabaseLockedError, FailureClass
+from pipeline.job import JobSpec
+from pipeline.llm import Reply
+from pipeline.outcomes import Extracted, Failed
+from pipeline.runner import prepare_database
+from pipeline.store import RunStart, StoreWriter, open_database
+from tests.support.jobs import make_job, table_rows
+
+pytestmark = pytest.mark.anyio
+
+REPLY = Reply('{"a": 1}', "thinking", "stop", 120, 45, 12, 0.25)
+
+
+def extracted(record_id: int, attempts: int = 1) -> Extracted:
+    return Extracted(record_id, orjson.dumps({"id": record_id}).decode(), attempts, REPLY)
+
+
+def failed(record_id: int, failure_class: FailureClass = FailureClass.SCHEMA_INVALID) -> Failed:
+    return Failed(record_id, failure_class, "skills: Input should be a valid list", 3, '{"skills": 1}')
+
+
+async def started_writer(spec: JobSpec) -> StoreWriter:
+    writer = StoreWriter(prepare_database(spec), spec)
+    await writer.begin_run(RunStart("hash", spec.model, spec.endpoint.base_url, spec.concurrency, 10))
+    return writer
+
+
+@pytest.fixture
+def spec(tmp_path: Path) -> JobSpec:
+    return make_job(tmp_path, records=10)
+
+
+async def test_results_and_failures_rows(spec: JobSpec) -> None:
+    writer = await started_writer(spec)
+    await writer.write([extracted(1, attempts=2), failed(2)])
+    writer.connection.close()
+    rows = table_rows(
+        spec.database,
+        "SELECT record_id, run_id, extracted, model, attempts, prompt_tokens, "
+        "completion_tokens, reasoning_tokens, latency_s, finish_reason, prompt_hash, schema_hash, "
+        "created_at IS NOT NULL FROM results",
+    )
+    assert rows == [
+        (
+            1,
+            1,
+            '{"id":1}',
+            "test-model",
+            2,
+            120,
+            45,
+            12,
+            0.25,
+            "stop",
+            spec.prompt_hash(),
+            spec.schema_hash(),
+            True,
+        )
+    ]
+    failures = table_rows(
+        spec.database,
+        "SELECT record_id, run_id, failure_class, message, attempts, last_raw_output FROM failures",
+    )
+    assert failures == [(2, 1, "schema_invalid", "skills: Input should be a valid list", 3, '{"skills": 1}')]
+
+
+async def test_run_counters_are_committed_with_each_batch(spec: JobSpec) -> None:
+    writer = await started_writer(spec)
+    await writer.write([extracted(1), extracted(2), failed(3)])
+    await writer.write([extracted(4)])
+    run = writer.connection.execute(
+        "SELECT status, done, failed, attempts, prompt_tokens, completion_tokens, pending_at_start FROM runs"
+    ).fetchall()
+    assert run == [("running", 3, 1, 6, 360, 135, 10)]
+    await writer.finish_run("completed_with_failures")
+    ended = writer.connection.execute("SELECT status, ended_at IS NOT NULL FROM runs").fetchall()
+    assert ended == [("completed_with_failures", True)]
+    writer.connection.close()
+
+
+async def test_success_clears_an_earlier_failure_and_failures_are_upserted(spec: JobSpec) -> None:
+    writer = await started_writer(spec)
+    await writer.write([failed(1, FailureClass.TRANSIENT), failed(2)])
+    await writer.write([failed(2, FailureClass.TRUNCATED)])
+    await writer.write([extracted(1)])
+    assert writer.connection.execute("SELECT record_id, failure_class FROM failures").fetchall() == [
+        (2, "truncated")
+    ]
+    assert writer.connection.execute("SELECT record_id FROM results").fetchall() == [(1,)]
+    writer.connection.close()
+
+
+async def test_results_are_unique_per_record(spec: JobSpec) -> None:
+    writer = await started_writer(spec)
+    await writer.write([extracted(1)])
+    await writer.write([extracted(1, attempts=5)])
+    assert writer.connection.execute("SELECT count(*), max(attempts) FROM results").fetchall() == [(1, 5)]
+    with pytest.raises(duckdb.ConstraintException):
+        writer.connection.execute("INSERT INTO results (record_id) VALUES (1)")
+    writer.connection.close()
+
+
+async def test_a_failed_batch_leaves_nothing_behind(spec: JobSpec) -> None:
+    writer = await started_writer(spec)
+    writer.connection.execute("ALTER TABLE failures RENAME TO failures_away")  # the failure rows cannot land
+    with pytest.raises(duckdb.Error):
+        await writer.write([extracted(1), failed(3)])
+    assert writer.connection.execute("SELECT count(*) FROM results").fetchall() == [(0,)]
+    assert writer.connection.execute("SELECT done FROM runs").fetchall() == [(0,)]
+    assert writer.counts.done == 0
+    writer.connection.execute("ALTER TABLE failures_away RENAME TO failures")
+    await writer.write([extracted(2), failed(3)])
+    assert writer.counts.done == 1
+    writer.connection.close()
+
+
+async def test_a_run_left_running_is_marked_abandoned(spec: JobSpec) -> None:
+    writer = await started_writer(spec)
+    writer.connection.close()
+    writer = await started_writer(spec)
+    assert writer.run_id == 2
+    rows = writer.connection.execute("SELECT run_id, status FROM runs ORDER BY run_id").fetchall()
+    assert rows == [(1, "abandoned"), (2, "running")]
+    writer.connection.close()
+
+
+def test_string_ids_keep_their_type(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=0)
+    with duckdb.connect(str(spec.database)) as connection:
+        connection.execute(
+            "CREATE TABLE postings AS "
+            "SELECT 'job-' || i AS id, 't' AS title, 'd' AS description FROM range(3) t(i)"
+        )
+    prepare_database(spec).close()
+    types = table_rows(
+        spec.database,
+        "SELECT data_type FROM information_schema.columns WHERE table_name IN "
+        "('results', 'failures') AND column_name = 'record_id'",
+    )
+    assert types == [("VARCHAR",), ("VARCHAR",)]
+
+
+def test_locked_database_is_reported(spec: JobSpec, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    path = str(spec.database)
+    hold = f"import duckdb, time; c = duckdb.connect({path!r}); print('ok', flush=True); time.sleep(9)"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", hold],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ok"
+        with pytest.raises(DatabaseLockedError, match="database is in use by another process"):
+            open_database(spec.database)
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_missing_database_for_reading(tmp_path: Path) -> None:
+    from pipeline.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="does not exist yet"):
+        open_database(tmp_path / "nope.duckdb", read_only=True)
