@@ -53,6 +53,15 @@ LogFormatOption = Annotated[LogFormat, typer.Option(help="auto: JSON lines unles
 LogLevelOption = Annotated[str, typer.Option(help="debug, info, warning or error.")]
 
 
+def _event_loop_options() -> dict[str, Any]:
+    """uvloop where it is installed: the event loop is the client's hot path at thousands of req/s."""
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return {}
+    return {"use_uvloop": True}
+
+
 def _setup_logging(log_format: LogFormat, log_level: str) -> None:
     json_lines = log_format is LogFormat.JSON or (log_format is LogFormat.AUTO and not sys.stderr.isatty())
     configure_logging(json_lines=json_lines, level=log_level)
@@ -144,7 +153,7 @@ def run(
     )
     options = RunOptions(limit=limit, retry_failed=retry_failed, handle_signals=True, progress=reporter)
     try:
-        summary = anyio.run(run_job, spec, options)
+        summary = anyio.run(run_job, spec, options, backend_options=_event_loop_options())
     except ConfigError as error:
         raise _fail(error, EXIT_CONFIG) from error
     except FatalRunError as error:

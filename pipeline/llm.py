@@ -116,7 +116,7 @@ class LLMClient:
         await self._openai.close()
 
     def request_body(self, request: ChatRequest) -> dict[str, Any]:
-        """The keyword arguments for ``chat.completions.create``; ``reasoning_effort`` is top level."""
+        """The JSON body of ``POST /chat/completions``; ``reasoning_effort`` is a top-level field."""
         body: dict[str, Any] = {
             "model": self.settings.model,
             "messages": list(request.messages),
@@ -128,23 +128,26 @@ class LLMClient:
             body["reasoning_effort"] = self.settings.reasoning_effort
         if self.settings.response_format is not None:
             body["response_format"] = self.settings.response_format
-        if self.settings.extra_body:
-            body["extra_body"] = self.settings.extra_body
+        body.update(self.settings.extra_body)
         return body
 
     async def complete(self, request: ChatRequest) -> Reply:
+        # The SDK's low-level post with a body serialised once by orjson: chat.completions.create
+        # would walk every message through its type transforms and re-encode with the json module,
+        # which costs more CPU than the rest of the pipeline together at thousands of requests/s.
+        content = orjson.dumps(self.request_body(request))
         started = time.perf_counter()
         try:
             with anyio.fail_after(self.settings.request_timeout_s):
-                raw = await self._openai.chat.completions.with_raw_response.create(
-                    **self.request_body(request)
+                response = await self._openai.post(
+                    "/chat/completions", cast_to=httpx2.Response, content=content
                 )
         except TimeoutError as exc:
             raise self._timeout_error() from exc
         except openai.APIError as exc:
             raise self._translate(exc) from exc
         self._server_answered = True
-        return parse_completion_body(raw.http_response.content, time.perf_counter() - started)
+        return parse_completion_body(response.content, time.perf_counter() - started)
 
     async def check_server(self) -> None:
         """Fail the run early if the server is down, refuses the key, or does not serve the model."""

@@ -4,6 +4,7 @@ snapshot beside the database so ``pipeline status`` can report on a run that hol
 from __future__ import annotations
 
 import os
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -90,12 +91,15 @@ class LiveProgress:
 class LogProgress:
     """One ``progress`` log line every ``interval_s`` (cron, systemd, CI: no terminal)."""
 
-    def __init__(self, interval_s: float = 30.0) -> None:
+    def __init__(
+        self, interval_s: float = 30.0, sleep: Callable[[float], Awaitable[None]] = anyio.sleep
+    ) -> None:
         self._interval_s = interval_s
+        self._sleep = sleep
 
     async def run(self, stats: RunStats) -> None:
         while True:
-            await anyio.sleep(self._interval_s)
+            await self._sleep(self._interval_s)
             log.info("progress", **stats.snapshot())
 
     def close(self, stats: RunStats) -> None:

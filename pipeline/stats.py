@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,7 +16,8 @@ from typing import Any
 class RunStats:
     pending_at_start: int
     concurrency: int
-    started: float = field(default_factory=time.monotonic)
+    clock: Callable[[], float] = time.monotonic
+    started: float = field(default=-1.0)
     done: int = 0  # committed to the results table
     failed: int = 0  # committed to the failures table
     in_flight: int = 0
@@ -24,6 +26,10 @@ class RunStats:
     timeouts: int = 0
     retries: Counter[str] = field(default_factory=Counter)
     failures: Counter[str] = field(default_factory=Counter)
+
+    def __post_init__(self) -> None:
+        if self.started < 0:
+            self.started = self.clock()
 
     @property
     def finished(self) -> int:
@@ -34,7 +40,7 @@ class RunStats:
         return max(0, self.pending_at_start - self.finished)
 
     def elapsed_s(self, now: float | None = None) -> float:
-        return max(1e-9, (time.monotonic() if now is None else now) - self.started)
+        return max(1e-9, (self.clock() if now is None else now) - self.started)
 
     def records_per_min(self, now: float | None = None) -> float:
         return self.finished * 60.0 / self.elapsed_s(now)
@@ -47,7 +53,7 @@ class RunStats:
         return self.remaining / rate if rate > 0 else None
 
     def snapshot(self) -> dict[str, Any]:
-        now = time.monotonic()
+        now = self.clock()
         return {
             "pending_at_start": self.pending_at_start,
             "done": self.done,

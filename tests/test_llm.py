@@ -214,3 +214,19 @@ def test_retry_after_formats() -> None:
     assert retry_after_seconds(httpx2.Headers({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"})) == 0.0
     assert retry_after_seconds(httpx2.Headers({"retry-after": "soon"})) is None
     assert retry_after_seconds(httpx2.Headers({})) is None
+
+
+async def test_request_is_json_with_the_bearer_key() -> None:
+    seen: list[httpx2.Request] = []
+
+    def capture(request: httpx2.Request) -> httpx2.Response:
+        seen.append(request)
+        return respond(good_completion())
+
+    async with LLMClient(settings(api_key="sk-x"), transport=httpx2.MockTransport(capture)) as client:
+        await client.complete(REQUEST)
+    request = seen[0]
+    assert request.method == "POST" and request.url.path == "/v1/chat/completions"
+    assert request.headers["content-type"] == "application/json"
+    assert request.headers["authorization"] == "Bearer sk-x"
+    assert request.headers["x-stainless-retry-count"] == "0"

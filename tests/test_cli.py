@@ -1,0 +1,190 @@
+"""The command line, as cron or a person runs it: real processes, exit codes, output."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+
+from tests.support.jobs import make_source, table_rows, write_job
+from tests.support.processes import REPO, pipeline_command, sim_server, subprocess_env
+
+
+def pipeline(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        pipeline_command(*args),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=subprocess_env(),
+        cwd=REPO,
+    )
+
+
+@pytest.fixture(scope="module")
+def sim_url() -> Iterator[str]:
+    with sim_server("--model", "test-model") as url:
+        yield url
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_run_succeeds_prints_a_summary_and_logs_json(tmp_path: Path, sim_url: str) -> None:
+    job = write_job(tmp_path, endpoint={"base_url": sim_url})
+    make_source(tmp_path / "test.duckdb", 40)
+    result = pipeline("run", str(job))
+    assert result.returncode == 0, result.stderr
+    assert "40 done, 0 failed of 40" in result.stdout
+    assert f"table results in {tmp_path / 'test.duckdb'}" in result.stdout
+    assert "read_only=True" in result.stdout  # a query to look at the results
+    events = [json.loads(line) for line in result.stderr.splitlines()]  # JSON lines: no terminal here
+    assert {"run started", "run ended", "progress"} <= {event["event"] for event in events}
+    assert table_rows(tmp_path / "test.duckdb", "SELECT count(*) FROM results") == [(40,)]
+
+
+def test_run_again_has_nothing_to_do(tmp_path: Path, sim_url: str) -> None:
+    job = write_job(tmp_path, endpoint={"base_url": sim_url})
+    make_source(tmp_path / "test.duckdb", 5)
+    assert pipeline("run", str(job)).returncode == 0
+    again = pipeline("run", str(job))
+    assert again.returncode == 0 and "nothing to do" in again.stdout
+
+
+def test_overrides_limit_and_concurrency(tmp_path: Path, sim_url: str) -> None:
+    job = write_job(tmp_path, endpoint={"base_url": "http://127.0.0.1:1/v1"}, model="other")
+    make_source(tmp_path / "test.duckdb", 30)
+    result = pipeline(
+        "run", str(job), "--limit", "7", "--concurrency", "3", "--endpoint", sim_url, "--model", "test-model"
+    )
+    assert result.returncode == 0, result.stderr
+    assert table_rows(tmp_path / "test.duckdb", "SELECT count(*), max(concurrency) FROM results, runs") == [
+        (7, 3)
+    ]
+
+
+def test_failures_exit_1_and_retry_failed(tmp_path: Path) -> None:
+    with sim_server("--model", "test-model", "--fault-invalid-json", "1.0") as bad_url:
+        job = write_job(tmp_path, endpoint={"base_url": bad_url}, retry={"reasks": 1})
+        make_source(tmp_path / "test.duckdb", 6)
+        result = pipeline("run", str(job))
+    assert result.returncode == 1
+    assert "6 failed" in result.stdout and "--retry-failed" in result.stdout
+    assert table_rows(tmp_path / "test.duckdb", "SELECT DISTINCT failure_class FROM failures") == [
+        ("invalid_json",)
+    ]
+    with sim_server("--model", "test-model") as good_url:
+        retried = pipeline("run", str(job), "--retry-failed", "--endpoint", good_url)
+    assert retried.returncode == 0 and "6 done" in retried.stdout
+
+
+def test_config_error_exits_2_with_one_line_before_any_request(tmp_path: Path) -> None:
+    job = write_job(tmp_path, concurrncy=5)
+    result = pipeline("run", str(job))
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"error: {job}: key 'concurrncy': unknown key"
+
+
+def test_missing_source_table_exits_2(tmp_path: Path, sim_url: str) -> None:
+    job = write_job(tmp_path, endpoint={"base_url": sim_url})
+    result = pipeline("run", str(job))
+    assert result.returncode == 2
+    assert "table 'postings' does not exist" in result.stderr and "pipeline load" in result.stderr
+
+
+def test_server_down_exits_3_with_the_url(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    job = write_job(tmp_path, endpoint={"base_url": url})
+    make_source(tmp_path / "test.duckdb", 5)
+    result = pipeline("run", str(job))
+    assert result.returncode == 3
+    assert f"error: cannot connect to {url}" in result.stderr
+
+
+def test_wrong_model_exits_3(tmp_path: Path, sim_url: str) -> None:
+    job = write_job(tmp_path, endpoint={"base_url": sim_url}, model="gpt-oss-120b")
+    make_source(tmp_path / "test.duckdb", 5)
+    result = pipeline("run", str(job))
+    assert result.returncode == 3
+    assert "model 'gpt-oss-120b' is not served" in result.stderr and "test-model" in result.stderr
+
+
+def test_sigint_exits_130_and_keeps_what_finished(tmp_path: Path) -> None:
+    with sim_server("--model", "test-model", "--latency", "0.2") as url:
+        job = write_job(tmp_path, endpoint={"base_url": url}, concurrency=4)
+        make_source(tmp_path / "test.duckdb", 400)
+        process = subprocess.Popen(
+            pipeline_command("run", str(job)),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=subprocess_env(),
+            cwd=REPO,
+        )
+        time.sleep(3)
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=30)
+    assert process.returncode == 130, stderr
+    assert "interrupted" in stdout
+    done = table_rows(tmp_path / "test.duckdb", "SELECT count(*) FROM results")[0][0]
+    assert 0 < done < 400
+    assert table_rows(tmp_path / "test.duckdb", "SELECT status, done FROM runs") == [("interrupted", done)]
+
+
+def test_status_text_and_json(tmp_path: Path, sim_url: str) -> None:
+    job = write_job(tmp_path, endpoint={"base_url": sim_url})
+    make_source(tmp_path / "test.duckdb", 20)
+    assert pipeline("run", str(job), "--limit", "15").returncode == 0
+    text = pipeline("status", str(job))
+    assert text.returncode == 0
+    assert "records:  20" in text.stdout and "done:     15" in text.stdout and "pending:  5" in text.stdout
+    assert "last run: #1 completed" in text.stdout and "records/min" in text.stdout
+    report = orjson.loads(pipeline("status", str(job), "--json").stdout)
+    assert (report["source_records"], report["done"], report["pending"]) == (20, 15, 5)
+    assert report["last_run"]["status"] == "completed" and report["eta_s"] is not None
+
+
+def test_status_of_a_database_held_by_a_run_uses_the_snapshot(tmp_path: Path) -> None:
+    with sim_server("--model", "test-model", "--latency", "0.3") as url:
+        job = write_job(tmp_path, endpoint={"base_url": url}, concurrency=2)
+        make_source(tmp_path / "test.duckdb", 200)
+        process = subprocess.Popen(
+            pipeline_command("run", str(job)),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=subprocess_env(),
+            cwd=REPO,
+        )
+        try:
+            time.sleep(4)
+            status = pipeline("status", str(job))
+        finally:
+            process.send_signal(signal.SIGINT)
+            process.wait(timeout=30)
+    assert status.returncode == 0, status.stderr
+    assert f"pid {process.pid}" in status.stdout and "held by a running `pipeline run`" in status.stdout
+
+
+def test_load_reports_and_rejects(tmp_path: Path) -> None:
+    job = write_job(tmp_path)
+    data = tmp_path / "in.jsonl"
+    data.write_text("".join(json.dumps({"id": i, "title": "t", "body": "b"}) + "\n" for i in range(3)))
+    loaded = pipeline("load", str(data), "--job", str(job), "--rename", "body=description")
+    assert loaded.returncode == 0
+    assert f"loaded 3 of 3 records from {data} into table postings" in loaded.stdout
+    again = pipeline("load", str(data), "--job", str(job), "--rename", "body=description")
+    assert "loaded 0 of 3" in again.stdout and "3 ids were already there" in again.stdout
+    missing = pipeline("load", str(data), "--job", str(job))
+    assert missing.returncode == 2 and "no column ['description']" in missing.stderr
+    bad_rename = pipeline("load", str(data), "--job", str(job), "--rename", "oops")
+    assert bad_rename.returncode == 2 and "expected FILE_COLUMN=NAME" in bad_rename.stderr

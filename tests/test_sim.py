@@ -1,0 +1,187 @@
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import httpx2
+import orjson
+import pytest
+
+from pipeline.prompt import response_format_for
+from pipeline.sim import Faults, SimConfig, SimServer
+from pipeline.sim.http import serve
+from pipeline.sim.instances import InstanceGenerator
+from schemas.linkedin import JobPosting
+from tests.support.schemas import Item
+
+pytestmark = pytest.mark.anyio
+
+
+async def start(config: SimConfig) -> tuple[Any, str, SimServer]:
+    sim = SimServer(config)
+    server = await serve(sim.handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    return server, f"http://127.0.0.1:{port}", sim
+
+
+@pytest.fixture
+async def sim_url() -> AsyncIterator[str]:
+    server, url, _ = await start(SimConfig(model="m"))
+    async with server:
+        yield url
+
+
+def chat(schema: type[Any] = Item, **overrides: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": "m",
+        "messages": [{"role": "system", "content": "Extract."}, {"role": "user", "content": "A posting."}],
+        "max_tokens": 2048,
+        "response_format": response_format_for(schema),
+        "reasoning_effort": "low",
+    }
+    body.update(overrides)
+    return body
+
+
+async def test_answers_are_valid_instances_of_the_requested_schema(sim_url: str) -> None:
+    async with httpx2.AsyncClient(base_url=sim_url) as client:
+        for schema in (Item, JobPosting):
+            response = await client.post("/v1/chat/completions", json=chat(schema))
+            body = response.json()
+            choice = body["choices"][0]
+            assert choice["finish_reason"] == "stop"
+            schema.model_validate_json(choice["message"]["content"])
+            assert choice["message"]["reasoning"]
+            usage = body["usage"]
+            assert usage["completion_tokens_details"]["reasoning_tokens"] == 64
+            assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+
+
+async def test_reasoning_shares_the_token_budget(sim_url: str) -> None:
+    async with httpx2.AsyncClient(base_url=sim_url) as client:
+        starved = (await client.post("/v1/chat/completions", json=chat(max_tokens=32))).json()
+        choice = starved["choices"][0]
+        assert choice["finish_reason"] == "length"
+        assert choice["message"]["content"] is None
+        assert choice["message"]["reasoning"]
+        tight = (await client.post("/v1/chat/completions", json=chat(JobPosting, max_tokens=100))).json()
+        assert tight["choices"][0]["finish_reason"] == "length"
+        assert tight["choices"][0]["message"]["content"]
+        with pytest.raises(orjson.JSONDecodeError):
+            orjson.loads(tight["choices"][0]["message"]["content"])
+        high = (await client.post("/v1/chat/completions", json=chat(reasoning_effort="high"))).json()
+        assert high["usage"]["completion_tokens_details"]["reasoning_tokens"] == 1024
+
+
+async def test_models_health_metrics_and_errors(sim_url: str) -> None:
+    async with httpx2.AsyncClient(base_url=sim_url) as client:
+        assert (await client.get("/health")).status_code == 200
+        assert (await client.get("/v1/models")).json()["data"][0]["id"] == "m"
+        await client.post("/v1/chat/completions", json=chat())
+        metrics = (await client.get("/metrics")).text
+        assert 'vllm:num_requests_running{model_name="m"} 0' in metrics
+        assert "vllm:generation_tokens_total" in metrics
+        missing = await client.post("/v1/chat/completions", json=chat(model="other"))
+        assert missing.status_code == 404 and "does not exist" in missing.json()["error"]["message"]
+        assert (await client.post("/v1/chat/completions", content=b"{")).status_code == 400
+        assert (await client.get("/nowhere")).status_code == 404
+
+
+async def test_context_length_and_api_key() -> None:
+    server, url, _ = await start(SimConfig(model="m", max_model_len=1000, api_key="k"))
+    async with server, httpx2.AsyncClient(base_url=url) as client:
+        assert (await client.post("/v1/chat/completions", json=chat())).status_code == 401
+        headers = {"authorization": "Bearer k"}
+        too_long = await client.post("/v1/chat/completions", json=chat(max_tokens=2000), headers=headers)
+        assert too_long.status_code == 400
+        assert "maximum context length is 1000 tokens" in too_long.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("fault", "check"),
+    [
+        ("server_error", lambda r: r.status_code in (500, 503)),
+        ("context_length", lambda r: r.status_code == 400),
+        ("invalid_json", lambda r: r.status_code == 200 and not _parses(r)),
+        ("schema_invalid", lambda r: r.status_code == 200 and "unexpected_field" in _content(r)),
+        ("length", lambda r: r.json()["choices"][0]["finish_reason"] == "length"),
+    ],
+)
+async def test_each_fault(fault: str, check: Any) -> None:
+    server, url, sim = await start(SimConfig(model="m", faults=Faults(**{fault: 1.0})))
+    async with server, httpx2.AsyncClient(base_url=url) as client:
+        response = await client.post("/v1/chat/completions", json=chat())
+        assert check(response)
+    assert sim.metrics.faults == {fault: 1}
+
+
+async def test_reset_fault_drops_the_connection() -> None:
+    server, url, _ = await start(SimConfig(model="m", faults=Faults(reset=1.0)))
+    async with server, httpx2.AsyncClient(base_url=url) as client:
+        with pytest.raises(httpx2.RemoteProtocolError):
+            await client.post("/v1/chat/completions", json=chat())
+
+
+async def test_hang_fault_is_cancelled_when_the_client_leaves() -> None:
+    server, url, sim = await start(SimConfig(model="m", faults=Faults(hang=1.0)))
+    async with server, httpx2.AsyncClient(base_url=url, timeout=0.2) as client:
+        with pytest.raises(httpx2.ReadTimeout):
+            await client.post("/v1/chat/completions", json=chat())
+        for _ in range(100):
+            if sim.metrics.running == 0:
+                break
+            await anyio.sleep(0.01)
+        assert sim.metrics.running == 0  # the disconnect aborted the request
+
+
+async def test_keep_alive_serves_many_requests_on_one_connection(sim_url: str) -> None:
+    limits = httpx2.Limits(max_connections=1)
+    async with httpx2.AsyncClient(base_url=sim_url, limits=limits) as client:
+        for _ in range(20):
+            assert (await client.post("/v1/chat/completions", json=chat())).status_code == 200
+
+
+async def test_seeded_draws_are_reproducible() -> None:
+    config = SimConfig(model="m", seed=7, faults=Faults(invalid_json=0.5))
+    outcomes = []
+    for _ in range(2):
+        server, url, sim = await start(config)
+        async with server, httpx2.AsyncClient(base_url=url) as client:
+            for _ in range(20):
+                await client.post("/v1/chat/completions", json=chat())
+        outcomes.append(sim.metrics.faults)
+    assert outcomes[0] == outcomes[1] and 0 < outcomes[0]["invalid_json"] < 20
+
+
+async def test_schema_from_the_system_prompt_when_no_response_format(sim_url: str) -> None:
+    from pipeline.prompt import SCHEMA_INSTRUCTION
+
+    system = f"Extract.\n\n{SCHEMA_INSTRUCTION}\n{orjson.dumps(Item.model_json_schema()).decode()}"
+    body = chat(
+        response_format=None,
+        messages=[{"role": "system", "content": system}, {"role": "user", "content": "x"}],
+    )
+    async with httpx2.AsyncClient(base_url=sim_url) as client:
+        response = await client.post("/v1/chat/completions", json=body)
+    Item.model_validate_json(_content(response))
+
+
+def test_instances_respect_bounds_and_validators() -> None:
+    rng = random.Random(1)
+    for _ in range(200):
+        JobPosting.model_validate(InstanceGenerator(JobPosting.model_json_schema(), rng).generate())
+        Item.model_validate(InstanceGenerator(Item.model_json_schema(), rng).generate())
+
+
+def _content(response: httpx2.Response) -> str:
+    return str(response.json()["choices"][0]["message"]["content"])
+
+
+def _parses(response: httpx2.Response) -> bool:
+    try:
+        orjson.loads(_content(response))
+    except orjson.JSONDecodeError:
+        return False
+    return True
