@@ -62,7 +62,7 @@ class LiveProgress:
         if self._progress is None:
             self._progress = Progress(
                 TextColumn("[bold]extracting"),
-                BarColumn(),
+                BarColumn(bar_width=24),
                 _StatsColumn(stats),
                 console=self._console,
                 auto_refresh=False,

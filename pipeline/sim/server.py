@@ -56,6 +56,7 @@ class SimConfig:
 @dataclass(slots=True)
 class SimMetrics:
     running: int = 0
+    peak_running: int = 0
     requests: int = 0
     successes: int = 0
     prompt_tokens: int = 0
@@ -73,6 +74,8 @@ class SimMetrics:
             f"vllm:request_success_total{label} {self.successes}",
             f"vllm:prefix_cache_queries_total{label} 0",
             f"vllm:prefix_cache_hits_total{label} 0",
+            f"pipeline_sim:peak_requests_running{label} {self.peak_running}",
+            f"pipeline_sim:requests_total{label} {self.requests}",
         ]
         return ("\n".join(lines) + "\n").encode()
 
@@ -134,6 +137,7 @@ class SimServer:
             return self._context_error(prompt_tokens, max_tokens)
         self.metrics.requests += 1
         self.metrics.running += 1
+        self.metrics.peak_running = max(self.metrics.peak_running, self.metrics.running)
         try:
             return await self._generate(body, prompt_tokens, max_tokens, fault)
         finally:

@@ -1,0 +1,113 @@
+"""Throughput and peak memory of `pipeline run` over a large source, against the simulator.
+
+    .venv/bin/python benchmarks/run_scale.py --records 100000 --concurrency 256 --latency 0
+
+Builds a DuckDB source of N postings (the real Adzuna ads from ../shared, repeated under new ids),
+starts `pipeline sim` on a free port, runs `pipeline run` as a child process and reads its peak RSS and
+CPU time from the kernel (wait4). Prints one table row per run; nothing here is a pass/fail test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import duckdb
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+ADZUNA = REPO.parent / "shared" / "datasets" / "adzuna_uk_jobs_2499.csv"
+
+
+def build_source(database: Path, count: int) -> None:
+    with duckdb.connect(str(database)) as connection:
+        if ADZUNA.is_file():
+            connection.execute(
+                f"CREATE OR REPLACE TABLE postings AS WITH ads AS (SELECT row_number() OVER () - 1 AS n, "
+                f"Title AS title, FullDescription AS description FROM read_csv('{ADZUNA}', header = true)) "
+                f"SELECT i AS id, title, description FROM range({count}) t(i) "
+                f"JOIN ads ON ads.n = i % (SELECT count(*) FROM ads)"
+            )
+        else:
+            connection.execute(
+                f"CREATE OR REPLACE TABLE postings AS SELECT i AS id, 'Engineer ' || i AS title, "
+                f"repeat('We need SQL and Python. ', 60) AS description FROM range({count}) t(i)"
+            )
+
+
+def start_sim(latency: float) -> tuple[subprocess.Popen[str], str]:
+    sim = subprocess.Popen(
+        [sys.executable, "-m", "pipeline", "sim", "--port", "0", "--model", "bench-model",
+         "--latency", str(latency), "--jitter", "0.5" if latency else "0"],
+        stdout=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    assert sim.stdout is not None
+    line = sim.stdout.readline()
+    return sim, line.rsplit(" at ", 1)[1].strip()
+
+
+def run_once(folder: Path, url: str, records: int, concurrency: int) -> dict[str, float]:
+    job = {
+        "name": "bench", "database": "bench.duckdb",
+        "source": {"table": "postings", "fields": ["title", "description"]},
+        "prompt": {"system": "Extract the posting.", "user": "{title}\n\n{description}"},
+        "schema": "schemas.linkedin:JobPosting", "model": "bench-model",
+        "endpoint": {"base_url": url}, "concurrency": concurrency, "max_tokens": 2048,
+    }  # fmt: skip
+    job_file = folder / "bench.yaml"
+    job_file.write_text(yaml.safe_dump(job))
+    started = time.perf_counter()
+    child = subprocess.Popen(
+        [sys.executable, "-m", "pipeline", "run", str(job_file), "--progress", "log"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    _, status, usage = os.wait4(child.pid, 0)
+    wall = time.perf_counter() - started
+    with duckdb.connect(str(folder / "bench.duckdb"), read_only=True) as connection:
+        row = connection.execute("SELECT count(*) FROM results").fetchone()
+    done = int(row[0]) if row else 0
+    return {
+        "exit": os.waitstatus_to_exitcode(status),
+        "done": done,
+        "wall_s": wall,
+        "records_per_s": done / wall,
+        "peak_rss_mb": usage.ru_maxrss / 1024,
+        "cpu_s_per_1000": (usage.ru_utime + usage.ru_stime) / max(done, 1) * 1000,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--records", type=int, default=100_000)
+    parser.add_argument("--concurrency", type=int, default=256)
+    parser.add_argument("--latency", type=float, default=0.0, help="simulated seconds per request")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        build_source(folder / "bench.duckdb", args.records)
+        sim, url = start_sim(args.latency)
+        try:
+            result = run_once(folder, url, args.records, args.concurrency)
+        finally:
+            os.killpg(sim.pid, signal.SIGTERM)
+            sim.wait()
+    header = ("records", "concurrency", "sim latency s", "done", "exit", "wall s", "records/s",
+              "peak RSS MB", "client CPU s / 1000")  # fmt: skip
+    values = (args.records, args.concurrency, args.latency, result["done"], result["exit"],
+              f"{result['wall_s']:.1f}", f"{result['records_per_s']:.0f}", f"{result['peak_rss_mb']:.0f}",
+              f"{result['cpu_s_per_1000']:.2f}")  # fmt: skip
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    print("| " + " | ".join(str(value) for value in values) + " |")
+
+
+if __name__ == "__main__":
+    main()
