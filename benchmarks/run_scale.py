@@ -22,31 +22,31 @@ import duckdb
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-ADZUNA = REPO.parent / "shared" / "datasets" / "adzuna_uk_jobs_2499.csv"
+sys.path.insert(0, str(REPO))
 
-
-def build_source(database: Path, count: int) -> None:
-    with duckdb.connect(str(database)) as connection:
-        if ADZUNA.is_file():
-            connection.execute(
-                f"CREATE OR REPLACE TABLE postings AS WITH ads AS (SELECT row_number() OVER () - 1 AS n, "
-                f"Title AS title, FullDescription AS description FROM read_csv('{ADZUNA}', header = true)) "
-                f"SELECT i AS id, title, description FROM range({count}) t(i) "
-                f"JOIN ads ON ads.n = i % (SELECT count(*) FROM ads)"
-            )
-        else:
-            connection.execute(
-                f"CREATE OR REPLACE TABLE postings AS SELECT i AS id, 'Engineer ' || i AS title, "
-                f"repeat('We need SQL and Python. ', 60) AS description FROM range({count}) t(i)"
-            )
+from tests.support.datasets import build_postings  # noqa: E402
 
 
 def start_sim(latency: float) -> tuple[subprocess.Popen[str], str]:
     sim = subprocess.Popen(
-        [sys.executable, "-m", "pipeline", "sim", "--port", "0", "--model", "bench-model",
-         "--latency", str(latency), "--jitter", "0.5" if latency else "0"],
-        stdout=subprocess.PIPE, text=True, start_new_session=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pipeline",
+            "sim",
+            "--port",
+            "0",
+            "--model",
+            "bench-model",
+            "--latency",
+            str(latency),
+            "--jitter",
+            "0.5" if latency else "0",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     assert sim.stdout is not None
     line = sim.stdout.readline()
     return sim, line.rsplit(" at ", 1)[1].strip()
@@ -54,19 +54,25 @@ def start_sim(latency: float) -> tuple[subprocess.Popen[str], str]:
 
 def run_once(folder: Path, url: str, records: int, concurrency: int) -> dict[str, float]:
     job = {
-        "name": "bench", "database": "bench.duckdb",
+        "name": "bench",
+        "database": "bench.duckdb",
         "source": {"table": "postings", "fields": ["title", "description"]},
         "prompt": {"system": "Extract the posting.", "user": "{title}\n\n{description}"},
-        "schema": "schemas.linkedin:JobPosting", "model": "bench-model",
-        "endpoint": {"base_url": url}, "concurrency": concurrency, "max_tokens": 2048,
-    }  # fmt: skip
+        "schema": "schemas.linkedin:JobPosting",
+        "model": "bench-model",
+        "endpoint": {"base_url": url},
+        "concurrency": concurrency,
+        "max_tokens": 2048,
+    }
     job_file = folder / "bench.yaml"
     job_file.write_text(yaml.safe_dump(job))
     started = time.perf_counter()
     child = subprocess.Popen(
         [sys.executable, "-m", "pipeline", "run", str(job_file), "--progress", "log"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(REPO)},
-    )  # fmt: skip
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     _, status, usage = os.wait4(child.pid, 0)
     wall = time.perf_counter() - started
     with duckdb.connect(str(folder / "bench.duckdb"), read_only=True) as connection:
@@ -92,18 +98,35 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        build_source(folder / "bench.duckdb", args.records)
+        build_postings(folder / "bench.duckdb", args.records)
         sim, url = start_sim(args.latency)
         try:
             result = run_once(folder, url, args.records, args.concurrency)
         finally:
             os.killpg(sim.pid, signal.SIGTERM)
             sim.wait()
-    header = ("records", "concurrency", "sim latency s", "done", "exit", "wall s", "records/s",
-              "peak RSS MB", "client CPU s / 1000")  # fmt: skip
-    values = (args.records, args.concurrency, args.latency, result["done"], result["exit"],
-              f"{result['wall_s']:.1f}", f"{result['records_per_s']:.0f}", f"{result['peak_rss_mb']:.0f}",
-              f"{result['cpu_s_per_1000']:.2f}")  # fmt: skip
+    header = (
+        "records",
+        "concurrency",
+        "sim latency s",
+        "done",
+        "exit",
+        "wall s",
+        "records/s",
+        "peak RSS MB",
+        "client CPU s / 1000",
+    )
+    values = (
+        args.records,
+        args.concurrency,
+        args.latency,
+        result["done"],
+        result["exit"],
+        f"{result['wall_s']:.1f}",
+        f"{result['records_per_s']:.0f}",
+        f"{result['peak_rss_mb']:.0f}",
+        f"{result['cpu_s_per_1000']:.2f}",
+    )
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     print("| " + " | ".join(str(value) for value in values) + " |")

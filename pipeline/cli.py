@@ -104,7 +104,7 @@ def load(
     spec = _load_job_or_exit(job)
     renames = _parse_renames(rename or [])
     try:
-        connection = open_database(spec.database)
+        connection = open_database(spec.database, memory_limit=spec.duckdb_memory_limit)
         try:
             report = load_file(
                 connection, spec, file, table=table, rename=renames, replace=replace, file_format=file_format

@@ -106,6 +106,9 @@ class JobSpec(_Strict):
     reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = "low"
     temperature: float | None = Field(default=0.0, ge=0.0, le=2.0)
     extra_body: dict[str, Any] = Field(default_factory=dict)
+    duckdb_memory_limit: str = Field(
+        default="128MB", pattern=r"^\d+(\.\d+)?\s*(KB|MB|GB|TB|KiB|MiB|GiB|TiB)$"
+    )
     retry: RetrySpec = RetrySpec()
     output: OutputSpec = OutputSpec()
     source_file: Path = Field(default=Path("<memory>"), exclude=True)

@@ -107,7 +107,7 @@ def client_settings(spec: JobSpec) -> ClientSettings:
 def prepare_database(spec: JobSpec) -> duckdb.DuckDBPyConnection:
     """Open the job's database, load the seed file into an absent source table, check the source and
     create the output tables. Blocking; raises :class:`ConfigError` before any request is sent."""
-    connection = open_database(spec.database)
+    connection = open_database(spec.database, memory_limit=spec.duckdb_memory_limit)
     try:
         table, seed = spec.source.table, spec.source.seed_file
         if table is not None and seed is not None and not _table_exists(connection, table):

@@ -47,7 +47,7 @@ class JobStatus:
 def job_status(spec: JobSpec) -> JobStatus:
     """Read the job's status. Blocking (DuckDB); the CLI calls it directly."""
     try:
-        connection = open_database(spec.database, read_only=True)
+        connection = open_database(spec.database, read_only=True, memory_limit=spec.duckdb_memory_limit)
     except DatabaseLockedError:
         return JobStatus(database=str(spec.database), live=read_snapshot(spec.database))
     try:
@@ -91,7 +91,11 @@ def _last_run(connection: duckdb.DuckDBPyConnection, spec: JobSpec) -> dict[str,
     if row is None:
         return None
     names = [column[0] for column in cursor.description]
-    return {name: _plain(value) for name, value in zip(names, row, strict=True)}
+    run = {name: _plain(value) for name, value in zip(names, row, strict=True)}
+    if run["status"] == "running":
+        # We could open the database, so no process holds it: that run was killed without a trace.
+        run["status"] = "abandoned"
+    return run
 
 
 def _plain(value: Any) -> Any:

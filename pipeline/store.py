@@ -23,9 +23,6 @@ from pipeline.source import quote
 T = TypeVar("T")
 AppendAction = Literal["upsert", "delete"]
 
-# DuckDB's default takes 80% of RAM for its buffers; extraction needs little, and the process
-# should stay small next to a model server on the same machine.
-DEFAULT_MEMORY_LIMIT = "512MB"
 
 # Timestamps are stored as plain TIMESTAMP in UTC: TIMESTAMPTZ values need pytz to be read in Python.
 UTC_NOW = "timezone('UTC', now())"
@@ -47,7 +44,9 @@ RESULT_COLUMNS = [
 FAILURE_COLUMNS = ["record_id", "run_id", "failure_class", "message", "attempts", "last_raw_output"]
 
 
-def open_database(path: Path, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+def open_database(
+    path: Path, *, read_only: bool = False, memory_limit: str = "128MB"
+) -> duckdb.DuckDBPyConnection:
     """Connect, translating "locked by another process" and unreadable files into one clear line."""
     if read_only and not path.exists():
         raise ConfigError(f"{path}: database does not exist yet (run `pipeline load` or `pipeline run`)")
@@ -62,7 +61,9 @@ def open_database(path: Path, *, read_only: bool = False) -> duckdb.DuckDBPyConn
         raise ConfigError(f"{path}: cannot open database ({text})") from exc
     except (duckdb.Error, OSError) as exc:
         raise ConfigError(f"{path}: cannot open database ({' '.join(str(exc).split())})") from exc
-    connection.execute(f"SET memory_limit = '{DEFAULT_MEMORY_LIMIT}'")
+    # DuckDB's default buffer pool is 80% of RAM and fills with cached result blocks as a run goes
+    # on; a bounded pool keeps the process small (it spills to disk if a query needs more).
+    connection.execute(f"SET memory_limit = '{memory_limit}'")
     return connection
 
 

@@ -36,3 +36,14 @@ def test_status_without_a_database(tmp_path: Path) -> None:
     spec = make_job(tmp_path, records=0)
     with pytest.raises(ConfigError, match="does not exist yet"):
         job_status(spec)
+
+
+async def test_a_killed_run_shows_as_abandoned(tmp_path: Path) -> None:
+    import duckdb
+
+    spec = make_job(tmp_path, records=3)
+    await run_job(spec, RunOptions(transport=ScriptedServer([respond(good_completion())]).transport, limit=1))
+    with duckdb.connect(str(spec.database)) as connection:
+        connection.execute("UPDATE runs SET status = 'running'")  # what kill -9 leaves behind
+    report = job_status(spec)
+    assert report.last_run is not None and report.last_run["status"] == "abandoned"

@@ -173,3 +173,11 @@ def test_missing_database_for_reading(tmp_path: Path) -> None:
 
     with pytest.raises(ConfigError, match="does not exist yet"):
         open_database(tmp_path / "nope.duckdb", read_only=True)
+
+
+def test_memory_limit_is_bounded_and_configurable(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=2, duckdb_memory_limit="64MB")
+    connection = prepare_database(spec)
+    row = connection.execute("SELECT current_setting('memory_limit')").fetchone()
+    assert row == ("61.0 MiB",)  # DuckDB reports 64 MB as 61 MiB
+    connection.close()

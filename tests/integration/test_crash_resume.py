@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import build_source, sim_metric
+from tests.support.datasets import build_postings
 from tests.support.jobs import table_rows, write_job
-from tests.support.processes import REPO, pipeline_command, sim_server, subprocess_env
+from tests.support.processes import REPO, pipeline_command, sim_metric, sim_server, subprocess_env
 
 pytestmark = pytest.mark.integration
 
@@ -36,7 +36,7 @@ def run_and_kill(job: Path, after_s: float) -> int:
 
 def test_kill_9_at_several_points_then_resume(tmp_path: Path) -> None:
     database = tmp_path / "postings.duckdb"
-    build_source(database, RECORDS)
+    build_postings(database, RECORDS)
     faults = (
         "--fault-invalid-json",
         "0.02",

@@ -8,20 +8,22 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import build_source, sim_metric
+from tests.support.datasets import build_postings
 from tests.support.jobs import table_rows, write_job
-from tests.support.processes import REPO, pipeline_command, sim_server, subprocess_env
+from tests.support.processes import REPO, pipeline_command, sim_metric, sim_server, subprocess_env
 
 pytestmark = pytest.mark.integration
 
 RECORDS = 6000
-FAULTS = ("--fault-server-error", "0.01", "--fault-reset", "0.005", "--fault-invalid-json", "0.01",
-          "--fault-schema-invalid", "0.01", "--fault-length", "0.005", "--fault-context-length", "0.003")  # fmt: skip
+FAULTS = (
+    *("--fault-server-error", "0.01", "--fault-reset", "0.005", "--fault-invalid-json", "0.01"),
+    *("--fault-schema-invalid", "0.01", "--fault-length", "0.005", "--fault-context-length", "0.003"),
+)
 
 
 def test_6000_records_at_concurrency_256(tmp_path: Path) -> None:
     database = tmp_path / "postings.duckdb"
-    build_source(database, RECORDS)
+    build_postings(database, RECORDS)
     # 1.5 s a request (±50%): slow enough that the server, not the client's CPU, sets the pace, as a
     # real model server does; 256 in flight then ask for ~170 records/s.
     with sim_server(

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+import httpx2
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -48,3 +51,11 @@ def sim_server(*args: str) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+
+
+def sim_metric(url: str, name: str) -> float:
+    """One value from the simulator's /metrics (Prometheus text), e.g. ``pipeline_sim:requests_total``."""
+    text = httpx2.get(url.removesuffix("/v1") + "/metrics").text
+    match = re.search(rf"^{re.escape(name)}{{[^}}]*}} ([0-9.]+)$", text, re.MULTILINE)
+    assert match, f"{name} not in /metrics"
+    return float(match.group(1))
