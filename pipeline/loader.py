@@ -122,7 +122,7 @@ def _insert(
     row = connection.execute("SELECT count(*) FROM pipeline_incoming").fetchone()
     rows_in_file = int(row[0]) if row else 0
     exists = connection.execute(
-        "SELECT count(*) FROM duckdb_tables() WHERE table_name = ? AND NOT temporary", [table]
+        "SELECT count(*) FROM duckdb_tables() WHERE lower(table_name) = lower(?) AND NOT temporary", [table]
     ).fetchone()
     if replace or not (exists and exists[0]):
         connection.execute(f"CREATE OR REPLACE TABLE {quote(table)} AS SELECT * FROM pipeline_incoming")

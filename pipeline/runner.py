@@ -25,7 +25,7 @@ import structlog
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from pipeline.errors import FatalRunError, RecordError
+from pipeline.errors import ConfigError, FatalRunError, RecordError
 from pipeline.extractor import BudgetGrowth, Extractor
 from pipeline.job import JobSpec
 from pipeline.llm import ClientSettings, LLMClient
@@ -107,11 +107,17 @@ def client_settings(spec: JobSpec) -> ClientSettings:
 def prepare_database(spec: JobSpec) -> duckdb.DuckDBPyConnection:
     """Open the job's database, load the seed file into an absent source table, check the source and
     create the output tables. Blocking; raises :class:`ConfigError` before any request is sent."""
-    connection = open_database(spec.database, memory_limit=spec.duckdb_memory_limit)
+    try:
+        connection = open_database(spec.database, memory_limit=spec.duckdb_memory_limit)
+    except ConfigError as error:
+        raise ConfigError(f"{spec.source_file}: key 'database': {error}") from error
     try:
         table, seed = spec.source.table, spec.source.seed_file
         if table is not None and seed is not None and not _table_exists(connection, table):
-            report = load_file(connection, spec, seed)
+            try:
+                report = load_file(connection, spec, seed)
+            except ConfigError as error:
+                raise ConfigError(f"{spec.source_file}: key 'source.seed_file': {error}") from error
             log.info("loaded seed file", file=str(seed), table=table, records=report.inserted)
         shape = describe_source(connection, spec)
         create_output_tables(connection, spec, shape.id_type)

@@ -140,3 +140,26 @@ def test_id_type_is_kept(tmp_path: Path) -> None:
             "SELECT 'a-' || i AS id, 't' AS title, 'd' AS description FROM range(3) t(i)"
         )
         assert describe_source(connection, spec).id_type == "VARCHAR"
+
+
+def test_seed_file_is_loaded_once_and_named_when_broken(tmp_path: Path) -> None:
+    seed = tmp_path / "seed.jsonl"
+    seed.write_text('{"id": 1, "title": "t", "description": "d"}\n')
+    spec = make_job(tmp_path, records=0, source={"seed_file": "seed.jsonl"})
+    prepare_database(spec).close()
+    seed.write_text('{"id": 2, "title": "t", "description": "d"}\n')
+    prepare_database(spec).close()  # the table exists now: the seed is not loaded again
+    with duckdb.connect(str(spec.database)) as connection:
+        assert connection.execute("SELECT id FROM postings").fetchall() == [(1,)]
+    other = tmp_path / "other"
+    other.mkdir()
+    missing = make_job(other, records=0, source={"seed_file": "gone.jsonl"})
+    with pytest.raises(ConfigError, match=r"job\.yaml: key 'source.seed_file': .*gone\.jsonl: no such file"):
+        prepare_database(missing)
+
+
+def test_unopenable_database_names_the_key(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("not a folder")
+    spec = make_job(tmp_path, records=0, database="afile/db.duckdb")
+    with pytest.raises(ConfigError, match=r"job\.yaml: key 'database': .*cannot open database"):
+        prepare_database(spec)
