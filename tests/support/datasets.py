@@ -25,3 +25,9 @@ def build_postings(database: Path, count: int) -> None:
                 "CREATE OR REPLACE TABLE postings AS SELECT i AS id, 'Engineer ' || i AS title, "
                 f"repeat('We need SQL and Python. ', 60) AS description FROM range({count}) t(i)"
             )
+
+
+if __name__ == "__main__":  # python -m tests.support.datasets DATABASE COUNT (used by benchmarks)
+    import sys
+
+    build_postings(Path(sys.argv[1]), int(sys.argv[2]))
