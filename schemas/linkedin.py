@@ -3,6 +3,9 @@
 Field descriptions are part of the prompt (the JSON schema is appended to the system prompt), so they
 are written as instructions to the model. Validators clean what is safe to clean (duplicate skills,
 whitespace) and reject what needs the model's attention (a salary range upside down).
+
+Every list and string has an upper bound. Constrained decoding enforces them, so a model that starts
+repeating itself is made to close the JSON instead of spending the whole token budget on one record.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 ShortText = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
+Name = Annotated[str, StringConstraints(strip_whitespace=True, max_length=200)]
 
 Seniority = Literal[
     "Intern", "Apprentice", "Graduate", "Entry level", "Junior", "Mid-level", "Senior", "Lead",
@@ -43,11 +47,11 @@ class Salary(_Strict):
     maximum: float | None = Field(
         None, ge=0, description="Highest amount stated; equal to minimum if one figure."
     )
-    currency: str = Field("GBP", description="ISO 4217 code, e.g. GBP, EUR, USD.")
+    currency: str = Field("GBP", pattern=r"^[A-Z]{3}$", description="ISO 4217 code, e.g. GBP, EUR, USD.")
     period: Literal["hour", "day", "week", "month", "year"] = Field(
         "year", description="What the amount is paid per."
     )
-    text: str | None = Field(None, description="The salary exactly as written in the posting.")
+    text: Name | None = Field(None, description="The salary exactly as written in the posting.")
 
     @model_validator(mode="after")
     def _range_in_order(self) -> Salary:
@@ -90,7 +94,9 @@ class Education(_Strict):
         "professional",
         "unspecified",
     ] = Field(description="Lowest level the posting asks for; 'unspecified' if it does not say.")
-    fields: list[ShortText] = Field(default_factory=list, description="Subjects named, e.g. 'Engineering'.")
+    fields: list[ShortText] = Field(
+        default_factory=list, max_length=5, description="Subjects named, e.g. 'Engineering'."
+    )
     mandatory: bool = True
 
 
@@ -98,9 +104,9 @@ class JobPosting(_Strict):
     """Everything a job seeker or a labour-market analyst wants from one posting."""
 
     title: ShortText = Field(description="The job title, cleaned: no location, salary or reference numbers.")
-    company: str | None = Field(None, description="The hiring company; null if only an agency is named.")
-    recruiter: str | None = Field(None, description="The recruitment agency, if the posting is by one.")
-    location: str | None = Field(None, description="Town or city and region, e.g. 'Leeds, West Yorkshire'.")
+    company: Name | None = Field(None, description="The hiring company; null if only an agency is named.")
+    recruiter: Name | None = Field(None, description="The recruitment agency, if the posting is by one.")
+    location: Name | None = Field(None, description="Town or city and region, e.g. 'Leeds, West Yorkshire'.")
     remote_policy: Literal["onsite", "hybrid", "remote", "unspecified"] = Field(
         description="Where the work happens, as the posting states it."
     )
@@ -120,20 +126,27 @@ class JobPosting(_Strict):
     )
     manages_people: bool = Field(description="true if the role has direct reports or leads a team.")
     explicit_skills: list[ShortText] = Field(
+        max_length=40,
         description="Skills, tools and technologies the posting names, each once, as short terms "
-        "('SQL', 'stakeholder management')."
+        "('SQL', 'stakeholder management').",
     )
     inferred_capabilities: list[ShortText] = Field(
+        max_length=20,
         description="Capabilities the role clearly needs but the posting does not name, inferred from "
-        "the duties (e.g. 'budget ownership' for a role that 'manages a £2m budget')."
+        "the duties (e.g. 'budget ownership' for a role that 'manages a £2m budget').",
     )
-    requirements: list[Requirement] = Field(description="Every requirement, atomised: one item each.")
+    requirements: list[Requirement] = Field(
+        max_length=40, description="Every requirement, atomised: one item each."
+    )
     experience_years: ExperienceYears | None = Field(None, description="null if no number of years is given.")
     education: Education | None = Field(None, description="null if the posting says nothing about education.")
     salary: Salary | None = Field(None, description="null if no pay is stated (not 'competitive').")
-    benefits: list[ShortText] = Field(default_factory=list, description="Benefits named, e.g. 'pension'.")
+    benefits: list[ShortText] = Field(
+        default_factory=list, max_length=20, description="Benefits named, e.g. 'pension'."
+    )
     culture_signals: list[ShortText] = Field(
         default_factory=list,
+        max_length=15,
         description="What the posting says about how the team works: pace, values, flexibility, "
         "autonomy, hierarchy ('fast-paced start-up', 'flexible hours', 'collaborative').",
     )

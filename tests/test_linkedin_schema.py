@@ -72,3 +72,24 @@ def test_sample_data_is_well_formed() -> None:
 
 def test_unique_case_insensitive() -> None:
     assert unique_case_insensitive(["SQL", "sql", " Python", "python ", "Go"]) == ["SQL", " Python", "Go"]
+
+
+def test_every_list_and_string_is_bounded() -> None:
+    """Constrained decoding enforces these bounds, so a looping model must close the JSON."""
+    schema = JobPosting.model_json_schema()
+    unbounded: list[str] = []
+
+    def visit(node: object, path: str) -> None:
+        if isinstance(node, dict):
+            if node.get("type") == "array" and "maxItems" not in node:
+                unbounded.append(path)
+            if node.get("type") == "string" and not {"maxLength", "enum", "pattern", "const"} & set(node):
+                unbounded.append(path)
+            for key, value in node.items():
+                visit(value, f"{path}.{key}")
+        elif isinstance(node, list):
+            for index, value in enumerate(node):
+                visit(value, f"{path}[{index}]")
+
+    visit(schema, "$")
+    assert unbounded == []

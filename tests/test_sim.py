@@ -185,3 +185,13 @@ def _parses(response: httpx2.Response) -> bool:
     except orjson.JSONDecodeError:
         return False
     return True
+
+
+@pytest.mark.parametrize("pattern", [r"^[A-Z]{3}$", r"^\d{2,4}-[a-z]+$", r"^(GBP|EUR)$", r"^x?y*\w$"])
+def test_strings_for_patterns(pattern: str) -> None:
+    import re
+
+    rng = random.Random(3)
+    for _ in range(20):
+        value = InstanceGenerator({"type": "string", "pattern": pattern}, rng).generate()
+        assert re.fullmatch(pattern, value)

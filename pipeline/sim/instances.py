@@ -8,6 +8,8 @@ field order, so pairs like minimum/maximum come out in order.
 from __future__ import annotations
 
 import random
+import re
+from re import _parser  # type: ignore[attr-defined]  # the stdlib's own regex parser
 from typing import Any
 
 _WORDS = (
@@ -106,9 +108,54 @@ class InstanceGenerator:
         return int(value) if kind == "integer" else float(value)
 
     def _string(self, schema: dict[str, Any]) -> str:
+        if "pattern" in schema:
+            return _matching(str(schema["pattern"]), self._rng)
         low = int(schema.get("minLength", 1))
         high = int(schema.get("maxLength", 60))
         text = " ".join(self._rng.sample(_WORDS, 2))
         while len(text) < low:
             text += " " + self._rng.choice(_WORDS)
         return text[:high]
+
+
+def _matching(pattern: str, rng: random.Random) -> str:
+    """A string that fully matches ``pattern`` (literals, classes, groups, alternation, repeats)."""
+    text = "".join(_from_tokens(_parser.parse(pattern), rng))
+    if not re.fullmatch(pattern, text):
+        raise ValueError(f"cannot generate a string for the pattern {pattern!r}")
+    return text
+
+
+def _from_tokens(tokens: Any, rng: random.Random) -> list[str]:
+    out: list[str] = []
+    for op, value in tokens:
+        name = str(op)
+        if name == "LITERAL":
+            out.append(chr(value))
+        elif name == "IN":
+            out.append(_from_class(value, rng))
+        elif name == "ANY":
+            out.append(rng.choice("abcxyz"))
+        elif name in ("MAX_REPEAT", "MIN_REPEAT"):
+            low, high, inner = value
+            for _ in range(rng.randint(low, min(high, low + 3))):
+                out.extend(_from_tokens(inner, rng))
+        elif name == "SUBPATTERN":
+            out.extend(_from_tokens(value[-1], rng))
+        elif name == "BRANCH":
+            out.extend(_from_tokens(rng.choice(value[1]), rng))
+        elif name != "AT":  # anchors produce nothing
+            raise ValueError(f"unsupported regular expression element {name}")
+    return out
+
+
+def _from_class(items: Any, rng: random.Random) -> str:
+    op, value = items[0]
+    name = str(op)
+    if name == "LITERAL":
+        return chr(value)
+    if name == "RANGE":
+        return chr(rng.randint(value[0], value[1]))
+    if name == "CATEGORY":
+        return {"CATEGORY_DIGIT": "7", "CATEGORY_SPACE": " "}.get(str(value), "a")
+    raise ValueError(f"unsupported character class element {name}")
