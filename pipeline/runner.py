@@ -134,9 +134,25 @@ def _table_exists(connection: duckdb.DuckDBPyConnection, table: str) -> bool:
     return bool(row and row[0])
 
 
+async def count_pending(spec: JobSpec, options: RunOptions | None = None) -> int:
+    """Check the database (as a run would) and count what a run would extract."""
+    options = options or RunOptions()
+    connection = await anyio.to_thread.run_sync(prepare_database, spec)
+    try:
+        reader = SourceReader(await anyio.to_thread.run_sync(connection.cursor), spec)
+        return await reader.count_pending(retry_failed=options.retry_failed, limit=options.limit)
+    finally:
+        await anyio.to_thread.run_sync(connection.close)
+
+
 async def run_job(spec: JobSpec, options: RunOptions | None = None) -> RunSummary:
     """Extract every pending record of ``spec``. Raises :class:`FatalRunError` (incl. ConfigError)."""
     options = options or RunOptions()
+    if spec.endpoint.is_local:
+        raise ConfigError(
+            f"{spec.source_file}: key 'endpoint.base_url' is 'local': run with `pipeline run --local` "
+            "(library: pipeline.local.run_job_locally)"
+        )
     settings = client_settings(spec)
     connection = await anyio.to_thread.run_sync(prepare_database, spec)
     try:

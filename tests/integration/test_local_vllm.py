@@ -1,0 +1,157 @@
+"""End to end against the real local vLLM server (CPU build, SmolLM2-135M): 20 real job ads are loaded
+with `pipeline load`, extracted with `pipeline run`, killed midway once and resumed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import orjson
+import pytest
+import yaml
+
+from pipeline.errors import FailureClass
+from schemas.linkedin import JobPosting
+from tests.support.datasets import ADZUNA
+from tests.support.jobs import table_rows
+from tests.support.local_vllm import require_local_vllm, wait_gone
+from tests.support.processes import REPO, pipeline_command, subprocess_env
+
+pytestmark = [pytest.mark.integration, pytest.mark.local_vllm]
+
+ADS = 20
+
+
+@pytest.fixture(scope="module")
+def local_server() -> Iterator[str]:
+    """`pipeline serve-local`, once for this module; stopped with SIGINT, and nothing may remain."""
+    require_local_vllm()
+    process = subprocess.Popen(
+        pipeline_command("serve-local", "--log-format", "json"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=subprocess_env(),
+        cwd=REPO,
+    )
+    assert process.stdout is not None and process.stderr is not None
+    line = process.stdout.readline()
+    if " at http://" not in line:
+        process.kill()
+        pytest.fail(f"serve-local did not start:\n{line}{process.stderr.read()[-3000:]}")
+    events = _events_until_ready(process.stderr)
+    print(f"\nlocal vLLM server ready after {events['local server ready']['seconds']} s")
+    yield line.rsplit(" at ", 1)[1].strip()
+    process.send_signal(signal.SIGINT)
+    assert process.wait(timeout=60) == 0
+    wait_gone(int(events["starting local server"]["pid"]))
+
+
+def _events_until_ready(stream: object) -> dict[str, dict[str, Any]]:
+    events: dict[str, dict[str, Any]] = {}
+    for raw in stream:  # type: ignore[attr-defined]
+        event = json.loads(raw)
+        events[event["event"]] = event
+        if event["event"] == "local server ready":
+            return events
+    raise AssertionError(f"no ready event: {events}")
+
+
+def write_job(folder: Path, url: str) -> Path:
+    spec = yaml.safe_load((REPO / "jobs" / "linkedin.yaml").read_text())
+    spec["database"] = str(folder / "ads.duckdb")
+    del spec["source"]["seed_file"]
+    spec["schema"] = "schemas.linkedin:JobPosting"
+    spec["model"] = "smollm2-135m"
+    spec["endpoint"] = {"base_url": url}
+    spec["max_tokens"] = 512  # bounds the test's time: longer answers end as `truncated` failures
+    spec["retry"] = {**spec["retry"], "truncation_retries": 0}
+    path = folder / "ads.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def wait_for_results(snapshot: Path, at_least: int, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if orjson.loads(snapshot.read_bytes())["done"] >= at_least:
+                return
+        except (OSError, orjson.JSONDecodeError, KeyError):
+            pass
+        time.sleep(1)
+    raise AssertionError(f"fewer than {at_least} results after {timeout_s:.0f} s")
+
+
+@pytest.mark.skipif(not ADZUNA.is_file(), reason="../shared datasets not present")
+def test_real_ads_extracted_killed_midway_and_resumed(tmp_path: Path, local_server: str) -> None:
+    ads = tmp_path / "ads.csv"
+    with duckdb.connect() as connection:
+        connection.execute(
+            f"COPY (SELECT * FROM read_csv('{ADZUNA}', header = true) LIMIT {ADS}) TO '{ads}' (HEADER)"
+        )
+    job = write_job(tmp_path, local_server)
+    env = subprocess_env()
+    load = subprocess.run(
+        pipeline_command(
+            "load",
+            str(ads),
+            "--job",
+            str(job),
+            "--rename",
+            "FullDescription=description",
+            "--rename",
+            "LocationRaw=location",
+        ),
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert load.returncode == 0, load.stderr
+    assert f"loaded {ADS} of {ADS} records" in load.stdout
+
+    started = time.monotonic()
+    first = subprocess.Popen(
+        pipeline_command("run", str(job)),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        cwd=REPO,
+    )
+    try:
+        wait_for_results(tmp_path / "ads.duckdb.progress.json", at_least=3, timeout_s=600)
+    finally:
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait()
+    killed_with = table_rows(tmp_path / "ads.duckdb", "SELECT count(*) FROM results")[0][0]
+    assert killed_with >= 3
+
+    resumed = subprocess.run(
+        pipeline_command("run", str(job)), capture_output=True, text=True, env=env, cwd=REPO, timeout=1500
+    )
+    elapsed = time.monotonic() - started
+    assert resumed.returncode in (0, 1), resumed.stderr[-3000:]
+
+    database = tmp_path / "ads.duckdb"
+    ids = sorted(row[0] for row in table_rows(database, "SELECT id FROM postings"))
+    done = table_rows(database, "SELECT record_id, extracted FROM results")
+    failed = table_rows(database, "SELECT record_id, failure_class FROM failures")
+    assert sorted([row[0] for row in done] + [row[0] for row in failed]) == ids  # each exactly once
+    for _, extracted in done:
+        JobPosting.model_validate_json(extracted)
+    assert {failure_class for _, failure_class in failed} <= {str(c) for c in FailureClass}
+    runs = table_rows(database, "SELECT status FROM runs ORDER BY run_id")
+    assert runs[0][0] == "abandoned" and runs[-1][0] in ("completed", "completed_with_failures")
+    print(
+        f"\n{ADS} real ads through local vLLM: {len(done)} extracted, {len(failed)} failed, "
+        f"{ADS * 60 / elapsed:.1f} records/min including the kill and the resume"
+    )
