@@ -139,10 +139,16 @@ async def count_pending(spec: JobSpec, options: RunOptions | None = None) -> int
     options = options or RunOptions()
     connection = await anyio.to_thread.run_sync(prepare_database, spec)
     try:
-        reader = SourceReader(await anyio.to_thread.run_sync(connection.cursor), spec)
-        return await reader.count_pending(retry_failed=options.retry_failed, limit=options.limit)
+        return (await _pending_reader(connection, spec, options))[1]
     finally:
         await anyio.to_thread.run_sync(connection.close)
+
+
+async def _pending_reader(
+    connection: duckdb.DuckDBPyConnection, spec: JobSpec, options: RunOptions
+) -> tuple[SourceReader, int]:
+    reader = SourceReader(await anyio.to_thread.run_sync(connection.cursor), spec)
+    return reader, await reader.count_pending(retry_failed=options.retry_failed, limit=options.limit)
 
 
 async def run_job(spec: JobSpec, options: RunOptions | None = None) -> RunSummary:
@@ -164,8 +170,7 @@ async def run_job(spec: JobSpec, options: RunOptions | None = None) -> RunSummar
 async def _run_prepared(
     spec: JobSpec, options: RunOptions, settings: ClientSettings, connection: duckdb.DuckDBPyConnection
 ) -> RunSummary:
-    reader = SourceReader(await anyio.to_thread.run_sync(connection.cursor), spec)
-    pending = await reader.count_pending(retry_failed=options.retry_failed, limit=options.limit)
+    reader, pending = await _pending_reader(connection, spec, options)
     summary = functools.partial(
         RunSummary,
         database=spec.database,
@@ -176,12 +181,7 @@ async def _run_prepared(
     if pending == 0:
         log.info("nothing to do", job=spec.name)
         return summary(run_id=None, status=RunStatus.NOTHING_TO_DO)
-    if spec.request_timeout_s < SHORT_TIMEOUT_S and spec.concurrency >= 32:
-        log.warning(
-            "request timeout is short for this concurrency: a busy server finishes requests after minutes",
-            request_timeout_s=spec.request_timeout_s,
-            concurrency=spec.concurrency,
-        )
+    _warn_if_timeout_is_short(spec)
     async with LLMClient(settings, transport=options.transport) as llm:
         await llm.check_server()
         writer = StoreWriter(connection, spec)
@@ -208,6 +208,15 @@ async def _run_prepared(
         timeouts=stats.timeouts,
         elapsed_s=stats.elapsed_s(),
     )
+
+
+def _warn_if_timeout_is_short(spec: JobSpec) -> None:
+    if spec.request_timeout_s < SHORT_TIMEOUT_S and spec.concurrency >= 32:
+        log.warning(
+            "request timeout is short for this concurrency: a busy server finishes requests after minutes",
+            request_timeout_s=spec.request_timeout_s,
+            concurrency=spec.concurrency,
+        )
 
 
 def _extractor(spec: JobSpec, options: RunOptions, llm: LLMClient, stats: RunStats) -> Extractor:

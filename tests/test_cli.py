@@ -201,3 +201,27 @@ def test_database_override_keeps_trials_apart(tmp_path: Path, sim_url: str) -> N
     assert not (tmp_path / "test.duckdb").exists()
     status = orjson.loads(pipeline("status", str(job), "--database", str(trial), "--json").stdout)
     assert status["done"] == 4
+
+
+def test_local_flag_and_local_endpoint_use_the_local_runner(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    import pipeline.cli as cli
+    from pipeline.runner import RunStatus, RunSummary
+
+    calls: list[str] = []
+
+    async def fake_local(spec: object, options: object) -> RunSummary:
+        calls.append(spec.endpoint.base_url)  # type: ignore[attr-defined]
+        return RunSummary(None, RunStatus.NOTHING_TO_DO, tmp_path / "x.duckdb", "results", "failures", 0)
+
+    monkeypatch.setattr(cli, "run_job_locally", fake_local)
+    runner = CliRunner()
+    plain = write_job(tmp_path)
+    assert runner.invoke(cli.app, ["run", str(plain), "--local", "--log-format", "json"]).exit_code == 0
+    (tmp_path / "local").mkdir()
+    local_job = write_job(tmp_path / "local", endpoint={"base_url": "local"})
+    assert runner.invoke(cli.app, ["run", str(local_job), "--log-format", "json"]).exit_code == 0
+    assert calls == ["http://testserver/v1", "local"]

@@ -24,7 +24,7 @@ from pipeline.local import LocalServer, LocalServerOptions, ServerLaunch, log_ta
 from pipeline.local import model as local_model
 from pipeline.local.server import PDEATHSIG_DIR, free_port
 from pipeline.runner import RunOptions
-from tests.support.jobs import make_job
+from tests.support.jobs import make_job, table_rows
 from tests.support.processes import REPO
 
 pytestmark = pytest.mark.anyio
@@ -252,3 +252,22 @@ async def test_local_endpoint_needs_the_local_runner(tmp_path: Path) -> None:
 
 def test_pdeathsig_file_is_shipped() -> None:
     assert (PDEATHSIG_DIR / "sitecustomize.py").is_file()
+
+
+async def test_run_locally_runs_the_job_and_stops_the_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    launch = sim_launch(tmp_path)
+
+    async def sim_instead_of_vllm(options: LocalServerOptions) -> ServerLaunch:
+        return launch
+
+    monkeypatch.setattr(local, "vllm_launch", sim_instead_of_vllm)
+    spec = make_job(tmp_path, records=25, endpoint={"base_url": "local"}, model="gpt-oss-120b")
+    summary = await local.run_job_locally(spec, RunOptions())
+    assert (summary.done, summary.failed) == (25, 0)
+    rows = table_rows(spec.database, "SELECT DISTINCT model FROM results")
+    assert rows == [("tiny",)]  # only the endpoint and the model name differ
+    assert table_rows(spec.database, "SELECT base_url FROM runs") == [(launch.base_url,)]
+    with pytest.raises(httpx2.ConnectError):
+        httpx2.get(f"http://127.0.0.1:{launch.port}/health")
