@@ -261,9 +261,22 @@ def sim(
     port: Annotated[int, typer.Option(help="0 picks a free port.")] = 8000,
     host: Annotated[str, typer.Option()] = "127.0.0.1",
     model: Annotated[str, typer.Option(help="The model name it serves.")] = "sim-model",
-    latency: Annotated[float, typer.Option(help="Seconds per request.")] = 0.0,
-    seconds_per_token: Annotated[float, typer.Option(help="Seconds per generated token.")] = 0.0,
-    jitter: Annotated[float, typer.Option(min=0, max=1, help="± fraction of the delay.")] = 0.0,
+    profile: Annotated[
+        str | None,
+        typer.Option(help="Calibrated engine: gpt-oss-120b, nemotron-super-49b, nemotron-nano-9b."),
+    ] = None,
+    speed: Annotated[
+        float, typer.Option(min=0.001, help="Time compression of the engine (50: 50x faster).")
+    ] = 1.0,
+    max_num_seqs: Annotated[
+        int | None, typer.Option(min=1, help="Override the profile's --max-num-seqs.")
+    ] = None,
+    kv_cache_tokens: Annotated[
+        int | None, typer.Option(min=1, help="Override the profile's KV cache.")
+    ] = None,
+    latency: Annotated[float, typer.Option(help="Without a profile: seconds per request.")] = 0.0,
+    seconds_per_token: Annotated[float, typer.Option(help="Without a profile: seconds per token.")] = 0.0,
+    jitter: Annotated[float, typer.Option(min=0, max=1, help="± fraction of the fixed delay.")] = 0.0,
     seed: Annotated[int, typer.Option()] = 0,
     max_model_len: Annotated[int, typer.Option()] = 131072,
     api_key: Annotated[str | None, typer.Option(help="Require this bearer key.")] = None,
@@ -282,6 +295,7 @@ def sim(
     import asyncio
 
     from pipeline.sim import Faults, SimConfig, run_sim
+    from pipeline.sim.profiles import PROFILES
 
     faults = Faults(
         server_error=fault_server_error,
@@ -292,8 +306,14 @@ def sim(
         length=fault_length,
         context_length=fault_context_length,
     )
+    if profile is not None and profile not in PROFILES:
+        raise _fail(ConfigError(f"--profile {profile!r}: one of {', '.join(PROFILES)}"), EXIT_CONFIG)
     config = SimConfig(
         model=model,
+        profile=profile,
+        speed=speed,
+        max_num_seqs=max_num_seqs,
+        kv_cache_tokens=kv_cache_tokens,
         latency_s=latency,
         seconds_per_token=seconds_per_token,
         jitter=jitter,

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import AsyncIterator
 from typing import Any
@@ -195,3 +196,59 @@ def test_strings_for_patterns(pattern: str) -> None:
     for _ in range(20):
         value = InstanceGenerator({"type": "string", "pattern": pattern}, rng).generate()
         assert re.fullmatch(pattern, value)
+
+
+async def test_streaming_with_the_openai_sdk() -> None:
+    import openai
+
+    server, url, _ = await start(SimConfig(model="m", profile="gpt-oss-120b", speed=200))
+    async with server:
+        client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0)
+        stream = await client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hello"}], max_tokens=300, stream=True,
+            stream_options={"include_usage": True}, extra_body={"ignore_eos": True}, reasoning_effort="low",
+        )  # fmt: skip
+        chunks = [chunk async for chunk in stream]
+        await client.close()
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert chunks[-2].choices[0].finish_reason == "length"  # ignore_eos: exactly max_tokens
+    usage = chunks[-1].usage
+    assert usage is not None and usage.completion_tokens == 300
+    assert (
+        usage.completion_tokens_details is not None and usage.completion_tokens_details.reasoning_tokens == 96
+    )
+
+
+async def test_engine_timing_queueing_and_prefix_cache_in_metrics() -> None:
+    config = SimConfig(model="m", profile="nemotron-nano-9b", speed=100, max_num_seqs=2)
+    server, url, sim = await start(config)
+    body = chat(Item, max_tokens=1000, response_format=None, ignore_eos=True)
+    async with server, httpx2.AsyncClient(base_url=url, timeout=30) as client:
+        async with anyio.create_task_group() as group:
+            for _ in range(6):
+                group.start_soon(functools.partial(client.post, "/v1/chat/completions", json=body))
+            await anyio.sleep(0.05)
+            metrics = (await client.get("/metrics")).text
+        assert 'vllm:num_requests_running{model_name="m"} 2' in metrics
+        assert 'vllm:num_requests_waiting{model_name="m"} 4' in metrics
+        after = (await client.get("/metrics")).text
+    assert sim.engine is not None and sim.engine.metrics.prefix_hits > 0  # one shared system prompt
+    assert "vllm:prefix_cache_hits_total" in after
+    assert sim.metrics.generation_tokens == 6 * 1000
+
+
+async def test_stream_disconnect_aborts_the_sequence() -> None:
+    server, url, sim = await start(SimConfig(model="m", profile="nemotron-nano-9b", speed=1))
+    body = chat(max_tokens=5000, response_format=None, ignore_eos=True, stream=True)
+    async with server:
+        async with (
+            httpx2.AsyncClient(base_url=url) as client,
+            client.stream("POST", "/v1/chat/completions", json=body) as response,
+        ):
+            async for _ in response.aiter_bytes():
+                break  # first event received, then leave
+        for _ in range(100):
+            if sim.engine is not None and sim.engine.metrics.aborted:
+                break
+            await anyio.sleep(0.01)
+    assert sim.engine is not None and sim.engine.metrics.aborted == 1 and sim.engine.metrics.running == 0

@@ -9,7 +9,7 @@ closes connections idle for ``KEEPALIVE_S``, and a client that disconnects cance
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
 
@@ -33,20 +33,30 @@ class HttpResponse:
     content_type: str = "application/json"
     headers: tuple[tuple[str, str], ...] = ()
     abort: bool = field(default=False)  # drop the connection instead of answering (a "reset")
+    stream: AsyncIterator[bytes] | None = None  # sent with chunked transfer encoding (server-sent events)
 
 
 Handler = Callable[[HttpRequest], Awaitable[HttpResponse]]
 
 
-def encode_response(response: HttpResponse) -> bytes:
+def encode_head(response: HttpResponse) -> bytes:
     reason = HTTPStatus(response.status).phrase
+    length = (
+        "transfer-encoding: chunked"
+        if response.stream is not None
+        else f"content-length: {len(response.body)}"
+    )
     lines = [
         f"HTTP/1.1 {response.status} {reason}",
         f"content-type: {response.content_type}",
-        f"content-length: {len(response.body)}",
+        length,
         *(f"{name}: {value}" for name, value in response.headers),
     ]
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + response.body
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+def encode_response(response: HttpResponse) -> bytes:
+    return encode_head(response) + response.body
 
 
 class _Connection(asyncio.Protocol):
@@ -113,6 +123,8 @@ class _Connection(asyncio.Protocol):
     async def _serve(self, request: HttpRequest) -> None:
         try:
             response = await self._handler(request)
+            if response.stream is not None and self._transport is not None and not response.abort:
+                await self._send_stream(self._transport, response)
         except asyncio.CancelledError:
             return
         except Exception as exc:  # a bug in a handler must not take the server down
@@ -124,13 +136,23 @@ class _Connection(asyncio.Protocol):
         if response.abort:
             transport.abort()
             return
-        transport.write(encode_response(response))
+        if response.stream is None:
+            transport.write(encode_response(response))
         if request.headers.get("connection", "").lower() == "close":
             transport.close()
             return
         self._arm_idle_timer()
         if self._buffer:
             self._next_request()
+
+    @staticmethod
+    async def _send_stream(transport: asyncio.Transport, response: HttpResponse) -> None:
+        assert response.stream is not None
+        transport.write(encode_head(response))
+        async for chunk in response.stream:
+            if chunk:
+                transport.write(b"%x\r\n%b\r\n" % (len(chunk), chunk))
+        transport.write(b"0\r\n\r\n")
 
 
 async def serve(handler: Handler, host: str, port: int) -> asyncio.Server:

@@ -52,8 +52,20 @@ PROFILES: dict[str, Profile] = {
     for profile in (
         Profile(
             name="gpt-oss-120b",  # MoE on a DGX Spark: weak at one stream, strong at many
-            measured=((1, 33.5), (2, 59.5), (4, 87.6), (8, 123.0), (16, 173.0), (32, 252.0), (64, 373.0),
-                      (96, 481.0), (128, 565.0), (192, 705.0), (256, 863.0), (384, 771.0)),
+            measured=(
+                (1, 33.5),
+                (2, 59.5),
+                (4, 87.6),
+                (8, 123.0),
+                (16, 173.0),
+                (32, 252.0),
+                (64, 373.0),
+                (96, 481.0),
+                (128, 565.0),
+                (192, 705.0),
+                (256, 863.0),
+                (384, 771.0),
+            ),
             max_num_seqs=512,
             kv_cache_tokens=4_800_000,  # ~9% used at c=256 with the reference shape
             prefill_tokens_per_s=40_000.0,
@@ -74,4 +86,4 @@ PROFILES: dict[str, Profile] = {
             prefill_tokens_per_s=30_000.0,
         ),
     )
-}  # fmt: skip
+}

@@ -1,9 +1,10 @@
 """An OpenAI-compatible server that answers like vLLM serving a reasoning model, with fault knobs.
 
-Answers are valid instances of the request's ``response_format`` JSON schema. Reasoning tokens
-(by ``reasoning_effort``) share ``max_tokens`` with the answer, exactly the trap gpt-oss sets: an
-exhausted budget gives ``finish_reason: "length"`` with truncated JSON, or ``content: null`` with
-partial reasoning. Faults are drawn per request from a seeded generator.
+Timing comes either from a calibrated engine (``profile``: continuous batching, max-num-seqs, prefill,
+prefix cache, KV cache; see :mod:`pipeline.sim.engine`) or from a fixed latency per request. Answers
+are valid instances of the request's JSON schema; reasoning shares ``max_tokens`` with the answer
+(:mod:`pipeline.sim.answers`). Faults are drawn per request from a seeded generator. Streaming
+(``stream: true``) sends server-sent events: the first at the first token, for TTFT.
 """
 
 from __future__ import annotations
@@ -11,17 +12,16 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
+from pipeline.sim.answers import DEFAULT_REASONING_TOKENS, Answer, plan_answer, prompt_tokens
+from pipeline.sim.engine import Engine, Sequence
 from pipeline.sim.http import HttpRequest, HttpResponse
-from pipeline.sim.instances import InstanceGenerator
-
-CHARS_PER_TOKEN = 4
-REASONING_TOKENS = {"minimal": 16, "low": 64, "medium": 256, "high": 1024}
-DEFAULT_EFFORT = "medium"  # gpt-oss's default when the request names none
+from pipeline.sim.profiles import PROFILES
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,9 +43,13 @@ class Faults:
 @dataclass(frozen=True, slots=True)
 class SimConfig:
     model: str = "sim-model"
-    latency_s: float = 0.0  # fixed time per request
-    seconds_per_token: float = 0.0  # added per generated token
-    jitter: float = 0.0  # ± fraction applied to the delay
+    profile: str | None = None  # a calibrated engine (PROFILES); None: fixed latency below
+    speed: float = 1.0  # time compression of the engine
+    max_num_seqs: int | None = None  # override the profile's
+    kv_cache_tokens: int | None = None  # override the profile's
+    latency_s: float = 0.0  # without a profile: fixed time per request
+    seconds_per_token: float = 0.0  # without a profile: added per generated token
+    jitter: float = 0.0  # ± fraction applied to the fixed delay
     seed: int = 0
     max_model_len: int = 131072
     api_key: str | None = None  # if set, requests must carry it
@@ -63,22 +67,6 @@ class SimMetrics:
     generation_tokens: int = 0
     faults: dict[str, int] = field(default_factory=dict)
 
-    def prometheus(self, model: str) -> bytes:
-        label = f'{{model_name="{model}"}}'
-        lines = [
-            f"vllm:num_requests_running{label} {self.running}",
-            f"vllm:num_requests_waiting{label} 0",
-            f"vllm:kv_cache_usage_perc{label} 0.0",
-            f"vllm:prompt_tokens_total{label} {self.prompt_tokens}",
-            f"vllm:generation_tokens_total{label} {self.generation_tokens}",
-            f"vllm:request_success_total{label} {self.successes}",
-            f"vllm:prefix_cache_queries_total{label} 0",
-            f"vllm:prefix_cache_hits_total{label} 0",
-            f"pipeline_sim:peak_requests_running{label} {self.peak_running}",
-            f"pipeline_sim:requests_total{label} {self.requests}",
-        ]
-        return ("\n".join(lines) + "\n").encode()
-
 
 def _error(status: int, message: str, kind: str, headers: tuple[tuple[str, str], ...] = ()) -> HttpResponse:
     body = {"error": {"message": message, "type": kind, "param": None, "code": status}}
@@ -90,18 +78,49 @@ class SimServer:
         self.config = config
         self.metrics = SimMetrics()
         self._rng = random.Random(config.seed)
+        profile = PROFILES[config.profile] if config.profile else None
+        self.engine = (
+            Engine(
+                profile,
+                speed=config.speed,
+                max_num_seqs=config.max_num_seqs,
+                kv_cache_tokens=config.kv_cache_tokens,
+            )
+            if profile is not None
+            else None
+        )
+        self._reasoning = (profile.reasoning_tokens if profile else None) or DEFAULT_REASONING_TOKENS
 
     async def handle(self, request: HttpRequest) -> HttpResponse:
         path = request.path.split("?", 1)[0].rstrip("/")
         if request.method == "GET" and path == "/health":
             return HttpResponse(200, b"", content_type="text/plain")
         if request.method == "GET" and path == "/metrics":
-            return HttpResponse(200, self.metrics.prometheus(self.config.model), content_type="text/plain")
+            return HttpResponse(200, self.prometheus(), content_type="text/plain")
         if request.method == "GET" and path == "/v1/models":
             return self._models()
         if request.method == "POST" and path == "/v1/chat/completions":
             return await self._chat(request)
         return _error(404, f"no route {request.method} {path}", "NotFoundError")
+
+    def prometheus(self) -> bytes:
+        """vLLM's metric names, plus a few of the simulator's own."""
+        label = f'{{model_name="{self.config.model}"}}'
+        engine = self.engine.metrics if self.engine else None
+        values = {
+            "vllm:num_requests_running": engine.running if engine else self.metrics.running,
+            "vllm:num_requests_waiting": engine.waiting if engine else 0,
+            "vllm:kv_cache_usage_perc": engine.kv_usage if engine else 0.0,
+            "vllm:prompt_tokens_total": self.metrics.prompt_tokens,
+            "vllm:generation_tokens_total": self.metrics.generation_tokens,
+            "vllm:request_success_total": self.metrics.successes,
+            "vllm:prefix_cache_queries_total": engine.prefix_queries if engine else 0,
+            "vllm:prefix_cache_hits_total": engine.prefix_hits if engine else 0,
+            "vllm:num_preemptions_total": engine.preemptions if engine else 0,
+            "pipeline_sim:peak_requests_running": self.metrics.peak_running,
+            "pipeline_sim:requests_total": self.metrics.requests,
+        }
+        return "".join(f"{name}{label} {value}\n" for name, value in values.items()).encode()
 
     def _models(self) -> HttpResponse:
         entry = {
@@ -113,10 +132,8 @@ class SimServer:
         return HttpResponse(200, orjson.dumps({"object": "list", "data": [entry]}))
 
     def _authorized(self, request: HttpRequest) -> bool:
-        return (
-            self.config.api_key is None
-            or request.headers.get("authorization") == f"Bearer {self.config.api_key}"
-        )
+        key = self.config.api_key
+        return key is None or request.headers.get("authorization") == f"Bearer {key}"
 
     async def _chat(self, request: HttpRequest) -> HttpResponse:
         if not self._authorized(request):
@@ -128,20 +145,21 @@ class SimServer:
             return _error(400, "the request body is not a chat completion request", "BadRequestError")
         if body.get("model") != self.config.model:
             return _error(404, f"The model `{body.get('model')}` does not exist.", "NotFoundError")
-        prompt_tokens = sum(len(str(m.get("content") or "")) for m in messages) // CHARS_PER_TOKEN + 4 * len(
-            messages
-        )
+        prompt = prompt_tokens(messages)
         max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 1024)
         fault = self._draw_fault()
-        if fault == "context_length" or prompt_tokens + max_tokens > self.config.max_model_len:
-            return self._context_error(prompt_tokens, max_tokens)
-        self.metrics.requests += 1
-        self.metrics.running += 1
-        self.metrics.peak_running = max(self.metrics.peak_running, self.metrics.running)
-        try:
-            return await self._generate(body, prompt_tokens, max_tokens, fault)
-        finally:
-            self.metrics.running -= 1
+        if fault == "context_length" or prompt + max_tokens > self.config.max_model_len:
+            return self._context_error(prompt, max_tokens)
+        failure = await self._failure(fault)
+        if failure is not None:
+            return failure
+        answer = plan_answer(body, self._rng, fault, self._reasoning)
+        sequence = self._sequence(messages, prompt, answer)
+        if body.get("stream"):
+            stream = self._stream(body, sequence, answer, prompt)
+            return HttpResponse(200, content_type="text/event-stream", stream=stream)
+        await self._generate(sequence)
+        return HttpResponse(200, orjson.dumps(self._completion(answer, prompt)))
 
     def _draw_fault(self) -> str | None:
         draw = self._rng.random()
@@ -152,21 +170,13 @@ class SimServer:
             draw -= rate
         return None
 
-    def _context_error(self, prompt_tokens: int, max_tokens: int) -> HttpResponse:
-        limit = self.config.max_model_len
-        return _error(
-            400,
-            f"This model's maximum context length is {limit} tokens. However, you requested "
-            f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the messages, {max_tokens} in the "
-            "completion). Please reduce the length of the messages or completion.",
-            "BadRequestError",
-        )
-
-    async def _generate(
-        self, body: dict[str, Any], prompt_tokens: int, max_tokens: int, fault: str | None
-    ) -> HttpResponse:
+    async def _failure(self, fault: str | None) -> HttpResponse | None:
         if fault == "hang":
-            await asyncio.Event().wait()  # until the client disconnects and cancels us
+            self.metrics.running += 1
+            try:
+                await asyncio.Event().wait()  # until the client disconnects and cancels us
+            finally:
+                self.metrics.running -= 1
         if fault == "reset":
             await self._delay(1)
             return HttpResponse(500, abort=True)
@@ -177,56 +187,38 @@ class SimServer:
                     503, "server overloaded (simulated)", "ServiceUnavailableError", (("retry-after", "1"),)
                 )
             return _error(500, "internal server error (simulated)", "InternalServerError")
-        answer = self._answer_text(body, fault)
-        effort = body.get("reasoning_effort") or DEFAULT_EFFORT
-        reasoning_tokens = REASONING_TOKENS.get(str(effort), REASONING_TOKENS[DEFAULT_EFFORT])
-        message, finish, completion_tokens = _spend_budget(
-            answer, reasoning_tokens, max_tokens, fault == "length"
+        return None
+
+    def _context_error(self, prompt: int, max_tokens: int) -> HttpResponse:
+        limit = self.config.max_model_len
+        return _error(
+            400,
+            f"This model's maximum context length is {limit} tokens. However, you requested "
+            f"{prompt + max_tokens} tokens ({prompt} in the messages, {max_tokens} in the "
+            "completion). Please reduce the length of the messages or completion.",
+            "BadRequestError",
         )
-        await self._delay(completion_tokens)
+
+    def _sequence(self, messages: list[dict[str, Any]], prompt: int, answer: Answer) -> Sequence:
+        """The engine's view: the first message is the cacheable prefix (vLLM's prefix cache)."""
+        first = str(messages[0].get("content") or "") if messages else ""
+        return Sequence(prompt, answer.completion_tokens, prefix_key=first, prefix_tokens=len(first) // 4)
+
+    async def _generate(self, sequence: Sequence) -> None:
+        self.metrics.requests += 1
+        self.metrics.running += 1
+        self.metrics.peak_running = max(self.metrics.peak_running, self.metrics.running)
+        try:
+            if self.engine is not None:
+                await self.engine.generate(sequence)
+            else:
+                sequence.first_token.set()
+                await self._delay(sequence.output_tokens)
+        finally:
+            self.metrics.running -= 1
         self.metrics.successes += 1
-        self.metrics.prompt_tokens += prompt_tokens
-        self.metrics.generation_tokens += completion_tokens
-        if self.config.reasoning_field != "reasoning" and "reasoning" in message:
-            message[self.config.reasoning_field] = message.pop("reasoning")
-        return HttpResponse(
-            200,
-            orjson.dumps(
-                self._completion(
-                    message,
-                    finish,
-                    prompt_tokens,
-                    completion_tokens,
-                    min(reasoning_tokens, completion_tokens),
-                )
-            ),
-        )
-
-    def _answer_text(self, body: dict[str, Any], fault: str | None) -> str:
-        schema = _requested_schema(body)
-        value = InstanceGenerator(schema, self._rng).generate() if schema else {"answer": "simulated"}
-        if fault == "schema_invalid" and isinstance(value, dict) and value:
-            value.pop(next(iter(value)))
-            value["unexpected_field"] = 1
-        text = orjson.dumps(value).decode()
-        return text[: max(1, len(text) // 2)] + ' "' if fault == "invalid_json" else text
-
-    def _completion(
-        self, message: dict[str, Any], finish: str, prompt: int, completion: int, reasoning: int
-    ) -> dict[str, Any]:
-        return {
-            "id": f"chatcmpl-sim-{self.metrics.requests}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": self.config.model,
-            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-            "usage": {
-                "prompt_tokens": prompt,
-                "completion_tokens": completion,
-                "total_tokens": prompt + completion,
-                "completion_tokens_details": {"reasoning_tokens": reasoning},
-            },
-        }
+        self.metrics.prompt_tokens += sequence.prompt_tokens
+        self.metrics.generation_tokens += sequence.output_tokens
 
     async def _delay(self, tokens: int) -> None:
         config = self.config
@@ -236,46 +228,73 @@ class SimServer:
         if delay > 0:
             await asyncio.sleep(delay)
 
+    def _message(self, answer: Answer) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": answer.content}
+        message[self.config.reasoning_field] = answer.reasoning
+        return message
 
-def _spend_budget(
-    answer: str, reasoning_tokens: int, max_tokens: int, force_length: bool
-) -> tuple[dict[str, Any], str, int]:
-    """Reasoning first, then the answer, all from one ``max_tokens`` budget, as gpt-oss does."""
-    answer_tokens = max(1, len(answer) // CHARS_PER_TOKEN)
-    reasoning = "Let me work through the posting. " * max(1, reasoning_tokens // 6)
-    if reasoning_tokens >= max_tokens:
-        cut = reasoning[: max_tokens * CHARS_PER_TOKEN]
-        return {"role": "assistant", "content": None, "reasoning": cut}, "length", max_tokens
-    room = max_tokens - reasoning_tokens
-    if force_length:
-        room = min(room, max(1, answer_tokens // 2))
-    if answer_tokens > room:
-        content = answer[: room * CHARS_PER_TOKEN]
-        return (
-            {"role": "assistant", "content": content, "reasoning": reasoning},
-            "length",
-            reasoning_tokens + room,
+    def _usage(self, answer: Answer, prompt: int) -> dict[str, Any]:
+        return {
+            "prompt_tokens": prompt,
+            "completion_tokens": answer.completion_tokens,
+            "total_tokens": prompt + answer.completion_tokens,
+            "completion_tokens_details": {"reasoning_tokens": answer.reasoning_tokens},
+        }
+
+    def _completion(self, answer: Answer, prompt: int) -> dict[str, Any]:
+        return {
+            "id": f"chatcmpl-sim-{self.metrics.requests}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self.config.model,
+            "choices": [
+                {"index": 0, "message": self._message(answer), "finish_reason": answer.finish_reason}
+            ],
+            "usage": self._usage(answer, prompt),
+        }
+
+    async def _stream(
+        self, body: dict[str, Any], sequence: Sequence, answer: Answer, prompt: int
+    ) -> AsyncIterator[bytes]:
+        """Server-sent events: the role and the first piece at the first token, the rest at the end."""
+        generation = asyncio.ensure_future(self._generate(sequence))
+        try:
+            await sequence.first_token.wait()
+            first_field = self.config.reasoning_field if answer.reasoning else "content"
+            first_text = (answer.reasoning or answer.content or "")[:4]
+            yield self._event({"role": "assistant", first_field: first_text}, None)
+            await generation
+            if answer.reasoning:
+                yield self._event({self.config.reasoning_field: answer.reasoning[4:]}, None)
+            rest = (answer.content or "") if answer.reasoning else (answer.content or "")[4:]
+            if rest:
+                yield self._event({"content": rest}, None)
+            yield self._event({}, answer.finish_reason)
+            if (body.get("stream_options") or {}).get("include_usage"):
+                yield self._sse(
+                    {
+                        "id": "chatcmpl-sim",
+                        "object": "chat.completion.chunk",
+                        "model": self.config.model,
+                        "choices": [],
+                        "usage": self._usage(answer, prompt),
+                    }
+                )
+            yield b"data: [DONE]\n\n"
+        finally:
+            generation.cancel()
+
+    def _event(self, delta: dict[str, Any], finish_reason: str | None) -> bytes:
+        return self._sse(
+            {
+                "id": "chatcmpl-sim",
+                "object": "chat.completion.chunk",
+                "created": int(time.time()),
+                "model": self.config.model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+            }
         )
-    return (
-        {"role": "assistant", "content": answer, "reasoning": reasoning},
-        "stop",
-        reasoning_tokens + answer_tokens,
-    )
 
-
-def _requested_schema(body: dict[str, Any]) -> dict[str, Any] | None:
-    """The JSON schema from ``response_format``, or else one embedded in the system prompt."""
-    response_format = body.get("response_format") or {}
-    if response_format.get("type") == "json_schema":
-        schema = (response_format.get("json_schema") or {}).get("schema")
-        return schema if isinstance(schema, dict) else None
-    for message in body.get("messages", []):
-        content = str(message.get("content") or "")
-        start = content.find('{"')
-        if message.get("role") == "system" and start >= 0:
-            try:
-                found = orjson.loads(content[start:])
-            except orjson.JSONDecodeError:
-                return None
-            return found if isinstance(found, dict) else None
-    return None
+    @staticmethod
+    def _sse(payload: dict[str, Any]) -> bytes:
+        return b"data: " + orjson.dumps(payload) + b"\n\n"

@@ -1,0 +1,96 @@
+"""What the simulated model says: a valid instance of the requested JSON schema (or filler text),
+reasoning that shares ``max_tokens`` with the answer, and the faults that spoil an answer."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from pipeline.sim.instances import InstanceGenerator
+
+CHARS_PER_TOKEN = 4
+DEFAULT_REASONING_TOKENS = {"minimal": 16, "low": 64, "medium": 256, "high": 1024}
+DEFAULT_EFFORT = "medium"  # gpt-oss's default when the request names none
+_REASONING_SENTENCE = "Let me work through the posting. "  # 6 tokens
+_FILLER = "lorem ipsum dolor sit amet consectetur "
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    content: str | None
+    reasoning: str | None
+    finish_reason: str
+    completion_tokens: int
+    reasoning_tokens: int
+
+
+def prompt_tokens(messages: list[dict[str, Any]]) -> int:
+    return sum(len(str(m.get("content") or "")) for m in messages) // CHARS_PER_TOKEN + 4 * len(messages)
+
+
+def plan_answer(
+    body: dict[str, Any], rng: random.Random, fault: str | None, reasoning_table: dict[str, int]
+) -> Answer:
+    max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 1024)
+    effort = str(body.get("reasoning_effort") or DEFAULT_EFFORT)
+    reasoning_tokens = reasoning_table.get(effort, reasoning_table.get(DEFAULT_EFFORT, 256))
+    if body.get("ignore_eos"):  # vLLM's benchmark switch: generate exactly max_tokens
+        filler_tokens = max(0, max_tokens - reasoning_tokens)
+        text = (_FILLER * (filler_tokens * CHARS_PER_TOKEN // len(_FILLER) + 1))[
+            : filler_tokens * CHARS_PER_TOKEN
+        ]
+        return spend_budget(text, reasoning_tokens, max_tokens, force_length=False, exact=True)
+    return spend_budget(answer_text(body, rng, fault), reasoning_tokens, max_tokens, fault == "length")
+
+
+def answer_text(body: dict[str, Any], rng: random.Random, fault: str | None) -> str:
+    schema = requested_schema(body)
+    value = InstanceGenerator(schema, rng).generate() if schema else {"answer": "simulated"}
+    if fault == "schema_invalid" and isinstance(value, dict) and value:
+        value.pop(next(iter(value)))
+        value["unexpected_field"] = 1
+    text = orjson.dumps(value).decode()
+    return text[: max(1, len(text) // 2)] + ' "' if fault == "invalid_json" else text
+
+
+def spend_budget(
+    answer: str, reasoning_tokens: int, max_tokens: int, force_length: bool, exact: bool = False
+) -> Answer:
+    """Reasoning first, then the answer, all from one ``max_tokens`` budget, as gpt-oss does."""
+    answer_tokens = (
+        max(1, len(answer) // CHARS_PER_TOKEN) if not exact else max(0, max_tokens - reasoning_tokens)
+    )
+    reasoning = _REASONING_SENTENCE * max(1, reasoning_tokens // 6) if reasoning_tokens else None
+    if reasoning_tokens >= max_tokens:
+        cut = (reasoning or "")[: max_tokens * CHARS_PER_TOKEN]
+        return Answer(None, cut, "length", max_tokens, max_tokens)
+    room = max_tokens - reasoning_tokens
+    if force_length:
+        room = min(room, max(1, answer_tokens // 2))
+    if answer_tokens > room:
+        return Answer(
+            answer[: room * CHARS_PER_TOKEN], reasoning, "length", reasoning_tokens + room, reasoning_tokens
+        )
+    finish = "length" if exact else "stop"
+    return Answer(answer, reasoning, finish, reasoning_tokens + answer_tokens, reasoning_tokens)
+
+
+def requested_schema(body: dict[str, Any]) -> dict[str, Any] | None:
+    """The JSON schema from ``response_format``, or else one embedded in the system prompt."""
+    response_format = body.get("response_format") or {}
+    if response_format.get("type") == "json_schema":
+        schema = (response_format.get("json_schema") or {}).get("schema")
+        return schema if isinstance(schema, dict) else None
+    for message in body.get("messages", []):
+        content = str(message.get("content") or "")
+        start = content.find('{"')
+        if message.get("role") == "system" and start >= 0:
+            try:
+                found = orjson.loads(content[start:])
+            except orjson.JSONDecodeError:
+                return None
+            return found if isinstance(found, dict) else None
+    return None
