@@ -117,6 +117,7 @@ class SimServer:
             "vllm:prefix_cache_queries_total": engine.prefix_queries if engine else 0,
             "vllm:prefix_cache_hits_total": engine.prefix_hits if engine else 0,
             "vllm:num_preemptions_total": engine.preemptions if engine else 0,
+            "pipeline_sim:speed": self.config.speed if self.engine else 1.0,
             "pipeline_sim:peak_requests_running": self.metrics.peak_running,
             "pipeline_sim:requests_total": self.metrics.requests,
         }

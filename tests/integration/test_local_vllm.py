@@ -155,3 +155,22 @@ def test_real_ads_extracted_killed_midway_and_resumed(tmp_path: Path, local_serv
         f"\n{ADS} real ads through local vLLM: {len(done)} extracted, {len(failed)} failed, "
         f"{ADS * 60 / elapsed:.1f} records/min including the kill and the resume"
     )
+
+
+def test_bench_sweeps_the_real_server_and_reads_its_metrics(tmp_path: Path, local_server: str) -> None:
+    args = ["bench", "--endpoint", local_server, "--model", "smollm2-135m", "--concurrency", "1,2"]
+    args += ["--prompt-tokens", "700", "--output-tokens", "16", "--rounds", "1", "--out", str(tmp_path)]
+    done = subprocess.run(
+        pipeline_command(*args), capture_output=True, text=True, env=subprocess_env(), cwd=REPO, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    levels = orjson.loads((tmp_path / "bench.json").read_bytes())["levels"]
+    assert [level["concurrency"] for level in levels] == [1, 2]
+    for level in levels:
+        assert level["errors"] == 0 and level["aggregate_tok_s"] > 0
+        assert level["ttft_p50_s"] is not None  # streamed
+        assert level["max_running"] is not None and level["kv_usage_max"] is not None  # vLLM's /metrics
+    assert (
+        levels[1]["prefix_hit_rate"] is not None and levels[1]["prefix_hit_rate"] > 0
+    )  # shared system prompt
+    print(f"\n{done.stdout}{done.stderr[-2000:]}")

@@ -1,0 +1,80 @@
+"""``pipeline bench``: a concurrency sweep against any OpenAI-compatible server (vLLM, the simulator,
+the local server), printing what the user's articles print: aggregate and per-sequence tok/s,
+scaling, TTFT, errors, the server's queue and caches, the knee, and what it means."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import anyio
+
+from pipeline.bench.load import BenchOptions, RequestResult, run_level
+from pipeline.bench.metrics import ServerObservation, parse_metrics, watch
+from pipeline.bench.report import (
+    COLUMNS,
+    Knee,
+    LevelSummary,
+    diagnose,
+    find_knee,
+    format_table,
+    summarize,
+    table_rows,
+    with_scaling,
+    write_outputs,
+)
+from pipeline.llm import ClientSettings, LLMClient
+
+__all__ = [
+    "COLUMNS",
+    "BenchOptions",
+    "Knee",
+    "LevelSummary",
+    "RequestResult",
+    "SweepResult",
+    "format_table",
+    "parse_metrics",
+    "run_sweep",
+    "table_rows",
+    "write_outputs",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class SweepResult:
+    levels: list[LevelSummary]
+    knee: Knee | None
+    diagnostics: list[str]
+
+
+def metrics_url(base_url: str) -> str:
+    return base_url.rstrip("/").removesuffix("/v1") + "/metrics"
+
+
+async def run_sweep(
+    options: BenchOptions, on_level: Callable[[LevelSummary], None] | None = None
+) -> SweepResult:
+    """Run every concurrency level in order; ``on_level`` sees each summary as it is done.
+
+    Raises :class:`~pipeline.errors.FatalRunError` at once if the server is down or lacks the model."""
+    settings = ClientSettings(base_url=options.base_url, model=options.model, api_key=options.api_key)
+    async with LLMClient(settings) as client:
+        await client.check_server()
+    if options.warmup:  # the first request pays for compilation and connection set-up: not a level's
+        await run_level(dataclasses.replace(options, rounds=1), 1)
+    levels = []
+    for concurrency in options.concurrency:
+        observation = ServerObservation()
+        async with anyio.create_task_group() as group:
+            group.start_soon(watch, metrics_url(options.base_url), observation)
+            results, wall_s, cpu_s = await run_level(options, concurrency)
+            await anyio.sleep(0.6)  # one more scrape, so the counters cover the whole level
+            group.cancel_scope.cancel()
+        level = summarize(concurrency, results, wall_s, observation, client_cpu_s=cpu_s)
+        levels.append(level)
+        if on_level is not None:
+            on_level(level)
+    levels = with_scaling(levels)
+    knee = find_knee(levels)
+    return SweepResult(levels, knee, diagnose(levels, options.timeout_s, options.output_tokens))

@@ -1,0 +1,206 @@
+"""Commands on a job: load, run, status."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import anyio
+import orjson
+import typer
+
+from pipeline.cli.common import (
+    EXIT_ABORTED,
+    EXIT_CONFIG,
+    EXIT_INTERRUPTED,
+    DatabaseOption,
+    Display,
+    JobArgument,
+    LogFormat,
+    LogFormatOption,
+    LogLevelOption,
+    app,
+    event_loop_options,
+    fail,
+    load_job_or_exit,
+    setup_logging,
+)
+from pipeline.errors import ConfigError, FatalRunError
+from pipeline.loader import load_file
+from pipeline.local import run_job_locally
+from pipeline.progress import LiveProgress, LogProgress, ProgressReporter, format_duration
+from pipeline.runner import RunOptions, RunSummary, run_job
+from pipeline.status import JobStatus, job_status
+from pipeline.store import open_database
+
+
+def _parse_renames(pairs: list[str]) -> dict[str, str]:
+    renames = {}
+    for pair in pairs:
+        old, sep, new = pair.partition("=")
+        if not sep or not old or not new:
+            raise fail(ConfigError(f"--rename {pair!r}: expected FILE_COLUMN=NAME"), EXIT_CONFIG)
+        renames[old] = new
+    return renames
+
+
+@app.command()
+def load(
+    file: Annotated[Path, typer.Argument(help="CSV, TSV, JSONL/NDJSON, JSON or Parquet file.")],
+    job: Annotated[Path, typer.Option("--job", help="The job whose database and source table to fill.")],
+    table: Annotated[str | None, typer.Option(help="Target table (default: the job's source.table).")] = None,
+    rename: Annotated[
+        list[str] | None, typer.Option(help="Rename a column: FILE_COLUMN=NAME (repeatable).")
+    ] = None,
+    replace: Annotated[bool, typer.Option(help="Replace the table instead of adding new ids.")] = False,
+    file_format: Annotated[str | None, typer.Option("--format", help="Override the file type.")] = None,
+    database: DatabaseOption = None,
+) -> None:
+    """Load records into the job's DuckDB source table; ids already there are skipped."""
+    spec = load_job_or_exit(job, database)
+    renames = _parse_renames(rename or [])
+    try:
+        connection = open_database(spec.database, memory_limit=spec.duckdb_memory_limit)
+        try:
+            report = load_file(
+                connection, spec, file, table=table, rename=renames, replace=replace, file_format=file_format
+            )
+        finally:
+            connection.close()
+    except ConfigError as error:
+        raise fail(error, EXIT_CONFIG) from error
+    except FatalRunError as error:
+        raise fail(error, EXIT_ABORTED) from error
+    typer.echo(
+        f"loaded {report.inserted:,} of {report.rows_in_file:,} records from {file} into table "
+        f"{report.table} of {spec.database}"
+        + (f" ({report.skipped:,} ids were already there)" if report.skipped else "")
+    )
+
+
+@app.command()
+def run(
+    job: JobArgument,
+    limit: Annotated[int | None, typer.Option(min=1, help="Extract at most this many records.")] = None,
+    concurrency: Annotated[int | None, typer.Option(min=1, help="Override the job's concurrency.")] = None,
+    retry_failed: Annotated[bool, typer.Option(help="Also retry records that failed permanently.")] = False,
+    endpoint: Annotated[str | None, typer.Option(help="Override endpoint.base_url.")] = None,
+    model: Annotated[str | None, typer.Option(help="Override the model name.")] = None,
+    timeout: Annotated[float | None, typer.Option(min=1, help="Override request_timeout_s.")] = None,
+    local: Annotated[bool, typer.Option(help="Start the bundled local vLLM server for this run.")] = False,
+    database: DatabaseOption = None,
+    progress: Annotated[
+        Display, typer.Option(help="auto: a live bar on a terminal, log lines otherwise.")
+    ] = Display.AUTO,
+    log_format: LogFormatOption = LogFormat.AUTO,
+    log_level: LogLevelOption = "info",
+) -> None:
+    """Extract every record not done yet; safe to interrupt and run again."""
+    setup_logging(log_format, log_level)
+    spec = load_job_or_exit(job, database).with_overrides(
+        concurrency=concurrency, base_url=endpoint, model=model, request_timeout_s=timeout
+    )
+    reporter: ProgressReporter = (
+        LiveProgress()
+        if progress is Display.BAR or (progress is Display.AUTO and sys.stderr.isatty())
+        else LogProgress()
+    )
+    options = RunOptions(limit=limit, retry_failed=retry_failed, handle_signals=True, progress=reporter)
+    try:
+        if local or spec.endpoint.is_local:
+            summary = anyio.run(run_job_locally, spec, options, backend_options=event_loop_options())
+        else:
+            summary = anyio.run(run_job, spec, options, backend_options=event_loop_options())
+    except ConfigError as error:
+        raise fail(error, EXIT_CONFIG) from error
+    except FatalRunError as error:
+        raise fail(error, EXIT_ABORTED) from error
+    except KeyboardInterrupt:
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    _print_summary(summary)
+    raise typer.Exit(summary.exit_code)
+
+
+def _print_summary(summary: RunSummary) -> None:
+    if summary.run_id is None:
+        typer.echo(f"nothing to do: every record is done or failed permanently ({summary.database})")
+        return
+    minutes = summary.records_per_s * 60
+    tokens = summary.output_tokens / summary.elapsed_s if summary.elapsed_s else 0.0
+    typer.echo(
+        f"run {summary.run_id} {summary.status}: {summary.done:,} done, {summary.failed:,} failed "
+        f"of {summary.pending_at_start:,} in {format_duration(summary.elapsed_s)} "
+        f"({minutes:,.1f} records/min, {tokens:,.0f} output tok/s)"
+    )
+    typer.echo(f"results:  table {summary.results_table} in {summary.database}")
+    if summary.failed:
+        typer.echo(f"failures: table {summary.failures_table} (`pipeline run --retry-failed` retries them)")
+    query = f"SELECT record_id, extracted FROM {summary.results_table} LIMIT 5"
+    typer.echo(
+        'look:     python -c "import duckdb; '
+        f"duckdb.connect('{summary.database}', read_only=True).sql('{query}').show()\""
+    )
+
+
+@app.command()
+def status(
+    job: JobArgument,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    database: DatabaseOption = None,
+) -> None:
+    """Done / failed / pending, and the rate and ETA of the last run."""
+    spec = load_job_or_exit(job, database)
+    try:
+        report = job_status(spec)
+    except ConfigError as error:
+        raise fail(error, EXIT_CONFIG) from error
+    if as_json:
+        typer.echo(orjson.dumps(_status_dict(report), default=str).decode())
+        return
+    typer.echo(_status_text(report))
+
+
+def _status_dict(report: JobStatus) -> dict[str, Any]:
+    return {
+        "database": report.database,
+        "source_records": report.source_records,
+        "done": report.done,
+        "failed": report.failed,
+        "pending": report.pending,
+        "last_run": report.last_run,
+        "rate_per_min": report.rate_per_min,
+        "eta_s": report.eta_s,
+        "live": report.live,
+    }
+
+
+def _status_text(report: JobStatus) -> str:
+    if report.live is not None:
+        live = report.live
+        return (
+            f"{report.database} is held by a running `pipeline run` "
+            f"(pid {live.get('pid')}, run {live.get('run_id')}):\n"
+            f"  done {live.get('done')}, failed {live.get('failed')}, in flight {live.get('in_flight')}, "
+            f"remaining {live.get('remaining')}\n"
+            f"  {live.get('records_per_min')} records/min, {live.get('output_tokens_per_s')} output tok/s, "
+            f"ETA {format_duration(live.get('eta_s'))}"
+        )
+    failed_total = sum(report.failed.values())
+    failed_detail = ", ".join(f"{name} {count}" for name, count in report.failed.items())
+    lines = [
+        f"database: {report.database}",
+        f"records:  {report.source_records}",
+        f"done:     {report.done}",
+        f"failed:   {failed_total}" + (f" ({failed_detail})" if failed_detail else ""),
+        f"pending:  {report.pending}",
+    ]
+    run = report.last_run
+    if run:
+        rate = report.rate_per_min
+        lines.append(
+            f"last run: #{run['run_id']} {run['status']}, started {run['started_at']:%Y-%m-%d %H:%M:%S %Z}, "
+            f"{run['done']} done, {run['failed']} failed"
+            + (f", {rate:,.1f} records/min, ETA for pending {format_duration(report.eta_s)}" if rate else "")
+        )
+    return "\n".join(lines)
