@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict
 
+import aiohttp
 import anyio
 import httpx2
 import openai
@@ -76,7 +77,13 @@ class ClientSettings:
 def build_http_client(
     settings: ClientSettings, transport: httpx2.AsyncBaseTransport | None = None
 ) -> httpx2.AsyncClient:
-    """A pool that never makes a request wait for a connection, with long read timeouts."""
+    """A pool that never makes a request wait for a connection, with long read timeouts.
+
+    Requests go through aiohttp under the SDK (openai's ``aiohttp`` extra): httpcore2's pool scans
+    every pooled connection on each request and each close, which at 256 connections cost over twice
+    the client CPU per request (benchmarks/compare_clients.py). Each request gets aiohttp timeouts
+    built from ``timeout`` with no total, so aiohttp's 5-minute session default never applies. An
+    explicit ``transport`` (tests' in-memory servers) runs on httpx2's own client instead."""
     limits = httpx2.Limits(
         max_connections=settings.concurrency + 16,  # headroom for the preflight and metrics scrapes
         max_keepalive_connections=settings.concurrency,
@@ -88,7 +95,9 @@ def build_http_client(
         write=CONNECT_TIMEOUT_S,
         pool=settings.request_timeout_s,
     )
-    return openai.DefaultAsyncHttpx2Client(limits=limits, timeout=timeout, transport=transport)
+    if transport is not None:
+        return openai.DefaultAsyncHttpx2Client(limits=limits, timeout=timeout, transport=transport)
+    return openai.DefaultAioHttpClient(limits=limits, timeout=timeout)
 
 
 class LLMClient:
@@ -187,23 +196,52 @@ class LLMClient:
             timed_out=True,
         )
 
+    def _translate_transport(self, exc: openai.APIConnectionError) -> PipelineError:
+        url = self.settings.base_url
+        kind, cause = _transport_cause(exc)
+        text = _one_line(str(cause)) if cause is not None else ""
+        if kind == "timeout":
+            return self._timeout_error()
+        if kind == "connect":
+            if not self._server_answered:
+                return FatalRunError(f"cannot connect to {url}: {text or 'refused'}")
+            return ServerUnreachableError(f"cannot connect to {url}: {text}")
+        return TransientError(f"connection to {url} failed: {type(cause).__name__} {text}".rstrip())
+
     def _translate(self, exc: openai.APIError) -> PipelineError:
         url = self.settings.base_url
-        if isinstance(exc, openai.APITimeoutError):
-            return self._timeout_error()
-        if isinstance(exc, openai.APIConnectionError):
-            cause = exc.__cause__
-            if isinstance(cause, httpx2.ConnectError):
-                if not self._server_answered:
-                    return FatalRunError(f"cannot connect to {url}: {_one_line(str(cause)) or 'refused'}")
-                return ServerUnreachableError(f"cannot connect to {url}: {_one_line(str(cause))}")
-            return TransientError(
-                f"connection to {url} failed: {type(cause).__name__} {_one_line(str(cause))}"
-            )
+        if isinstance(exc, openai.APIConnectionError):  # APITimeoutError included
+            return self._translate_transport(exc)
         if isinstance(exc, openai.APIStatusError):
             self._server_answered = True
             return _translate_status(exc, url, self.settings.model, self._key_hint())
         return TransientError(f"unexpected reply from {url}: {_one_line(str(exc))}")
+
+
+def _transport_cause(exc: BaseException) -> tuple[str, BaseException | None]:
+    """What went wrong on the wire: ``connect``, ``timeout`` or ``other``, and the error saying so.
+
+    aiohttp's errors reach us through the SDK's adapter, which turns every connection error (a refused
+    connect, a server that hung up) into ``httpx2.ConnectTimeout``: the aiohttp error in the chain is
+    the one that tells them apart."""
+    chain: list[BaseException] = []
+    cause: BaseException | None = exc
+    while cause is not None and len(chain) < 8:
+        chain.append(cause)
+        cause = cause.__cause__
+    native = next((error for error in chain if isinstance(error, aiohttp.ClientError)), None)
+    if native is not None:
+        if isinstance(native, aiohttp.ClientConnectorError):
+            return "connect", native
+        if isinstance(native, aiohttp.ServerTimeoutError):
+            return "timeout", native
+        return "other", native
+    wire = chain[1] if len(chain) > 1 else None
+    if isinstance(wire, httpx2.ConnectError):
+        return "connect", wire
+    if isinstance(exc, openai.APITimeoutError):
+        return "timeout", wire
+    return "other", wire
 
 
 def _translate_status(exc: openai.APIStatusError, url: str, model: str, key_hint: str) -> PipelineError:

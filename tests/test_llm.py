@@ -1,5 +1,10 @@
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
 import anyio
 import httpx2
 import pytest
@@ -13,6 +18,8 @@ from pipeline.llm import (
     build_http_client,
     retry_after_seconds,
 )
+from pipeline.sim import Faults, SimConfig, SimServer
+from pipeline.sim.http import serve
 from tests.support.fakes import ScriptedServer, completion, error, good_completion, respond
 
 pytestmark = pytest.mark.anyio
@@ -189,17 +196,56 @@ async def test_check_server_tolerates_a_server_without_a_model_list() -> None:
         await client.check_server()
 
 
-async def test_client_has_no_sdk_retries_and_a_pool_for_the_concurrency() -> None:
-    client = LLMClient(settings(concurrency=300, request_timeout_s=1200.0))
-    try:
+@contextlib.asynccontextmanager
+async def sim(**faults: float) -> AsyncIterator[str]:
+    """The simulator in this event loop, on a real 127.0.0.1 socket: the production HTTP stack."""
+    server = await serve(
+        SimServer(SimConfig(model="test-model", faults=Faults(**faults))).handle, "127.0.0.1", 0
+    )
+    async with server:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1"
+
+
+async def test_client_has_no_sdk_retries_and_a_pool_for_the_concurrency(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    timeouts: list[aiohttp.ClientTimeout] = []
+    request = aiohttp.ClientSession.request
+
+    def spy(session: aiohttp.ClientSession, *args: Any, **kwargs: Any) -> Any:
+        timeouts.append(kwargs["timeout"])
+        return request(session, *args, **kwargs)
+
+    monkeypatch.setattr(aiohttp.ClientSession, "request", spy)
+    async with (
+        sim() as url,
+        LLMClient(settings(base_url=url, concurrency=300, request_timeout_s=1200.0)) as client,
+    ):
+        reply = await client.complete(REQUEST)
+        assert reply.finish_reason == "stop"
         assert client._openai.max_retries == 0
-        pool = client._http._transport._pool  # type: ignore[attr-defined]
-        assert pool._max_connections >= 300
-        assert pool._max_keepalive_connections >= 300
-        assert pool._keepalive_expiry == KEEPALIVE_EXPIRY_S < 5.0  # below vLLM's 5 s keep-alive
-        assert client._http.timeout.read == 1200.0
-    finally:
-        await client.aclose()
+        connector = client._http._transport.client.connector  # type: ignore[attr-defined]
+        assert connector.limit >= 300 and connector.limit_per_host == 0
+        assert connector._keepalive_timeout == KEEPALIVE_EXPIRY_S < 5.0  # below vLLM's 5 s keep-alive
+    # Per request: a read timeout as long as the job's, and no total (aiohttp's session default is
+    # 5 minutes, shorter than one request at c=256).
+    assert [(t.total, t.sock_read) for t in timeouts] == [(None, 1200.0)]
+
+
+async def test_wire_errors_through_aiohttp_are_told_apart() -> None:
+    async with LLMClient(settings(base_url="http://127.0.0.1:9/v1")) as client:
+        with pytest.raises(FatalRunError, match="cannot connect to http://127.0.0.1:9/v1"):
+            await client.complete(REQUEST)  # refused before the server ever answered: stop the run
+    async with sim(reset=1.0) as url, LLMClient(settings(base_url=url)) as client:
+        with pytest.raises(
+            TransientError, match="connection to .* failed: ServerDisconnectedError"
+        ) as caught:
+            await client.complete(REQUEST)  # a server that hangs up is not a timeout
+        assert not caught.value.timed_out
+    async with LLMClient(settings(base_url="http://127.0.0.1:9/v1")) as client:
+        client._server_answered = True  # it answered before: the server went away mid-run
+        with pytest.raises(ServerUnreachableError, match="cannot connect"):
+            await client.complete(REQUEST)
 
 
 def test_http_client_timeouts() -> None:

@@ -252,3 +252,18 @@ async def test_stream_disconnect_aborts_the_sequence() -> None:
                 break
             await anyio.sleep(0.01)
     assert sim.engine is not None and sim.engine.metrics.aborted == 1 and sim.engine.metrics.running == 0
+
+
+async def test_requests_in_flight_count_faulted_and_streamed_requests() -> None:
+    config = SimConfig(model="m", latency_s=0.2, faults=Faults(server_error=0.5), seed=4)
+    server, url, sim = await start(config)
+    async with server, httpx2.AsyncClient(base_url=url, timeout=30) as client:
+        async with anyio.create_task_group() as group:
+            for index in range(6):
+                body = chat(stream=index % 2 == 0, stream_options={"include_usage": True})
+                group.start_soon(functools.partial(client.post, "/v1/chat/completions", json=body))
+            await anyio.sleep(0.1)
+            assert sim.metrics.in_flight == 6 and sim.metrics.running < 6  # the faulted ones are in flight too
+        metrics = (await client.get("/metrics")).text
+    assert 'pipeline_sim:peak_requests_in_flight{model_name="m"} 6' in metrics
+    assert 'pipeline_sim:requests_in_flight{model_name="m"} 0' in metrics  # streams counted until done

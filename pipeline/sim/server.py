@@ -10,9 +10,10 @@ are valid instances of the request's JSON schema; reasoning shares ``max_tokens`
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,11 +62,21 @@ class SimConfig:
 class SimMetrics:
     running: int = 0
     peak_running: int = 0
+    in_flight: int = 0  # chat requests being handled, faulted ones included
+    peak_in_flight: int = 0
     requests: int = 0
     successes: int = 0
     prompt_tokens: int = 0
     generation_tokens: int = 0
     faults: dict[str, int] = field(default_factory=dict)
+
+
+async def _finally(stream: AsyncIterator[bytes], done: Callable[[], None]) -> AsyncIterator[bytes]:
+    try:
+        async for chunk in stream:
+            yield chunk
+    finally:
+        done()
 
 
 def _error(status: int, message: str, kind: str, headers: tuple[tuple[str, str], ...] = ()) -> HttpResponse:
@@ -100,8 +111,26 @@ class SimServer:
         if request.method == "GET" and path == "/v1/models":
             return self._models()
         if request.method == "POST" and path == "/v1/chat/completions":
-            return await self._chat(request)
+            return await self._counted(self._chat(request))
         return _error(404, f"no route {request.method} {path}", "NotFoundError")
+
+    async def _counted(self, handling: Awaitable[HttpResponse]) -> HttpResponse:
+        """Count the request in flight until its answer (or its stream) is done."""
+        metrics = self.metrics
+        metrics.in_flight += 1
+        metrics.peak_in_flight = max(metrics.peak_in_flight, metrics.in_flight)
+        try:
+            response = await handling
+        except BaseException:
+            metrics.in_flight -= 1
+            raise
+        if response.stream is None:
+            metrics.in_flight -= 1
+            return response
+        return dataclasses.replace(response, stream=_finally(response.stream, self._one_less))
+
+    def _one_less(self) -> None:
+        self.metrics.in_flight -= 1
 
     def prometheus(self) -> bytes:
         """vLLM's metric names, plus a few of the simulator's own."""
@@ -119,6 +148,8 @@ class SimServer:
             "vllm:num_preemptions_total": engine.preemptions if engine else 0,
             "pipeline_sim:speed": self.config.speed if self.engine else 1.0,
             "pipeline_sim:peak_requests_running": self.metrics.peak_running,
+            "pipeline_sim:requests_in_flight": self.metrics.in_flight,
+            "pipeline_sim:peak_requests_in_flight": self.metrics.peak_in_flight,
             "pipeline_sim:requests_total": self.metrics.requests,
         }
         return "".join(f"{name}{label} {value}\n" for name, value in values.items()).encode()

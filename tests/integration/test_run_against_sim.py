@@ -49,7 +49,7 @@ def test_6000_records_at_concurrency_256(tmp_path: Path) -> None:
             cwd=REPO,
         )
         elapsed = time.perf_counter() - started
-        peak = sim_metric(url, "pipeline_sim:peak_requests_running")
+        peak = sim_metric(url, "pipeline_sim:peak_requests_in_flight")
         requests = sim_metric(url, "pipeline_sim:requests_total")
     assert run.returncode in (0, 1), run.stderr[-2000:]
     print(
