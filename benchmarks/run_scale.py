@@ -58,7 +58,7 @@ def _vm_hwm_kb(pid: int) -> int:
     return next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:")), 0)
 
 
-def run_once(folder: Path, url: str, records: int, concurrency: int) -> dict[str, float]:
+def write_job(folder: Path, url: str, concurrency: int) -> Path:
     job = {
         "name": "bench",
         "database": "bench.duckdb",
@@ -72,6 +72,11 @@ def run_once(folder: Path, url: str, records: int, concurrency: int) -> dict[str
     }
     job_file = folder / "bench.yaml"
     job_file.write_text(yaml.safe_dump(job))
+    return job_file
+
+
+def run_once(folder: Path, url: str, records: int, concurrency: int) -> dict[str, float]:
+    job_file = write_job(folder, url, concurrency)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     child = subprocess.Popen(

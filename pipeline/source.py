@@ -1,15 +1,18 @@
 """Pending records, streamed from DuckDB in batches, off the event loop.
 
 Pending = the source minus ids already in results (and, unless ``--retry-failed``, minus ids whose
-failure is permanent). The subtraction is one SQL anti-join, so resuming never loads results into
-Python and memory stays flat whatever the table size.
+failure is permanent). The subtraction is one SQL anti-join over the ids alone, streamed; each batch
+of pending ids then fetches its records' fields. Selecting the fields in the anti-join itself made
+DuckDB read every record's text before the first row came out (3.5 s, and past a 128 MB memory
+limit, for 10^6 records with 9x10^5 done). Resuming never loads results into Python and memory stays
+flat whatever the table size.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import anyio
 import duckdb
@@ -35,9 +38,8 @@ def source_relation(spec: JobSpec) -> str:
 
 
 def pending_sql(spec: JobSpec, *, retry_failed: bool, limit: int | None = None) -> str:
-    """Select the id and the prompt fields of every record still to do."""
+    """Select the id of every record still to do."""
     out, src = spec.output, spec.source
-    columns = ", ".join(f"s.{quote(name)}" for name in src.fields)
     permanent = ", ".join(f"'{failure_class}'" for failure_class in sorted(PERMANENT_FAILURE_CLASSES))
     skip_failed = (
         ""
@@ -46,10 +48,20 @@ def pending_sql(spec: JobSpec, *, retry_failed: bool, limit: int | None = None) 
         f"WHERE f.record_id = s.{quote(src.id_column)} AND f.failure_class IN ({permanent}))"
     )
     return (
-        f"SELECT s.{quote(src.id_column)}, {columns} FROM {source_relation(spec)} s "
+        f"SELECT s.{quote(src.id_column)} FROM {source_relation(spec)} s "
         f"WHERE NOT EXISTS (SELECT 1 FROM {quote(out.results_table)} r "
         f"WHERE r.record_id = s.{quote(src.id_column)}){skip_failed}"
         + (f" LIMIT {int(limit)}" if limit is not None else "")
+    )
+
+
+def records_sql(spec: JobSpec) -> str:
+    """Select the id and the prompt fields of the records whose ids are the list parameter."""
+    src = spec.source
+    columns = ", ".join(f"s.{quote(name)}" for name in src.fields)
+    return (
+        f"SELECT s.{quote(src.id_column)}, {columns} FROM {source_relation(spec)} s "
+        f"WHERE s.{quote(src.id_column)} IN (SELECT unnest($ids))"
     )
 
 
@@ -106,8 +118,8 @@ class SourceReader:
         self._spec = spec
         self._limiter = anyio.CapacityLimiter(1)
 
-    async def _call(self, function: Callable[[], T]) -> T:
-        return await anyio.to_thread.run_sync(function, limiter=self._limiter)
+    async def _call(self, function: Callable[..., T], *args: object) -> T:
+        return await anyio.to_thread.run_sync(function, *args, limiter=self._limiter)
 
     async def count_pending(self, *, retry_failed: bool, limit: int | None = None) -> int:
         sql = f"SELECT count(*) FROM ({pending_sql(self._spec, retry_failed=retry_failed, limit=limit)})"
@@ -118,11 +130,22 @@ class SourceReader:
         self, send: ObjectSendStream[SourceRecord], *, retry_failed: bool, limit: int | None = None
     ) -> None:
         """Send every pending record, then close ``send``. Backpressure comes from the bounded stream."""
-        sql = pending_sql(self._spec, retry_failed=retry_failed, limit=limit)
+        ids_sql = pending_sql(self._spec, retry_failed=retry_failed, limit=limit)
+        fields_sql = records_sql(self._spec)
         names = self._spec.source.fields
         batch_size = self._spec.source.batch_size
-        async with send:
-            await self._call(lambda: self._cursor.execute(sql))
-            while rows := await self._call(lambda: self._cursor.fetchmany(batch_size)):
-                for row in rows:
-                    await send.send(SourceRecord(row[0], dict(zip(names, row[1:], strict=True))))
+        fetcher = await self._call(self._cursor.cursor)  # a second cursor: the ids query stays open
+        try:
+            async with send:
+                await self._call(lambda: self._cursor.execute(ids_sql))
+                while ids := await self._call(lambda: self._cursor.fetchmany(batch_size)):
+                    rows = await self._call(_fetch, fetcher, fields_sql, [row[0] for row in ids])
+                    for row in rows:
+                        await send.send(SourceRecord(row[0], dict(zip(names, row[1:], strict=True))))
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._call(fetcher.close)
+
+
+def _fetch(cursor: duckdb.DuckDBPyConnection, sql: str, ids: list[object]) -> list[tuple[Any, ...]]:
+    return cursor.execute(sql, {"ids": ids}).fetchall()

@@ -74,6 +74,7 @@ def test_pending_sql_is_an_anti_join() -> None:
 
     spec = JobSpec.model_validate(job_dict())
     sql = pending_sql(spec, retry_failed=False)
+    assert sql.startswith('SELECT s."id" FROM "postings" s WHERE')  # ids only: no text read to subtract
     assert 'NOT EXISTS (SELECT 1 FROM "results"' in sql
     assert "failure_class IN ('empty', 'invalid_json', 'permanent', 'schema_invalid', 'truncated')" in sql
     assert "transient" not in sql
@@ -163,3 +164,34 @@ def test_unopenable_database_names_the_key(tmp_path: Path) -> None:
     spec = make_job(tmp_path, records=0, database="afile/db.duckdb")
     with pytest.raises(ConfigError, match=r"job\.yaml: key 'database': .*cannot open database"):
         prepare_database(spec)
+
+
+async def test_string_ids_from_a_query_source_stream_with_their_fields(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=0)
+    with duckdb.connect(str(spec.database)) as connection:
+        connection.execute(
+            "CREATE TABLE ads AS SELECT 'ad-' || i AS ref, 'T' || i AS heading, 'D' || i AS body "
+            "FROM range(300) t(i)"
+        )
+    source = {"table": None, "query": "SELECT ref AS id, heading AS title, body AS description FROM ads",
+              "batch_size": 64}  # fmt: skip
+    query_spec = spec.model_copy(update={"source": spec.source.model_copy(update=source)})
+    connection = prepare_database(query_spec)
+    mark_text = (
+        "INSERT INTO results (record_id, extracted) SELECT 'ad-' || i, '{}' FROM range(0, 300, 3) t(i)"
+    )
+    connection.execute(mark_text)
+    reader = SourceReader(connection.cursor(), query_spec)
+    send, receive = anyio.create_memory_object_stream[SourceRecord](1)
+    records: list[SourceRecord] = []
+    async with anyio.create_task_group() as group:
+        group.start_soon(lambda: reader.stream_pending(send, retry_failed=False))
+        async with receive:
+            async for record in receive:
+                records.append(record)
+    assert len(records) == 200 and len({r.id for r in records}) == 200
+    for record in records:
+        number = str(record.id).removeprefix("ad-")
+        assert int(number) % 3 != 0
+        assert record.fields == {"title": f"T{number}", "description": f"D{number}"}
+    connection.close()

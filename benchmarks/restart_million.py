@@ -1,0 +1,119 @@
+"""A 1,000,000-row job restarted with 900,000 records done: time to the first request, peak RSS.
+
+    .venv/bin/python benchmarks/restart_million.py                      # 10^6 rows, 9x10^5 done
+    .venv/bin/python benchmarks/restart_million.py --rows 200000 --done 180000   # a quick look
+
+Builds the source in DuckDB (the real Adzuna ads from ../shared repeated under new ids), creates the
+job's output tables with a one-record run against an instant `pipeline sim`, marks ``--done`` records
+as done with one SQL insert, then starts `pipeline run` and measures, from the moment the process is
+spawned: when the simulator sees the first request (its /metrics, polled every 5 ms), when the run
+ends, and the process's peak RSS (VmHWM). Prints one table row; nothing here is a pass/fail test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import duckdb
+import httpx2
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from run_scale import REPO, _vm_hwm_kb, start_sim, write_job  # noqa: E402
+
+
+def requests_seen(client: httpx2.Client, metrics_url: str) -> float:
+    text = client.get(metrics_url).text
+    match = re.search(r"^pipeline_sim:requests_total\{[^}]*\} ([0-9.e+]+)$", text, re.MULTILINE)
+    return float(match.group(1)) if match else 0.0
+
+
+def prepare(folder: Path, url: str, rows: int, done: int) -> Path:
+    database = folder / "bench.duckdb"
+    subprocess.run(
+        [sys.executable, "-m", "tests.support.datasets", str(database), str(rows)], check=True, cwd=REPO
+    )
+    job = write_job(folder, url, concurrency=256)
+    subprocess.run(  # creates runs/results/failures exactly as a real run does
+        [sys.executable, "-m", "pipeline", "run", str(job), "--limit", "1", "--progress", "log"],
+        check=True,
+        cwd=REPO,
+        capture_output=True,
+    )
+    with duckdb.connect(str(database)) as connection:
+        connection.execute(
+            "INSERT INTO results (record_id, run_id, extracted, model, attempts, prompt_tokens, "
+            "completion_tokens, reasoning_tokens, latency_s, finish_reason, prompt_hash, schema_hash) "
+            "SELECT id, 1, '{}', 'bench-model', 1, 900, 300, 96, 240.0, 'stop', 'p', 's' FROM postings "
+            f"WHERE id < {done} AND id NOT IN (SELECT record_id FROM results)"
+        )
+        connection.execute("CHECKPOINT")
+    return job
+
+
+def measure_restart(job: Path, url: str) -> dict[str, float]:
+    metrics_url = url.removesuffix("/v1") + "/metrics"
+    with httpx2.Client() as client:
+        before = requests_seen(client, metrics_url)
+        started = time.perf_counter()
+        child = subprocess.Popen(
+            [sys.executable, "-m", "pipeline", "run", str(job), "--progress", "log"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            cwd=REPO,
+        )
+        first = None
+        peak_kb = 0
+        while child.poll() is None:
+            peak_kb = max(peak_kb, _vm_hwm_kb(child.pid))
+            if first is None and requests_seen(client, metrics_url) > before:
+                first = time.perf_counter() - started
+            time.sleep(0.005 if first is None else 0.05)
+    return {
+        "exit": float(child.returncode),
+        "first_request_s": first if first is not None else float("nan"),
+        "wall_s": time.perf_counter() - started,
+        "peak_rss_mb": peak_kb / 1024,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--done", type=int, default=900_000)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        sim, url = start_sim(0.0)
+        try:
+            job = prepare(folder, url, args.rows, args.done)
+            result = measure_restart(job, url)
+            with duckdb.connect(str(folder / "bench.duckdb"), read_only=True) as connection:
+                row = connection.execute("SELECT count(*) FROM results").fetchone()
+            results = int(row[0]) if row else 0
+        finally:
+            sim.terminate()
+            sim.wait()
+    header = ("source rows", "done before", "exit", "first request s", "wall s", "results", "peak RSS MB")
+    values = (
+        args.rows,
+        args.done,
+        int(result["exit"]),
+        f"{result['first_request_s']:.2f}",
+        f"{result['wall_s']:.1f}",
+        results,
+        f"{result['peak_rss_mb']:.0f}",
+    )
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    print("| " + " | ".join(str(value) for value in values) + " |")
+
+
+if __name__ == "__main__":
+    main()
