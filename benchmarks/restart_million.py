@@ -25,7 +25,7 @@ import httpx2
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from run_scale import REPO, _vm_hwm_kb, start_sim, write_job  # noqa: E402
+from run_scale import REPO, _vm_hwm_kb, start_sim, write_job
 
 
 def requests_seen(client: httpx2.Client, metrics_url: str) -> float:
@@ -84,7 +84,9 @@ def measure_restart(job: Path, url: str) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--done", type=int, default=900_000)
     args = parser.parse_args()

@@ -263,7 +263,9 @@ async def test_requests_in_flight_count_faulted_and_streamed_requests() -> None:
                 body = chat(stream=index % 2 == 0, stream_options={"include_usage": True})
                 group.start_soon(functools.partial(client.post, "/v1/chat/completions", json=body))
             await anyio.sleep(0.1)
-            assert sim.metrics.in_flight == 6 and sim.metrics.running < 6  # the faulted ones are in flight too
+            assert (
+                sim.metrics.in_flight == 6 and sim.metrics.running < 6
+            )  # the faulted ones are in flight too
         metrics = (await client.get("/metrics")).text
     assert 'pipeline_sim:peak_requests_in_flight{model_name="m"} 6' in metrics
     assert 'pipeline_sim:requests_in_flight{model_name="m"} 0' in metrics  # streams counted until done
