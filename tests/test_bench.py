@@ -280,3 +280,40 @@ def test_cli_configuration_errors(args: list[str], message: str) -> None:
     result = CliRunner().invoke(app, ["bench", *endpoint, *extra, *args])
     assert result.exit_code == 2
     assert message in result.output
+
+
+def test_cli_local_starts_the_local_server_and_sweeps_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`bench --local` sweeps whatever the local server serves (stood in for by the simulator here;
+    tests/integration/test_local_vllm.py sweeps the real one)."""
+    from pipeline.cli import servers
+
+    launched: list[object] = []
+
+    async def fake_launch(options: object) -> object:
+        launched.append(options)
+        return "launch"
+
+    class FakeLocalServer:
+        def __init__(self, launch: object) -> None:
+            assert launch == "launch"
+            self.model = "smollm2-135m"
+
+        async def __aenter__(self) -> FakeLocalServer:
+            self.running = _sim(SimConfig(model=self.model, profile="nemotron-nano-9b", speed=50.0))
+            self.base_url, _ = await self.running.__aenter__()
+            return self
+
+        async def __aexit__(self, *exc_info: object) -> None:
+            await self.running.__aexit__(*exc_info)
+
+    monkeypatch.setattr(servers, "vllm_launch", fake_launch)
+    monkeypatch.setattr(servers, "LocalServer", FakeLocalServer)
+    args = ["bench", "--local", "--concurrency", "1,2", "--output-tokens", "32", "--rounds", "1"]
+    result = CliRunner().invoke(app, [*args, "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert len(launched) == 1
+    levels = orjson.loads((tmp_path / "bench.json").read_bytes())["levels"]
+    assert [level["concurrency"] for level in levels] == [1, 2]
+    assert all(level["errors"] == 0 and level["aggregate_tok_s"] > 0 for level in levels)
