@@ -7,20 +7,11 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import anyio
 import typer
 
-from pipeline.bench import (
-    BenchOptions,
-    LevelSummary,
-    SweepResult,
-    format_table,
-    run_sweep,
-    table_rows,
-    write_outputs,
-)
 from pipeline.cli.common import (
     EXIT_ABORTED,
     EXIT_CONFIG,
@@ -34,6 +25,9 @@ from pipeline.cli.common import (
 from pipeline.errors import ConfigError, FatalRunError
 from pipeline.local import LocalServer, LocalServerOptions, vllm_launch
 from pipeline.logs import configure_logging
+
+if TYPE_CHECKING:  # the bench's modules (prometheus parser, matplotlib) load only for `bench`:
+    from pipeline.bench import BenchOptions, SweepResult  # `run` starts faster without them
 
 
 @app.command()
@@ -159,6 +153,8 @@ def bench(
     ),
 ) -> None:
     """Concurrency sweep: aggregate and per-sequence tok/s, TTFT, the server's queue, the knee."""
+    from pipeline.bench import BenchOptions
+
     configure_logging(json_lines=not sys.stderr.isatty(), level="warning")
     try:
         levels = tuple(int(part) for part in concurrency.split(",") if part.strip())
@@ -194,6 +190,8 @@ def bench(
 
 
 async def _bench(options: BenchOptions, local: bool) -> SweepResult:
+    from pipeline.bench import LevelSummary, run_sweep
+
     def progress(level: LevelSummary) -> None:
         typer.echo(
             f"c={level.concurrency}: {level.aggregate_tok_s:,.1f} tok/s aggregate, {level.errors} errors",
@@ -209,6 +207,8 @@ async def _bench(options: BenchOptions, local: bool) -> SweepResult:
 
 
 def _print_bench(result: SweepResult, out: Path) -> None:
+    from pipeline.bench import format_table, table_rows, write_outputs
+
     typer.echo(format_table(table_rows(result.levels, result.knee)))
     if result.knee is not None:
         regress = f"; regresses at c={result.knee.regresses_at}" if result.knee.regresses_at else ""
