@@ -13,7 +13,6 @@ ends, and the process's peak RSS (VmHWM). Prints one table row; nothing here is 
 from __future__ import annotations
 
 import argparse
-import re
 import subprocess
 import sys
 import tempfile
@@ -21,17 +20,11 @@ import time
 from pathlib import Path
 
 import duckdb
-import httpx2
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from run_scale import REPO, _vm_hwm_kb, start_sim, write_job
-
-
-def requests_seen(client: httpx2.Client, metrics_url: str) -> float:
-    text = client.get(metrics_url).text
-    match = re.search(r"^pipeline_sim:requests_total\{[^}]*\} ([0-9.e+]+)$", text, re.MULTILINE)
-    return float(match.group(1)) if match else 0.0
+from clients.proc import server_metrics, status_kb
+from run_scale import REPO, print_table, start_sim, write_job
 
 
 def prepare(folder: Path, url: str, rows: int, done: int) -> Path:
@@ -58,23 +51,21 @@ def prepare(folder: Path, url: str, rows: int, done: int) -> Path:
 
 
 def measure_restart(job: Path, url: str) -> dict[str, float]:
-    metrics_url = url.removesuffix("/v1") + "/metrics"
-    with httpx2.Client() as client:
-        before = requests_seen(client, metrics_url)
-        started = time.perf_counter()
-        child = subprocess.Popen(
-            [sys.executable, "-m", "pipeline", "run", str(job), "--progress", "log"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            cwd=REPO,
-        )
-        first = None
-        peak_kb = 0
-        while child.poll() is None:
-            peak_kb = max(peak_kb, _vm_hwm_kb(child.pid))
-            if first is None and requests_seen(client, metrics_url) > before:
-                first = time.perf_counter() - started
-            time.sleep(0.005 if first is None else 0.05)
+    before = server_metrics(url)["pipeline_sim:requests"]
+    started = time.perf_counter()
+    child = subprocess.Popen(
+        [sys.executable, "-m", "pipeline", "run", str(job), "--progress", "log"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=REPO,
+    )
+    first = None
+    peak_kb = 0
+    while child.poll() is None:
+        peak_kb = max(peak_kb, status_kb(child.pid, "VmHWM:"))
+        if first is None and server_metrics(url)["pipeline_sim:requests"] > before:
+            first = time.perf_counter() - started
+        time.sleep(0.005 if first is None else 0.05)
     return {
         "exit": float(child.returncode),
         "first_request_s": first if first is not None else float("nan"),
@@ -112,9 +103,7 @@ def main() -> None:
         results,
         f"{result['peak_rss_mb']:.0f}",
     )
-    print("| " + " | ".join(header) + " |")
-    print("|" + "---|" * len(header))
-    print("| " + " | ".join(str(value) for value in values) + " |")
+    print_table(header, values)
 
 
 if __name__ == "__main__":

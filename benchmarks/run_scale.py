@@ -22,6 +22,10 @@ from pathlib import Path
 import duckdb
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from clients.proc import status_kb
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -48,14 +52,6 @@ def start_sim(latency: float) -> tuple[subprocess.Popen[str], str]:
     assert sim.stdout is not None
     line = sim.stdout.readline()
     return sim, line.rsplit(" at ", 1)[1].strip()
-
-
-def _vm_hwm_kb(pid: int) -> int:
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return 0
-    return next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:")), 0)
 
 
 def write_job(folder: Path, url: str, concurrency: int) -> Path:
@@ -87,7 +83,7 @@ def run_once(folder: Path, url: str, records: int, concurrency: int) -> dict[str
     )
     peak_kb = 0
     while child.poll() is None:  # VmHWM: this process image's own peak (ru_maxrss would include the
-        peak_kb = max(peak_kb, _vm_hwm_kb(child.pid))  # parent's RSS at fork time on Linux)
+        peak_kb = max(peak_kb, status_kb(child.pid, "VmHWM:"))  # parent's RSS at fork time on Linux)
         time.sleep(0.05)
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the child is reaped: its CPU time is in
@@ -103,6 +99,13 @@ def run_once(folder: Path, url: str, records: int, concurrency: int) -> dict[str
         "peak_rss_mb": peak_kb / 1024,
         "cpu_s_per_1000": cpu_s / max(done, 1) * 1000,
     }
+
+
+def print_table(header: tuple[str, ...], values: tuple[object, ...]) -> None:
+    """One Markdown table row under its header: pastes into an issue or the README as it is."""
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    print("| " + " | ".join(str(value) for value in values) + " |")
 
 
 def main() -> None:
@@ -149,9 +152,7 @@ def main() -> None:
         f"{result['peak_rss_mb']:.0f}",
         f"{result['cpu_s_per_1000']:.2f}",
     )
-    print("| " + " | ".join(header) + " |")
-    print("|" + "---|" * len(header))
-    print("| " + " | ".join(str(value) for value in values) + " |")
+    print_table(header, values)
 
 
 if __name__ == "__main__":

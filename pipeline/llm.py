@@ -100,19 +100,24 @@ def build_http_client(
     return openai.DefaultAioHttpClient(limits=limits, timeout=timeout)
 
 
+def openai_client(settings: ClientSettings, http: httpx2.AsyncClient) -> openai.AsyncOpenAI:
+    """The SDK over ``http``, its own retries off: the retry policy lives in :mod:`pipeline.retry`."""
+    return openai.AsyncOpenAI(
+        base_url=settings.base_url,
+        api_key=settings.api_key or "EMPTY",  # what vLLM without --api-key expects
+        max_retries=0,
+        timeout=http.timeout,
+        http_client=http,
+    )
+
+
 class LLMClient:
     """Sends chat completions; :meth:`complete` returns a :class:`Reply` or raises a pipeline error."""
 
     def __init__(self, settings: ClientSettings, *, transport: httpx2.AsyncBaseTransport | None = None):
         self.settings = settings
         self._http = build_http_client(settings, transport)
-        self._openai = openai.AsyncOpenAI(
-            base_url=settings.base_url,
-            api_key=settings.api_key or "EMPTY",  # what vLLM without --api-key expects
-            max_retries=0,
-            timeout=self._http.timeout,
-            http_client=self._http,
-        )
+        self._openai = openai_client(settings, self._http)
         self._server_answered = False
 
     async def __aenter__(self) -> LLMClient:

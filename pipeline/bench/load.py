@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 import openai
 
-from pipeline.llm import ClientSettings, build_http_client
+from pipeline.llm import ClientSettings, build_http_client, openai_client
 from pipeline.prompt import response_format_for
 from schemas.linkedin import JobPosting
 
@@ -118,15 +118,9 @@ async def run_level(options: BenchOptions, concurrency: int) -> tuple[list[Reque
         model=options.model,
         concurrency=concurrency,
         request_timeout_s=options.timeout_s,
+        api_key=options.api_key,
     )
-    http = build_http_client(settings)
-    client = openai.AsyncOpenAI(
-        base_url=options.base_url,
-        api_key=options.api_key or "EMPTY",
-        max_retries=0,
-        timeout=http.timeout,
-        http_client=http,
-    )
+    client = openai_client(settings, build_http_client(settings))
     results: list[RequestResult] = []
 
     async def worker(number: int) -> None:
