@@ -95,18 +95,24 @@ class Extractor:
 
     async def _send(self, request: ChatRequest) -> Reply:
         stats = self._stats
-        stats.in_flight += 1
-        stats.requests += 1
+        ticket = stats.request_sent()
         try:
             reply = await self._llm.complete(request)
         except TransientError as error:
+            stats.request_ended(ticket, answered=False)
             if error.timed_out:
                 stats.timeouts += 1
                 log.warning("request timed out", error=str(error))
             raise
-        finally:
-            stats.in_flight -= 1
+        except RecordError:
+            stats.request_ended(ticket, answered=True)
+            raise
+        except BaseException:
+            stats.request_ended(ticket, answered=False)
+            raise
+        stats.request_ended(ticket, answered=True)
         stats.output_tokens += reply.completion_tokens or 0
+        stats.prompt_tokens += reply.prompt_tokens or 0
         return reply
 
     def _failed(self, record: SourceRecord, state: _RecordState, error: RecordError) -> Failed:

@@ -91,6 +91,22 @@ class RetrySpec(_Strict):
     abort_after_consecutive_failures: int = Field(default=50, ge=1)
 
 
+class OperationsSpec(_Strict):
+    """How an unattended run stops, notices a stall, and waits out a server restart."""
+
+    shutdown_grace_s: float = Field(default=60.0, ge=0)
+    stall_warning_s: float = Field(default=600.0, gt=0)
+    stall_abort_s: float | None = Field(default=None, gt=0)
+    server_down_abort_s: float = Field(default=1800.0, gt=0)
+    preflight_timeout_s: float = Field(default=10.0, gt=0)
+
+    @model_validator(mode="after")
+    def _abort_after_warning(self) -> OperationsSpec:
+        if self.stall_abort_s is not None and self.stall_abort_s < self.stall_warning_s:
+            raise ValueError("'stall_abort_s' must not be below 'stall_warning_s'")
+        return self
+
+
 class OutputSpec(_Strict):
     results_table: SqlName = "results"
     failures_table: SqlName = "failures"
@@ -117,6 +133,7 @@ class JobSpec(_Strict):
         default="128MB", pattern=r"^\d+(\.\d+)?\s*(KB|MB|GB|TB|KiB|MiB|GiB|TiB)$"
     )
     retry: RetrySpec = RetrySpec()
+    operations: OperationsSpec = OperationsSpec()
     output: OutputSpec = OutputSpec()
     source_file: Path = Field(default=Path("<memory>"), exclude=True)
 
@@ -150,6 +167,9 @@ class JobSpec(_Strict):
         updates = {key: value for key, value in changes.items() if value is not None}
         if "base_url" in updates:
             updates["endpoint"] = self.endpoint.model_copy(update={"base_url": updates.pop("base_url")})
+        operations = {key: updates.pop(key) for key in list(updates) if key in OperationsSpec.model_fields}
+        if operations:
+            updates["operations"] = self.operations.model_copy(update=operations)
         return self.model_copy(update=updates)
 
     def prompt_hash(self) -> str:

@@ -5,11 +5,36 @@ All tasks run on one event loop thread, so plain integer updates are safe withou
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+#: Upper bounds (seconds) of the request latency histogram: one busy gpt-oss request takes minutes.
+LATENCY_BUCKETS_S: tuple[float, ...] = (0.5, 1, 2.5, 5, 10, 30, 60, 120, 180, 240, 300, 450, 600, 900, 1800)
+
+
+@dataclass(slots=True)
+class LatencyHistogram:
+    """Cumulative-ready counts per bucket (the last one is +Inf), as Prometheus histograms want."""
+
+    bounds: tuple[float, ...] = LATENCY_BUCKETS_S
+    counts: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS_S) + 1))
+    total_s: float = 0.0
+    count: int = 0
+
+    def observe(self, seconds: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, seconds)] += 1
+        self.total_s += seconds
+        self.count += 1
+
+    def cumulative(self) -> list[tuple[float, int]]:
+        """``(upper bound, count of observations <= bound)``, ending with ``(inf, count)``."""
+        bounds = (*self.bounds, float("inf"))
+        return list(zip(bounds, itertools.accumulate(self.counts), strict=True))
 
 
 @dataclass(slots=True)
@@ -26,10 +51,44 @@ class RunStats:
     timeouts: int = 0
     retries: Counter[str] = field(default_factory=Counter)
     failures: Counter[str] = field(default_factory=Counter)
+    prompt_tokens: int = 0
+    latency: LatencyHistogram = field(default_factory=LatencyHistogram)
+    last_answer_at: float = field(default=-1.0)  # when the server last finished a request
+    _sent_at: dict[int, float] = field(default_factory=dict)
+    _tickets: itertools.count[int] = field(default_factory=itertools.count)
 
     def __post_init__(self) -> None:
         if self.started < 0:
             self.started = self.clock()
+        if self.last_answer_at < 0:
+            self.last_answer_at = self.started
+
+    def request_sent(self) -> int:
+        """Count a request in flight; the ticket given back ends it in :meth:`request_ended`."""
+        ticket = next(self._tickets)
+        self._sent_at[ticket] = self.clock()
+        self.in_flight += 1
+        self.requests += 1
+        return ticket
+
+    def request_ended(self, ticket: int, *, answered: bool) -> None:
+        """``answered``: the server finished the request (a reply or an HTTP error, not a timeout)."""
+        sent = self._sent_at.pop(ticket, None)
+        self.in_flight -= 1
+        if answered:
+            now = self.clock()
+            self.last_answer_at = now
+            if sent is not None:
+                self.latency.observe(now - sent)
+
+    def oldest_in_flight_s(self, now: float | None = None) -> float | None:
+        if not self._sent_at:
+            return None
+        oldest = next(iter(self._sent_at.values()))  # insertion order is sending order
+        return (self.clock() if now is None else now) - oldest
+
+    def since_last_answer_s(self, now: float | None = None) -> float:
+        return (self.clock() if now is None else now) - self.last_answer_at
 
     @property
     def finished(self) -> int:

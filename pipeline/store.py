@@ -7,6 +7,8 @@ updates the run's counters, so what ``status`` shows is always what is on disk.
 from __future__ import annotations
 
 import dataclasses
+import os
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,13 +16,20 @@ from typing import Any, Literal, TypeVar
 
 import anyio
 import duckdb
+import structlog
 
 from pipeline.errors import ConfigError, DatabaseLockedError
 from pipeline.job import JobSpec
 from pipeline.outcomes import Extracted, Failed, Outcome
 from pipeline.source import quote
 
+log = structlog.get_logger("pipeline.store")
+
 T = TypeVar("T")
+
+#: Chaos testing only: hold each batch's transaction open this long before committing, so a kill -9
+#: can be aimed at the middle of a commit (tests/integration/test_chaos.py).
+CHAOS_COMMIT_DELAY_ENV = "PIPELINE_CHAOS_COMMIT_DELAY_S"
 AppendAction = Literal["upsert", "delete"]
 
 
@@ -127,6 +136,7 @@ class StoreWriter:
         self.counts = RunCounts()
         self._hashes = (spec.prompt_hash(), spec.schema_hash())
         self._limiter = anyio.CapacityLimiter(1)
+        self._chaos_commit_delay_s = float(os.environ.get(CHAOS_COMMIT_DELAY_ENV) or 0)
 
     async def _call(self, function: Callable[[], T]) -> T:
         return await anyio.to_thread.run_sync(function, limiter=self._limiter)
@@ -184,6 +194,9 @@ class StoreWriter:
                     out.failures_table, FAILURE_COLUMNS, [self._failure_row(o) for o in failed], "upsert"
                 )
             self._update_run(counts, status=None, message=None)
+            if self._chaos_commit_delay_s:
+                log.warning("chaos: transaction open before commit", rows=len(outcomes))
+                time.sleep(self._chaos_commit_delay_s)
             con.commit()
         except BaseException:
             con.rollback()
