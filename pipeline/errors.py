@@ -5,7 +5,11 @@
     PipelineError
     ├── FatalRunError            abort the whole run early, with one clear message
     │   ├── ConfigError          bad job spec, input file or database (exit code 2, before any request)
+    │   │   └── ModelNotServedError  the server does not serve the job's model
     │   ├── DatabaseLockedError  another process holds the job's database
+    │   │   └── AlreadyRunningError  another ``pipeline run`` of the same job is running
+    │   ├── StalledRunError      requests in flight, none answered for too long (the stall watchdog)
+    │   ├── ServerDownError      the server stayed unreachable past operations.server_down_abort_s
     │   └── LocalServerError     the embedded vLLM server cannot be installed, started or reached
     └── RecordError              about one record; the run goes on
         ├── TransientError       retry the same request after backoff (timeouts, resets, 408/429/5xx)
@@ -55,6 +59,26 @@ class ConfigError(FatalRunError):
 
 class DatabaseLockedError(FatalRunError):
     """Another process (usually a running ``pipeline run``) holds the database's write lock."""
+
+
+class ModelNotServedError(ConfigError):
+    """``/v1/models`` does not list the job's model (a typo, or the server serves another one)."""
+
+
+class AlreadyRunningError(DatabaseLockedError):
+    """The job's run lock is held: another ``pipeline run`` of this job is running."""
+
+    def __init__(self, message: str, *, pid: int | None) -> None:
+        super().__init__(message)
+        self.pid = pid
+
+
+class StalledRunError(FatalRunError):
+    """Requests were in flight but the server finished none of them for ``stall_abort_s``."""
+
+
+class ServerDownError(FatalRunError):
+    """The server went away mid-run and did not come back within ``server_down_abort_s``."""
 
 
 class LocalServerError(FatalRunError):

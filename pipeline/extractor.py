@@ -16,6 +16,7 @@ from pipeline.errors import (
     FailureClass,
     FatalRunError,
     RecordError,
+    ServerUnreachableError,
     TransientError,
     TruncatedError,
 )
@@ -23,7 +24,7 @@ from pipeline.llm import ChatRequest, LLMClient, Reply
 from pipeline.outcomes import Extracted, Failed, Outcome, SourceRecord
 from pipeline.parse import larger_budget_request, parse_reply, reask_request
 from pipeline.prompt import PromptBuilder
-from pipeline.retry import RetryPolicy
+from pipeline.retry import RetryPolicy, ServerGate
 from pipeline.stats import RunStats
 
 log = structlog.get_logger("pipeline.extractor")
@@ -56,6 +57,7 @@ class Extractor:
         growth: BudgetGrowth,
         stats: RunStats,
         abort_after_consecutive_failures: int,
+        gate: ServerGate | None = None,
     ) -> None:
         self._llm = llm
         self._prompts = prompts
@@ -65,6 +67,7 @@ class Extractor:
         self._stats = stats
         self._abort_after = abort_after_consecutive_failures
         self._server_failures_in_a_row = 0
+        self._gate = gate or ServerGate(llm.probe, give_up_after_s=1800.0)
 
     async def extract(self, record: SourceRecord) -> Outcome:
         first = self._prompts.request_for(record.fields)
@@ -94,6 +97,16 @@ class Extractor:
             raise
 
     async def _send(self, request: ChatRequest) -> Reply:
+        """One attempt. A request that could not connect waits at the gate and goes again: it never
+        reached the server, so it costs the record nothing."""
+        while True:
+            await self._gate.wait_open()
+            try:
+                return await self._send_once(request)
+            except ServerUnreachableError as error:
+                await self._gate.hold(error)
+
+    async def _send_once(self, request: ChatRequest) -> Reply:
         stats = self._stats
         ticket = stats.request_sent()
         try:

@@ -6,6 +6,7 @@ before any request is sent.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import importlib
 import os
@@ -169,7 +170,14 @@ class JobSpec(_Strict):
             updates["endpoint"] = self.endpoint.model_copy(update={"base_url": updates.pop("base_url")})
         operations = {key: updates.pop(key) for key in list(updates) if key in OperationsSpec.model_fields}
         if operations:
-            updates["operations"] = self.operations.model_copy(update=operations)
+            try:
+                updates["operations"] = OperationsSpec.model_validate(
+                    self.operations.model_dump() | operations
+                )
+            except ValidationError as exc:
+                raise ConfigError(
+                    f"{self.source_file}: operations: {describe_validation_error(exc)}"
+                ) from exc
         return self.model_copy(update=updates)
 
     def prompt_hash(self) -> str:
@@ -263,15 +271,64 @@ def _interpolate(value: Any, job_file: Path, key: tuple[str, ...]) -> Any:
 
 
 def describe_validation_error(exc: ValidationError) -> str:
-    """Pydantic's errors as one line: ``key 'a.b': message; key 'c': message``."""
+    """Pydantic's errors as one line: ``key 'a.b': message; key 'c': message``.
+
+    An unknown key gets a "did you mean" from the keys allowed where it stands; a key that looks like
+    a secret (``api_key``, ``token``) is pointed at ``endpoint.api_key_env`` instead. Input values are
+    never shown, except the rejected value of a SQL name (so the message says what was refused).
+    """
+    spec_errors = exc.title == JobSpec.__name__
     parts = []
-    for error in exc.errors(include_url=False, include_input=False)[:5]:
+    for error in exc.errors(include_url=False)[:5]:
         location = ".".join(str(part) for part in error["loc"])
-        message = "unknown key" if error["type"] == "extra_forbidden" else error["msg"]
-        message = message.removeprefix("Value error, ")
+        if error["type"] == "extra_forbidden":
+            allowed = _keys_at(error["loc"][:-1]) if spec_errors else []
+            message = "unknown key" + _unknown_key_hint(str(error["loc"][-1]), allowed)
+        elif error["type"] == "string_pattern_mismatch" and error.get("ctx", {}).get("pattern") in _PATTERNS:
+            message = _PATTERNS[error["ctx"]["pattern"]]
+            if error["ctx"]["pattern"] == _IDENTIFIER.pattern and isinstance(error.get("input"), str):
+                message += f", got {_shorten(error['input'])}"
+        else:
+            message = error["msg"].removeprefix("Value error, ")
         parts.append(f"key '{location}': {message}" if location else message)
     more = exc.error_count() - len(parts)
     return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")
+
+
+_PATTERNS = {
+    _IDENTIFIER.pattern: "must be a plain SQL name (letters, digits and _, not starting with a digit)",
+    r"^[\w.]+:\w+$": "must be an import path like package.module:Class",
+}
+_SECRET_WORDS = ("key", "token", "secret", "password")
+
+
+def _keys_at(location: tuple[int | str, ...]) -> list[str]:
+    """The keys a job file may give in the mapping at ``location`` ([] where that is not known)."""
+    model: type[BaseModel] = JobSpec
+    for part in location:
+        fields = {info.alias or name: info for name, info in model.model_fields.items()}
+        annotation = fields[str(part)].annotation if str(part) in fields else None
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return []
+        model = annotation
+    return [info.alias or name for name, info in model.model_fields.items() if not info.exclude]
+
+
+def _unknown_key_hint(key: str, allowed: list[str]) -> str:
+    secret_like = any(word in key.lower() for word in _SECRET_WORDS)
+    close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.85 if secret_like else 0.6)
+    if close:
+        return f" (did you mean '{close[0]}'?)"
+    if secret_like:
+        return (
+            " (a job file holds no secrets: put the API key in an environment variable and name "
+            "that variable in endpoint.api_key_env)"
+        )
+    return ""
+
+
+def _shorten(value: str, limit: int = 60) -> str:
+    return repr(value if len(value) <= limit else value[:limit] + "...")
 
 
 def resolve_schema(import_path: str, job_file: Path) -> type[BaseModel]:

@@ -20,6 +20,7 @@ import orjson
 
 from pipeline.errors import (
     FatalRunError,
+    ModelNotServedError,
     PermanentRecordError,
     PipelineError,
     ServerUnreachableError,
@@ -30,7 +31,6 @@ from pipeline.errors import (
 # reset. Expiring ours first avoids that race.
 KEEPALIVE_EXPIRY_S = 4.0
 CONNECT_TIMEOUT_S = 30.0
-PREFLIGHT_TIMEOUT_S = 60.0
 _RETRYABLE_STATUS = frozenset({408, 409, 425, 429})
 
 
@@ -72,6 +72,9 @@ class ClientSettings:
     reasoning_effort: str | None = "low"
     response_format: dict[str, Any] | None = None
     extra_body: dict[str, Any] = field(default_factory=dict)
+    # /v1/models answers at once even from a server busy with 256 requests, so waiting long for it
+    # only delays the error when the server is down or the address is wrong.
+    preflight_timeout_s: float = 10.0
 
 
 def build_http_client(
@@ -165,12 +168,14 @@ class LLMClient:
 
     async def check_server(self) -> None:
         """Fail the run early if the server is down, refuses the key, or does not serve the model."""
+        url = self.settings.base_url
         try:
-            with anyio.fail_after(PREFLIGHT_TIMEOUT_S):
+            with anyio.fail_after(self.settings.preflight_timeout_s):
                 raw = await self._openai.models.with_raw_response.list()
         except TimeoutError as exc:
             raise FatalRunError(
-                f"{self.settings.base_url}/models did not answer within {PREFLIGHT_TIMEOUT_S:.0f} s"
+                f"{url}/models did not answer within {self.settings.preflight_timeout_s:g} s "
+                "(operations.preflight_timeout_s): is the server up, and is the address right?"
             ) from exc
         except openai.NotFoundError:
             return  # a server without a model list; the first completion will tell
@@ -178,14 +183,25 @@ class LLMClient:
             error = self._translate(exc)
             if isinstance(error, FatalRunError):
                 raise error from exc
-            raise FatalRunError(f"{self.settings.base_url}/models failed: {error}") from exc
+            raise FatalRunError(f"{url}/models failed: {error}") from exc
         self._server_answered = True
         served = _served_models(raw.http_response.content)
         if served is not None and self.settings.model not in served:
-            raise FatalRunError(
-                f"model '{self.settings.model}' is not served by {self.settings.base_url}; "
+            raise ModelNotServedError(
+                f"{url} does not serve model '{self.settings.model}'; "
                 f"it serves: {', '.join(sorted(served)) or 'nothing'}"
             )
+
+    async def probe(self) -> bool:
+        """Whether the server answers at all (any HTTP status) within the preflight timeout."""
+        try:
+            with anyio.fail_after(self.settings.preflight_timeout_s):
+                await self._openai.models.with_raw_response.list()
+        except openai.APIStatusError:
+            return True
+        except (TimeoutError, openai.APIError):
+            return False
+        return True
 
     def _key_hint(self) -> str:
         name = self.settings.api_key_env

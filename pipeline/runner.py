@@ -5,14 +5,17 @@
 * Records and outcomes travel through bounded memory-object streams, so memory stays flat.
 * The writer commits a batch every ``FLUSH_INTERVAL_S`` (or ``FLUSH_MAX_ROWS``) in a shielded
   transaction: a crash loses at most what was in flight, and resume redoes exactly that.
-* A fatal error or a signal cancels the producer and the workers; the writer still drains and
-  commits every finished outcome before the run ends.
+* A fatal error cancels the producer and the workers; a signal stops the producer and gives the
+  requests in flight a grace period (:mod:`pipeline.shutdown`). Either way the writer still drains
+  and commits every finished outcome before the run ends.
+* One ``pipeline run`` per job at a time (:mod:`pipeline.lock`); a stall watchdog
+  (:mod:`pipeline.watchdog`) and a server-outage gate (:class:`pipeline.retry.ServerGate`) keep an
+  unattended run from hanging or failing records while the server restarts.
 """
 
 from __future__ import annotations
 
 import functools
-import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -25,18 +28,29 @@ import structlog
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from pipeline.errors import ConfigError, FatalRunError, RecordError
+from pipeline.errors import (
+    PERMANENT_FAILURE_CLASSES,
+    ConfigError,
+    FailureClass,
+    FatalRunError,
+    ModelNotServedError,
+    RecordError,
+    StalledRunError,
+)
 from pipeline.extractor import BudgetGrowth, Extractor
 from pipeline.job import JobSpec
 from pipeline.llm import ClientSettings, LLMClient
-from pipeline.loader import load_file
+from pipeline.lock import RunLock
+from pipeline.metrics import publish_metrics
 from pipeline.outcomes import Failed, Outcome, SourceRecord
 from pipeline.progress import LogProgress, ProgressReporter, write_snapshot
 from pipeline.prompt import PromptBuilder, response_format_for
-from pipeline.retry import RetryKind, RetryPolicy
-from pipeline.source import SourceReader, describe_source
+from pipeline.retry import RetryKind, RetryPolicy, ServerGate
+from pipeline.shutdown import Shutdown
+from pipeline.source import SourceReader
 from pipeline.stats import RunStats
-from pipeline.store import RunStart, StoreWriter, create_output_tables, open_database
+from pipeline.store import RunStart, StoreWriter, prepare_database
+from pipeline.watchdog import StallWatchdog
 
 log = structlog.get_logger("pipeline.runner")
 
@@ -52,6 +66,7 @@ class RunStatus(StrEnum):
     COMPLETED = "completed"
     COMPLETED_WITH_FAILURES = "completed_with_failures"
     INTERRUPTED = "interrupted"
+    STALLED = "stalled"
     ABORTED = "aborted"
 
 
@@ -59,10 +74,20 @@ class RunStatus(StrEnum):
 class RunOptions:
     limit: int | None = None
     retry_failed: bool = False
+    retry_classes: frozenset[FailureClass] = frozenset()  # with retry_failed: only these; empty: all
     handle_signals: bool = False
     progress: ProgressReporter | None = None
+    metrics_port: int | None = None
+    metrics_textfile: Path | None = None
     transport: httpx2.AsyncBaseTransport | None = None
     sleep: Callable[[float], Awaitable[None]] = anyio.sleep
+
+    @property
+    def retry(self) -> frozenset[FailureClass]:
+        """The permanent failure classes this run extracts again."""
+        if not self.retry_failed:
+            return frozenset()
+        return self.retry_classes or PERMANENT_FAILURE_CLASSES
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,37 +126,8 @@ def client_settings(spec: JobSpec) -> ClientSettings:
         reasoning_effort=spec.reasoning_effort,
         response_format=response_format_for(spec.schema_class) if spec.endpoint.structured_output else None,
         extra_body=spec.extra_body,
+        preflight_timeout_s=spec.operations.preflight_timeout_s,
     )
-
-
-def prepare_database(spec: JobSpec) -> duckdb.DuckDBPyConnection:
-    """Open the job's database, load the seed file into an absent source table, check the source and
-    create the output tables. Blocking; raises :class:`ConfigError` before any request is sent."""
-    try:
-        connection = open_database(spec.database, memory_limit=spec.duckdb_memory_limit)
-    except ConfigError as error:
-        raise ConfigError(f"{spec.source_file}: key 'database': {error}") from error
-    try:
-        table, seed = spec.source.table, spec.source.seed_file
-        if table is not None and seed is not None and not _table_exists(connection, table):
-            try:
-                report = load_file(connection, spec, seed)
-            except ConfigError as error:
-                raise ConfigError(f"{spec.source_file}: key 'source.seed_file': {error}") from error
-            log.info("loaded seed file", file=str(seed), table=table, records=report.inserted)
-        shape = describe_source(connection, spec)
-        create_output_tables(connection, spec, shape.id_type)
-    except BaseException:
-        connection.close()
-        raise
-    return connection
-
-
-def _table_exists(connection: duckdb.DuckDBPyConnection, table: str) -> bool:
-    row = connection.execute(
-        "SELECT count(*) FROM duckdb_tables() WHERE lower(table_name) = lower(?) AND NOT temporary", [table]
-    ).fetchone()
-    return bool(row and row[0])
 
 
 async def count_pending(spec: JobSpec, options: RunOptions | None = None) -> int:
@@ -148,7 +144,7 @@ async def _pending_reader(
     connection: duckdb.DuckDBPyConnection, spec: JobSpec, options: RunOptions
 ) -> tuple[SourceReader, int]:
     reader = SourceReader(await anyio.to_thread.run_sync(connection.cursor), spec)
-    return reader, await reader.count_pending(retry_failed=options.retry_failed, limit=options.limit)
+    return reader, await reader.count_pending(retry=options.retry, limit=options.limit)
 
 
 async def run_job(spec: JobSpec, options: RunOptions | None = None) -> RunSummary:
@@ -160,11 +156,12 @@ async def run_job(spec: JobSpec, options: RunOptions | None = None) -> RunSummar
             "(library: pipeline.local.run_job_locally)"
         )
     settings = client_settings(spec)
-    connection = await anyio.to_thread.run_sync(prepare_database, spec)
-    try:
-        return await _run_prepared(spec, options, settings, connection)
-    finally:
-        await anyio.to_thread.run_sync(connection.close)
+    with RunLock(spec.database):
+        connection = await anyio.to_thread.run_sync(prepare_database, spec)
+        try:
+            return await _run_prepared(spec, options, settings, connection)
+        finally:
+            await anyio.to_thread.run_sync(connection.close)
 
 
 async def _run_prepared(
@@ -183,7 +180,10 @@ async def _run_prepared(
         return summary(run_id=None, status=RunStatus.NOTHING_TO_DO)
     _warn_if_timeout_is_short(spec)
     async with LLMClient(settings, transport=options.transport) as llm:
-        await llm.check_server()
+        try:
+            await llm.check_server()
+        except ModelNotServedError as error:
+            raise ModelNotServedError(f"{spec.source_file}: key 'model': {error}") from error
         writer = StoreWriter(connection, spec)
         stats = RunStats(pending_at_start=pending, concurrency=spec.concurrency)
         run_id = await writer.begin_run(
@@ -226,6 +226,7 @@ def _extractor(spec: JobSpec, options: RunOptions, llm: LLMClient, stats: RunSta
 
     policy = RetryPolicy(spec.retry, sleep=options.sleep, observer=observe)
     growth = BudgetGrowth(spec.retry.truncation_growth, spec.max_tokens_ceiling)
+    gate = ServerGate(llm.probe, give_up_after_s=spec.operations.server_down_abort_s, sleep=options.sleep)
     return Extractor(
         llm,
         PromptBuilder(spec),
@@ -234,6 +235,7 @@ def _extractor(spec: JobSpec, options: RunOptions, llm: LLMClient, stats: RunSta
         growth,
         stats,
         spec.retry.abort_after_consecutive_failures,
+        gate,
     )
 
 
@@ -254,16 +256,39 @@ class _Run:
         self._stats = stats
         self._extractor = extractor
         self._progress = options.progress or LogProgress()
-        self._work_scope = anyio.CancelScope()
-        self._interrupted = False
+        self._shutdown = Shutdown(spec.operations.shutdown_grace_s)
+        self._watchdog = StallWatchdog(
+            stats,
+            warn_after_s=spec.operations.stall_warning_s,
+            abort_after_s=spec.operations.stall_abort_s,
+            on_abort=self._abort,
+        )
         self._fatal: FatalRunError | None = None
+
+    def _abort(self, error: FatalRunError) -> None:
+        self._fatal = self._fatal or error
+        self._shutdown.stop_now()
 
     async def execute(self) -> tuple[RunStatus, FatalRunError | None]:
         async with anyio.create_task_group() as watchers:
+            options = self._options
+            publish = functools.partial(
+                publish_metrics,
+                self._stats,
+                self._spec.name,
+                port=options.metrics_port,
+                textfile=options.metrics_textfile,
+            )
+            try:
+                await watchers.start(publish)
+            except ConfigError as error:  # e.g. the metrics port is taken: before any request
+                watchers.cancel_scope.cancel()
+                return RunStatus.ABORTED, error
             watchers.start_soon(self._progress.run, self._stats)
             watchers.start_soon(self._write_snapshots)
+            watchers.start_soon(self._watchdog.run)
             if self._options.handle_signals:
-                watchers.start_soon(self._stop_on_signals)
+                watchers.start_soon(self._shutdown.watch_signals, lambda: self._stats.in_flight)
             try:
                 await self._pump()
             finally:
@@ -272,9 +297,11 @@ class _Run:
         return self._status(), self._fatal
 
     def _status(self) -> RunStatus:
+        if isinstance(self._fatal, StalledRunError):
+            return RunStatus.STALLED
         if self._fatal is not None:
             return RunStatus.ABORTED
-        if self._interrupted:
+        if self._shutdown.interrupted:
             return RunStatus.INTERRUPTED
         return RunStatus.COMPLETED_WITH_FAILURES if self._stats.failed else RunStatus.COMPLETED
 
@@ -282,33 +309,33 @@ class _Run:
         records_tx, records_rx = anyio.create_memory_object_stream[SourceRecord](self._spec.source.batch_size)
         outcomes_tx, outcomes_rx = anyio.create_memory_object_stream[Outcome](FLUSH_MAX_ROWS)
         workers = min(self._spec.concurrency, self._stats.pending_at_start)
-        produce = functools.partial(
-            self._reader.stream_pending,
-            records_tx,
-            retry_failed=self._options.retry_failed,
-            limit=self._options.limit,
-        )
         try:
             async with anyio.create_task_group() as io:
                 io.start_soon(self._write_all, outcomes_rx)
-                with self._work_scope:
+                with self._shutdown.work:
                     async with outcomes_tx, records_rx:
                         try:
                             async with anyio.create_task_group() as work:
-                                work.start_soon(produce)
+                                work.start_soon(self._produce, records_tx)
                                 for _ in range(workers):
                                     work.start_soon(self._work, records_rx.clone(), outcomes_tx.clone())
                         except* FatalRunError as group:
                             # Caught inside the writer's task group, so the writer still drains.
-                            self._fatal = _first_fatal(group)
+                            self._fatal = self._fatal or _first_fatal(group)
         except* FatalRunError as group:  # the writer itself failed
-            self._fatal = _first_fatal(group)
+            self._fatal = self._fatal or _first_fatal(group)
+
+    async def _produce(self, records: ObjectSendStream[SourceRecord]) -> None:
+        with self._shutdown.intake:
+            await self._reader.stream_pending(records, retry=self._options.retry, limit=self._options.limit)
 
     async def _work(
         self, records: ObjectReceiveStream[SourceRecord], outcomes: ObjectSendStream[Outcome]
     ) -> None:
         async with records, outcomes:
             async for record in records:
+                if self._shutdown.stopping:
+                    return  # records still queued stay pending in the database: the next run does them
                 await outcomes.send(await self._extractor.extract(record))
 
     async def _write_all(self, outcomes: MemoryObjectReceiveStream[Outcome]) -> None:
@@ -351,19 +378,6 @@ class _Run:
                 write_snapshot, self._spec.database, self._writer.run_id, self._stats, "running"
             )
             await anyio.sleep(SNAPSHOT_INTERVAL_S)
-
-    async def _stop_on_signals(self) -> None:
-        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            async for signum in signals:
-                if self._interrupted:
-                    log.warning("second signal: still saving finished records, please wait")
-                    continue
-                self._interrupted = True
-                log.warning(
-                    "interrupted: cancelling requests in flight, saving finished records",
-                    signal=signal.Signals(signum).name,
-                )
-                self._work_scope.cancel()
 
 
 def _drain_ready(outcomes: MemoryObjectReceiveStream[Outcome], batch: list[Outcome], limit: int) -> None:

@@ -10,7 +10,7 @@ flat whatever the table size.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -18,7 +18,7 @@ import anyio
 import duckdb
 from anyio.abc import ObjectSendStream
 
-from pipeline.errors import PERMANENT_FAILURE_CLASSES, ConfigError
+from pipeline.errors import PERMANENT_FAILURE_CLASSES, ConfigError, FailureClass
 from pipeline.job import JobSpec
 from pipeline.outcomes import SourceRecord
 
@@ -32,20 +32,37 @@ def quote(name: str) -> str:
 def source_relation(spec: JobSpec) -> str:
     """The source as something a FROM clause accepts."""
     if spec.source.query is not None:
-        return f"({spec.source.query})"
+        return f"({_single_select(spec)})"
     assert spec.source.table is not None
     return quote(spec.source.table)
 
 
-def pending_sql(spec: JobSpec, *, retry_failed: bool, limit: int | None = None) -> str:
-    """Select the id of every record still to do."""
+def _single_select(spec: JobSpec) -> str:
+    """``source.query`` as one SELECT: a query that closes the parenthesis it is put in cannot run
+    a second statement (``SELECT 1) ; DROP TABLE results; SELECT (1``). A trailing ``;`` is dropped."""
+    assert spec.source.query is not None
+    query = spec.source.query.strip().rstrip(";").rstrip()
+    where = f"{spec.source_file}: key source.query"
+    try:
+        statements = duckdb.extract_statements(query)
+    except duckdb.Error as exc:
+        raise ConfigError(f"{where} fails: {' '.join(str(exc).split())}") from exc
+    if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
+        kinds = ", ".join(statement.type.name for statement in statements) or "nothing"
+        raise ConfigError(f"{where} must be one SELECT statement, not: {kinds}")
+    return query
+
+
+def pending_sql(spec: JobSpec, *, retry: Collection[FailureClass] = (), limit: int | None = None) -> str:
+    """Select the id of every record still to do; failures of the ``retry`` classes count as to do."""
     out, src = spec.output, spec.source
-    permanent = ", ".join(f"'{failure_class}'" for failure_class in sorted(PERMANENT_FAILURE_CLASSES))
+    skipped = sorted(PERMANENT_FAILURE_CLASSES - set(retry))
+    listed = ", ".join(f"'{failure_class}'" for failure_class in skipped)  # enum values, not input
     skip_failed = (
-        ""
-        if retry_failed
-        else f" AND NOT EXISTS (SELECT 1 FROM {quote(out.failures_table)} f "
-        f"WHERE f.record_id = s.{quote(src.id_column)} AND f.failure_class IN ({permanent}))"
+        f" AND NOT EXISTS (SELECT 1 FROM {quote(out.failures_table)} f "
+        f"WHERE f.record_id = s.{quote(src.id_column)} AND f.failure_class IN ({listed}))"
+        if skipped
+        else ""
     )
     return (
         f"SELECT s.{quote(src.id_column)} FROM {source_relation(spec)} s "
@@ -121,16 +138,20 @@ class SourceReader:
     async def _call(self, function: Callable[..., T], *args: object) -> T:
         return await anyio.to_thread.run_sync(function, *args, limiter=self._limiter)
 
-    async def count_pending(self, *, retry_failed: bool, limit: int | None = None) -> int:
-        sql = f"SELECT count(*) FROM ({pending_sql(self._spec, retry_failed=retry_failed, limit=limit)})"
+    async def count_pending(self, *, retry: Collection[FailureClass] = (), limit: int | None = None) -> int:
+        sql = f"SELECT count(*) FROM ({pending_sql(self._spec, retry=retry, limit=limit)})"
         row = await self._call(lambda: self._cursor.execute(sql).fetchone())
         return int(row[0]) if row else 0
 
     async def stream_pending(
-        self, send: ObjectSendStream[SourceRecord], *, retry_failed: bool, limit: int | None = None
+        self,
+        send: ObjectSendStream[SourceRecord],
+        *,
+        retry: Collection[FailureClass] = (),
+        limit: int | None = None,
     ) -> None:
         """Send every pending record, then close ``send``. Backpressure comes from the bounded stream."""
-        ids_sql = pending_sql(self._spec, retry_failed=retry_failed, limit=limit)
+        ids_sql = pending_sql(self._spec, retry=retry, limit=limit)
         fields_sql = records_sql(self._spec)
         names = self._spec.source.fields
         batch_size = self._spec.source.batch_size

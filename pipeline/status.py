@@ -80,7 +80,7 @@ def _read_status(connection: duckdb.DuckDBPyConnection, spec: JobSpec) -> JobSta
         source_records=_scalar(connection, f"SELECT count(*) FROM {source_relation(spec)}"),
         done=_scalar(connection, f"SELECT count(*) FROM {quote(out.results_table)}"),
         failed={str(name): int(count) for name, count in failed.items()},
-        pending=_scalar(connection, f"SELECT count(*) FROM ({pending_sql(spec, retry_failed=False)})"),
+        pending=_scalar(connection, f"SELECT count(*) FROM ({pending_sql(spec)})"),
         last_run=_last_run(connection, spec),
     )
 

@@ -20,8 +20,10 @@ import structlog
 
 from pipeline.errors import ConfigError, DatabaseLockedError
 from pipeline.job import JobSpec
+from pipeline.loader import load_file
+from pipeline.lock import already_running, lock_holder
 from pipeline.outcomes import Extracted, Failed, Outcome
-from pipeline.source import quote
+from pipeline.source import describe_source, quote
 
 log = structlog.get_logger("pipeline.store")
 
@@ -66,6 +68,8 @@ def open_database(
     except duckdb.IOException as exc:
         text = " ".join(str(exc).split())
         if "lock" in text.lower():
+            if (pid := lock_holder(path)) is not None:
+                raise already_running(path, pid) from exc
             raise DatabaseLockedError(f"{path}: database is in use by another process ({text})") from exc
         raise ConfigError(f"{path}: cannot open database ({text})") from exc
     except (duckdb.Error, OSError) as exc:
@@ -260,3 +264,33 @@ class StoreWriter:
 
     def _finish(self, status: str, message: str | None) -> None:
         self._update_run(self.counts, status=status, message=message)
+
+
+def prepare_database(spec: JobSpec) -> duckdb.DuckDBPyConnection:
+    """Open the job's database, load the seed file into an absent source table, check the source and
+    create the output tables. Blocking; raises :class:`ConfigError` before any request is sent."""
+    try:
+        connection = open_database(spec.database, memory_limit=spec.duckdb_memory_limit)
+    except ConfigError as error:
+        raise ConfigError(f"{spec.source_file}: key 'database': {error}") from error
+    try:
+        table, seed = spec.source.table, spec.source.seed_file
+        if table is not None and seed is not None and not _table_exists(connection, table):
+            try:
+                report = load_file(connection, spec, seed)
+            except ConfigError as error:
+                raise ConfigError(f"{spec.source_file}: key 'source.seed_file': {error}") from error
+            log.info("loaded seed file", file=str(seed), table=table, records=report.inserted)
+        shape = describe_source(connection, spec)
+        create_output_tables(connection, spec, shape.id_type)
+    except BaseException:
+        connection.close()
+        raise
+    return connection
+
+
+def _table_exists(connection: duckdb.DuckDBPyConnection, table: str) -> bool:
+    row = connection.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE lower(table_name) = lower(?) AND NOT temporary", [table]
+    ).fetchone()
+    return bool(row and row[0])

@@ -92,7 +92,7 @@ def test_config_error_exits_2_with_one_line_before_any_request(tmp_path: Path) -
     job = write_job(tmp_path, concurrncy=5)
     result = pipeline("run", str(job))
     assert result.returncode == 2
-    assert result.stderr.strip() == f"error: {job}: key 'concurrncy': unknown key"
+    assert result.stderr.strip() == f"error: {job}: key 'concurrncy': unknown key (did you mean 'concurrency'?)"
 
 
 def test_missing_source_table_exits_2(tmp_path: Path, sim_url: str) -> None:
@@ -111,12 +111,14 @@ def test_server_down_exits_3_with_the_url(tmp_path: Path) -> None:
     assert f"error: cannot connect to {url}" in result.stderr
 
 
-def test_wrong_model_exits_3(tmp_path: Path, sim_url: str) -> None:
+def test_wrong_model_exits_2_listing_the_served_models(tmp_path: Path, sim_url: str) -> None:
     job = write_job(tmp_path, endpoint={"base_url": sim_url}, model="gpt-oss-120b")
     make_source(tmp_path / "test.duckdb", 5)
     result = pipeline("run", str(job))
-    assert result.returncode == 3
-    assert "model 'gpt-oss-120b' is not served" in result.stderr and "test-model" in result.stderr
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        f"error: {job}: key 'model': {sim_url} does not serve model 'gpt-oss-120b'; it serves: test-model"
+    )
 
 
 def test_sigint_exits_130_and_keeps_what_finished(tmp_path: Path) -> None:

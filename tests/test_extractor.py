@@ -13,7 +13,7 @@ from pipeline.job import JobSpec, load_job
 from pipeline.llm import LLMClient
 from pipeline.outcomes import Extracted, Failed, SourceRecord
 from pipeline.prompt import PromptBuilder
-from pipeline.retry import RetryPolicy
+from pipeline.retry import RetryPolicy, ServerGate
 from pipeline.runner import client_settings
 from pipeline.stats import RunStats
 from tests.support.fakes import GOOD_ITEM, ScriptedServer, completion, error, good_completion, respond
@@ -43,6 +43,7 @@ class Harness:
             BudgetGrowth(spec.retry.truncation_growth, spec.max_tokens_ceiling),
             self.stats,
             abort_after,
+            ServerGate(self.llm.probe, give_up_after_s=60.0, sleep=noop_sleep),
         )
 
     async def extract(self, record: SourceRecord = RECORD) -> Extracted | Failed:
@@ -192,3 +193,16 @@ async def test_timeouts_are_counted(spec: JobSpec) -> None:
     assert isinstance(await harness.extract(), Extracted)
     assert harness.stats.timeouts == 1
     assert harness.stats.requests == 2
+
+
+async def test_refused_connections_wait_for_the_server_and_cost_no_attempt(spec: JobSpec) -> None:
+    """A server restart: connections refused after the server had answered are not the record's fault."""
+    refused = httpx2.ConnectError("Connection refused")
+    server = ScriptedServer([respond(good_completion()), refused, refused, refused, respond(good_completion())])
+    harness = Harness(spec, server)
+    first = await harness.extract(SourceRecord(1, RECORD.fields))
+    second = await harness.extract(SourceRecord(2, RECORD.fields))
+    assert isinstance(first, Extracted) and isinstance(second, Extracted)
+    assert second.attempts == 1  # three refusals, no attempt spent, no transient retry used
+    assert harness.stats.retries == {}
+    assert harness.stats.requests == 5 and harness.stats.in_flight == 0

@@ -9,7 +9,14 @@ import anyio
 import httpx2
 import pytest
 
-from pipeline.errors import FatalRunError, PermanentRecordError, ServerUnreachableError, TransientError
+from pipeline.errors import (
+    ConfigError,
+    FatalRunError,
+    ModelNotServedError,
+    PermanentRecordError,
+    ServerUnreachableError,
+    TransientError,
+)
 from pipeline.llm import (
     KEEPALIVE_EXPIRY_S,
     ChatRequest,
@@ -174,9 +181,58 @@ async def test_check_server_rejects_an_unserved_model() -> None:
     server = ScriptedServer([], models=["other-a", "other-b"])
     async with LLMClient(settings(), transport=server.transport) as client:
         with pytest.raises(
-            FatalRunError, match="model 'test-model' is not served by .*it serves: other-a, other-b"
-        ):
+            ModelNotServedError, match="does not serve model 'test-model' .*it serves: other-a, other-b"
+        ) as caught:
             await client.check_server()
+    assert isinstance(caught.value, ConfigError)  # exit code 2: the job names the wrong model
+
+
+async def test_check_server_gives_up_within_the_preflight_timeout_on_a_silent_server() -> None:
+    async def never_answer(request: httpx2.Request) -> httpx2.Response:
+        await anyio.sleep_forever()
+        raise AssertionError
+
+    settings_ = settings(preflight_timeout_s=0.2)
+    async with LLMClient(settings_, transport=httpx2.MockTransport(never_answer)) as client:
+        with anyio.fail_after(5), pytest.raises(FatalRunError, match="did not answer within 0.2 s"):
+            await client.check_server()
+
+
+async def test_check_server_fails_fast_on_a_real_socket_that_accepts_and_never_answers() -> None:
+    """The aiohttp transport, as in production: a listener that takes the connection and says nothing."""
+    async with await anyio.create_tcp_listener(local_host="127.0.0.1") as listener:
+        port = listener.extra(anyio.abc.SocketAttribute.local_port)
+        async with anyio.create_task_group() as group:
+            group.start_soon(listener.serve, _hold_silently)
+            client = LLMClient(settings(base_url=f"http://127.0.0.1:{port}/v1", preflight_timeout_s=0.3))
+            async with client:
+                started = anyio.current_time()
+                with pytest.raises(FatalRunError, match="did not answer"):
+                    await client.check_server()
+                assert anyio.current_time() - started < 3
+            group.cancel_scope.cancel()
+
+
+async def _hold_silently(stream: anyio.abc.SocketStream) -> None:
+    async with stream:
+        await anyio.sleep_forever()
+
+
+async def test_probe_is_true_for_any_http_answer_and_false_for_no_answer() -> None:
+    async with LLMClient(settings(), transport=ScriptedServer([]).transport) as client:
+        assert await client.probe()
+
+    def unavailable(request: httpx2.Request) -> httpx2.Response:
+        return error(503, "loading")
+
+    async with LLMClient(settings(), transport=httpx2.MockTransport(unavailable)) as client:
+        assert await client.probe()
+
+    def refuse(request: httpx2.Request) -> httpx2.Response:
+        raise httpx2.ConnectError("Connection refused")
+
+    async with LLMClient(settings(), transport=httpx2.MockTransport(refuse)) as client:
+        assert not await client.probe()
 
 
 async def test_check_server_refused_connection_is_fatal() -> None:

@@ -14,7 +14,7 @@ import orjson
 import pytest
 from structlog.testing import capture_logs
 
-from pipeline import runner as runner_module
+from pipeline import store as store_module
 from pipeline.errors import FatalRunError
 from pipeline.runner import RunOptions, RunStatus, run_job
 from pipeline.stats import RunStats
@@ -192,7 +192,10 @@ async def test_server_down_from_the_start_is_fatal_before_any_record(tmp_path: P
 
 async def test_model_not_served_is_fatal(tmp_path: Path) -> None:
     spec = make_job(tmp_path, records=5, model="gpt-oss-120b")
-    with pytest.raises(FatalRunError, match="model 'gpt-oss-120b' is not served"):
+    with pytest.raises(
+        FatalRunError,
+        match="job.yaml: key 'model': .* does not serve model 'gpt-oss-120b'; it serves: test-model",
+    ):
         await run_job(spec, options(ScriptedServer([respond(good_completion())]).transport))
 
 
@@ -287,7 +290,7 @@ async def test_duckdb_is_never_called_on_the_event_loop(
 
             return guarded
 
-    monkeypatch.setattr(runner_module, "open_database", lambda *a, **k: Guarded(open_database(*a, **k)))
+    monkeypatch.setattr(store_module, "open_database", lambda *a, **k: Guarded(open_database(*a, **k)))
     spec = make_job(tmp_path, records=50)
     summary = await run_job(spec, options(ScriptedServer([respond(good_completion())]).transport))
     assert summary.done == 50

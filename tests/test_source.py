@@ -6,7 +6,7 @@ import anyio
 import duckdb
 import pytest
 
-from pipeline.errors import ConfigError
+from pipeline.errors import PERMANENT_FAILURE_CLASSES, ConfigError, FailureClass
 from pipeline.job import JobSpec
 from pipeline.outcomes import SourceRecord
 from pipeline.runner import prepare_database
@@ -44,10 +44,13 @@ async def test_pending_is_source_minus_done_and_permanent_failures(tmp_path: Pat
     connection = prepare_database(spec)
     mark(connection, "results", [(0, ""), (1, "")])
     mark(connection, "failures", [(2, "schema_invalid"), (3, "transient"), (4, "permanent")])
-    assert await pending_ids(spec, connection, retry_failed=False) == [3, 5, 6, 7, 8, 9]
-    assert await pending_ids(spec, connection, retry_failed=True) == [2, 3, 4, 5, 6, 7, 8, 9]
-    assert await SourceReader(connection.cursor(), spec).count_pending(retry_failed=False) == 6
-    assert await SourceReader(connection.cursor(), spec).count_pending(retry_failed=False, limit=4) == 4
+    assert await pending_ids(spec, connection) == [3, 5, 6, 7, 8, 9]
+    assert await pending_ids(spec, connection, retry=PERMANENT_FAILURE_CLASSES) == [2, 3, 4, 5, 6, 7, 8, 9]
+    only_schema = {FailureClass.SCHEMA_INVALID}
+    assert await pending_ids(spec, connection, retry=only_schema) == [2, 3, 5, 6, 7, 8, 9]
+    assert await SourceReader(connection.cursor(), spec).count_pending() == 6
+    assert await SourceReader(connection.cursor(), spec).count_pending(retry=only_schema) == 7
+    assert await SourceReader(connection.cursor(), spec).count_pending(limit=4) == 4
     connection.close()
 
 
@@ -58,7 +61,7 @@ async def test_stream_in_batches_with_fields_and_limit(tmp_path: Path) -> None:
     send, receive = anyio.create_memory_object_stream[SourceRecord](1)
     records: list[SourceRecord] = []
     async with anyio.create_task_group() as group:
-        group.start_soon(lambda: reader.stream_pending(send, retry_failed=False, limit=1234))
+        group.start_soon(lambda: reader.stream_pending(send, limit=1234))
         async with receive:
             async for record in receive:
                 records.append(record)
@@ -73,12 +76,15 @@ def test_pending_sql_is_an_anti_join() -> None:
     from tests.support.jobs import job_dict
 
     spec = JobSpec.model_validate(job_dict())
-    sql = pending_sql(spec, retry_failed=False)
+    sql = pending_sql(spec)
     assert sql.startswith('SELECT s."id" FROM "postings" s WHERE')  # ids only: no text read to subtract
     assert 'NOT EXISTS (SELECT 1 FROM "results"' in sql
     assert "failure_class IN ('empty', 'invalid_json', 'permanent', 'schema_invalid', 'truncated')" in sql
     assert "transient" not in sql
-    assert "failures" not in pending_sql(spec, retry_failed=True)
+    assert "failures" not in pending_sql(spec, retry=PERMANENT_FAILURE_CLASSES)
+    assert "failure_class IN ('empty', 'invalid_json', 'permanent', 'schema_invalid')" in pending_sql(
+        spec, retry={FailureClass.TRUNCATED}
+    )
 
 
 def test_query_source(tmp_path: Path) -> None:
@@ -92,7 +98,7 @@ def test_query_source(tmp_path: Path) -> None:
     )
     connection = prepare_database(query_spec)
     row = connection.execute(
-        f"SELECT count(*) FROM ({pending_sql(query_spec, retry_failed=False)})"
+        f"SELECT count(*) FROM ({pending_sql(query_spec)})"
     ).fetchone()
     assert row == (4,)
     connection.close()
@@ -185,7 +191,7 @@ async def test_string_ids_from_a_query_source_stream_with_their_fields(tmp_path:
     send, receive = anyio.create_memory_object_stream[SourceRecord](1)
     records: list[SourceRecord] = []
     async with anyio.create_task_group() as group:
-        group.start_soon(lambda: reader.stream_pending(send, retry_failed=False))
+        group.start_soon(lambda: reader.stream_pending(send))
         async with receive:
             async for record in receive:
                 records.append(record)

@@ -9,15 +9,17 @@ from typing import Annotated, Any
 
 import typer
 
-from pipeline.errors import ConfigError
+from pipeline.errors import AlreadyRunningError, ConfigError, FatalRunError, StalledRunError
 from pipeline.job import JobSpec, load_job
 from pipeline.logs import configure_logging
 
-EXIT_CONFIG = 2
-
-EXIT_ABORTED = 3
-
-EXIT_INTERRUPTED = 130
+# Exit codes, for cron and systemd (README "Exit codes").
+EXIT_FAILURES = 1  # completed, but some records failed (see `pipeline failures`)
+EXIT_CONFIG = 2  # the job, an input or the model name is wrong: nothing was sent
+EXIT_ABORTED = 3  # the run stopped early (server down, database error): run again to resume
+EXIT_ALREADY_RUNNING = 4  # another `pipeline run` of this job holds it
+EXIT_STALLED = 5  # the stall watchdog ended the run (operations.stall_abort_s)
+EXIT_INTERRUPTED = 130  # SIGINT/SIGTERM: finished records were saved
 
 app = typer.Typer(
     help="Concurrency-first batch LLM extraction: DuckDB in, validated JSON out.",
@@ -67,6 +69,16 @@ def setup_logging(log_format: LogFormat, log_level: str) -> None:
 def fail(error: Exception, code: int) -> typer.Exit:
     typer.echo(f"error: {error}", err=True)
     return typer.Exit(code)
+
+
+def exit_code_for(error: FatalRunError) -> int:
+    if isinstance(error, ConfigError):
+        return EXIT_CONFIG
+    if isinstance(error, AlreadyRunningError):
+        return EXIT_ALREADY_RUNNING
+    if isinstance(error, StalledRunError):
+        return EXIT_STALLED
+    return EXIT_ABORTED
 
 
 def load_job_or_exit(job: Path, database: Path | None = None) -> JobSpec:

@@ -22,17 +22,21 @@ from pipeline.cli.common import (
     LogLevelOption,
     app,
     event_loop_options,
+    exit_code_for,
     fail,
     load_job_or_exit,
     setup_logging,
 )
-from pipeline.errors import ConfigError, FatalRunError
+from pipeline.errors import PERMANENT_FAILURE_CLASSES, ConfigError, FailureClass, FatalRunError
+from pipeline.job import JobSpec
 from pipeline.loader import load_file
 from pipeline.local import run_job_locally
 from pipeline.progress import LiveProgress, LogProgress, ProgressReporter, format_duration
 from pipeline.runner import RunOptions, RunSummary, run_job
 from pipeline.status import JobStatus, job_status
 from pipeline.store import open_database
+
+FAILURE_CLASSES = sorted(str(failure_class) for failure_class in PERMANENT_FAILURE_CLASSES)
 
 
 def _parse_renames(pairs: list[str]) -> dict[str, str]:
@@ -79,15 +83,40 @@ def load(
     )
 
 
+RetryClassOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--class",
+        help=f"With --retry-failed: only this failure class (repeatable): {', '.join(FAILURE_CLASSES)}.",
+    ),
+]
+
+
 @app.command()
 def run(
     job: JobArgument,
     limit: Annotated[int | None, typer.Option(min=1, help="Extract at most this many records.")] = None,
     concurrency: Annotated[int | None, typer.Option(min=1, help="Override the job's concurrency.")] = None,
     retry_failed: Annotated[bool, typer.Option(help="Also retry records that failed permanently.")] = False,
+    retry_class: RetryClassOption = None,
     endpoint: Annotated[str | None, typer.Option(help="Override endpoint.base_url.")] = None,
     model: Annotated[str | None, typer.Option(help="Override the model name.")] = None,
     timeout: Annotated[float | None, typer.Option(min=1, help="Override request_timeout_s.")] = None,
+    grace: Annotated[
+        float | None, typer.Option(min=0, help="Seconds requests in flight get after SIGINT/SIGTERM.")
+    ] = None,
+    stall_warning: Annotated[
+        float | None, typer.Option(min=1, help="Warn after this many seconds without an answer.")
+    ] = None,
+    stall_abort: Annotated[
+        float | None, typer.Option(min=1, help="End the run (exit 5) after this many seconds without one.")
+    ] = None,
+    metrics_port: Annotated[
+        int | None, typer.Option(min=0, max=65535, help="Serve Prometheus metrics on this port.")
+    ] = None,
+    metrics_textfile: Annotated[
+        Path | None, typer.Option(help="Keep a Prometheus textfile here (node_exporter).")
+    ] = None,
     local: Annotated[bool, typer.Option(help="Start the bundled local vLLM server for this run.")] = False,
     database: DatabaseOption = None,
     progress: Annotated[
@@ -98,28 +127,66 @@ def run(
 ) -> None:
     """Extract every record not done yet; safe to interrupt and run again."""
     setup_logging(log_format, log_level)
-    spec = load_job_or_exit(job, database).with_overrides(
-        concurrency=concurrency, base_url=endpoint, model=model, request_timeout_s=timeout
-    )
+    spec = _run_spec(job, database, concurrency, endpoint, model, timeout, grace, stall_warning, stall_abort)
     reporter: ProgressReporter = (
         LiveProgress()
         if progress is Display.BAR or (progress is Display.AUTO and sys.stderr.isatty())
         else LogProgress()
     )
-    options = RunOptions(limit=limit, retry_failed=retry_failed, handle_signals=True, progress=reporter)
+    options = RunOptions(
+        limit=limit,
+        retry_failed=retry_failed or bool(retry_class),
+        retry_classes=_failure_classes(retry_class or []),
+        handle_signals=True,
+        progress=reporter,
+        metrics_port=metrics_port,
+        metrics_textfile=metrics_textfile,
+    )
+    runner = run_job_locally if local or spec.endpoint.is_local else run_job
     try:
-        if local or spec.endpoint.is_local:
-            summary = anyio.run(run_job_locally, spec, options, backend_options=event_loop_options())
-        else:
-            summary = anyio.run(run_job, spec, options, backend_options=event_loop_options())
-    except ConfigError as error:
-        raise fail(error, EXIT_CONFIG) from error
+        summary = anyio.run(runner, spec, options, backend_options=event_loop_options())
     except FatalRunError as error:
-        raise fail(error, EXIT_ABORTED) from error
+        raise fail(error, exit_code_for(error)) from error
     except KeyboardInterrupt:
         raise typer.Exit(EXIT_INTERRUPTED) from None
     _print_summary(summary)
     raise typer.Exit(summary.exit_code)
+
+
+def _run_spec(
+    job: Path,
+    database: Path | None,
+    concurrency: int | None,
+    endpoint: str | None,
+    model: str | None,
+    timeout: float | None,
+    grace: float | None,
+    stall_warning: float | None,
+    stall_abort: float | None,
+) -> JobSpec:
+    spec = load_job_or_exit(job, database)
+    try:
+        return spec.with_overrides(
+            concurrency=concurrency,
+            base_url=endpoint,
+            model=model,
+            request_timeout_s=timeout,
+            shutdown_grace_s=grace,
+            stall_warning_s=stall_warning,
+            stall_abort_s=stall_abort,
+        )
+    except ConfigError as error:
+        raise fail(error, EXIT_CONFIG) from error
+
+
+def _failure_classes(names: list[str]) -> frozenset[FailureClass]:
+    unknown = sorted(set(names) - set(FAILURE_CLASSES))
+    if unknown:
+        error = ConfigError(
+            f"--class {unknown[0]!r}: not a failure class; use one of {', '.join(FAILURE_CLASSES)}"
+        )
+        raise fail(error, EXIT_CONFIG)
+    return frozenset(FailureClass(name) for name in names)
 
 
 def _print_summary(summary: RunSummary) -> None:

@@ -17,6 +17,7 @@ from pipeline.errors import LocalServerError
 from pipeline.job import JobSpec
 from pipeline.local.model import SERVED_MODEL_NAME, cache_root, ensure_model
 from pipeline.local.server import LocalServer, ServerLaunch, free_port, log_tail
+from pipeline.lock import RunLock
 from pipeline.runner import RunOptions, RunSummary, count_pending, run_job
 
 __all__ = [
@@ -140,8 +141,9 @@ async def run_job_locally(
 
     The database is checked first, so a configuration error, or nothing to do, costs no server start.
     """
-    if await count_pending(spec, options) == 0:
-        return await run_job(spec.with_overrides(base_url=_NO_SERVER_NEEDED), options)
-    launch = await vllm_launch(server or LocalServerOptions())
-    async with LocalServer(launch) as local:
-        return await run_job(spec.with_overrides(base_url=local.base_url, model=local.model), options)
+    with RunLock(spec.database):  # before the server start, so a second run fails in a second
+        if await count_pending(spec, options) == 0:
+            return await run_job(spec.with_overrides(base_url=_NO_SERVER_NEEDED), options)
+        launch = await vllm_launch(server or LocalServerOptions())
+        async with LocalServer(launch) as local:
+            return await run_job(spec.with_overrides(base_url=local.base_url, model=local.model), options)
