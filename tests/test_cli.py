@@ -92,7 +92,8 @@ def test_config_error_exits_2_with_one_line_before_any_request(tmp_path: Path) -
     job = write_job(tmp_path, concurrncy=5)
     result = pipeline("run", str(job))
     assert result.returncode == 2
-    assert result.stderr.strip() == f"error: {job}: key 'concurrncy': unknown key (did you mean 'concurrency'?)"
+    hint = "(did you mean 'concurrency'?)"
+    assert result.stderr.strip() == f"error: {job}: key 'concurrncy': unknown key {hint}"
 
 
 def test_missing_source_table_exits_2(tmp_path: Path, sim_url: str) -> None:

@@ -198,7 +198,8 @@ async def test_timeouts_are_counted(spec: JobSpec) -> None:
 async def test_refused_connections_wait_for_the_server_and_cost_no_attempt(spec: JobSpec) -> None:
     """A server restart: connections refused after the server had answered are not the record's fault."""
     refused = httpx2.ConnectError("Connection refused")
-    server = ScriptedServer([respond(good_completion()), refused, refused, refused, respond(good_completion())])
+    good = respond(good_completion())
+    server = ScriptedServer([good, refused, refused, refused, good])
     harness = Harness(spec, server)
     first = await harness.extract(SourceRecord(1, RECORD.fields))
     second = await harness.extract(SourceRecord(2, RECORD.fields))

@@ -3,6 +3,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from pipeline.errors import (
@@ -158,10 +159,12 @@ class FakeServer:
     async def sleep(self, seconds: float) -> None:
         self.sleeps.append(seconds)
         self.now += seconds
-        await anyio.sleep(0)
+        await anyio.lowlevel.checkpoint()
 
     def gate(self, give_up_after_s: float = 1800.0) -> ServerGate:
-        return ServerGate(self.probe, give_up_after_s=give_up_after_s, sleep=self.sleep, clock=lambda: self.now)
+        return ServerGate(
+            self.probe, give_up_after_s=give_up_after_s, sleep=self.sleep, clock=lambda: self.now
+        )
 
 
 async def test_gate_probes_with_backoff_until_the_server_is_back() -> None:
@@ -184,7 +187,7 @@ async def test_gate_holds_other_requests_while_one_probes() -> None:
 
     async with anyio.create_task_group() as group:
         group.start_soon(gate.hold, ServerUnreachableError("refused"))
-        await anyio.sleep(0)
+        await anyio.lowlevel.checkpoint()
         assert not gate.is_open
         for name in ("a", "b", "c"):
             group.start_soon(waiter, name)
@@ -212,7 +215,7 @@ async def test_gate_gives_up_and_every_waiter_fails_the_run() -> None:
 
     async with anyio.create_task_group() as group:
         group.start_soon(holder)
-        await anyio.sleep(0)
+        await anyio.lowlevel.checkpoint()
         group.start_soon(waiter)
     assert len(failures) == 2 and server.now >= 100
     assert "unreachable for 1" in str(failures[0]) and "server_down_abort_s" in str(failures[0])

@@ -9,8 +9,8 @@ import pytest
 from pipeline.errors import PERMANENT_FAILURE_CLASSES, ConfigError, FailureClass
 from pipeline.job import JobSpec
 from pipeline.outcomes import SourceRecord
-from pipeline.runner import prepare_database
 from pipeline.source import SourceReader, describe_source, pending_sql
+from pipeline.store import prepare_database
 from tests.support.jobs import make_job
 
 pytestmark = pytest.mark.anyio
@@ -97,9 +97,7 @@ def test_query_source(tmp_path: Path) -> None:
         }
     )
     connection = prepare_database(query_spec)
-    row = connection.execute(
-        f"SELECT count(*) FROM ({pending_sql(query_spec)})"
-    ).fetchone()
+    row = connection.execute(f"SELECT count(*) FROM ({pending_sql(query_spec)})").fetchone()
     assert row == (4,)
     connection.close()
 

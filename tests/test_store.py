@@ -10,8 +10,7 @@ from pipeline.errors import DatabaseLockedError, FailureClass
 from pipeline.job import JobSpec
 from pipeline.llm import Reply
 from pipeline.outcomes import Extracted, Failed
-from pipeline.runner import prepare_database
-from pipeline.store import RunStart, StoreWriter, open_database
+from pipeline.store import RunStart, StoreWriter, open_database, prepare_database
 from tests.support.jobs import make_job, table_rows
 
 pytestmark = pytest.mark.anyio
