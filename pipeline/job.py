@@ -13,6 +13,7 @@ import os
 import re
 import string
 import sys
+import urllib.parse
 from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
@@ -66,14 +67,25 @@ class PromptSpec(_Strict):
 
 class EndpointSpec(_Strict):
     base_url: str = Field(min_length=1)
-    api_key_env: str | None = None
+    # The NAME of the variable holding the key: a key pasted here would end up in messages.
+    api_key_env: str | None = Field(default=None, pattern=r"^[A-Z_][A-Z0-9_]*$", max_length=128)
     structured_output: bool = True
 
     @field_validator("base_url")
     @classmethod
     def _http_url(cls, value: str) -> str:
-        if value != LOCAL_ENDPOINT and not value.startswith(("http://", "https://")):
-            raise ValueError(f"must start with http:// or https:// (or be '{LOCAL_ENDPOINT}'), got {value!r}")
+        if value == LOCAL_ENDPOINT:
+            return value
+        if not value.startswith(("http://", "https://")):
+            raise ValueError(f"must start with http:// or https:// (or be '{LOCAL_ENDPOINT}')")
+        parts = urllib.parse.urlsplit(value)
+        # The URL is stored in the runs table and printed in errors, so it must not carry a secret;
+        # the value is not echoed for the same reason.
+        if parts.username is not None or parts.password is not None or parts.query or parts.fragment:
+            raise ValueError(
+                "must not contain credentials, a query or a fragment: put the API key in an environment "
+                "variable named by endpoint.api_key_env"
+            )
         return value.rstrip("/")
 
     @property
@@ -298,6 +310,7 @@ def describe_validation_error(exc: ValidationError) -> str:
 _PATTERNS = {
     _IDENTIFIER.pattern: "must be a plain SQL name (letters, digits and _, not starting with a digit)",
     r"^[\w.]+:\w+$": "must be an import path like package.module:Class",
+    r"^[A-Z_][A-Z0-9_]*$": "must be the name of an environment variable (A-Z, 0-9 and _), not the key itself",
 }
 _SECRET_WORDS = ("key", "token", "secret", "password")
 

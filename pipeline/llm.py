@@ -64,7 +64,7 @@ class ClientSettings:
 
     base_url: str
     model: str
-    api_key: str | None = None
+    api_key: str | None = field(default=None, repr=False)  # never in a repr, a log line or an error
     api_key_env: str | None = None
     concurrency: int = 256
     request_timeout_s: float = 900.0

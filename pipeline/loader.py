@@ -6,6 +6,7 @@ bigger export of it) can be loaded again. The whole load is one transaction.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,8 @@ import duckdb
 from pipeline.errors import ConfigError
 from pipeline.job import JobSpec
 from pipeline.source import quote
+
+_SQL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")  # as the job spec's table names
 
 _READERS = {
     ".csv": "read_csv({path}, header = true)",
@@ -48,8 +51,15 @@ def _reader_sql(path: Path, file_format: str | None) -> str:
     return template.format(path="'" + str(path).replace("'", "''") + "'")
 
 
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())
+def _one_line(exc: BaseException, limit: int = 400) -> str:
+    """DuckDB's reason in one line: without its sniffer settings, suggestions, echoed query or the
+    "Original Line" (record text, and often not even the line at fault)."""
+    text = re.split(r"\n\s*\n|\nLINE \d+:|\nPossible [Ss]olution", str(exc), maxsplit=1)[0]
+    kept = [line for line in text.splitlines() if not line.startswith("Original Line:")]
+    reason = " ".join(" ".join(kept).split())
+    if re.search(r"utf-?8|unicode", reason, re.IGNORECASE):
+        reason += "; the file must be UTF-8 (convert it, e.g. iconv -f latin1 -t utf-8)"
+    return reason if len(reason) <= limit else reason[: limit - 3] + "..."
 
 
 def load_file(
@@ -68,6 +78,8 @@ def load_file(
         raise ConfigError(
             f"{spec.source_file}: the job reads a query (source.query); say which table with --table"
         )
+    if not _SQL_NAME.fullmatch(target):
+        raise ConfigError(f"--table {target!r}: must be a plain SQL name (letters, digits and _)")
     if not path.is_file():
         raise ConfigError(f"{path}: no such file")
     renames = ", ".join(f"{quote(old)} AS {quote(new)}" for old, new in (rename or {}).items())
