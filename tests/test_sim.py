@@ -12,7 +12,7 @@ import pytest
 
 from pipeline.prompt import response_format_for
 from pipeline.sim import Faults, SimConfig, SimServer
-from pipeline.sim.http import serve
+from pipeline.sim.http import HttpRequest, serve
 from pipeline.sim.instances import InstanceGenerator
 from schemas.linkedin import JobPosting
 from tests.support.schemas import Item
@@ -156,6 +156,52 @@ async def test_seeded_draws_are_reproducible() -> None:
     assert outcomes[0] == outcomes[1] and 0 < outcomes[0]["invalid_json"] < 20
 
 
+def record_chat(posting: str, *extra: dict[str, str]) -> dict[str, Any]:
+    """A record's request: the shared system prompt, the record's prompt, then any re-ask messages."""
+    messages = [{"role": "system", "content": "Extract."}, {"role": "user", "content": posting}, *extra]
+    return chat(messages=messages)
+
+
+async def answer_of(sim: SimServer, body: dict[str, Any]) -> str:
+    request = HttpRequest("POST", "/v1/chat/completions", {}, orjson.dumps(body))
+    response = await sim.handle(request)
+    assert response.status == 200
+    return str(orjson.loads(response.body)["choices"][0]["message"]["content"])
+
+
+async def test_a_record_gets_the_same_content_on_every_run_retry_and_reask() -> None:
+    postings = [f"Posting {n}: we need a {n}-year engineer." for n in range(20)]
+    first, second = SimServer(SimConfig(model="m", seed=5)), SimServer(SimConfig(model="m", seed=5))
+    answers = [await answer_of(first, record_chat(posting)) for posting in postings]
+    # Another server, other requests in between and the records in reverse order: same content.
+    for posting in ("unrelated", *reversed(postings)):
+        await answer_of(second, record_chat(posting))
+    assert [await answer_of(second, record_chat(posting)) for posting in postings] == answers
+    reask = (
+        {"role": "assistant", "content": '{"title": '},
+        {"role": "user", "content": "Your answer was not valid JSON. Answer again."},
+    )
+    assert await answer_of(second, record_chat(postings[3], *reask)) == answers[3]
+    assert len(set(answers)) >= 15  # different records: different content, but for rare collisions
+    Item.model_validate_json(answers[0])
+    other_seed = SimServer(SimConfig(model="m", seed=6))
+    elsewhere = [await answer_of(other_seed, record_chat(posting)) for posting in postings]
+    assert sum(a != b for a, b in zip(answers, elsewhere, strict=True)) >= 15
+
+
+async def test_faults_stay_drawn_per_request_and_spoil_the_records_content() -> None:
+    clean = await answer_of(SimServer(SimConfig(model="m")), record_chat("A posting."))
+    for fault in ("invalid_json", "schema_invalid", "length"):
+        sim = SimServer(SimConfig(model="m", faults=Faults(**{fault: 1.0})))
+        spoiled = await answer_of(sim, record_chat("A posting."))
+        assert spoiled != clean and sim.metrics.faults == {fault: 1}
+        if fault != "schema_invalid":
+            assert clean.startswith(spoiled.removesuffix(' "'))  # a cut of the record's own answer
+    half = SimServer(SimConfig(model="m", faults=Faults(invalid_json=0.5)))
+    same_record = [await answer_of(half, record_chat("A posting.")) for _ in range(40)]
+    assert 5 < same_record.count(clean) < 35  # the fault is drawn per request, not per record
+
+
 async def test_schema_from_the_system_prompt_when_no_response_format(sim_url: str) -> None:
     from pipeline.prompt import SCHEMA_INSTRUCTION
 
@@ -269,3 +315,35 @@ async def test_requests_in_flight_count_faulted_and_streamed_requests() -> None:
         metrics = (await client.get("/metrics")).text
     assert 'pipeline_sim:peak_requests_in_flight{model_name="m"} 6' in metrics
     assert 'pipeline_sim:requests_in_flight{model_name="m"} 0' in metrics  # streams counted until done
+
+
+async def test_metrics_count_every_chat_request_the_largest_prompt_and_each_fault() -> None:
+    config = SimConfig(model="m", seed=2, faults=Faults(server_error=0.3, context_length=0.3))
+    server, url, sim = await start(config)
+    short = chat(messages=[{"role": "user", "content": "x" * 40}])
+    long = chat(messages=[{"role": "user", "content": "x" * 400}, {"role": "user", "content": "y" * 40}])
+    async with server, httpx2.AsyncClient(base_url=url, timeout=30) as client:
+        for body in (short, long, *[short] * 18):
+            await client.post("/v1/chat/completions", json=body)
+        metrics = (await client.get("/metrics")).text
+    assert 'pipeline_sim:chat_requests_total{model_name="m"} 20' in metrics  # faulted ones included
+    assert f'pipeline_sim:requests_total{{model_name="m"}} {sim.metrics.requests}' in metrics
+    assert sim.metrics.requests < 20
+    assert 'pipeline_sim:max_prompt_tokens{model_name="m"} 118' in metrics  # (400 + 40) / 4 + 4 x 2
+    assert 'pipeline_sim:max_messages{model_name="m"} 2' in metrics
+    for fault in ("server_error", "context_length", "reset", "hang"):
+        count = sim.metrics.faults.get(fault, 0)
+        assert f'pipeline_sim:faults_total{{model_name="m",fault="{fault}"}} {count}\n' in metrics
+    assert sim.metrics.faults["server_error"] > 0 and sim.metrics.faults["context_length"] > 0
+
+
+async def test_a_restarted_server_binds_the_same_port_at_once() -> None:
+    """SO_REUSEADDR: connections the old server closed (TIME_WAIT) must not block the new one."""
+    server, url, _ = await start(SimConfig(model="m"))
+    async with server, httpx2.AsyncClient(base_url=url, timeout=30) as client:
+        for _ in range(3):  # the server closes these connections: its side waits in TIME_WAIT
+            await client.get("/health", headers={"connection": "close"})
+    port = int(url.rsplit(":", 1)[1])
+    again = await serve(SimServer(SimConfig(model="m")).handle, "127.0.0.1", port)
+    async with again, httpx2.AsyncClient(base_url=url, timeout=30) as client:
+        assert (await client.get("/health")).status_code == 200

@@ -1,8 +1,13 @@
 """What the simulated model says: a valid instance of the requested JSON schema (or filler text),
-reasoning that shares ``max_tokens`` with the answer, and the faults that spoil an answer."""
+reasoning that shares ``max_tokens`` with the answer, and the faults that spoil an answer.
+
+The instance depends only on the seed and the record's prompt (:func:`record_rng`), as a model at
+temperature 0 would answer: a re-ask, a retry or a second run gets the same content for a record.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import random
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +34,15 @@ class Answer:
 
 def prompt_tokens(messages: list[dict[str, Any]]) -> int:
     return sum(len(str(m.get("content") or "")) for m in messages) // CHARS_PER_TOKEN + 4 * len(messages)
+
+
+def record_rng(seed: int, messages: list[dict[str, Any]]) -> random.Random:
+    """A generator for one record's answer, seeded by ``seed`` and the first user message (the
+    record's prompt: re-asks append their messages after it, so they draw the same content)."""
+    first = next((m.get("content") for m in messages if m.get("role") == "user"), None)
+    text = first if isinstance(first, str) else orjson.dumps(first).decode()
+    digest = hashlib.blake2b(f"{seed}\n{text}".encode(), digest_size=8).digest()
+    return random.Random(int.from_bytes(digest, "big"))
 
 
 def plan_answer(

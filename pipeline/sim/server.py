@@ -3,7 +3,8 @@
 Timing comes either from a calibrated engine (``profile``: continuous batching, max-num-seqs, prefill,
 prefix cache, KV cache; see :mod:`pipeline.sim.engine`) or from a fixed latency per request. Answers
 are valid instances of the request's JSON schema; reasoning shares ``max_tokens`` with the answer
-(:mod:`pipeline.sim.answers`). Faults are drawn per request from a seeded generator. Streaming
+(:mod:`pipeline.sim.answers`); an answer's content depends only on the seed and the record's prompt.
+Faults are drawn per request from a seeded generator. Streaming
 (``stream: true``) sends server-sent events: the first at the first token, for TTFT.
 """
 
@@ -19,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from pipeline.sim.answers import DEFAULT_REASONING_TOKENS, Answer, plan_answer, prompt_tokens
+from pipeline.sim.answers import DEFAULT_REASONING_TOKENS, Answer, plan_answer, prompt_tokens, record_rng
 from pipeline.sim.engine import Engine, Sequence
 from pipeline.sim.http import HttpRequest, HttpResponse
 from pipeline.sim.profiles import PROFILES
@@ -64,7 +65,10 @@ class SimMetrics:
     peak_running: int = 0
     in_flight: int = 0  # chat requests being handled, faulted ones included
     peak_in_flight: int = 0
-    requests: int = 0
+    requests: int = 0  # chat requests the engine generated for (faulted answers included)
+    chat_requests: int = 0  # every chat request received, 5xx/reset/hang/400 faults included
+    max_prompt_tokens: int = 0  # the largest prompt received: re-asks must not grow it without bound
+    max_messages: int = 0  # the most messages in one chat request
     successes: int = 0
     prompt_tokens: int = 0
     generation_tokens: int = 0
@@ -148,11 +152,21 @@ class SimServer:
             "vllm:num_preemptions_total": engine.preemptions if engine else 0,
             "pipeline_sim:speed": self.config.speed if self.engine else 1.0,
             "pipeline_sim:peak_requests_running": self.metrics.peak_running,
+            "pipeline_sim:peak_requests_waiting": engine.peak_waiting if engine else 0,
             "pipeline_sim:requests_in_flight": self.metrics.in_flight,
             "pipeline_sim:peak_requests_in_flight": self.metrics.peak_in_flight,
             "pipeline_sim:requests_total": self.metrics.requests,
+            "pipeline_sim:chat_requests_total": self.metrics.chat_requests,
+            "pipeline_sim:max_prompt_tokens": self.metrics.max_prompt_tokens,
+            "pipeline_sim:max_messages": self.metrics.max_messages,
         }
-        return "".join(f"{name}{label} {value}\n" for name, value in values.items()).encode()
+        lines = [f"{name}{label} {value}\n" for name, value in values.items()]
+        lines += [
+            f'pipeline_sim:faults_total{{model_name="{self.config.model}",fault="{name}"}} '
+            f"{self.metrics.faults.get(name, 0)}\n"
+            for name, _ in self.config.faults.items()
+        ]
+        return "".join(lines).encode()
 
     def _models(self) -> HttpResponse:
         entry = {
@@ -178,6 +192,9 @@ class SimServer:
         if body.get("model") != self.config.model:
             return _error(404, f"The model `{body.get('model')}` does not exist.", "NotFoundError")
         prompt = prompt_tokens(messages)
+        self.metrics.chat_requests += 1
+        self.metrics.max_prompt_tokens = max(self.metrics.max_prompt_tokens, prompt)
+        self.metrics.max_messages = max(self.metrics.max_messages, len(messages))
         max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 1024)
         fault = self._draw_fault()
         if fault == "context_length" or prompt + max_tokens > self.config.max_model_len:
@@ -185,7 +202,7 @@ class SimServer:
         failure = await self._failure(fault)
         if failure is not None:
             return failure
-        answer = plan_answer(body, self._rng, fault, self._reasoning)
+        answer = plan_answer(body, record_rng(self.config.seed, messages), fault, self._reasoning)
         sequence = self._sequence(messages, prompt, answer)
         if body.get("stream"):
             stream = self._stream(body, sequence, answer, prompt)

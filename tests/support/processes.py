@@ -5,10 +5,13 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
+import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import httpx2
@@ -59,3 +62,117 @@ def sim_metric(url: str, name: str) -> float:
     match = re.search(rf"^{re.escape(name)}{{[^}}]*}} ([0-9.]+)$", text, re.MULTILINE)
     assert match, f"{name} not in /metrics"
     return float(match.group(1))
+
+
+def sim_metrics(url: str) -> dict[str, float]:
+    """Every value of the simulator's /metrics, keyed by name; labels other than the model's are kept,
+    e.g. ``pipeline_sim:faults_total{fault="reset"}``."""
+    text = httpx2.get(url.removesuffix("/v1") + "/metrics", timeout=10).text
+    values = {}
+    for line in text.splitlines():
+        match = re.match(r"^([^{\s]+)\{([^}]*)\} (\S+)$", line)
+        if match is None:
+            continue
+        name, labels, value = match.groups()
+        extra = ",".join(label for label in labels.split(",") if not label.startswith("model_name="))
+        values[f"{name}{{{extra}}}" if extra else name] = float(value)
+    return values
+
+
+def free_port() -> int:
+    """A port nothing listens on now (the caller binds it soon after: a small race, fine on CI)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+class SimProcess:
+    """`pipeline sim --port PORT ARGS` that can be killed and started again on the same port and seed,
+    as a model server restarts under a running job. Its output goes to ``log``."""
+
+    def __init__(self, *args: str, port: int | None = None, log: Path | None = None) -> None:
+        self.args = args
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+        if log is None:
+            handle, name = tempfile.mkstemp(prefix="sim-", suffix=".log")
+            os.close(handle)
+            log = Path(name)
+        self.log = log
+        self.starts = 0
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout_s: float = 30.0) -> None:
+        """Start and wait until it serves; retried while the port is still held (bounded)."""
+        assert self._process is None, "already running"
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with self.log.open("ab") as output:
+                output.write(f"--- start {self.starts + 1} on port {self.port}\n".encode())
+                output.flush()
+                offset = output.tell()
+                process = subprocess.Popen(
+                    pipeline_command("sim", "--port", str(self.port), *self.args),
+                    stdout=output,
+                    stderr=subprocess.STDOUT,
+                    env=subprocess_env(),
+                    start_new_session=True,
+                )
+            while process.poll() is None and time.monotonic() < deadline:
+                with self.log.open("rb") as output:
+                    output.seek(offset)
+                    if b" at http://" in output.read():
+                        self._process = process
+                        self.starts += 1
+                        return
+                time.sleep(0.05)
+            if process.poll() is None:  # no ready line in time
+                _stop(process, signal.SIGKILL)
+            if time.monotonic() >= deadline:
+                raise RuntimeError(f"the simulator did not start on port {self.port}: {self.tail()}")
+            time.sleep(0.2)  # it exited (e.g. the port is still held): try again
+
+    def kill(self) -> None:
+        """SIGKILL, like a crashed or restarted server: in-flight requests are dropped."""
+        if self._process is not None:
+            _stop(self._process, signal.SIGKILL)
+            self._process = None
+
+    def stop(self) -> None:
+        if self._process is not None:
+            _stop(self._process, signal.SIGTERM)
+            self._process = None
+
+    def restart(self, down_s: float) -> None:
+        self.kill()
+        time.sleep(down_s)
+        self.start()
+
+    def metrics(self) -> dict[str, float]:
+        return sim_metrics(self.url)
+
+    def tail(self, chars: int = 2000) -> str:
+        return self.log.read_text(errors="replace")[-chars:] if self.log.exists() else ""
+
+
+def _stop(process: subprocess.Popen[bytes], signum: int) -> None:
+    with suppress(ProcessLookupError):
+        os.killpg(process.pid, signum)
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        with suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+
+
+@contextmanager
+def sim_process(*args: str, port: int | None = None, log: Path | None = None) -> Iterator[SimProcess]:
+    """A started :class:`SimProcess` that is always stopped at the end."""
+    sim = SimProcess(*args, port=port, log=log)
+    sim.start()
+    try:
+        yield sim
+    finally:
+        sim.stop()
