@@ -33,7 +33,7 @@ log = structlog.get_logger("pipeline.retry")
 
 MAX_RETRY_AFTER_S = 3600.0
 PROBE_INITIAL_S = 1.0
-PROBE_MAX_S = 30.0
+PROBE_MAX_S = 5.0  # a probe is one cheap GET; a restarted server should not sit idle long
 
 
 class RetryKind(StrEnum):

@@ -160,8 +160,6 @@ class StoreWriter:
     def _insert_run(self, start: RunStart) -> int:
         table = quote(self.spec.output.runs_table)
         con = self.connection
-        # Only one process can hold the database open, so any run still "running" was killed.
-        con.execute(f"UPDATE {table} SET status = 'abandoned' WHERE status = 'running'")
         row = con.execute(f"SELECT coalesce(max(run_id), 0) + 1 FROM {table}").fetchone()
         run_id = int(row[0]) if row else 1
         con.execute(
@@ -283,6 +281,10 @@ def prepare_database(spec: JobSpec) -> duckdb.DuckDBPyConnection:
             log.info("loaded seed file", file=str(seed), table=table, records=report.inserted)
         shape = describe_source(connection, spec)
         create_output_tables(connection, spec, shape.id_type)
+        # Only one process can open the database for writing, so a run still "running" was killed
+        # (also when this run then finds nothing to do and records no run of its own).
+        runs = quote(spec.output.runs_table)
+        connection.execute(f"UPDATE {runs} SET status = 'abandoned' WHERE status = 'running'")
     except BaseException:
         connection.close()
         raise

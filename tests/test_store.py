@@ -131,6 +131,15 @@ async def test_a_run_left_running_is_marked_abandoned(spec: JobSpec) -> None:
     writer.connection.close()
 
 
+async def test_a_run_killed_after_its_last_commit_is_abandoned_even_when_nothing_is_left(
+    spec: JobSpec,
+) -> None:
+    writer = await started_writer(spec)
+    writer.connection.close()  # killed before recording its end; the next run finds nothing to do
+    prepare_database(spec).close()
+    assert table_rows(spec.database, "SELECT run_id, status FROM runs") == [(1, "abandoned")]
+
+
 def test_string_ids_keep_their_type(tmp_path: Path) -> None:
     spec = make_job(tmp_path, records=0)
     with duckdb.connect(str(spec.database)) as connection:
