@@ -181,7 +181,7 @@ async def test_check_server_rejects_an_unserved_model() -> None:
     server = ScriptedServer([], models=["other-a", "other-b"])
     async with LLMClient(settings(), transport=server.transport) as client:
         with pytest.raises(
-            ModelNotServedError, match="does not serve model 'test-model' .*it serves: other-a, other-b"
+            ModelNotServedError, match="does not serve model 'test-model'; it serves: other-a, other-b"
         ) as caught:
             await client.check_server()
     assert isinstance(caught.value, ConfigError)  # exit code 2: the job names the wrong model

@@ -1,0 +1,154 @@
+"""Commands that read a job's output: failures, export."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import orjson
+import typer
+
+from pipeline.cli.common import (
+    EXIT_ABORTED,
+    EXIT_CONFIG,
+    DatabaseOption,
+    JobArgument,
+    app,
+    fail,
+    load_job_or_exit,
+)
+from pipeline.errors import ConfigError, DatabaseLockedError, FailureClass
+from pipeline.export import FORMAT_BY_EXTENSION, ExportReport, export_format, export_results
+from pipeline.failures import FailureReport, failure_report, parse_failure_classes
+
+T = TypeVar("T")
+
+
+def _read_or_exit(read: Callable[[], T]) -> T:
+    try:
+        return read()
+    except DatabaseLockedError as error:  # a `pipeline run` holds the database; DuckDB allows one process
+        raise fail(error, EXIT_ABORTED) from error
+    except ConfigError as error:
+        raise fail(error, EXIT_CONFIG) from error
+
+
+@app.command()
+def failures(
+    job: JobArgument,
+    failure_classes: Annotated[
+        list[str] | None,
+        typer.Option("--class", metavar="CLASS", help="Only this failure class (repeatable)."),
+    ] = None,
+    examples: Annotated[int, typer.Option(min=0, help="Examples to show per class.")] = 3,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    database: DatabaseOption = None,
+) -> None:
+    """Failures by class, largest first, with a few examples each and how to retry them."""
+    spec = load_job_or_exit(job, database)
+    classes = _read_or_exit(lambda: parse_failure_classes(failure_classes or []))
+    report = _read_or_exit(lambda: failure_report(spec, classes, examples))
+    if as_json:
+        typer.echo(orjson.dumps(_failures_dict(report), default=str).decode())
+        return
+    typer.echo(_failures_text(report, classes, _retry_command(job, database, report)))
+
+
+def _failures_dict(report: FailureReport) -> dict[str, Any]:
+    return {
+        "database": report.database,
+        "table": report.table,
+        "total": report.total,
+        "classes": [
+            {
+                "failure_class": summary.failure_class,
+                "count": summary.count,
+                "examples": [
+                    {
+                        "record_id": example.record_id,
+                        "attempts": example.attempts,
+                        "message": example.message,
+                        "raw_output": example.raw_output,
+                    }
+                    for example in summary.examples
+                ],
+            }
+            for summary in report.classes
+        ],
+    }
+
+
+def _retry_command(job: Path, database: Path | None, report: FailureReport) -> str:
+    words = ["pipeline", "run", str(job), "--retry-failed"]
+    for summary in report.classes:
+        words += ["--class", summary.failure_class]
+    if database is not None:
+        words += ["--database", str(database)]
+    return shlex.join(words)
+
+
+def _failures_text(report: FailureReport, asked: list[FailureClass], retry_command: str) -> str:
+    where = f"{report.database} (table {report.table})"
+    if not report.classes:
+        of_classes = f" of class {', '.join(asked)}" if asked else ""
+        return f"no failures{of_classes} in {where}"
+    lines = [f"{_count(report.total, 'failure')} in {where}"]
+    for summary in report.classes:
+        lines += ["", f"{summary.failure_class}: {summary.count:,}"]
+        for example in summary.examples:
+            attempts = _count(example.attempts, "attempt") if example.attempts is not None else "?"
+            lines.append(f"  id {example.record_id} ({attempts}): {example.message}")
+            if example.raw_output:
+                lines.append(f"      output: {example.raw_output}")
+        if summary.count > len(summary.examples) and summary.examples:
+            lines.append(f"  … and {summary.count - len(summary.examples):,} more")
+    lines += ["", f"retry them: {retry_command}"]
+    return "\n".join(lines)
+
+
+@app.command("export")
+def export_command(
+    job: JobArgument,
+    out: Annotated[Path, typer.Option("--out", help="The file to write; replaced if it exists.")],
+    file_format: Annotated[
+        str | None,
+        typer.Option(
+            "--format",
+            metavar="parquet|jsonl|csv",
+            help=f"Default: from --out's extension ({', '.join(FORMAT_BY_EXTENSION)}).",
+        ),
+    ] = None,
+    include_failures: Annotated[
+        bool,
+        typer.Option(
+            help="Also write the failures (same format) beside --out: "
+            "results.parquet -> results.failures.parquet."
+        ),
+    ] = False,
+    database: DatabaseOption = None,
+) -> None:
+    """Write the results, joined to the source ids, to Parquet, JSON lines or CSV.
+
+    One row per result whose id is still in the source, in no particular order.
+
+    Columns: the id (named as the job's source.id_column), extracted (nested JSON in jsonl, JSON in parquet, JSON text in csv), model, attempts, prompt_tokens, completion_tokens, reasoning_tokens, finish_reason, created_at (UTC).
+
+    The file is written beside --out and renamed into place: an interrupted export leaves no half file.
+    """  # noqa: E501  (Typer keeps a docstring's line breaks: one paragraph, one line)
+    spec = load_job_or_exit(job, database)
+    fmt = _read_or_exit(lambda: export_format(out, file_format))
+    report = _read_or_exit(lambda: export_results(spec, out, fmt, include_failures=include_failures))
+    typer.echo(_export_text(report))
+
+
+def _export_text(report: ExportReport) -> str:
+    text = f"exported {_count(report.rows, 'result')} to {report.out} ({report.format})"
+    if report.failures_out is not None:
+        text += f" and {_count(report.failure_rows or 0, 'failure')} to {report.failures_out}"
+    return text
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number:,} {noun}{'' if number == 1 else 's'}"

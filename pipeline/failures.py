@@ -1,0 +1,150 @@
+"""``pipeline failures``: a job's failures table summarised by failure class, with a few examples each.
+
+Only a handful of rows per class ever reach Python (a window function picks them in DuckDB), and the
+raw outputs are cut in SQL, so a table of a million failures with megabyte replies reads in a blink.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import duckdb
+
+from pipeline.errors import ConfigError, FailureClass
+from pipeline.job import JobSpec
+from pipeline.source import quote
+from pipeline.store import open_database
+
+MESSAGE_CHARS = 200
+RAW_OUTPUT_CHARS = 120
+# Cut long texts in SQL first, with room for the whitespace that one_line() squeezes out.
+_SQL_CUT_CHARS = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class FailureExample:
+    record_id: Any
+    attempts: int | None
+    message: str
+    raw_output: str | None  # an excerpt of last_raw_output, one line
+
+
+@dataclass(frozen=True, slots=True)
+class FailureClassSummary:
+    failure_class: str
+    count: int
+    examples: tuple[FailureExample, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class FailureReport:
+    database: str
+    table: str
+    classes: tuple[FailureClassSummary, ...]  # by count, largest first
+
+    @property
+    def total(self) -> int:
+        return sum(summary.count for summary in self.classes)
+
+
+def parse_failure_classes(values: Iterable[str]) -> list[FailureClass]:
+    """``--class`` values as failure classes; an unknown one is a :class:`ConfigError`."""
+    valid = [str(failure_class) for failure_class in FailureClass]
+    parsed = []
+    for value in values:
+        if value not in valid:
+            raise ConfigError(f"--class {value!r}: unknown failure class; use one of {', '.join(valid)}")
+        parsed.append(FailureClass(value))
+    return parsed
+
+
+def one_line(text: str | None, limit: int) -> str | None:
+    """Whitespace (newlines included) squeezed to single spaces, cut to ``limit`` characters."""
+    if text is None:
+        return None
+    squeezed = " ".join(text.split())
+    return squeezed if len(squeezed) <= limit else squeezed[: limit - 1] + "…"
+
+
+def open_job_output(
+    spec: JobSpec, tables: Sequence[str], *, memory_limit: str | None = None
+) -> duckdb.DuckDBPyConnection:
+    """Open the job's database read-only and check the output ``tables`` exist. Blocking.
+
+    Raises :class:`ConfigError` (no database, no tables yet) or ``DatabaseLockedError`` (a run holds it).
+    """
+    connection = open_database(
+        spec.database, read_only=True, memory_limit=memory_limit or spec.duckdb_memory_limit
+    )
+    try:
+        existing = {
+            str(row[0]).lower()
+            for row in connection.execute("SELECT table_name FROM duckdb_tables()").fetchall()
+        }
+        missing = [table for table in tables if table.lower() not in existing]
+        if missing:
+            raise ConfigError(
+                f"{spec.database}: no table {missing[0]!r} yet; "
+                f"nothing has been extracted (run `pipeline run {spec.source_file}` first)"
+            )
+    except BaseException:
+        connection.close()
+        raise
+    return connection
+
+
+def failure_report(spec: JobSpec, classes: Sequence[FailureClass] = (), examples: int = 3) -> FailureReport:
+    """Count the job's failures per class (all classes, or only ``classes``), with ``examples`` each."""
+    table = spec.output.failures_table
+    connection = open_job_output(spec, [table])
+    try:
+        counts = _class_counts(connection, table, classes)
+        picked = _examples(connection, table, classes, examples) if examples > 0 else {}
+    finally:
+        connection.close()
+    summaries = tuple(FailureClassSummary(name, count, tuple(picked.get(name, ()))) for name, count in counts)
+    return FailureReport(database=str(spec.database), table=table, classes=summaries)
+
+
+def _class_filter(classes: Sequence[FailureClass]) -> tuple[str, list[Any]]:
+    if not classes:
+        return "", []
+    return " WHERE failure_class IN (SELECT unnest(?))", [[str(name) for name in classes]]
+
+
+def _class_counts(
+    connection: duckdb.DuckDBPyConnection, table: str, classes: Sequence[FailureClass]
+) -> list[tuple[str, int]]:
+    where, parameters = _class_filter(classes)
+    rows = connection.execute(
+        f"SELECT failure_class, count(*) AS n FROM {quote(table)}{where} GROUP BY 1 ORDER BY n DESC, 1",
+        parameters,
+    ).fetchall()
+    return [(str(name), int(count)) for name, count in rows]
+
+
+def _examples(
+    connection: duckdb.DuckDBPyConnection, table: str, classes: Sequence[FailureClass], per_class: int
+) -> dict[str, list[FailureExample]]:
+    """The most recent ``per_class`` failures of each class."""
+    where, parameters = _class_filter(classes)
+    rows = connection.execute(
+        f"SELECT failure_class, record_id, attempts, left(message, {_SQL_CUT_CHARS}), "
+        f"left(last_raw_output, {_SQL_CUT_CHARS}) FROM ("
+        "SELECT *, row_number() OVER (PARTITION BY failure_class ORDER BY created_at DESC, record_id) AS n "
+        f"FROM {quote(table)}{where}) WHERE n <= ? ORDER BY failure_class, n",
+        [*parameters, per_class],
+    ).fetchall()
+    picked: dict[str, list[FailureExample]] = {}
+    for name, record_id, attempts, message, raw_output in rows:
+        picked.setdefault(str(name), []).append(
+            FailureExample(
+                record_id=record_id,
+                attempts=attempts,
+                message=one_line(message, MESSAGE_CHARS) or "",
+                raw_output=one_line(raw_output, RAW_OUTPUT_CHARS),
+            )
+        )
+    return picked
