@@ -180,10 +180,7 @@ async def _run_prepared(
         return summary(run_id=None, status=RunStatus.NOTHING_TO_DO)
     _warn_if_timeout_is_short(spec)
     async with LLMClient(settings, transport=options.transport) as llm:
-        try:
-            await llm.check_server()
-        except ModelNotServedError as error:
-            raise ModelNotServedError(f"{spec.source_file}: key 'model': {error}") from error
+        await _check_server(llm, spec)
         writer = StoreWriter(connection, spec)
         stats = RunStats(pending_at_start=pending, concurrency=spec.concurrency)
         run_id = await writer.begin_run(
@@ -208,6 +205,13 @@ async def _run_prepared(
         timeouts=stats.timeouts,
         elapsed_s=stats.elapsed_s(),
     )
+
+
+async def _check_server(llm: LLMClient, spec: JobSpec) -> None:
+    try:
+        await llm.check_server()
+    except ModelNotServedError as error:
+        raise ModelNotServedError(f"{spec.source_file}: key 'model': {error}") from error
 
 
 def _warn_if_timeout_is_short(spec: JobSpec) -> None:
