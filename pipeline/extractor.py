@@ -57,7 +57,7 @@ class Extractor:
         growth: BudgetGrowth,
         stats: RunStats,
         abort_after_consecutive_failures: int,
-        gate: ServerGate | None = None,
+        gate: ServerGate,
     ) -> None:
         self._llm = llm
         self._prompts = prompts
@@ -67,7 +67,7 @@ class Extractor:
         self._stats = stats
         self._abort_after = abort_after_consecutive_failures
         self._server_failures_in_a_row = 0
-        self._gate = gate or ServerGate(llm.probe, give_up_after_s=1800.0)
+        self._gate = gate
 
     async def extract(self, record: SourceRecord) -> Outcome:
         first = self._prompts.request_for(record.fields)
@@ -109,21 +109,20 @@ class Extractor:
     async def _send_once(self, request: ChatRequest) -> Reply:
         stats = self._stats
         ticket = stats.request_sent()
+        answered = False
         try:
             reply = await self._llm.complete(request)
+            answered = True
         except TransientError as error:
-            stats.request_ended(ticket, answered=False)
             if error.timed_out:
                 stats.timeouts += 1
                 log.warning("request timed out", error=str(error))
             raise
         except RecordError:
-            stats.request_ended(ticket, answered=True)
+            answered = True  # the server refused the request: an answer all the same
             raise
-        except BaseException:
-            stats.request_ended(ticket, answered=False)
-            raise
-        stats.request_ended(ticket, answered=True)
+        finally:
+            stats.request_ended(ticket, answered=answered)
         stats.output_tokens += reply.completion_tokens or 0
         stats.prompt_tokens += reply.prompt_tokens or 0
         return reply

@@ -45,7 +45,6 @@ class RunStats:
     started: float = field(default=-1.0)
     done: int = 0  # committed to the results table
     failed: int = 0  # committed to the failures table
-    in_flight: int = 0
     requests: int = 0
     output_tokens: int = 0
     timeouts: int = 0
@@ -67,19 +66,20 @@ class RunStats:
         """Count a request in flight; the ticket given back ends it in :meth:`request_ended`."""
         ticket = next(self._tickets)
         self._sent_at[ticket] = self.clock()
-        self.in_flight += 1
         self.requests += 1
         return ticket
 
     def request_ended(self, ticket: int, *, answered: bool) -> None:
         """``answered``: the server finished the request (a reply or an HTTP error, not a timeout)."""
-        sent = self._sent_at.pop(ticket, None)
-        self.in_flight -= 1
+        sent = self._sent_at.pop(ticket)
         if answered:
             now = self.clock()
             self.last_answer_at = now
-            if sent is not None:
-                self.latency.observe(now - sent)
+            self.latency.observe(now - sent)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._sent_at)
 
     def oldest_in_flight_s(self, now: float | None = None) -> float | None:
         if not self._sent_at:

@@ -20,7 +20,9 @@ def busy_stats() -> RunStats:
     stats = RunStats(
         pending_at_start=1000, concurrency=256, clock=lambda: 1060.0, started=1000.0
     )  # a minute in
-    stats.done, stats.failed, stats.in_flight, stats.output_tokens, stats.timeouts = 290, 10, 256, 60_000, 2
+    stats.done, stats.failed, stats.output_tokens, stats.timeouts = 290, 10, 60_000, 2
+    for _ in range(256):
+        stats.request_sent()
     return stats
 
 
