@@ -6,7 +6,7 @@ raw outputs are cut in SQL, so a table of a million failures with megabyte repli
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,13 +49,21 @@ class FailureReport:
         return sum(summary.count for summary in self.classes)
 
 
-def parse_failure_classes(values: Iterable[str]) -> list[FailureClass]:
-    """``--class`` values as failure classes; an unknown one is a :class:`ConfigError`."""
-    valid = [str(failure_class) for failure_class in FailureClass]
+def class_names(allowed: Collection[FailureClass] = tuple(FailureClass)) -> list[str]:
+    """The ``allowed`` classes' names, in the order the failure classes are defined."""
+    return [str(failure_class) for failure_class in FailureClass if failure_class in allowed]
+
+
+def parse_failure_classes(
+    values: Iterable[str], allowed: Collection[FailureClass] = tuple(FailureClass)
+) -> list[FailureClass]:
+    """``--class`` values as failure classes; one not in ``allowed`` is a :class:`ConfigError`."""
+    valid = class_names(allowed)
     parsed = []
     for value in values:
         if value not in valid:
-            raise ConfigError(f"--class {value!r}: unknown failure class; use one of {', '.join(valid)}")
+            problem = "not taken here" if value in class_names() else "unknown failure class"
+            raise ConfigError(f"--class {value!r}: {problem}; use one of {', '.join(valid)}")
         parsed.append(FailureClass(value))
     return parsed
 

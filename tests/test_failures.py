@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from pipeline.cli import app
-from pipeline.errors import ConfigError, DatabaseLockedError, FailureClass
+from pipeline.errors import PERMANENT_FAILURE_CLASSES, ConfigError, DatabaseLockedError, FailureClass
 from pipeline.failures import MESSAGE_CHARS, RAW_OUTPUT_CHARS, failure_report, parse_failure_classes
 from tests.support.jobs import make_job
 from tests.support.outputs import database_held_by_another_process, job_with_outputs, run_scripted
@@ -59,6 +59,13 @@ def test_unknown_class_names_the_valid_ones() -> None:
     assert parse_failure_classes(["truncated", "empty"]) == [FailureClass.TRUNCATED, FailureClass.EMPTY]
     with pytest.raises(ConfigError, match="--class 'nope': unknown failure class; use one of invalid_json"):
         parse_failure_classes(["truncated", "nope"])
+    only_permanent = PERMANENT_FAILURE_CLASSES  # what `run --retry-failed --class` takes
+    with pytest.raises(
+        ConfigError,
+        match="^--class 'transient': not taken here; "
+        "use one of invalid_json, schema_invalid, truncated, empty, permanent$",
+    ):
+        parse_failure_classes(["transient"], allowed=only_permanent)
 
 
 def test_cli_prints_classes_examples_and_the_retry_command(tmp_path: Path) -> None:

@@ -108,8 +108,8 @@ def test_retry_failed_by_class_retries_only_that_class(tmp_path: Path) -> None:
     assert failed == [(3, "schema_invalid"), (4, "permanent")]
     assert bad.returncode == 2
     assert bad.stderr.strip() == (
-        "error: --class 'truncate': not a failure class; use one of "
-        "empty, invalid_json, permanent, schema_invalid, truncated"
+        "error: --class 'truncate': unknown failure class; use one of "
+        "invalid_json, schema_invalid, truncated, empty, permanent"
     )
 
 

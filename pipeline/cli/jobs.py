@@ -28,6 +28,7 @@ from pipeline.cli.common import (
     setup_logging,
 )
 from pipeline.errors import PERMANENT_FAILURE_CLASSES, ConfigError, FailureClass, FatalRunError
+from pipeline.failures import class_names, parse_failure_classes
 from pipeline.job import JobSpec
 from pipeline.loader import load_file
 from pipeline.local import run_job_locally
@@ -36,7 +37,8 @@ from pipeline.runner import RunOptions, RunSummary, run_job
 from pipeline.status import JobStatus, job_status
 from pipeline.store import open_database
 
-FAILURE_CLASSES = sorted(str(failure_class) for failure_class in PERMANENT_FAILURE_CLASSES)
+# Transient failures are retried by every run, so --class takes only the others.
+FAILURE_CLASSES = class_names(PERMANENT_FAILURE_CLASSES)
 
 
 def _parse_renames(pairs: list[str]) -> dict[str, str]:
@@ -180,13 +182,10 @@ def _run_spec(
 
 
 def _failure_classes(names: list[str]) -> frozenset[FailureClass]:
-    unknown = sorted(set(names) - set(FAILURE_CLASSES))
-    if unknown:
-        error = ConfigError(
-            f"--class {unknown[0]!r}: not a failure class; use one of {', '.join(FAILURE_CLASSES)}"
-        )
-        raise fail(error, EXIT_CONFIG)
-    return frozenset(FailureClass(name) for name in names)
+    try:
+        return frozenset(parse_failure_classes(names, allowed=PERMANENT_FAILURE_CLASSES))
+    except ConfigError as error:
+        raise fail(error, EXIT_CONFIG) from error
 
 
 def _print_summary(summary: RunSummary) -> None:
