@@ -15,7 +15,7 @@ import duckdb
 from pipeline.errors import ConfigError, FailureClass
 from pipeline.job import JobSpec
 from pipeline.source import quote
-from pipeline.store import open_database
+from pipeline.store import open_database, table_names
 
 MESSAGE_CHARS = 200
 RAW_OUTPUT_CHARS = 120
@@ -87,10 +87,7 @@ def open_job_output(
         spec.database, read_only=True, memory_limit=memory_limit or spec.duckdb_memory_limit
     )
     try:
-        existing = {
-            str(row[0]).lower()
-            for row in connection.execute("SELECT table_name FROM duckdb_tables()").fetchall()
-        }
+        existing = table_names(connection)
         missing = [table for table in tables if table.lower() not in existing]
         if missing:
             raise ConfigError(

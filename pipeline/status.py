@@ -16,7 +16,7 @@ from pipeline.errors import DatabaseLockedError
 from pipeline.job import JobSpec
 from pipeline.progress import read_snapshot
 from pipeline.source import pending_sql, quote, source_relation
-from pipeline.store import open_database
+from pipeline.store import open_database, table_names
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,9 +63,7 @@ def _scalar(connection: duckdb.DuckDBPyConnection, sql: str) -> int:
 
 def _read_status(connection: duckdb.DuckDBPyConnection, spec: JobSpec) -> JobStatus:
     out = spec.output
-    tables = {
-        str(row[0]).lower() for row in connection.execute("SELECT table_name FROM duckdb_tables()").fetchall()
-    }
+    tables = table_names(connection)
     source_known = spec.source.query is not None or (spec.source.table or "").lower() in tables
     if out.results_table.lower() not in tables or not source_known:
         total = _scalar(connection, f"SELECT count(*) FROM {source_relation(spec)}") if source_known else None

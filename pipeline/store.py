@@ -273,7 +273,7 @@ def prepare_database(spec: JobSpec) -> duckdb.DuckDBPyConnection:
         raise ConfigError(f"{spec.source_file}: key 'database': {error}") from error
     try:
         table, seed = spec.source.table, spec.source.seed_file
-        if table is not None and seed is not None and not _table_exists(connection, table):
+        if table is not None and seed is not None and table.lower() not in table_names(connection):
             try:
                 report = load_file(connection, spec, seed)
             except ConfigError as error:
@@ -291,8 +291,7 @@ def prepare_database(spec: JobSpec) -> duckdb.DuckDBPyConnection:
     return connection
 
 
-def _table_exists(connection: duckdb.DuckDBPyConnection, table: str) -> bool:
-    row = connection.execute(
-        "SELECT count(*) FROM duckdb_tables() WHERE lower(table_name) = lower(?) AND NOT temporary", [table]
-    ).fetchone()
-    return bool(row and row[0])
+def table_names(connection: duckdb.DuckDBPyConnection) -> set[str]:
+    """The database's tables, lower-cased (DuckDB matches table names case-insensitively). Blocking."""
+    rows = connection.execute("SELECT table_name FROM duckdb_tables() WHERE NOT temporary").fetchall()
+    return {str(row[0]).lower() for row in rows}
