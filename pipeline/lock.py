@@ -16,7 +16,7 @@ from pipeline.errors import AlreadyRunningError, ConfigError
 
 # Locks this process holds, by path: run_job_locally takes the lock before starting the server and
 # run_job takes it again for the run itself.
-_held: dict[Path, int] = {}
+_held: set[Path] = set()
 
 
 def lock_path(database: Path) -> Path:
@@ -87,11 +87,11 @@ class RunLock:
         os.ftruncate(descriptor, 0)
         os.pwrite(descriptor, str(os.getpid()).encode(), 0)
         self._descriptor = descriptor
-        _held[self.path] = descriptor
+        _held.add(self.path)
 
     def release(self) -> None:
         if self._descriptor is None:
             return
-        _held.pop(self.path, None)
+        _held.discard(self.path)
         os.close(self._descriptor)  # drops the lock; the file stays, empty locks are harmless
         self._descriptor = None
