@@ -58,10 +58,9 @@ def sim_server(*args: str) -> Iterator[str]:
 
 def sim_metric(url: str, name: str) -> float:
     """One value from the simulator's /metrics (Prometheus text), e.g. ``pipeline_sim:requests_total``."""
-    text = httpx2.get(url.removesuffix("/v1") + "/metrics").text
-    match = re.search(rf"^{re.escape(name)}{{[^}}]*}} ([0-9.]+)$", text, re.MULTILINE)
-    assert match, f"{name} not in /metrics"
-    return float(match.group(1))
+    values = sim_metrics(url)
+    assert name in values, f"{name} not in /metrics"
+    return values[name]
 
 
 def sim_metrics(url: str) -> dict[str, float]:
