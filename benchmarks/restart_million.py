@@ -5,9 +5,11 @@
 
 Builds the source in DuckDB (the real Adzuna ads from ../shared repeated under new ids), creates the
 job's output tables with a one-record run against an instant `pipeline sim`, marks ``--done`` records
-as done with one SQL insert, then starts `pipeline run` and measures, from the moment the process is
-spawned: when the simulator sees the first request (its /metrics, polled every 5 ms), when the run
-ends, and the process's peak RSS (VmHWM). Prints one table row; nothing here is a pass/fail test.
+as done with one SQL insert (current results: each with the version key and content hash a real run
+would have written, so the restart compares every record's text hash, as a nightly run does), then
+starts `pipeline run` and measures, from the moment the process is spawned: when the simulator sees
+the first request (its /metrics, polled every 5 ms), when the run ends, and the process's peak RSS
+(VmHWM). Prints one table row; nothing here is a pass/fail test.
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from clients.proc import server_metrics, status_kb
 from run_scale import REPO, print_table, start_sim, write_job
 
+from pipeline.job import load_job
+from pipeline.versions import content_hash_sql
+
 
 def prepare(folder: Path, url: str, rows: int, done: int) -> Path:
     database = folder / "bench.duckdb"
@@ -39,12 +44,17 @@ def prepare(folder: Path, url: str, rows: int, done: int) -> Path:
         cwd=REPO,
         capture_output=True,
     )
+    spec = load_job(job)
+    version = spec.version()
     with duckdb.connect(str(database)) as connection:
         connection.execute(
-            "INSERT INTO results (record_id, run_id, extracted, model, attempts, prompt_tokens, "
-            "completion_tokens, reasoning_tokens, latency_s, finish_reason, prompt_hash, schema_hash) "
-            "SELECT id, 1, '{}', 'bench-model', 1, 900, 300, 96, 240.0, 'stop', 'p', 's' FROM postings "
-            f"WHERE id < {done} AND id NOT IN (SELECT record_id FROM results)"
+            "INSERT INTO results (variant, record_id, run_id, extracted, model, attempts, prompt_tokens, "
+            "completion_tokens, reasoning_tokens, latency_s, finish_reason, content_hash, content_fields, "
+            "prompt_hash, schema_hash, settings_hash) "
+            f"SELECT 'main', id, 1, '{{}}', $model, 1, 900, 300, 96, 240.0, 'stop', "
+            f"{content_hash_sql(spec.content_fields())}, $content_fields, $prompt_hash, $schema_hash, "
+            f"$settings_hash FROM postings s WHERE id < {done} AND id NOT IN (SELECT record_id FROM results)",
+            version.parameters(),
         )
         connection.execute("CHECKPOINT")
     return job

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from pydantic import ValidationError
+
 
 class FailureClass(StrEnum):
     """How a record ended when it did not produce a result; stored in the failures table."""
@@ -136,3 +138,13 @@ class PermanentRecordError(RecordError):
     """The server rejected this record's request for good (e.g. the prompt exceeds the context)."""
 
     failure_class = FailureClass.PERMANENT
+
+
+def summarize_validation_error(exc: ValidationError, limit: int = 8) -> str:
+    """Field paths and messages only: pydantic's inputs would quote the output (and the record)."""
+    lines = []
+    for error in exc.errors(include_url=False, include_input=False)[:limit]:
+        location = ".".join(str(part) for part in error["loc"]) or "(root)"
+        lines.append(f"{location}: {error['msg']}")
+    more = exc.error_count() - len(lines)
+    return "; ".join(lines) + (f"; and {more} more" if more > 0 else "")

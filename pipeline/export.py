@@ -8,6 +8,7 @@ half-written file at the path asked for.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import secrets
@@ -17,10 +18,12 @@ from pathlib import Path
 
 import duckdb
 
+from pipeline.db import bind, quote
 from pipeline.errors import ConfigError
 from pipeline.failures import open_job_output
 from pipeline.job import JobSpec
-from pipeline.source import quote, source_relation
+from pipeline.source import source_relation
+from pipeline.tables import history_table
 
 
 class ExportFormat(StrEnum):
@@ -49,7 +52,20 @@ RESULT_EXPORT_COLUMNS = (
     "reasoning_tokens",
     "finish_reason",
     "created_at",
+    "variant",
+    "run_id",
+    "latency_s",
+    "max_tokens",
+    "total_prompt_tokens",
+    "total_completion_tokens",
+    "total_reasoning_tokens",
+    "total_latency_s",
+    "content_hash",
+    "prompt_hash",
+    "schema_hash",
+    "settings_hash",
 )
+HISTORY_EXPORT_COLUMNS = ("superseded_at", "superseded_by_run")
 EXPORT_MEMORY_FLOOR = "1GB"
 FAILURE_EXPORT_COLUMNS = ("failure_class", "message", "attempts", "last_raw_output", "created_at")
 
@@ -61,6 +77,8 @@ class ExportReport:
     rows: int
     failures_out: Path | None = None
     failure_rows: int | None = None
+    history_out: Path | None = None
+    history_rows: int | None = None
 
 
 def export_format(out: Path, fmt: str | None) -> ExportFormat:
@@ -94,20 +112,29 @@ def export_memory_limit(spec: JobSpec) -> str:
     return spec.duckdb_memory_limit if limit_bytes >= 1e9 else EXPORT_MEMORY_FLOOR
 
 
+def side_path(out: Path, fmt: ExportFormat, part: str) -> Path:
+    """Where a second part goes beside ``out``: ``results.parquet`` → ``results.failures.parquet``."""
+    if FORMAT_BY_EXTENSION.get(out.suffix.lower()) is fmt:
+        return out.with_name(f"{out.stem}.{part}{out.suffix}")
+    return out.with_name(f"{out.name}.{part}.{fmt}")
+
+
 def failures_path(out: Path, fmt: ExportFormat) -> Path:
     """Where ``--include-failures`` writes: ``results.parquet`` → ``results.failures.parquet``."""
-    if FORMAT_BY_EXTENSION.get(out.suffix.lower()) is fmt:
-        return out.with_name(f"{out.stem}.failures{out.suffix}")
-    return out.with_name(f"{out.name}.failures.{fmt}")
+    return side_path(out, fmt, "failures")
 
 
 def export_results(
-    spec: JobSpec, out: Path, fmt: ExportFormat, *, include_failures: bool = False
+    spec: JobSpec, out: Path, fmt: ExportFormat, *, include_failures: bool = False, history: bool = False
 ) -> ExportReport:
-    """Write the job's results (and, if asked, its failures) for ids still in the source. Blocking."""
+    """Write the variant's results for ids still in the source; if asked, its failures and the
+    results that redos replaced (``results.history.parquet``), each beside ``out``. Blocking."""
     out = _checked_target(spec, out.expanduser().absolute(), include_failures)
     failures_out = failures_path(out, fmt) if include_failures else None
-    tables = [spec.output.results_table] + ([spec.output.failures_table] if failures_out else [])
+    history_out = side_path(out, fmt, "history") if history else None
+    tables = [spec.output.results_table]
+    tables += [spec.output.failures_table] if failures_out else []
+    tables += [history_table(spec)] if history_out else []
     connection = open_job_output(spec, tables, memory_limit=export_memory_limit(spec))
     # Keeping the rows' order buffers them in memory, past the memory limit on a big table; each row
     # carries its id, so the order does not matter.
@@ -115,20 +142,21 @@ def export_results(
     written: list[tuple[Path, Path]] = []  # (temporary file, final path)
     try:
         _make_folder(out)  # only now: a locked or missing database leaves no empty folder behind
-        rows = _copy(connection, _results_sql(spec, fmt), fmt, out, written)
-        failure_rows = (
-            _copy(connection, _failures_sql(spec), fmt, failures_out, written) if failures_out else None
-        )
+        copy = functools.partial(_copy, connection, spec.variant, fmt, written=written)
+        rows = copy(_results_sql(spec, fmt), out)
+        failure_rows = copy(_failures_sql(spec), failures_out) if failures_out else None
+        history_rows = copy(_history_sql(spec, fmt), history_out) if history_out else None
         _move_into_place(written)
     finally:
         connection.close()
         for temporary, _ in written:
             temporary.unlink(missing_ok=True)
-    return ExportReport(out, fmt, rows, failures_out, failure_rows)
+    return ExportReport(out, fmt, rows, failures_out, failure_rows, history_out, history_rows)
 
 
 def _checked_target(spec: JobSpec, out: Path, include_failures: bool) -> Path:
-    columns = RESULT_EXPORT_COLUMNS + (FAILURE_EXPORT_COLUMNS if include_failures else ())
+    columns: tuple[str, ...] = (*RESULT_EXPORT_COLUMNS, *HISTORY_EXPORT_COLUMNS, "record_id")
+    columns += FAILURE_EXPORT_COLUMNS if include_failures else ()
     if spec.source.id_column.lower() in columns:
         raise ConfigError(
             f"{spec.source_file}: key 'source.id_column': {spec.source.id_column!r} is also the name "
@@ -148,15 +176,27 @@ def _make_folder(out: Path) -> None:
         raise ConfigError(f"{out}: cannot create its folder ({exc.strerror or exc})") from exc
 
 
-def _results_sql(spec: JobSpec, fmt: ExportFormat) -> str:
-    id_column = quote(spec.source.id_column)
+def _result_columns(fmt: ExportFormat, extra: tuple[str, ...] = ()) -> str:
     # CSV has no nested values: the JSON goes in as its text.
     extracted = "r.extracted::VARCHAR AS extracted" if fmt is ExportFormat.CSV else "r.extracted"
-    others = ", ".join(f"r.{column}" for column in RESULT_EXPORT_COLUMNS[1:])
+    return ", ".join([extracted, *(f"r.{column}" for column in (*RESULT_EXPORT_COLUMNS[1:], *extra))])
+
+
+def _results_sql(spec: JobSpec, fmt: ExportFormat) -> str:
+    id_column = quote(spec.source.id_column)
     return (
-        f"SELECT s.{id_column} AS {id_column}, {extracted}, {others} "
+        f"SELECT s.{id_column} AS {id_column}, {_result_columns(fmt)} "
         f"FROM {quote(spec.output.results_table)} r "
-        f"JOIN {source_relation(spec)} s ON s.{id_column} = r.record_id"
+        f"JOIN {source_relation(spec)} s ON s.{id_column} = r.record_id WHERE r.variant = $variant"
+    )
+
+
+def _history_sql(spec: JobSpec, fmt: ExportFormat) -> str:
+    """Every replaced result, also of ids no longer in the source (that is what a history is for)."""
+    return (
+        f"SELECT r.record_id AS {quote(spec.source.id_column)}, "
+        f"{_result_columns(fmt, HISTORY_EXPORT_COLUMNS)} "
+        f"FROM {quote(history_table(spec))} r WHERE r.variant = $variant"
     )
 
 
@@ -165,15 +205,17 @@ def _failures_sql(spec: JobSpec) -> str:
     columns = ", ".join(f"f.{column}" for column in FAILURE_EXPORT_COLUMNS)
     return (
         f"SELECT s.{id_column} AS {id_column}, {columns} FROM {quote(spec.output.failures_table)} f "
-        f"JOIN {source_relation(spec)} s ON s.{id_column} = f.record_id"
+        f"JOIN {source_relation(spec)} s ON s.{id_column} = f.record_id WHERE f.variant = $variant"
     )
 
 
 def _copy(
     connection: duckdb.DuckDBPyConnection,
-    sql: str,
+    variant: str,
     fmt: ExportFormat,
+    sql: str,
     final: Path,
+    *,
     written: list[tuple[Path, Path]],
 ) -> int:
     """COPY ``sql`` to a new temporary file beside ``final``; note it in ``written``; return the rows."""
@@ -182,9 +224,8 @@ def _copy(
     written.append((temporary, final))
     try:
         # DuckDB >= 2.0 takes the file name as a parameter: no quoting of the path in the SQL.
-        row = connection.execute(
-            f"COPY ({sql}) TO $path ({_COPY_OPTIONS[fmt]})", {"path": str(temporary)}
-        ).fetchone()
+        copy = f"COPY ({sql}) TO $path ({_COPY_OPTIONS[fmt]})"
+        row = connection.execute(copy, bind(copy, {"path": str(temporary), "variant": variant})).fetchone()
     except duckdb.Error as exc:
         raise ConfigError(f"{final}: export failed ({' '.join(str(exc).split())})") from exc
     return int(row[0]) if row else 0

@@ -6,7 +6,8 @@ Record-level problems always end as a :class:`Failed` outcome (never silently dr
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 import structlog
 from pydantic import BaseModel
@@ -21,8 +22,8 @@ from pipeline.errors import (
     TruncatedError,
 )
 from pipeline.llm import ChatRequest, LLMClient, Reply
-from pipeline.outcomes import Extracted, Failed, Outcome, SourceRecord
-from pipeline.parse import larger_budget_request, parse_reply, reask_request
+from pipeline.outcomes import Extracted, Failed, Outcome, SourceRecord, Usage
+from pipeline.parse import grown_budget, larger_budget_request, parse_reply, reask_request
 from pipeline.prompt import PromptBuilder
 from pipeline.retry import RetryPolicy, ServerGate
 from pipeline.stats import RunStats
@@ -39,12 +40,17 @@ class _RecordState:
     request: ChatRequest
     attempts: int = 0
     last_raw_output: str | None = None
+    usage: Usage = field(default_factory=Usage)
+    sent_max_tokens: int = 0  # the budget of the last request sent (the next one may be larger)
 
 
 @dataclass(frozen=True, slots=True)
 class BudgetGrowth:
     factor: float
     ceiling: int
+
+    def after(self, max_tokens: int) -> int:
+        return grown_budget(max_tokens, self.factor, self.ceiling)
 
 
 class Extractor:
@@ -70,21 +76,31 @@ class Extractor:
         self._gate = gate
 
     async def extract(self, record: SourceRecord) -> Outcome:
-        first = self._prompts.request_for(record.fields)
+        budget = record.truncated_at_max_tokens
+        first = self._prompts.request_for(record.fields, self._growth.after(budget) if budget else None)
         state = _RecordState(first=first, request=first)
         try:
             async for attempt in self._policy.attempts():
                 with attempt:
                     reply, value = await self._attempt(state)
                     self._server_failures_in_a_row = 0
-                    return Extracted(record.id, value.model_dump_json(), state.attempts, reply)
+                    return Extracted(
+                        record.id,
+                        value.model_dump_json(),
+                        state.attempts,
+                        reply,
+                        state.usage,
+                        state.sent_max_tokens,
+                        record.content_hash,
+                    )
         except RecordError as error:
             return self._failed(record, state, error)
         raise AssertionError("the retry loop ends with a result or an error")  # pragma: no cover
 
     async def _attempt(self, state: _RecordState) -> tuple[Reply, BaseModel]:
         state.attempts += 1
-        reply = await self._send(state.request)
+        state.sent_max_tokens = state.request.max_tokens
+        reply = await self._send(state.request, state.usage)
         state.last_raw_output = reply.content if reply.content is not None else reply.reasoning
         try:
             return reply, parse_reply(reply, self._schema)
@@ -96,23 +112,25 @@ class Extractor:
             state.request = reask_request(budget, error)
             raise
 
-    async def _send(self, request: ChatRequest) -> Reply:
+    async def _send(self, request: ChatRequest, usage: Usage) -> Reply:
         """One attempt. A request that could not connect waits at the gate and goes again: it never
         reached the server, so it costs the record nothing."""
         while True:
             await self._gate.wait_open()
             try:
-                return await self._send_once(request)
+                return await self._send_once(request, usage)
             except ServerUnreachableError as error:
                 await self._gate.hold(error)
 
-    async def _send_once(self, request: ChatRequest) -> Reply:
+    async def _send_once(self, request: ChatRequest, usage: Usage) -> Reply:
         stats = self._stats
         ticket = stats.request_sent()
         answered = False
+        started = time.perf_counter()
         try:
             reply = await self._llm.complete(request)
             answered = True
+            usage.add_reply(reply)
         except TransientError as error:
             if error.timed_out:
                 stats.timeouts += 1
@@ -123,8 +141,11 @@ class Extractor:
             raise
         finally:
             stats.request_ended(ticket, answered=answered)
+            usage.requests += 1
+            usage.latency_s += time.perf_counter() - started
         stats.output_tokens += reply.completion_tokens or 0
         stats.prompt_tokens += reply.prompt_tokens or 0
+        stats.reasoning_tokens += reply.reasoning_tokens or 0
         return reply
 
     def _failed(self, record: SourceRecord, state: _RecordState, error: RecordError) -> Failed:
@@ -137,4 +158,13 @@ class Extractor:
                     f"{self._server_failures_in_a_row} records in a row failed on the server side "
                     f"(last: {error}); stopping the run, results so far are saved"
                 ) from error
-        return Failed(record.id, failure_class, str(error), state.attempts, state.last_raw_output)
+        return Failed(
+            record.id,
+            failure_class,
+            str(error),
+            state.attempts,
+            state.last_raw_output,
+            state.usage,
+            state.sent_max_tokens or state.request.max_tokens,
+            record.content_hash,
+        )

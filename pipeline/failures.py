@@ -12,10 +12,10 @@ from typing import Any
 
 import duckdb
 
+from pipeline.db import quote, table_names
 from pipeline.errors import ConfigError, FailureClass
 from pipeline.job import JobSpec
-from pipeline.source import quote
-from pipeline.store import open_database, table_names
+from pipeline.store import open_for_reading
 
 MESSAGE_CHARS = 200
 RAW_OUTPUT_CHARS = 120
@@ -83,9 +83,7 @@ def open_job_output(
 
     Raises :class:`ConfigError` (no database, no tables yet) or ``DatabaseLockedError`` (a run holds it).
     """
-    connection = open_database(
-        spec.database, read_only=True, memory_limit=memory_limit or spec.duckdb_memory_limit
-    )
+    connection = open_for_reading(spec, memory_limit=memory_limit)
     try:
         existing = table_names(connection)
         missing = [table for table in tables if table.lower() not in existing]
@@ -105,24 +103,27 @@ def failure_report(spec: JobSpec, classes: Sequence[FailureClass] = (), examples
     table = spec.output.failures_table
     connection = open_job_output(spec, [table])
     try:
-        counts = _class_counts(connection, table, classes)
-        picked = _examples(connection, table, classes, examples) if examples > 0 else {}
+        counts = _class_counts(connection, table, spec.variant, classes)
+        picked = _examples(connection, table, spec.variant, classes, examples) if examples > 0 else {}
     finally:
         connection.close()
     summaries = tuple(FailureClassSummary(name, count, tuple(picked.get(name, ()))) for name, count in counts)
     return FailureReport(database=str(spec.database), table=table, classes=summaries)
 
 
-def _class_filter(classes: Sequence[FailureClass]) -> tuple[str, list[Any]]:
+def _class_filter(variant: str, classes: Sequence[FailureClass]) -> tuple[str, list[Any]]:
     if not classes:
-        return "", []
-    return " WHERE failure_class IN (SELECT unnest(?))", [[str(name) for name in classes]]
+        return " WHERE variant = ?", [variant]
+    return " WHERE variant = ? AND failure_class IN (SELECT unnest(?))", [
+        variant,
+        [str(name) for name in classes],
+    ]
 
 
 def _class_counts(
-    connection: duckdb.DuckDBPyConnection, table: str, classes: Sequence[FailureClass]
+    connection: duckdb.DuckDBPyConnection, table: str, variant: str, classes: Sequence[FailureClass]
 ) -> list[tuple[str, int]]:
-    where, parameters = _class_filter(classes)
+    where, parameters = _class_filter(variant, classes)
     rows = connection.execute(
         f"SELECT failure_class, count(*) AS n FROM {quote(table)}{where} GROUP BY 1 ORDER BY n DESC, 1",
         parameters,
@@ -131,10 +132,14 @@ def _class_counts(
 
 
 def _examples(
-    connection: duckdb.DuckDBPyConnection, table: str, classes: Sequence[FailureClass], per_class: int
+    connection: duckdb.DuckDBPyConnection,
+    table: str,
+    variant: str,
+    classes: Sequence[FailureClass],
+    per_class: int,
 ) -> dict[str, list[FailureExample]]:
     """The most recent ``per_class`` failures of each class."""
-    where, parameters = _class_filter(classes)
+    where, parameters = _class_filter(variant, classes)
     rows = connection.execute(
         f"SELECT failure_class, record_id, attempts, left(message, {_SQL_CUT_CHARS}), "
         f"left(last_raw_output, {_SQL_CUT_CHARS}) FROM ("

@@ -7,7 +7,6 @@ before any request is sent.
 from __future__ import annotations
 
 import difflib
-import hashlib
 import importlib
 import os
 import re
@@ -19,17 +18,20 @@ from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import orjson
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from pipeline.errors import ConfigError
+from pipeline.examples import Example, check_examples, read_examples_file
+from pipeline.versions import JobVersion, make_version
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 #: ``endpoint.base_url: local`` runs the job against the embedded local vLLM server.
 LOCAL_ENDPOINT = "local"
+#: The variant a job's own settings make; others are declared under ``variants:`` or given by --variant.
+MAIN_VARIANT = "main"
 
 SqlName = Annotated[str, Field(pattern=_IDENTIFIER.pattern, max_length=128)]
 
@@ -58,11 +60,22 @@ class SourceSpec(_Strict):
 
 
 class PromptSpec(_Strict):
-    """A static system prompt (shared prefix, so vLLM's prefix cache hits) and a per-record template."""
+    """A static system prompt (shared prefix, so vLLM's prefix cache hits) and a per-record template.
+
+    Few-shot ``examples`` (or an ``examples_file`` of JSON lines) are sent as user/assistant turns
+    right after the system prompt, so they belong to the shared prefix too."""
 
     system: str = Field(min_length=1)
     user: str = Field(min_length=1)
     include_schema: bool = True
+    examples: list[Example] = Field(default_factory=list, max_length=50)
+    examples_file: Path | None = None
+
+    @model_validator(mode="after")
+    def _one_source_of_examples(self) -> PromptSpec:
+        if self.examples and self.examples_file is not None:
+            raise ValueError("give 'examples' or 'examples_file', not both")
+        return self
 
 
 class EndpointSpec(_Strict):
@@ -149,6 +162,8 @@ class JobSpec(_Strict):
     operations: OperationsSpec = OperationsSpec()
     output: OutputSpec = OutputSpec()
     source_file: Path = Field(default=Path("<memory>"), exclude=True)
+    # Which variant's results this spec reads and writes (``main``: the job as written).
+    variant: str = Field(default=MAIN_VARIANT, exclude=True)
 
     @model_validator(mode="after")
     def _template_uses_known_fields(self) -> JobSpec:
@@ -192,30 +207,32 @@ class JobSpec(_Strict):
                 ) from exc
         return self.model_copy(update=updates)
 
-    def prompt_hash(self) -> str:
-        return _digest(self.prompt.model_dump(mode="json"))
+    # Not cached: model_copy() would carry a cached value over to a copy with other settings.
+    def content_fields(self) -> tuple[str, ...]:
+        """The source fields the user template reads, in order, each once: the record's content."""
+        return tuple(dict.fromkeys(template_fields(self.prompt.user)))
 
-    def schema_hash(self) -> str:
-        return _digest(self.schema_class.model_json_schema())
-
-    def job_hash(self) -> str:
+    def version(self) -> JobVersion:
         """Everything that changes what a result means; not concurrency, timeouts or table names."""
-        return _digest(
-            {
-                "prompt": self.prompt_hash(),
-                "schema": self.schema_hash(),
-                "model": self.model,
+        prompt = self.prompt
+        return make_version(
+            prompt={
+                "system": prompt.system,
+                "user": prompt.user,
+                "include_schema": prompt.include_schema,
+                "examples": [example.model_dump(mode="json") for example in prompt.examples],
+            },
+            json_schema=self.schema_class.model_json_schema(),
+            model=self.model,
+            settings={
                 "max_tokens": self.max_tokens,
                 "reasoning_effort": self.reasoning_effort,
                 "temperature": self.temperature,
                 "structured_output": self.endpoint.structured_output,
                 "extra_body": self.extra_body,
-            }
+            },
+            content_fields=self.content_fields(),
         )
-
-
-def _digest(value: object) -> str:
-    return hashlib.sha256(orjson.dumps(value, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
 
 
 def template_fields(template: str) -> list[str]:
@@ -244,23 +261,44 @@ def load_job(path: str | Path) -> JobSpec:
     if not isinstance(raw, dict):
         raise ConfigError(f"{job_file}: expected a mapping of keys at the top level")
     data = _interpolate(raw, job_file, ())
-    if "source_file" in data:
-        raise ConfigError(f"{job_file}: key 'source_file': unknown key")
+    for internal in ("source_file", "variant"):
+        if internal in data:
+            raise ConfigError(f"{job_file}: key '{internal}': unknown key")
     try:
         spec = JobSpec.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(f"{job_file}: {describe_validation_error(exc)}") from exc
     spec = _resolve_paths(spec.model_copy(update={"source_file": job_file}), job_file.resolve().parent)
     spec.schema_class  # noqa: B018 - resolve now, so a bad import path fails before any request
-    return spec
+    return checked_examples(spec)
+
+
+def checked_examples(spec: JobSpec) -> JobSpec:
+    """Read ``prompt.examples_file`` into ``prompt.examples`` and check every example."""
+    prompt = spec.prompt
+    key = "prompt.examples"
+    if prompt.examples_file is not None:
+        key = "prompt.examples_file"
+        examples = read_examples_file(prompt.examples_file, f"{spec.source_file}: key '{key}'")
+        prompt = prompt.model_copy(update={"examples": examples})
+    check_examples(
+        prompt.examples,
+        spec.schema_class,
+        template_fields=spec.content_fields(),
+        source_fields=spec.source.fields,
+        where=f"{spec.source_file}: key '{key}'",
+    )
+    return spec.model_copy(update={"prompt": prompt})
 
 
 def _resolve_paths(spec: JobSpec, base: Path) -> JobSpec:
-    source = spec.source
+    source, prompt = spec.source, spec.prompt
     if source.seed_file is not None and not source.seed_file.is_absolute():
         source = source.model_copy(update={"seed_file": (base / source.seed_file).resolve()})
+    if prompt.examples_file is not None and not prompt.examples_file.is_absolute():
+        prompt = prompt.model_copy(update={"examples_file": (base / prompt.examples_file).resolve()})
     database = (spec.database if spec.database.is_absolute() else base / spec.database).resolve()
-    return spec.model_copy(update={"database": database, "source": source})
+    return spec.model_copy(update={"database": database, "source": source, "prompt": prompt})
 
 
 def _interpolate(value: Any, job_file: Path, key: tuple[str, ...]) -> Any:

@@ -1,7 +1,10 @@
 """``pipeline load``: a CSV, JSONL or Parquet file into the job's DuckDB source table.
 
-Loading is idempotent: records whose id is already in the table are skipped, so the same file (or a
-bigger export of it) can be loaded again. The whole load is one transaction.
+Loading is incremental and idempotent: ids new to the table are inserted, rows whose values changed
+are updated, identical rows are left alone, so the next night's export loads on top of the last one
+(and a changed posting's extraction becomes stale, see :mod:`pipeline.versions`). ``replace`` makes the
+table equal to the file; ids it drops keep their results, which ``status`` counts as orphaned. The
+whole load is one transaction: a failed load changes nothing.
 """
 
 from __future__ import annotations
@@ -13,9 +16,9 @@ from pathlib import Path
 
 import duckdb
 
+from pipeline.db import column_names, quote, table_names
 from pipeline.errors import ConfigError
 from pipeline.job import JobSpec
-from pipeline.source import quote
 
 _SQL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")  # as the job spec's table names
 
@@ -35,9 +38,16 @@ class LoadReport:
     table: str
     rows_in_file: int
     inserted: int
+    updated: int = 0
+    removed: int = 0  # with replace: ids that were in the table and are not in the file
+
+    @property
+    def unchanged(self) -> int:
+        return self.rows_in_file - self.inserted - self.updated
 
     @property
     def skipped(self) -> int:
+        """Rows of the file that did not add a new id."""
         return self.rows_in_file - self.inserted
 
 
@@ -133,22 +143,65 @@ def _insert(
 ) -> LoadReport:
     row = connection.execute("SELECT count(*) FROM pipeline_incoming").fetchone()
     rows_in_file = int(row[0]) if row else 0
-    exists = connection.execute(
-        "SELECT count(*) FROM duckdb_tables() WHERE lower(table_name) = lower(?) AND NOT temporary", [table]
-    ).fetchone()
-    if replace or not (exists and exists[0]):
-        connection.execute(f"CREATE OR REPLACE TABLE {quote(table)} AS SELECT * FROM pipeline_incoming")
+    if table.lower() not in table_names(connection):
+        connection.execute(f"CREATE TABLE {quote(table)} AS SELECT * FROM pipeline_incoming")
         return LoadReport(path, table, rows_in_file, rows_in_file)
-    target_columns = {str(r[0]).lower() for r in connection.execute(f"DESCRIBE {quote(table)}").fetchall()}
-    shared = [
-        quote(str(r[0]))
-        for r in connection.execute("DESCRIBE pipeline_incoming").fetchall()
-        if str(r[0]).lower() in target_columns
-    ]
-    column_list = ", ".join(shared)
+    shared = _shared_columns(connection, table, id_column)
+    if replace:
+        return _replace(connection, path, table, id_column, shared, rows_in_file)
     column = quote(id_column)
-    inserted = connection.execute(
-        f"INSERT INTO {quote(table)} ({column_list}) SELECT {column_list} FROM pipeline_incoming i "
-        f"WHERE NOT EXISTS (SELECT 1 FROM {quote(table)} t WHERE t.{column} = i.{column})"
+    updated = _scalar(
+        connection,
+        f"UPDATE {quote(table)} t SET {', '.join(f'{name} = i.{name}' for name in shared)} "
+        f"FROM pipeline_incoming i WHERE t.{column} = i.{column} AND ({_differs(shared)})"
+        if shared
+        else "SELECT 0",
+    )
+    listed = ", ".join([column, *shared])
+    inserted = _scalar(
+        connection,
+        f"INSERT INTO {quote(table)} ({listed}) SELECT {listed} FROM pipeline_incoming i "
+        f"WHERE NOT EXISTS (SELECT 1 FROM {quote(table)} t WHERE t.{column} = i.{column})",
+    )
+    return LoadReport(path, table, rows_in_file, inserted, updated)
+
+
+def _replace(
+    connection: duckdb.DuckDBPyConnection,
+    path: Path,
+    table: str,
+    id_column: str,
+    shared: list[str],
+    rows_in_file: int,
+) -> LoadReport:
+    """The table becomes the file (its columns too); the counts compare it with what it was."""
+    column, target = quote(id_column), quote(table)
+    changed = _differs(shared) if shared else "false"
+    counts = connection.execute(
+        f"SELECT count(*) FILTER (WHERE t.{column} IS NULL), "
+        f"count(*) FILTER (WHERE t.{column} IS NOT NULL AND ({changed})), "
+        f"(SELECT count(*) FROM {target} WHERE {column} NOT IN (SELECT {column} FROM pipeline_incoming)) "
+        f"FROM pipeline_incoming i LEFT JOIN {target} t ON t.{column} = i.{column}"
     ).fetchone()
-    return LoadReport(path, table, rows_in_file, int(inserted[0]) if inserted else 0)
+    inserted, updated, removed = (int(value) for value in counts) if counts else (0, 0, 0)
+    connection.execute(f"CREATE OR REPLACE TABLE {target} AS SELECT * FROM pipeline_incoming")
+    return LoadReport(path, table, rows_in_file, inserted, updated, removed)
+
+
+def _shared_columns(connection: duckdb.DuckDBPyConnection, table: str, id_column: str) -> list[str]:
+    """The file's columns the table has too, quoted, without the id."""
+    target = {name.lower() for name in column_names(connection, table)}
+    return [
+        quote(name)
+        for name in column_names(connection, "pipeline_incoming")
+        if name in target and name != id_column.lower()
+    ]
+
+
+def _differs(columns: list[str]) -> str:
+    return " OR ".join(f"t.{name} IS DISTINCT FROM i.{name}" for name in columns)
+
+
+def _scalar(connection: duckdb.DuckDBPyConnection, sql: str) -> int:
+    row = connection.execute(sql).fetchone()
+    return int(row[0]) if row and row[0] is not None else 0

@@ -15,6 +15,25 @@ RecordId = int | str
 class SourceRecord:
     id: RecordId
     fields: Mapping[str, object]
+    content_hash: int | None = None  # of the prompt fields as sent (pipeline.versions), from DuckDB
+    # A record that failed truncated before: the budget of that last attempt, to start above it.
+    truncated_at_max_tokens: int | None = None
+
+
+@dataclass(slots=True)
+class Usage:
+    """What one record cost over all its attempts: every reply's tokens, every request's time."""
+
+    requests: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    reasoning_tokens: int = 0
+    latency_s: float = 0.0
+
+    def add_reply(self, reply: Reply) -> None:
+        self.prompt_tokens += reply.prompt_tokens or 0
+        self.completion_tokens += reply.completion_tokens or 0
+        self.reasoning_tokens += reply.reasoning_tokens or 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,7 +41,10 @@ class Extracted:
     record_id: RecordId
     data_json: str
     attempts: int
-    reply: Reply
+    reply: Reply  # the last attempt's
+    usage: Usage  # all attempts'
+    max_tokens: int  # the last attempt's budget
+    content_hash: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +54,9 @@ class Failed:
     message: str
     attempts: int
     last_raw_output: str | None
+    usage: Usage
+    max_tokens: int  # the last attempt's budget
+    content_hash: int | None = None
 
 
 Outcome = Extracted | Failed

@@ -15,6 +15,7 @@ from pipeline.errors import (
     InvalidJSONError,
     SchemaInvalidError,
     TruncatedError,
+    summarize_validation_error,
 )
 from pipeline.llm import ChatMessage, ChatRequest, Reply
 
@@ -77,16 +78,6 @@ def _truncation_reason(reply: Reply) -> str:
     )
 
 
-def summarize_validation_error(exc: ValidationError, limit: int = 8) -> str:
-    """Field paths and messages only: pydantic's inputs would quote the output (and the record)."""
-    lines = []
-    for error in exc.errors(include_url=False, include_input=False)[:limit]:
-        location = ".".join(str(part) for part in error["loc"]) or "(root)"
-        lines.append(f"{location}: {error['msg']}")
-    more = exc.error_count() - len(lines)
-    return "; ".join(lines) + (f"; and {more} more" if more > 0 else "")
-
-
 def reask_request(first: ChatRequest, error: BadOutputError) -> ChatRequest:
     """The first request plus the rejected answer and what was wrong with it: a brand-new list.
 
@@ -100,7 +91,14 @@ def reask_request(first: ChatRequest, error: BadOutputError) -> ChatRequest:
     return ChatRequest(messages=(*first.messages, rejected, instruction), max_tokens=first.max_tokens)
 
 
+def grown_budget(max_tokens: int, growth: float, ceiling: int) -> int:
+    """``max_tokens`` grown once (by at least one token), never above ``ceiling`` (nor below itself)."""
+    grown = min(ceiling, max(max_tokens + 1, int(max_tokens * growth)))
+    return max(grown, max_tokens)
+
+
 def larger_budget_request(current: ChatRequest, growth: float, ceiling: int) -> ChatRequest:
     """The same messages with a larger ``max_tokens`` (never above ``ceiling``)."""
-    grown = min(ceiling, max(current.max_tokens + 1, int(current.max_tokens * growth)))
-    return ChatRequest(messages=current.messages, max_tokens=max(grown, current.max_tokens))
+    return ChatRequest(
+        messages=current.messages, max_tokens=grown_budget(current.max_tokens, growth, ceiling)
+    )

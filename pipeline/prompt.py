@@ -1,5 +1,6 @@
-"""What is sent for a record: the static system prompt first (one shared prefix for vLLM's prefix
-cache), then the record's fields in the user template, last."""
+"""What is sent for a record: the static system prompt first, then the few-shot examples as
+user/assistant turns (together one shared prefix for vLLM's prefix cache), then the record's fields in
+the user template, last."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 import orjson
 from pydantic import BaseModel
 
+from pipeline.examples import Example
 from pipeline.job import JobSpec
 from pipeline.llm import ChatMessage, ChatRequest
 
@@ -43,7 +45,8 @@ class _FieldValues(Mapping[str, str]):
 
 
 class PromptBuilder:
-    """Builds each record's first request. The system message object is shared by every request."""
+    """Builds each record's first request. The prefix (system message and examples) is one tuple of
+    message objects shared by every request."""
 
     def __init__(self, spec: JobSpec) -> None:
         system = spec.prompt.system.strip()
@@ -52,10 +55,22 @@ class PromptBuilder:
             # enforces the shape but never shows the schema to the model.
             schema_json = orjson.dumps(spec.schema_class.model_json_schema()).decode()
             system = f"{system}\n\n{SCHEMA_INSTRUCTION}\n{schema_json}"
-        self.system_message: ChatMessage = {"role": "system", "content": system}
         self._template = spec.prompt.user
         self._max_tokens = spec.max_tokens
+        self.system_message: ChatMessage = {"role": "system", "content": system}
+        turns = [message for example in spec.prompt.examples for message in self._example_turns(example)]
+        self.prefix: tuple[ChatMessage, ...] = (self.system_message, *turns)
 
-    def request_for(self, fields: Mapping[str, object]) -> ChatRequest:
-        user: ChatMessage = {"role": "user", "content": self._template.format_map(_FieldValues(fields))}
-        return ChatRequest(messages=(self.system_message, user), max_tokens=self._max_tokens)
+    def _user_message(self, fields: Mapping[str, object]) -> ChatMessage:
+        return {"role": "user", "content": self._template.format_map(_FieldValues(fields))}
+
+    def _example_turns(self, example: Example) -> tuple[ChatMessage, ChatMessage]:
+        answer: ChatMessage = {"role": "assistant", "content": orjson.dumps(example.output).decode()}
+        return self._user_message(example.input), answer
+
+    def request_for(self, fields: Mapping[str, object], max_tokens: int | None = None) -> ChatRequest:
+        """The record's first request; ``max_tokens`` overrides the job's budget (a truncated record
+        retried by a later run starts from a larger one)."""
+        return ChatRequest(
+            messages=(*self.prefix, self._user_message(fields)), max_tokens=max_tokens or self._max_tokens
+        )

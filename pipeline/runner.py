@@ -3,8 +3,10 @@
 * In-flight requests never exceed the job's concurrency: N workers each hold at most one record, and a
   worker takes the next record the moment it hands one to the writer.
 * Records and outcomes travel through bounded memory-object streams, so memory stays flat.
-* The writer commits a batch every ``FLUSH_INTERVAL_S`` (or ``FLUSH_MAX_ROWS``) in a shielded
-  transaction: a crash loses at most what was in flight, and resume redoes exactly that.
+* The writer (:mod:`pipeline.committer`) commits batches in shielded transactions: a crash loses at
+  most what was in flight, and resume redoes exactly that.
+* What is pending (:mod:`pipeline.pending`) is counted in two phases; the content phase (hashing
+  every record's text) is counted in the background while the first requests are out.
 * A fatal error cancels the producer and the workers; a signal stops the producer and gives the
   requests in flight a grace period (:mod:`pipeline.shutdown`). Either way the writer still drains
   and commits every finished outcome before the run ends.
@@ -16,22 +18,15 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from enum import StrEnum
-from pathlib import Path
 
 import anyio
 import duckdb
-import httpx2
 import structlog
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
-from anyio.streams.memory import MemoryObjectReceiveStream
 
+from pipeline.committer import FLUSH_MAX_ROWS, commit_outcomes
 from pipeline.errors import (
-    PERMANENT_FAILURE_CLASSES,
     ConfigError,
-    FailureClass,
     FatalRunError,
     ModelNotServedError,
     RecordError,
@@ -42,76 +37,25 @@ from pipeline.job import JobSpec
 from pipeline.llm import ClientSettings, LLMClient
 from pipeline.lock import RunLock
 from pipeline.metrics import publish_metrics
-from pipeline.outcomes import Failed, Outcome, SourceRecord
-from pipeline.progress import LogProgress, ProgressReporter, write_snapshot
+from pipeline.outcomes import Outcome, SourceRecord
+from pipeline.pending import PendingQueries
+from pipeline.progress import LogProgress, write_snapshot
 from pipeline.prompt import PromptBuilder, response_format_for
 from pipeline.retry import RetryKind, RetryPolicy, ServerGate
+from pipeline.run_options import RunOptions, RunStatus, RunSummary
 from pipeline.shutdown import Shutdown
 from pipeline.source import SourceReader
 from pipeline.stats import RunStats
 from pipeline.store import RunStart, StoreWriter, prepare_database
 from pipeline.watchdog import StallWatchdog
 
+__all__ = ["RunOptions", "RunStatus", "RunSummary", "count_pending", "run_job"]
+
 log = structlog.get_logger("pipeline.runner")
 
-FLUSH_INTERVAL_S = 0.5
-FLUSH_MAX_ROWS = 1000
 SNAPSHOT_INTERVAL_S = 2.0
 # Below this a request at high concurrency is killed while the server is still working on it.
 SHORT_TIMEOUT_S = 300.0
-
-
-class RunStatus(StrEnum):
-    NOTHING_TO_DO = "nothing_to_do"
-    COMPLETED = "completed"
-    COMPLETED_WITH_FAILURES = "completed_with_failures"
-    INTERRUPTED = "interrupted"
-    STALLED = "stalled"
-    ABORTED = "aborted"
-
-
-@dataclass(frozen=True, slots=True)
-class RunOptions:
-    limit: int | None = None
-    retry_failed: bool = False
-    retry_classes: frozenset[FailureClass] = frozenset()  # with retry_failed: only these; empty: all
-    handle_signals: bool = False
-    progress: ProgressReporter | None = None
-    metrics_port: int | None = None
-    metrics_textfile: Path | None = None
-    transport: httpx2.AsyncBaseTransport | None = None
-    sleep: Callable[[float], Awaitable[None]] = anyio.sleep
-
-    @property
-    def retry(self) -> frozenset[FailureClass]:
-        """The permanent failure classes this run extracts again."""
-        if not self.retry_failed:
-            return frozenset()
-        return self.retry_classes or PERMANENT_FAILURE_CLASSES
-
-
-@dataclass(frozen=True, slots=True)
-class RunSummary:
-    run_id: int | None
-    status: RunStatus
-    database: Path
-    results_table: str
-    failures_table: str
-    pending_at_start: int
-    done: int = 0
-    failed: int = 0
-    requests: int = 0
-    output_tokens: int = 0
-    timeouts: int = 0
-    elapsed_s: float = 0.0
-
-    @property
-    def exit_code(self) -> int:
-        return {RunStatus.INTERRUPTED: 130, RunStatus.COMPLETED_WITH_FAILURES: 1}.get(self.status, 0)
-
-    @property
-    def records_per_s(self) -> float:
-        return (self.done + self.failed) / self.elapsed_s if self.elapsed_s > 0 else 0.0
 
 
 def client_settings(spec: JobSpec) -> ClientSettings:
@@ -134,17 +78,16 @@ async def count_pending(spec: JobSpec, options: RunOptions | None = None) -> int
     """Check the database (as a run would) and count what a run would extract."""
     options = options or RunOptions()
     connection = await anyio.to_thread.run_sync(prepare_database, spec)
+    reader = await SourceReader.open(connection, PendingQueries(spec, options.selection))
     try:
-        return (await _pending_reader(connection, spec, options))[1]
+        return _capped(await reader.count_metadata() + await reader.count_content(), options.limit)
     finally:
+        await reader.aclose()
         await anyio.to_thread.run_sync(connection.close)
 
 
-async def _pending_reader(
-    connection: duckdb.DuckDBPyConnection, spec: JobSpec, options: RunOptions
-) -> tuple[SourceReader, int]:
-    reader = SourceReader(await anyio.to_thread.run_sync(connection.cursor), spec)
-    return reader, await reader.count_pending(retry=options.retry, limit=options.limit)
+def _capped(count: int, limit: int | None) -> int:
+    return count if limit is None else min(count, limit)
 
 
 async def run_job(spec: JobSpec, options: RunOptions | None = None) -> RunSummary:
@@ -167,7 +110,23 @@ async def run_job(spec: JobSpec, options: RunOptions | None = None) -> RunSummar
 async def _run_prepared(
     spec: JobSpec, options: RunOptions, settings: ClientSettings, connection: duckdb.DuckDBPyConnection
 ) -> RunSummary:
-    reader, pending = await _pending_reader(connection, spec, options)
+    reader = await SourceReader.open(connection, PendingQueries(spec, options.selection))
+    try:
+        return await _run_with_reader(spec, options, settings, connection, reader)
+    finally:
+        await reader.aclose()
+
+
+async def _run_with_reader(
+    spec: JobSpec,
+    options: RunOptions,
+    settings: ClientSettings,
+    connection: duckdb.DuckDBPyConnection,
+    reader: SourceReader,
+) -> RunSummary:
+    pending = _capped(await reader.count_metadata(), options.limit)
+    if pending == 0:  # only now is the content phase worth waiting for
+        pending = _capped(await reader.count_content(), options.limit)
     summary = functools.partial(
         RunSummary,
         database=spec.database,
@@ -176,15 +135,15 @@ async def _run_prepared(
         pending_at_start=pending,
     )
     if pending == 0:
-        log.info("nothing to do", job=spec.name)
-        return summary(run_id=None, status=RunStatus.NOTHING_TO_DO)
+        log.info("nothing to do", job=spec.name, variant=spec.variant)
+        return summary(run_id=None, status=RunStatus.NOTHING_TO_DO, stale_kept=await _stale_kept(reader))
     _warn_if_timeout_is_short(spec)
     async with LLMClient(settings, transport=options.transport) as llm:
         await _check_server(llm, spec)
         writer = StoreWriter(connection, spec)
         stats = RunStats(pending_at_start=pending, concurrency=spec.concurrency)
         run_id = await writer.begin_run(
-            RunStart(spec.job_hash(), spec.model, spec.endpoint.base_url, spec.concurrency, pending)
+            RunStart(spec.version().job_hash, spec.model, spec.endpoint.base_url, spec.concurrency, pending)
         )
         log.info("run started", job=spec.name, run_id=run_id, pending=pending, concurrency=spec.concurrency)
         run = _Run(spec, options, reader, writer, stats, _extractor(spec, options, llm, stats))
@@ -198,13 +157,27 @@ async def _run_prepared(
     return summary(
         run_id=run_id,
         status=status,
+        pending_at_start=stats.pending_at_start,
         done=stats.done,
         failed=stats.failed,
         requests=stats.requests,
         output_tokens=stats.output_tokens,
         timeouts=stats.timeouts,
         elapsed_s=stats.elapsed_s(),
+        stale_kept=await _stale_kept(reader),
     )
+
+
+async def _stale_kept(reader: SourceReader) -> dict[str, int]:
+    """Results left stale because the job changed, by cause: said once, with how to redo them."""
+    counts = await reader.count_stale()
+    if counts:
+        log.warning(
+            "results are stale because the job changed: a plain run keeps them, "
+            "`pipeline run JOB --redo-stale` redoes them",
+            **counts,
+        )
+    return counts
 
 
 async def _check_server(llm: LLMClient, spec: JobSpec) -> None:
@@ -291,6 +264,8 @@ class _Run:
             watchers.start_soon(self._progress.run, self._stats)
             watchers.start_soon(self._write_snapshots)
             watchers.start_soon(self._watchdog.run)
+            if not self._reader.content_counted:
+                watchers.start_soon(self._count_content)
             if self._options.handle_signals:
                 watchers.start_soon(self._shutdown.watch_signals, lambda: self._stats.in_flight)
             try:
@@ -312,10 +287,12 @@ class _Run:
     async def _pump(self) -> None:
         records_tx, records_rx = anyio.create_memory_object_stream[SourceRecord](self._spec.source.batch_size)
         outcomes_tx, outcomes_rx = anyio.create_memory_object_stream[Outcome](FLUSH_MAX_ROWS)
-        workers = min(self._spec.concurrency, self._stats.pending_at_start)
+        workers = self._spec.concurrency
+        if self._reader.content_counted:  # else the count is not final yet: more may come
+            workers = min(workers, self._stats.pending_at_start)
         try:
             async with anyio.create_task_group() as io:
-                io.start_soon(self._write_all, outcomes_rx)
+                io.start_soon(commit_outcomes, outcomes_rx, self._writer, self._stats)
                 with self._shutdown.work:
                     async with outcomes_tx, records_rx:
                         try:
@@ -331,7 +308,7 @@ class _Run:
 
     async def _produce(self, records: ObjectSendStream[SourceRecord]) -> None:
         with self._shutdown.intake:
-            await self._reader.stream_pending(records, retry=self._options.retry, limit=self._options.limit)
+            await self._reader.stream_pending(records)
 
     async def _work(
         self, records: ObjectReceiveStream[SourceRecord], outcomes: ObjectSendStream[Outcome]
@@ -342,39 +319,15 @@ class _Run:
                     return  # records still queued stay pending in the database: the next run does them
                 await outcomes.send(await self._extractor.extract(record))
 
-    async def _write_all(self, outcomes: MemoryObjectReceiveStream[Outcome]) -> None:
-        batch: list[Outcome] = []
-        deadline = anyio.current_time() + FLUSH_INTERVAL_S
-        async with outcomes:
-            while True:
-                with anyio.move_on_after(max(0.0, deadline - anyio.current_time())):
-                    try:
-                        batch.append(await outcomes.receive())
-                    except anyio.EndOfStream:
-                        break
-                    _drain_ready(outcomes, batch, FLUSH_MAX_ROWS)
-                if len(batch) >= FLUSH_MAX_ROWS or anyio.current_time() >= deadline:
-                    await self._commit(batch)
-                    batch = []
-                    deadline = anyio.current_time() + FLUSH_INTERVAL_S
-        await self._commit(batch)
-
-    async def _commit(self, batch: list[Outcome]) -> None:
-        if not batch:
-            return
-        with anyio.CancelScope(shield=True):
-            try:
-                await self._writer.write(batch)
-            except duckdb.Error as exc:
-                raise FatalRunError(
-                    f"{self._spec.database}: cannot write results ({' '.join(str(exc).split())})"
-                ) from exc
-        for outcome in batch:
-            if isinstance(outcome, Failed):
-                self._stats.failed += 1
-                self._stats.failures[str(outcome.failure_class)] += 1
-            else:
-                self._stats.done += 1
+    async def _count_content(self) -> None:
+        """Count the records whose content changed while the first requests are out (it hashes every
+        record's text), then make the run's pending count final."""
+        counted = await self._reader.count_content()
+        metadata = self._stats.pending_at_start
+        self._stats.pending_at_start = _capped(metadata + counted, self._options.limit)
+        if counted:
+            log.info("content changed since extraction", records=counted)
+            await self._writer.set_pending(self._stats.pending_at_start)
 
     async def _write_snapshots(self) -> None:
         while True:
@@ -382,15 +335,6 @@ class _Run:
                 write_snapshot, self._spec.database, self._writer.run_id, self._stats, "running"
             )
             await anyio.sleep(SNAPSHOT_INTERVAL_S)
-
-
-def _drain_ready(outcomes: MemoryObjectReceiveStream[Outcome], batch: list[Outcome], limit: int) -> None:
-    """Take what is already waiting, without blocking; the next receive() reports the end."""
-    while len(batch) < limit:
-        try:
-            batch.append(outcomes.receive_nowait())
-        except (anyio.WouldBlock, anyio.EndOfStream):
-            return
 
 
 def _first_fatal(group: BaseExceptionGroup[FatalRunError]) -> FatalRunError:

@@ -1,43 +1,48 @@
-"""Pending records, streamed from DuckDB in batches, off the event loop.
+"""The job's source in DuckDB: checking it, and streaming the pending records in batches, off the
+event loop.
 
-Pending = the source minus ids already in results (and, unless ``--retry-failed``, minus ids whose
-failure is permanent). The subtraction is one SQL anti-join over the ids alone, streamed; each batch
-of pending ids then fetches its records' fields. Selecting the fields in the anti-join itself made
-DuckDB read every record's text before the first row came out (3.5 s, and past a 128 MB memory
-limit, for 10^6 records with 9x10^5 done). Resuming never loads results into Python and memory stays
-flat whatever the table size.
+What is pending is decided in :mod:`pipeline.pending`, in two phases. The ids of each phase are one
+streamed query over ids and version columns; each batch of pending ids then fetches its records'
+fields and content hash. Selecting the fields in the id query itself made DuckDB read every record's
+text before the first row came out (3.5 s, and past a 128 MB memory limit, for 10^6 records with
+9x10^5 done). Content changes need the text hashed: that phase's ids are collected into a temporary
+table by a query that runs in the background from the start, so the first requests never wait for it.
+Memory stays flat whatever the table size: no result or record text is held beyond a batch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import duckdb
 from anyio.abc import ObjectSendStream
 
-from pipeline.errors import PERMANENT_FAILURE_CLASSES, ConfigError, FailureClass
+from pipeline.db import bind, duckdb_reason, quote
+from pipeline.errors import ConfigError, FatalRunError
 from pipeline.job import JobSpec
 from pipeline.outcomes import SourceRecord
+from pipeline.versions import JOB_CAUSES
+
+if TYPE_CHECKING:
+    from pipeline.pending import PendingQueries
 
 T = TypeVar("T")
-
-
-def quote(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
+_CHANGED_TABLE = "pipeline_changed_content"
+_CONTENT_TABLE = "pipeline_pending_content"
 
 
 def source_relation(spec: JobSpec) -> str:
     """The source as something a FROM clause accepts."""
     if spec.source.query is not None:
-        return f"({_single_select(spec)})"
+        return f"({single_select(spec)})"
     assert spec.source.table is not None
     return quote(spec.source.table)
 
 
-def _single_select(spec: JobSpec) -> str:
+def single_select(spec: JobSpec) -> str:
     """``source.query`` as one SELECT: a query that closes the parenthesis it is put in cannot run
     a second statement (``SELECT 1) ; DROP TABLE results; SELECT (1``). A trailing ``;`` is dropped."""
     assert spec.source.query is not None
@@ -51,35 +56,6 @@ def _single_select(spec: JobSpec) -> str:
         kinds = ", ".join(statement.type.name for statement in statements) or "nothing"
         raise ConfigError(f"{where} must be one SELECT statement, not: {kinds}")
     return query
-
-
-def pending_sql(spec: JobSpec, *, retry: Collection[FailureClass] = (), limit: int | None = None) -> str:
-    """Select the id of every record still to do; failures of the ``retry`` classes count as to do."""
-    out, src = spec.output, spec.source
-    skipped = sorted(PERMANENT_FAILURE_CLASSES - set(retry))
-    listed = ", ".join(f"'{failure_class}'" for failure_class in skipped)  # enum values, not input
-    skip_failed = (
-        f" AND NOT EXISTS (SELECT 1 FROM {quote(out.failures_table)} f "
-        f"WHERE f.record_id = s.{quote(src.id_column)} AND f.failure_class IN ({listed}))"
-        if skipped
-        else ""
-    )
-    return (
-        f"SELECT s.{quote(src.id_column)} FROM {source_relation(spec)} s "
-        f"WHERE NOT EXISTS (SELECT 1 FROM {quote(out.results_table)} r "
-        f"WHERE r.record_id = s.{quote(src.id_column)}){skip_failed}"
-        + (f" LIMIT {int(limit)}" if limit is not None else "")
-    )
-
-
-def records_sql(spec: JobSpec) -> str:
-    """Select the id and the prompt fields of the records whose ids are the list parameter."""
-    src = spec.source
-    columns = ", ".join(f"s.{quote(name)}" for name in src.fields)
-    return (
-        f"SELECT s.{quote(src.id_column)}, {columns} FROM {source_relation(spec)} s "
-        f"WHERE s.{quote(src.id_column)} IN (SELECT unnest($ids))"
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,46 +103,131 @@ def _check_ids(connection: duckdb.DuckDBPyConnection, spec: JobSpec, where: str)
         raise ConfigError(f"{where}: ids are not unique in column {spec.source.id_column} (e.g. {shown})")
 
 
-class SourceReader:
-    """Owns one DuckDB cursor; every call on it runs in a worker thread, one at a time."""
+class _Cursor:
+    """One DuckDB cursor and the thread it runs in, one call at a time."""
 
-    def __init__(self, connection: duckdb.DuckDBPyConnection, spec: JobSpec) -> None:
-        self._cursor = connection
-        self._spec = spec
+    def __init__(self, cursor: duckdb.DuckDBPyConnection) -> None:
+        self.cursor = cursor
         self._limiter = anyio.CapacityLimiter(1)
 
-    async def _call(self, function: Callable[..., T], *args: object) -> T:
-        return await anyio.to_thread.run_sync(function, *args, limiter=self._limiter)
-
-    async def count_pending(self, *, retry: Collection[FailureClass] = (), limit: int | None = None) -> int:
-        sql = f"SELECT count(*) FROM ({pending_sql(self._spec, retry=retry, limit=limit)})"
-        row = await self._call(lambda: self._cursor.execute(sql).fetchone())
-        return int(row[0]) if row else 0
-
-    async def stream_pending(
-        self,
-        send: ObjectSendStream[SourceRecord],
-        *,
-        retry: Collection[FailureClass] = (),
-        limit: int | None = None,
-    ) -> None:
-        """Send every pending record, then close ``send``. Backpressure comes from the bounded stream."""
-        ids_sql = pending_sql(self._spec, retry=retry, limit=limit)
-        fields_sql = records_sql(self._spec)
-        names = self._spec.source.fields
-        batch_size = self._spec.source.batch_size
-        fetcher = await self._call(self._cursor.cursor)  # a second cursor: the ids query stays open
+    async def call(self, function: Callable[..., T], *args: object) -> T:
         try:
-            async with send:
-                await self._call(lambda: self._cursor.execute(ids_sql))
-                while ids := await self._call(lambda: self._cursor.fetchmany(batch_size)):
-                    rows = await self._call(_fetch, fetcher, fields_sql, [row[0] for row in ids])
-                    for row in rows:
-                        await send.send(SourceRecord(row[0], dict(zip(names, row[1:], strict=True))))
-        finally:
-            with anyio.CancelScope(shield=True):
-                await self._call(fetcher.close)
+            return await anyio.to_thread.run_sync(function, *args, limiter=self._limiter)
+        except duckdb.Error as exc:  # e.g. out of memory: finished records are saved, the run stops
+            raise FatalRunError(
+                f"cannot read the pending records ({duckdb_reason(exc)}); "
+                "if DuckDB ran out of memory, raise duckdb_memory_limit in the job"
+            ) from exc
+
+    async def scalar(self, sql: str, parameters: dict[str, Any]) -> int:
+        row = await self.call(lambda: self.cursor.execute(sql, bind(sql, parameters)).fetchone())
+        return int(row[0]) if row and row[0] is not None else 0
 
 
-def _fetch(cursor: duckdb.DuckDBPyConnection, sql: str, ids: list[object]) -> list[tuple[Any, ...]]:
-    return cursor.execute(sql, {"ids": ids}).fetchall()
+class SourceReader:
+    """Counts and streams one run's pending records. It owns three cursors of ``connection``: the
+    metadata ids, the content ids (a temporary table lives on it) and the record fetches."""
+
+    def __init__(self, cursors: tuple[duckdb.DuckDBPyConnection, ...], queries: PendingQueries) -> None:
+        self._queries = queries
+        self._parameters = queries.parameters()
+        self._ids, self._content, self._fetcher = (_Cursor(cursor) for cursor in cursors)
+        self._content_count: int | None = None
+        self._content_lock = anyio.Lock()
+
+    @classmethod
+    async def open(cls, connection: duckdb.DuckDBPyConnection, queries: PendingQueries) -> SourceReader:
+        cursors = await anyio.to_thread.run_sync(lambda: tuple(connection.cursor() for _ in range(3)))
+        return cls(cursors, queries)
+
+    async def aclose(self) -> None:
+        with anyio.CancelScope(shield=True):
+            for cursor in (self._ids, self._content, self._fetcher):
+                await cursor.call(cursor.cursor.close)
+
+    async def count_metadata(self) -> int:
+        """New records, failures to retry, and (with --redo-stale) stale results: no text is read."""
+        return await self._ids.scalar(
+            f"SELECT count(*) FROM ({self._queries.ids_sql('metadata')})", self._parameters
+        )
+
+    @property
+    def content_counted(self) -> bool:
+        return self._content_count is not None
+
+    async def count_content(self) -> int:
+        """Records whose prompt fields changed: hashes every record's text once, keeping the ids.
+        Later calls (and the stream) reuse that."""
+        async with self._content_lock:
+            if self._content_count is None:
+                self._content_count = await self._collect_content_ids()
+            return self._content_count
+
+    async def _collect_content_ids(self) -> int:
+        """The changed ids into a temporary table first (the text hashing needs the memory), then the
+        ones the metadata phase does not take anyway: the stream reads them from there."""
+        if not self._queries.has_content_phase:
+            return 0
+        changed = f"CREATE OR REPLACE TEMP TABLE {_CHANGED_TABLE} AS {self._queries.changed_sql()}"
+        pending = (
+            f"CREATE OR REPLACE TEMP TABLE {_CONTENT_TABLE} AS "
+            f"{self._queries.ids_sql('content', changed=_CHANGED_TABLE)}"
+        )
+        cursor = self._content.cursor
+        for sql in (changed, pending):
+            await self._content.call(lambda sql=sql: cursor.execute(sql, bind(sql, self._parameters)))
+        return await self._content.scalar(f"SELECT count(*) FROM {_CONTENT_TABLE}", {})
+
+    async def count_stale(self) -> dict[str, int]:
+        """Results of this variant that are stale because the job changed: ``total`` and the non-zero
+        causes (one result can have several); empty if none. No record text is read."""
+        sql = self._queries.stale_sql()
+
+        def read() -> dict[str, int]:
+            cursor = self._ids.cursor.execute(sql, bind(sql, self._parameters))
+            row = cursor.fetchone()
+            names = [column[0] for column in cursor.description or ()]
+            counts = dict(zip(names, row or (), strict=False))
+            if not counts.get("stale"):
+                return {}
+            by_cause = {str(cause): int(counts[str(cause)]) for cause in JOB_CAUSES if counts.get(str(cause))}
+            return {"total": int(counts["stale"]), **by_cause}
+
+        return await self._ids.call(read)
+
+    async def stream_pending(self, send: ObjectSendStream[SourceRecord]) -> None:
+        """Send every pending record (metadata phase first), then close ``send``. Backpressure comes
+        from the bounded stream; the selection's limit holds over both phases."""
+        limit = self._queries.selection.limit
+        async with send:
+            sent = await self._stream_ids(self._ids, self._queries.ids_sql("metadata"), send, limit)
+            if limit is not None and sent >= limit:
+                return
+            if await self.count_content():
+                left = None if limit is None else limit - sent
+                await self._stream_ids(self._content, f"SELECT * FROM {_CONTENT_TABLE}", send, left)
+
+    async def _stream_ids(
+        self, ids: _Cursor, sql: str, send: ObjectSendStream[SourceRecord], limit: int | None
+    ) -> int:
+        batch_size = self._queries.spec.source.batch_size
+        names = self._queries.spec.source.fields
+        fields_sql = self._queries.records_sql()
+        sent = 0
+        await ids.call(lambda: ids.cursor.execute(sql, bind(sql, self._parameters)))
+        while ids_batch := await ids.call(lambda: ids.cursor.fetchmany(batch_size)):
+            wanted = [row[0] for row in ids_batch][: None if limit is None else limit - sent]
+            parameters = bind(fields_sql, {**self._parameters, "ids": wanted})
+            rows = await self._fetcher.call(_fetch, self._fetcher.cursor, fields_sql, parameters)
+            for row in rows:
+                values = dict(zip(names, row[1 : 1 + len(names)], strict=True))
+                content_hash, truncated_at = row[1 + len(names)], row[2 + len(names)]
+                await send.send(SourceRecord(row[0], values, content_hash, truncated_at))
+            sent += len(rows)
+            if limit is not None and sent >= limit:
+                break
+        return sent
+
+
+def _fetch(cursor: duckdb.DuckDBPyConnection, sql: str, parameters: dict[str, Any]) -> list[tuple[Any, ...]]:
+    return cursor.execute(sql, parameters).fetchall()

@@ -51,6 +51,7 @@ class RunStats:
     retries: Counter[str] = field(default_factory=Counter)
     failures: Counter[str] = field(default_factory=Counter)
     prompt_tokens: int = 0
+    reasoning_tokens: int = 0
     latency: LatencyHistogram = field(default_factory=LatencyHistogram)
     last_answer_at: float = field(default=-1.0)  # when the server last finished a request
     _sent_at: dict[int, float] = field(default_factory=dict)

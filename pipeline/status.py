@@ -1,4 +1,5 @@
-"""``pipeline status``: done / failed / pending, and the rate and ETA of the last run.
+"""``pipeline status``: done / failed / pending / stale / orphaned, tokens per record, and the rate and
+ETA of the last run, for one variant.
 
 While a run holds the database, DuckDB lets no other process open it, so the status comes from the
 progress snapshot the run keeps beside the database instead.
@@ -6,26 +7,35 @@ progress snapshot the run keeps beside the database instead.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
 import duckdb
 
+from pipeline.db import bind, quote, table_names
 from pipeline.errors import DatabaseLockedError
 from pipeline.job import JobSpec
+from pipeline.pending import PendingQueries
 from pipeline.progress import read_snapshot
-from pipeline.source import pending_sql, quote, source_relation
-from pipeline.store import open_database, table_names
+from pipeline.source import source_relation
+from pipeline.store import open_for_reading
+from pipeline.versions import JOB_CAUSES, StaleCause
 
 
 @dataclass(frozen=True, slots=True)
 class JobStatus:
     database: str
+    variant: str = "main"
     source_records: int | None = None
-    done: int | None = None
+    done: int | None = None  # current or stale results of records still in the source
     failed: dict[str, int] = field(default_factory=dict)
     pending: int | None = None
+    content_changed: int = 0  # of the pending: records whose prompt fields changed since
+    stale: dict[str, int] = field(default_factory=dict)  # "total" and one count per cause
+    orphaned: int = 0  # results whose record is no longer in the source
+    tokens_per_done: dict[str, float] | None = None  # every attempt's tokens over the records done
     last_run: dict[str, Any] | None = None
     live: dict[str, Any] | None = None  # the snapshot of a run that holds the database right now
 
@@ -47,17 +57,17 @@ class JobStatus:
 def job_status(spec: JobSpec) -> JobStatus:
     """Read the job's status. Blocking (DuckDB); the CLI calls it directly."""
     try:
-        connection = open_database(spec.database, read_only=True, memory_limit=spec.duckdb_memory_limit)
+        connection = open_for_reading(spec)
     except DatabaseLockedError:
-        return JobStatus(database=str(spec.database), live=read_snapshot(spec.database))
+        return JobStatus(database=str(spec.database), variant=spec.variant, live=read_snapshot(spec.database))
     try:
         return _read_status(connection, spec)
     finally:
         connection.close()
 
 
-def _scalar(connection: duckdb.DuckDBPyConnection, sql: str) -> int:
-    row = connection.execute(sql).fetchone()
+def _scalar(connection: duckdb.DuckDBPyConnection, sql: str, parameters: dict[str, Any] | None = None) -> int:
+    row = connection.execute(sql, bind(sql, parameters or {})).fetchone()
     return int(row[0]) if row and row[0] is not None else 0
 
 
@@ -65,26 +75,78 @@ def _read_status(connection: duckdb.DuckDBPyConnection, spec: JobSpec) -> JobSta
     out = spec.output
     tables = table_names(connection)
     source_known = spec.source.query is not None or (spec.source.table or "").lower() in tables
+    base = JobStatus(database=str(spec.database), variant=spec.variant, done=0)
     if out.results_table.lower() not in tables or not source_known:
         total = _scalar(connection, f"SELECT count(*) FROM {source_relation(spec)}") if source_known else None
-        return JobStatus(database=str(spec.database), source_records=total, done=0, pending=total)
-    failed = dict(
-        connection.execute(
-            f"SELECT failure_class, count(*) FROM {quote(out.failures_table)} GROUP BY ALL ORDER BY ALL"
-        ).fetchall()
-    )
-    return JobStatus(
-        database=str(spec.database),
+        return dataclasses.replace(base, source_records=total, pending=total)
+    queries = PendingQueries(spec)
+    parameters = queries.parameters()
+    metadata = _scalar(connection, f"SELECT count(*) FROM ({queries.ids_sql('metadata')})", parameters)
+    content = _scalar(connection, f"SELECT count(*) FROM ({queries.ids_sql('content')})", parameters)
+    counts = _stale_counts(connection, queries, parameters)
+    results, orphaned = counts.pop("results"), counts.pop("orphaned")
+    return dataclasses.replace(
+        base,
         source_records=_scalar(connection, f"SELECT count(*) FROM {source_relation(spec)}"),
-        done=_scalar(connection, f"SELECT count(*) FROM {quote(out.results_table)}"),
-        failed={str(name): int(count) for name, count in failed.items()},
-        pending=_scalar(connection, f"SELECT count(*) FROM ({pending_sql(spec)})"),
+        done=results - orphaned,
+        orphaned=orphaned,
+        failed=_failed(connection, spec),
+        pending=metadata + content,
+        content_changed=content,
+        stale=counts,
+        tokens_per_done=_tokens_per_done(connection, spec),
         last_run=_last_run(connection, spec),
     )
 
 
+def _stale_counts(
+    connection: duckdb.DuckDBPyConnection, queries: PendingQueries, parameters: dict[str, Any]
+) -> dict[str, int]:
+    values = _row(connection, queries.stale_sql(), parameters)
+    changed = _row(connection, queries.changed_count_sql(), parameters)
+    return {
+        "results": values["results"],
+        "orphaned": values["orphaned"],
+        "total": values["stale"] + changed["content_only"],
+        str(StaleCause.CONTENT): changed["content"],
+        **{str(cause): values[str(cause)] for cause in JOB_CAUSES},
+    }
+
+
+def _row(connection: duckdb.DuckDBPyConnection, sql: str, parameters: dict[str, Any]) -> dict[str, int]:
+    cursor = connection.execute(sql, bind(sql, parameters))
+    row = cursor.fetchone() or ()
+    names = [column[0] for column in cursor.description or ()]
+    return {name: int(value or 0) for name, value in zip(names, row, strict=False)}
+
+
+def _failed(connection: duckdb.DuckDBPyConnection, spec: JobSpec) -> dict[str, int]:
+    rows = connection.execute(
+        f"SELECT failure_class, count(*) FROM {quote(spec.output.failures_table)} "
+        "WHERE variant = ? GROUP BY ALL ORDER BY ALL",
+        [spec.variant],
+    ).fetchall()
+    return {str(name): int(count) for name, count in rows}
+
+
+def _tokens_per_done(connection: duckdb.DuckDBPyConnection, spec: JobSpec) -> dict[str, float] | None:
+    """What a finished record costs, failures and retries included: the runs' totals over their done."""
+    row = connection.execute(
+        "SELECT sum(done), sum(prompt_tokens), sum(completion_tokens), sum(reasoning_tokens) "
+        f"FROM {quote(spec.output.runs_table)} WHERE variant = ?",
+        [spec.variant],
+    ).fetchone()
+    if not row or not row[0]:
+        return None
+    done = float(row[0])
+    return {"prompt": row[1] / done, "completion": row[2] / done, "reasoning": (row[3] or 0) / done}
+
+
 def _last_run(connection: duckdb.DuckDBPyConnection, spec: JobSpec) -> dict[str, Any] | None:
-    cursor = connection.execute(f"SELECT * FROM {quote(spec.output.runs_table)} ORDER BY run_id DESC LIMIT 1")
+    cursor = connection.execute(
+        f"SELECT * FROM {quote(spec.output.runs_table)} WHERE variant = ? ORDER BY run_id DESC LIMIT 1",
+        [spec.variant],
+    )
     row = cursor.fetchone()
     if row is None:
         return None

@@ -1,29 +1,37 @@
-"""The job's DuckDB database: output tables, the single batched writer, and status queries.
+"""The job's DuckDB database: preparing it, and the single batched writer of outcomes.
 
-Results are unique per record id (primary key). Each batch of outcomes is one transaction that also
-updates the run's counters, so what ``status`` shows is always what is on disk.
+Results are unique per (variant, record id). Each batch of outcomes is one transaction that also moves
+the results it replaces into the history table and updates the run's counters, so what ``status``
+shows is always what is on disk, and a kill at any moment loses no result and doubles none.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import anyio
 import duckdb
 import structlog
 
-from pipeline.errors import ConfigError, DatabaseLockedError
+from pipeline.db import UTC_NOW, open_database, quote, table_names
+from pipeline.errors import ConfigError
 from pipeline.job import JobSpec
 from pipeline.loader import load_file
-from pipeline.lock import already_running, lock_holder
 from pipeline.outcomes import Extracted, Failed, Outcome
-from pipeline.source import describe_source, quote
+from pipeline.source import describe_source
+from pipeline.tables import (
+    FAILURE_COLUMNS,
+    RESULT_COLUMNS,
+    create_output_tables,
+    history_table,
+    needs_upgrade,
+)
 
 log = structlog.get_logger("pipeline.store")
 
@@ -35,90 +43,26 @@ CHAOS_COMMIT_DELAY_ENV = "PIPELINE_CHAOS_COMMIT_DELAY_S"
 AppendAction = Literal["upsert", "delete"]
 
 
-# Timestamps are stored as plain TIMESTAMP in UTC: TIMESTAMPTZ values need pytz to be read in Python.
-UTC_NOW = "timezone('UTC', now())"
-
-RESULT_COLUMNS = [
-    "record_id",
-    "run_id",
-    "extracted",
-    "model",
-    "attempts",
-    "prompt_tokens",
-    "completion_tokens",
-    "reasoning_tokens",
-    "latency_s",
-    "finish_reason",
-    "prompt_hash",
-    "schema_hash",
-]
-FAILURE_COLUMNS = ["record_id", "run_id", "failure_class", "message", "attempts", "last_raw_output"]
-
-
-def open_database(
-    path: Path, *, read_only: bool = False, memory_limit: str = "128MB"
-) -> duckdb.DuckDBPyConnection:
-    """Connect, translating "locked by another process" and unreadable files into one clear line."""
-    if read_only and not path.exists():
-        raise ConfigError(f"{path}: database does not exist yet (run `pipeline load` or `pipeline run`)")
-    try:
-        if not read_only:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        connection = duckdb.connect(str(path), read_only=read_only)
-    except duckdb.IOException as exc:
-        text = " ".join(str(exc).split())
-        if "lock" in text.lower():
-            if (pid := lock_holder(path)) is not None:
-                raise already_running(path, pid) from exc
-            raise DatabaseLockedError(f"{path}: database is in use by another process ({text})") from exc
-        raise ConfigError(f"{path}: cannot open database ({text})") from exc
-    except (duckdb.Error, OSError) as exc:
-        raise ConfigError(f"{path}: cannot open database ({' '.join(str(exc).split())})") from exc
-    # DuckDB's default buffer pool is 80% of RAM and fills with cached result blocks as a run goes
-    # on; a bounded pool keeps the process small (it spills to disk if a query needs more).
-    connection.execute(f"SET memory_limit = '{memory_limit}'")
-    return connection
-
-
 @dataclass(slots=True)
 class RunCounts:
+    """The run's totals, over every attempt of every record it finished (failed ones included)."""
+
     done: int = 0
     failed: int = 0
     attempts: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    reasoning_tokens: int = 0
 
     def add(self, outcome: Outcome) -> None:
         self.attempts += outcome.attempts
         if isinstance(outcome, Failed):
             self.failed += 1
-            return
-        self.done += 1
-        self.prompt_tokens += outcome.reply.prompt_tokens or 0
-        self.completion_tokens += outcome.reply.completion_tokens or 0
-
-
-def create_output_tables(connection: duckdb.DuckDBPyConnection, spec: JobSpec, id_type: str) -> None:
-    """Create the job's output tables if missing; the record id keeps the source id's type."""
-    out = spec.output
-    connection.execute(
-        f"""
-        CREATE TABLE IF NOT EXISTS {quote(out.runs_table)} (
-            run_id INTEGER PRIMARY KEY, job_name VARCHAR, job_hash VARCHAR, model VARCHAR,
-            base_url VARCHAR, concurrency INTEGER, started_at TIMESTAMP, updated_at TIMESTAMP,
-            ended_at TIMESTAMP, status VARCHAR, pending_at_start BIGINT, done BIGINT DEFAULT 0,
-            failed BIGINT DEFAULT 0, attempts BIGINT DEFAULT 0, prompt_tokens BIGINT DEFAULT 0,
-            completion_tokens BIGINT DEFAULT 0, message VARCHAR);
-        CREATE TABLE IF NOT EXISTS {quote(out.results_table)} (
-            record_id {id_type} PRIMARY KEY, run_id INTEGER, extracted JSON, model VARCHAR,
-            attempts INTEGER, prompt_tokens INTEGER, completion_tokens INTEGER, reasoning_tokens INTEGER,
-            latency_s DOUBLE, finish_reason VARCHAR, prompt_hash VARCHAR, schema_hash VARCHAR,
-            created_at TIMESTAMP DEFAULT ({UTC_NOW}));
-        CREATE TABLE IF NOT EXISTS {quote(out.failures_table)} (
-            record_id {id_type} PRIMARY KEY, run_id INTEGER, failure_class VARCHAR, message VARCHAR,
-            attempts INTEGER, last_raw_output VARCHAR, created_at TIMESTAMP DEFAULT ({UTC_NOW}));
-        """
-    )
+        else:
+            self.done += 1
+        self.prompt_tokens += outcome.usage.prompt_tokens
+        self.completion_tokens += outcome.usage.completion_tokens
+        self.reasoning_tokens += outcome.usage.reasoning_tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +82,15 @@ class StoreWriter:
         self.spec = spec
         self.run_id = 0
         self.counts = RunCounts()
-        self._hashes = (spec.prompt_hash(), spec.schema_hash())
+        self._pending = 0
+        version = spec.version()
+        self._version = [
+            version.content_fields,
+            version.prompt_hash,
+            version.schema_hash,
+            spec.model,
+            version.settings_hash,
+        ]
         self._limiter = anyio.CapacityLimiter(1)
         self._chaos_commit_delay_s = float(os.environ.get(CHAOS_COMMIT_DELAY_ENV) or 0)
 
@@ -146,6 +98,7 @@ class StoreWriter:
         return await anyio.to_thread.run_sync(function, limiter=self._limiter)
 
     async def begin_run(self, start: RunStart) -> int:
+        self._pending = start.pending
         self.run_id = await self._call(lambda: self._insert_run(start))
         return self.run_id
 
@@ -154,8 +107,13 @@ class StoreWriter:
         if outcomes:
             await self._call(lambda: self._write_batch(outcomes))
 
+    async def set_pending(self, pending: int) -> None:
+        """The run's pending count, once the content phase has been counted."""
+        self._pending = pending
+        await self._call(lambda: self._update_run(self.counts, status=None, message=None))
+
     async def finish_run(self, status: str, message: str | None = None) -> None:
-        await self._call(lambda: self._finish(status, message))
+        await self._call(lambda: self._update_run(self.counts, status=status, message=message))
 
     def _insert_run(self, start: RunStart) -> int:
         table = quote(self.spec.output.runs_table)
@@ -163,12 +121,13 @@ class StoreWriter:
         row = con.execute(f"SELECT coalesce(max(run_id), 0) + 1 FROM {table}").fetchone()
         run_id = int(row[0]) if row else 1
         con.execute(
-            f"INSERT INTO {table} (run_id, job_name, job_hash, model, base_url, concurrency, started_at, "
-            "updated_at, status, pending_at_start) "
-            f"VALUES (?, ?, ?, ?, ?, ?, {UTC_NOW}, {UTC_NOW}, 'running', ?)",
+            f"INSERT INTO {table} (run_id, job_name, variant, job_hash, model, base_url, concurrency, "
+            f"started_at, updated_at, status, pending_at_start) "
+            f"VALUES (?, ?, ?, ?, ?, ?, ?, {UTC_NOW}, {UTC_NOW}, 'running', ?)",
             [
                 run_id,
                 self.spec.name,
+                self.spec.variant,
                 start.job_hash,
                 start.model,
                 start.base_url,
@@ -185,16 +144,19 @@ class StoreWriter:
         for outcome in outcomes:
             counts.add(outcome)
         con, out = self.connection, self.spec.output
+        now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
         con.begin()
         try:
             if extracted:
-                self._append(out.results_table, RESULT_COLUMNS, [self._result_row(o) for o in extracted])
+                ids = [o.record_id for o in extracted]
+                self._move_to_history(ids)
+                self._append(out.results_table, RESULT_COLUMNS, [self._result_row(o, now) for o in extracted])
                 # A record that failed before (transient, or --retry-failed) is no longer a failure.
-                self._append(out.failures_table, ["record_id"], [[o.record_id] for o in extracted], "delete")
+                keys = [[self.spec.variant, record_id] for record_id in ids]
+                self._append(out.failures_table, ["variant", "record_id"], keys, "delete")
             if failed:
-                self._append(
-                    out.failures_table, FAILURE_COLUMNS, [self._failure_row(o) for o in failed], "upsert"
-                )
+                rows = [self._failure_row(o, now) for o in failed]
+                self._append(out.failures_table, FAILURE_COLUMNS, rows, "upsert")
             self._update_run(counts, status=None, message=None)
             if self._chaos_commit_delay_s:
                 log.warning("chaos: transaction open before commit", rows=len(outcomes))
@@ -205,47 +167,75 @@ class StoreWriter:
             raise
         self.counts = counts
 
+    def _move_to_history(self, ids: list[Any]) -> None:
+        """Copy the results these ids replace into the history table (same transaction as the new ones)."""
+        columns = ", ".join([*RESULT_COLUMNS, "created_at"])
+        self.connection.execute(
+            f"INSERT INTO {quote(history_table(self.spec))} ({columns}, superseded_at, superseded_by_run) "
+            f"SELECT {columns}, {UTC_NOW}, ? FROM {quote(self.spec.output.results_table)} "
+            "WHERE variant = ? AND record_id IN (SELECT unnest(?))",
+            [self.run_id, self.spec.variant, ids],
+        )
+
     def _append(
         self, table: str, columns: list[str], rows: list[list[Any]], action: AppendAction = "upsert"
     ) -> None:
         if action == "delete":  # a delete appender buffers exactly its key columns
             appender = self.connection.appender(table, action=action, key=columns)
         else:
-            appender = self.connection.appender(table, columns=columns, action=action)
+            appender = self.connection.appender(table, columns=[*columns, "created_at"], action=action)
         appender.append_rows(rows)
         appender.flush()
 
-    def _result_row(self, outcome: Extracted) -> list[Any]:
-        reply = outcome.reply
+    def _result_row(self, outcome: Extracted, now: dt.datetime) -> list[Any]:
+        reply, usage = outcome.reply, outcome.usage
         return [
+            self.spec.variant,
             outcome.record_id,
             self.run_id,
             outcome.data_json,
-            self.spec.model,
             outcome.attempts,
             reply.prompt_tokens,
             reply.completion_tokens,
             reply.reasoning_tokens,
             reply.latency_s,
             reply.finish_reason,
-            *self._hashes,
+            outcome.max_tokens,
+            usage.prompt_tokens,
+            usage.completion_tokens,
+            usage.reasoning_tokens,
+            usage.latency_s,
+            None,  # grounding
+            outcome.content_hash,
+            *self._version,
+            now,
         ]
 
-    def _failure_row(self, outcome: Failed) -> list[Any]:
+    def _failure_row(self, outcome: Failed, now: dt.datetime) -> list[Any]:
+        usage = outcome.usage
         return [
+            self.spec.variant,
             outcome.record_id,
             self.run_id,
             str(outcome.failure_class),
             outcome.message,
             outcome.attempts,
             outcome.last_raw_output,
+            outcome.max_tokens,
+            usage.prompt_tokens,
+            usage.completion_tokens,
+            usage.reasoning_tokens,
+            usage.latency_s,
+            outcome.content_hash,
+            *self._version,
+            now,
         ]
 
     def _update_run(self, counts: RunCounts, *, status: str | None, message: str | None) -> None:
         self.connection.execute(
             f"UPDATE {quote(self.spec.output.runs_table)} SET done = ?, failed = ?, attempts = ?, "
-            f"prompt_tokens = ?, completion_tokens = ?, updated_at = {UTC_NOW}, "
-            "status = coalesce(?, status), message = coalesce(?, message), "
+            f"prompt_tokens = ?, completion_tokens = ?, reasoning_tokens = ?, pending_at_start = ?, "
+            f"updated_at = {UTC_NOW}, status = coalesce(?, status), message = coalesce(?, message), "
             f"ended_at = CASE WHEN ? IS NULL THEN ended_at ELSE {UTC_NOW} END WHERE run_id = ?",
             [
                 counts.done,
@@ -253,6 +243,8 @@ class StoreWriter:
                 counts.attempts,
                 counts.prompt_tokens,
                 counts.completion_tokens,
+                counts.reasoning_tokens,
+                self._pending,
                 status,
                 message,
                 status,
@@ -260,13 +252,11 @@ class StoreWriter:
             ],
         )
 
-    def _finish(self, status: str, message: str | None) -> None:
-        self._update_run(self.counts, status=status, message=message)
-
 
 def prepare_database(spec: JobSpec) -> duckdb.DuckDBPyConnection:
     """Open the job's database, load the seed file into an absent source table, check the source and
-    create the output tables. Blocking; raises :class:`ConfigError` before any request is sent."""
+    create (or bring up to date) the output tables. Blocking; raises :class:`ConfigError` before any
+    request is sent."""
     try:
         connection = open_database(spec.database, memory_limit=spec.duckdb_memory_limit)
     except ConfigError as error:
@@ -291,7 +281,20 @@ def prepare_database(spec: JobSpec) -> duckdb.DuckDBPyConnection:
     return connection
 
 
-def table_names(connection: duckdb.DuckDBPyConnection) -> set[str]:
-    """The database's tables, lower-cased (DuckDB matches table names case-insensitively). Blocking."""
-    rows = connection.execute("SELECT table_name FROM duckdb_tables() WHERE NOT temporary").fetchall()
-    return {str(row[0]).lower() for row in rows}
+def open_for_reading(spec: JobSpec, *, memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
+    """The job's database, read-only (a run may be writing it: then ``DatabaseLockedError``).
+
+    A database written by an earlier version is brought up to date first, which needs it writable
+    for a moment: reading it as it is would count its results wrongly."""
+    limit = memory_limit or spec.duckdb_memory_limit
+    connection = open_database(spec.database, read_only=True, memory_limit=limit)
+    try:
+        outdated = needs_upgrade(connection, spec)
+    except BaseException:
+        connection.close()
+        raise
+    if not outdated:
+        return connection
+    connection.close()
+    prepare_database(spec).close()
+    return open_database(spec.database, read_only=True, memory_limit=limit)

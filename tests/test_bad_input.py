@@ -361,7 +361,7 @@ def test_null_empty_huge_and_control_character_fields(previous: Path, sim_url: s
 
     loaded = cli_run("load", str(data), "--job", str(job))
     assert loaded.exit_code == 0, loaded.output
-    assert f"loaded {len(ODD_RECORDS)} of {len(ODD_RECORDS)} records" in loaded.stdout
+    assert f": {len(ODD_RECORDS)} new, 0 updated, 0 unchanged" in loaded.stdout
     stored = dict(table_rows(database, "SELECT id, [title, description] FROM postings WHERE id >= 100"))
     assert stored == {row["id"]: [row["title"], row["description"]] for row in ODD_RECORDS}  # byte-exact
 

@@ -155,6 +155,23 @@ def test_status_text_and_json(tmp_path: Path, sim_url: str) -> None:
     report = orjson.loads(pipeline("status", str(job), "--json").stdout)
     assert (report["source_records"], report["done"], report["pending"]) == (20, 15, 5)
     assert report["last_run"]["status"] == "completed" and report["eta_s"] is not None
+    assert report["stale"] == {
+        "total": 0, "content": 0, "prompt": 0, "schema": 0, "model": 0, "settings": 0, "unknown": 0,
+    }  # fmt: skip
+    assert report["tokens_per_done"]["completion"] > 0 and report["orphaned"] == 0
+
+    edited = write_job(tmp_path, endpoint={"base_url": sim_url}, prompt={"system": "Extract it well."})
+    stale_text = pipeline("status", str(edited)).stdout
+    assert "stale:    15 (prompt 15; `pipeline run --redo-stale` redoes them)" in stale_text
+    plain = pipeline("run", str(edited), "--limit", "1")
+    assert plain.returncode == 0
+    assert (
+        "stale:    15 results were made by an older version of the job (prompt 15); kept as they are: "
+        f"`pipeline run {edited} --redo-stale` redoes them"
+    ) in plain.stdout
+    redo = pipeline("run", str(edited), "--redo-stale", "prompt")
+    assert redo.returncode == 0 and "19 done, 0 failed of 19" in redo.stdout
+    assert orjson.loads(pipeline("status", str(edited), "--json").stdout)["stale"]["total"] == 0
 
 
 def test_status_of_a_database_held_by_a_run_uses_the_snapshot(tmp_path: Path) -> None:
@@ -184,9 +201,10 @@ def test_load_reports_and_rejects(tmp_path: Path) -> None:
     data.write_text("".join(json.dumps({"id": i, "title": "t", "body": "b"}) + "\n" for i in range(3)))
     loaded = pipeline("load", str(data), "--job", str(job), "--rename", "body=description")
     assert loaded.returncode == 0
-    assert f"loaded 3 of 3 records from {data} into table postings" in loaded.stdout
+    assert f"loaded 3 records from {data} into table postings" in loaded.stdout
+    assert ": 3 new, 0 updated, 0 unchanged" in loaded.stdout
     again = pipeline("load", str(data), "--job", str(job), "--rename", "body=description")
-    assert "loaded 0 of 3" in again.stdout and "3 ids were already there" in again.stdout
+    assert ": 0 new, 0 updated, 3 unchanged" in again.stdout
     missing = pipeline("load", str(data), "--job", str(job))
     assert missing.returncode == 2 and "no column ['description']" in missing.stderr
     bad_rename = pipeline("load", str(data), "--job", str(job), "--rename", "oops")
@@ -229,3 +247,20 @@ def test_local_flag_and_local_endpoint_use_the_local_runner(
     local_job = write_job(tmp_path / "local", endpoint={"base_url": "local"})
     assert runner.invoke(cli.app, ["run", str(local_job), "--log-format", "json"]).exit_code == 0
     assert calls == ["http://testserver/v1", "local"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--redo-stale", "content"], "--redo-stale 'content': not a cause to redo (content changes"),
+        (["--redo-stale", "promt"], "--redo-stale 'promt': not a cause to redo; use prompt, schema, model"),
+        (["--only-failed", "--redo-stale"], "--only-failed retries failures and nothing else"),
+        (["--sample", "0"], "Invalid value for '--sample'"),
+        (["--class", "transient"], "--class 'transient': not taken here"),
+    ],
+)
+def test_bad_run_selections_are_one_line_and_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
+    job = write_job(tmp_path)
+    result = pipeline("run", str(job), *args)
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr and "Traceback" not in result.stderr

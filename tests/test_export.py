@@ -35,6 +35,18 @@ COLUMNS = [
     "reasoning_tokens",
     "finish_reason",
     "created_at",
+    "variant",
+    "run_id",
+    "latency_s",
+    "max_tokens",
+    "total_prompt_tokens",
+    "total_completion_tokens",
+    "total_reasoning_tokens",
+    "total_latency_s",
+    "content_hash",
+    "prompt_hash",
+    "schema_hash",
+    "settings_hash",
 ]
 DONE_IDS = [0, 8, 9, 10, 11]  # job_with_outputs: records 1-7 fail
 
@@ -181,7 +193,7 @@ def test_cli_prints_one_line_and_takes_the_format_from_the_path(tmp_path: Path) 
     code, stdout, _ = export_cli(str(spec.source_file), "--out", str(out), "--include-failures")
     assert code == 0
     assert stdout == (
-        f"exported 5 results to {out} (jsonl) and 7 failures to {tmp_path / 'results.failures.ndjson'}\n"
+        f"exported 5 results to {out} (jsonl), 7 failures to {tmp_path / 'results.failures.ndjson'}\n"
     )
     assert [row["id"] for row in read_rows(out, ExportFormat.JSONL)] == DONE_IDS
     dump = tmp_path / "dump"

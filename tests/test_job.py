@@ -124,15 +124,6 @@ def test_api_key_comes_from_the_named_variable(tmp_path: Path, monkeypatch: pyte
     assert "sk-secret" not in spec.model_dump_json()
 
 
-def test_hashes_change_with_prompt_not_with_concurrency(tmp_path: Path) -> None:
-    base = load_job(write_job(tmp_path))
-    assert base.with_overrides(concurrency=3).job_hash() == base.job_hash()
-    changed = base.model_copy(update={"prompt": base.prompt.model_copy(update={"system": "Other."})})
-    assert changed.job_hash() != base.job_hash()
-    assert changed.prompt_hash() != base.prompt_hash()
-    assert changed.schema_hash() == base.schema_hash()
-
-
 def test_overrides_keep_unset_values(tmp_path: Path) -> None:
     spec = load_job(write_job(tmp_path))
     changed = spec.with_overrides(concurrency=32, base_url="http://other:9/v1", model=None)

@@ -65,6 +65,61 @@ def test_replace(spec: JobSpec, tmp_path: Path) -> None:
     assert table_rows(spec.database, "SELECT count(*) FROM postings") == [(1,)]
 
 
+def test_a_newer_export_inserts_new_updates_changed_and_leaves_identical_rows(
+    spec: JobSpec, tmp_path: Path
+) -> None:
+    load(spec, write_jsonl(tmp_path / "monday.jsonl", ROWS[:4]))
+    tuesday = [
+        ROWS[0],  # identical
+        {**ROWS[1], "description": "D1, edited"},  # changed text
+        {**ROWS[2], "extra": 99},  # changed in a column the prompt does not use: still an update
+        ROWS[3],
+        ROWS[4],  # new
+    ]
+    report = load(spec, write_jsonl(tmp_path / "tuesday.jsonl", tuesday))
+    counts = (report.inserted, report.updated, report.unchanged, report.removed)  # type: ignore[attr-defined]
+    assert counts == (1, 2, 2, 0)
+    assert table_rows(spec.database, "SELECT id, description, extra FROM postings ORDER BY id") == [
+        (0, "D0", 0),
+        (1, "D1, edited", 2),
+        (2, "D2", 99),
+        (3, "D3", 6),
+        (4, "D4", 8),
+    ]
+    again = load(spec, write_jsonl(tmp_path / "again.jsonl", tuesday))
+    assert (again.inserted, again.updated, again.unchanged) == (0, 0, 5)  # type: ignore[attr-defined]
+
+
+def test_a_file_without_some_columns_updates_only_those_it_has(spec: JobSpec, tmp_path: Path) -> None:
+    load(spec, write_jsonl(tmp_path / "a.jsonl", ROWS[:2]))
+    slim = [{"id": 0, "title": "T0", "description": "new"}, {"id": 1, "title": "T1", "description": "D1"}]
+    report = load(spec, write_jsonl(tmp_path / "b.jsonl", slim))
+    assert (report.updated, report.unchanged) == (1, 1)  # type: ignore[attr-defined]
+    assert table_rows(spec.database, "SELECT id, description, extra FROM postings ORDER BY id") == [
+        (0, "new", 0),
+        (1, "D1", 2),
+    ]
+
+
+def test_replace_counts_what_changed_and_what_it_removed(spec: JobSpec, tmp_path: Path) -> None:
+    load(spec, write_jsonl(tmp_path / "a.jsonl", ROWS[:4]))
+    newer = [ROWS[0], {**ROWS[1], "title": "changed"}, ROWS[4]]
+    report = load(spec, write_jsonl(tmp_path / "b.jsonl", newer), replace=True)
+    counts = (report.inserted, report.updated, report.unchanged, report.removed)  # type: ignore[attr-defined]
+    assert counts == (1, 1, 1, 2)
+    assert table_rows(spec.database, "SELECT id FROM postings ORDER BY id") == [(0,), (1,), (4,)]
+
+
+def test_a_failed_load_changes_nothing(spec: JobSpec, tmp_path: Path) -> None:
+    load(spec, write_jsonl(tmp_path / "a.jsonl", ROWS[:3]))
+    before = table_rows(spec.database, "SELECT * FROM postings ORDER BY id")
+    # a changed row and a new one, then a row the table cannot take (a list where a number was)
+    broken = [{**ROWS[0], "description": "edited"}, ROWS[3], {**ROWS[4], "extra": "not a number"}]
+    with pytest.raises(ConfigError, match=r"b\.jsonl: cannot load into table 'postings'"):
+        load(spec, write_jsonl(tmp_path / "b.jsonl", broken))
+    assert table_rows(spec.database, "SELECT * FROM postings ORDER BY id") == before
+
+
 def test_rename_and_other_table(spec: JobSpec, tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "a.jsonl", [{"Ref": 1, "Title": "x", "Body": "y"}])
     load(spec, path, rename={"Ref": "id", "Body": "description"}, table="other")

@@ -11,9 +11,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from pipeline.db import open_database
 from pipeline.errors import AlreadyRunningError, DatabaseLockedError
 from pipeline.lock import RunLock, lock_holder, lock_path
-from pipeline.store import open_database
 from tests.support.processes import REPO, subprocess_env
 
 HOLDER = """

@@ -15,10 +15,10 @@ import pytest
 from structlog.testing import capture_logs
 
 from pipeline import store as store_module
+from pipeline.db import open_database
 from pipeline.errors import FatalRunError
 from pipeline.runner import RunOptions, RunStatus, run_job
 from pipeline.stats import RunStats
-from pipeline.store import open_database
 from tests.support.fakes import GOOD_ITEM, ScriptedServer, completion, error, good_completion, respond
 from tests.support.jobs import make_job, table_rows
 

@@ -6,11 +6,12 @@ import duckdb
 import orjson
 import pytest
 
+from pipeline.db import open_database
 from pipeline.errors import DatabaseLockedError, FailureClass
 from pipeline.job import JobSpec
 from pipeline.llm import Reply
-from pipeline.outcomes import Extracted, Failed
-from pipeline.store import RunStart, StoreWriter, open_database, prepare_database
+from pipeline.outcomes import Extracted, Failed, Usage
+from pipeline.store import RunStart, StoreWriter, prepare_database
 from tests.support.jobs import make_job, table_rows
 
 pytestmark = pytest.mark.anyio
@@ -18,12 +19,27 @@ pytestmark = pytest.mark.anyio
 REPLY = Reply('{"a": 1}', "thinking", "stop", 120, 45, 12, 0.25)
 
 
-def extracted(record_id: int, attempts: int = 1) -> Extracted:
-    return Extracted(record_id, orjson.dumps({"id": record_id}).decode(), attempts, REPLY)
+def usage(attempts: int) -> Usage:
+    """As if every attempt had been answered like REPLY."""
+    return Usage(attempts, 120 * attempts, 45 * attempts, 12 * attempts, 0.25 * attempts)
+
+
+def extracted(record_id: int, attempts: int = 1, data: int | None = None) -> Extracted:
+    body = orjson.dumps({"id": record_id if data is None else data}).decode()
+    return Extracted(record_id, body, attempts, REPLY, usage(attempts), 256, record_id * 1000)
 
 
 def failed(record_id: int, failure_class: FailureClass = FailureClass.SCHEMA_INVALID) -> Failed:
-    return Failed(record_id, failure_class, "skills: Input should be a valid list", 3, '{"skills": 1}')
+    return Failed(
+        record_id,
+        failure_class,
+        "skills: Input should be a valid list",
+        3,
+        '{"skills": 1}',
+        usage(3),
+        512,
+        record_id * 1000,
+    )
 
 
 async def started_writer(spec: JobSpec) -> StoreWriter:
@@ -43,32 +59,62 @@ async def test_results_and_failures_rows(spec: JobSpec) -> None:
     writer.connection.close()
     rows = table_rows(
         spec.database,
-        "SELECT record_id, run_id, extracted, model, attempts, prompt_tokens, "
-        "completion_tokens, reasoning_tokens, latency_s, finish_reason, prompt_hash, schema_hash, "
-        "created_at IS NOT NULL FROM results",
+        "SELECT variant, record_id, run_id, extracted, model, attempts, prompt_tokens, "
+        "completion_tokens, reasoning_tokens, latency_s, finish_reason, max_tokens, total_prompt_tokens, "
+        "total_completion_tokens, total_reasoning_tokens, total_latency_s, content_hash, content_fields, "
+        "prompt_hash, schema_hash, settings_hash, created_at IS NOT NULL FROM results",
     )
+    version = spec.version()
     assert rows == [
         (
+            "main",
             1,
             1,
             '{"id":1}',
             "test-model",
             2,
-            120,
+            120,  # the last attempt's
             45,
             12,
             0.25,
             "stop",
-            spec.prompt_hash(),
-            spec.schema_hash(),
+            256,
+            240,  # every attempt's
+            90,
+            24,
+            0.5,
+            1000,
+            "title,description",
+            version.prompt_hash,
+            version.schema_hash,
+            version.settings_hash,
             True,
         )
     ]
     failures = table_rows(
         spec.database,
-        "SELECT record_id, run_id, failure_class, message, attempts, last_raw_output FROM failures",
+        "SELECT variant, record_id, run_id, failure_class, message, attempts, last_raw_output, "
+        "last_max_tokens, prompt_tokens, completion_tokens, reasoning_tokens, latency_s, content_hash, "
+        "prompt_hash FROM failures",
     )
-    assert failures == [(2, 1, "schema_invalid", "skills: Input should be a valid list", 3, '{"skills": 1}')]
+    assert failures == [
+        (
+            "main",
+            2,
+            1,
+            "schema_invalid",
+            "skills: Input should be a valid list",
+            3,
+            '{"skills": 1}',
+            512,
+            360,
+            135,
+            36,
+            0.75,
+            2000,
+            version.prompt_hash,
+        )
+    ]
 
 
 async def test_run_counters_are_committed_with_each_batch(spec: JobSpec) -> None:
@@ -76,9 +122,11 @@ async def test_run_counters_are_committed_with_each_batch(spec: JobSpec) -> None
     await writer.write([extracted(1), extracted(2), failed(3)])
     await writer.write([extracted(4)])
     run = writer.connection.execute(
-        "SELECT status, done, failed, attempts, prompt_tokens, completion_tokens, pending_at_start FROM runs"
+        "SELECT status, done, failed, attempts, prompt_tokens, completion_tokens, reasoning_tokens, "
+        "pending_at_start FROM runs"
     ).fetchall()
-    assert run == [("running", 3, 1, 6, 360, 135, 10)]
+    # every attempt counts, the failed record's three included
+    assert run == [("running", 3, 1, 6, 720, 270, 72, 10)]
     await writer.finish_run("completed_with_failures")
     ended = writer.connection.execute("SELECT status, ended_at IS NOT NULL FROM runs").fetchall()
     assert ended == [("completed_with_failures", True)]
@@ -97,14 +145,39 @@ async def test_success_clears_an_earlier_failure_and_failures_are_upserted(spec:
     writer.connection.close()
 
 
-async def test_results_are_unique_per_record(spec: JobSpec) -> None:
+async def test_results_are_unique_per_record_and_a_redo_moves_the_old_one_to_history(spec: JobSpec) -> None:
     writer = await started_writer(spec)
-    await writer.write([extracted(1)])
-    await writer.write([extracted(1, attempts=5)])
-    assert writer.connection.execute("SELECT count(*), max(attempts) FROM results").fetchall() == [(1, 5)]
+    await writer.write([extracted(1, data=10), extracted(2, data=20)])
+    await writer.write([extracted(1, attempts=5, data=11)])
+    assert writer.connection.execute("SELECT count(*), max(attempts) FROM results").fetchall() == [(2, 5)]
+    assert writer.connection.execute("SELECT extracted FROM results WHERE record_id = 1").fetchall() == [
+        ('{"id":11}',)
+    ]
+    history = writer.connection.execute(
+        "SELECT variant, record_id, extracted, attempts, run_id, superseded_by_run, "
+        "superseded_at IS NOT NULL FROM results_history"
+    ).fetchall()
+    assert history == [("main", 1, '{"id":10}', 1, 1, 1, True)]
     with pytest.raises(duckdb.ConstraintException):
-        writer.connection.execute("INSERT INTO results (record_id) VALUES (1)")
+        writer.connection.execute("INSERT INTO results (variant, record_id) VALUES ('main', 1)")
     writer.connection.close()
+
+
+async def test_variants_keep_their_own_results_and_failures(spec: JobSpec) -> None:
+    main = await started_writer(spec)
+    await main.write([extracted(1, data=10), failed(2)])
+    other = StoreWriter(main.connection, spec.model_copy(update={"variant": "b"}))
+    await other.begin_run(RunStart("hash", spec.model, spec.endpoint.base_url, spec.concurrency, 10))
+    await other.write([extracted(1, data=99), extracted(2)])
+    rows = main.connection.execute(
+        "SELECT variant, record_id, extracted FROM results ORDER BY ALL"
+    ).fetchall()
+    assert rows == [("b", 1, '{"id":99}'), ("b", 2, '{"id":2}'), ("main", 1, '{"id":10}')]
+    assert main.connection.execute("SELECT variant, record_id FROM failures").fetchall() == [("main", 2)]
+    assert main.connection.execute("SELECT count(*) FROM results_history").fetchall() == [(0,)]
+    runs = main.connection.execute("SELECT run_id, variant FROM runs ORDER BY run_id").fetchall()
+    assert runs == [(1, "main"), (2, "b")]
+    main.connection.close()
 
 
 async def test_a_failed_batch_leaves_nothing_behind(spec: JobSpec) -> None:
@@ -151,9 +224,9 @@ def test_string_ids_keep_their_type(tmp_path: Path) -> None:
     types = table_rows(
         spec.database,
         "SELECT data_type FROM information_schema.columns WHERE table_name IN "
-        "('results', 'failures') AND column_name = 'record_id'",
+        "('results', 'failures', 'results_history') AND column_name = 'record_id'",
     )
-    assert types == [("VARCHAR",), ("VARCHAR",)]
+    assert types == [("VARCHAR",), ("VARCHAR",), ("VARCHAR",)]
 
 
 def test_locked_database_is_reported(spec: JobSpec, tmp_path: Path) -> None:

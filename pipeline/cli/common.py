@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
 import sys
+from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from typer.core import TyperGroup
 
 from pipeline.errors import AlreadyRunningError, ConfigError, FatalRunError, StalledRunError
 from pipeline.job import JobSpec, load_job
@@ -21,7 +24,32 @@ EXIT_ALREADY_RUNNING = 4  # another `pipeline run` of this job holds it
 EXIT_STALLED = 5  # the stall watchdog ended the run (operations.stall_abort_s)
 EXIT_INTERRUPTED = 130  # SIGINT/SIGTERM: finished records were saved
 
+#: Options whose value may be left out, and what they mean then: ``--redo-stale`` alone redoes every
+#: job cause, ``--redo-stale prompt,schema`` only those (click has no optional option values).
+OPTIONAL_VALUES = {"--redo-stale": "all"}
+_CAUSE_LIST = re.compile(r"^[a-z]+(,[a-z]*)*$")
+
+
+def with_optional_values(args: list[str]) -> list[str]:
+    """``args`` with the implied value after an optional-value option that was given none."""
+    completed: list[str] = []
+    for index, arg in enumerate(args):
+        completed.append(arg)
+        implied = OPTIONAL_VALUES.get(arg)
+        following = args[index + 1] if index + 1 < len(args) else None
+        if implied is not None and (following is None or not _CAUSE_LIST.match(following)):
+            completed.append(implied)
+    return completed
+
+
+class _Commands(TyperGroup):
+    # ctx is typer's vendored click Context, which typer does not export.
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, with_optional_values(args))
+
+
 app = typer.Typer(
+    cls=_Commands,
     help="Concurrency-first batch LLM extraction: DuckDB in, validated JSON out.",
     no_args_is_help=True,
     add_completion=False,
@@ -87,3 +115,8 @@ def load_job_or_exit(job: Path, database: Path | None = None) -> JobSpec:
     except ConfigError as error:
         raise fail(error, EXIT_CONFIG) from error
     return spec.with_overrides(database=database.resolve() if database else None)
+
+
+def causes_text(counts: Mapping[str, int]) -> str:
+    """``prompt 12, schema 3`` from stale counts by cause (the ``total`` and zero counts left out)."""
+    return ", ".join(f"{cause} {count:,}" for cause, count in counts.items() if count and cause != "total")

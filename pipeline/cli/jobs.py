@@ -11,7 +11,6 @@ import orjson
 import typer
 
 from pipeline.cli.common import (
-    EXIT_ABORTED,
     EXIT_CONFIG,
     EXIT_INTERRUPTED,
     DatabaseOption,
@@ -27,15 +26,16 @@ from pipeline.cli.common import (
     load_job_or_exit,
     setup_logging,
 )
+from pipeline.db import open_database
 from pipeline.errors import PERMANENT_FAILURE_CLASSES, ConfigError, FailureClass, FatalRunError
 from pipeline.failures import class_names, parse_failure_classes
 from pipeline.job import JobSpec
-from pipeline.loader import load_file
+from pipeline.loader import LoadReport, load_file
 from pipeline.local import run_job_locally
 from pipeline.progress import LiveProgress, LogProgress, ProgressReporter, format_duration
 from pipeline.runner import RunOptions, RunSummary, run_job
 from pipeline.status import JobStatus, job_status
-from pipeline.store import open_database
+from pipeline.versions import StaleCause, parse_causes
 
 # Transient failures are retried by every run, so --class takes only the others.
 FAILURE_CLASSES = class_names(PERMANENT_FAILURE_CLASSES)
@@ -59,11 +59,13 @@ def load(
     rename: Annotated[
         list[str] | None, typer.Option(help="Rename a column: FILE_COLUMN=NAME (repeatable).")
     ] = None,
-    replace: Annotated[bool, typer.Option(help="Replace the table instead of adding new ids.")] = False,
+    replace: Annotated[
+        bool, typer.Option(help="Make the table equal to the file (ids not in it are removed).")
+    ] = False,
     file_format: Annotated[str | None, typer.Option("--format", help="Override the file type.")] = None,
     database: DatabaseOption = None,
 ) -> None:
-    """Load records into the job's DuckDB source table; ids already there are skipped."""
+    """Load records into the job's DuckDB source table: new ids are added, changed rows updated."""
     spec = load_job_or_exit(job, database)
     renames = _parse_renames(rename or [])
     try:
@@ -74,22 +76,29 @@ def load(
             )
         finally:
             connection.close()
-    except ConfigError as error:
-        raise fail(error, EXIT_CONFIG) from error
     except FatalRunError as error:
-        raise fail(error, EXIT_ABORTED) from error
-    typer.echo(
-        f"loaded {report.inserted:,} of {report.rows_in_file:,} records from {file} into table "
-        f"{report.table} of {spec.database}"
-        + (f" ({report.skipped:,} ids were already there)" if report.skipped else "")
+        raise fail(error, exit_code_for(error)) from error
+    typer.echo(_load_text(report, file, spec.database, replace))
+
+
+def _load_text(report: LoadReport, file: Path, database: Path, replace: bool) -> str:
+    text = (
+        f"loaded {report.rows_in_file:,} records from {file} into table {report.table} of {database}: "
+        f"{report.inserted:,} new, {report.updated:,} updated, {report.unchanged:,} unchanged"
     )
+    if replace and report.removed:
+        text += (
+            f", {report.removed:,} removed (their results stay; `pipeline status` counts them as orphaned)"
+        )
+    return text
 
 
 RetryClassOption = Annotated[
     list[str] | None,
     typer.Option(
         "--class",
-        help=f"With --retry-failed: only this failure class (repeatable): {', '.join(FAILURE_CLASSES)}.",
+        help=f"With --retry-failed or --only-failed: only this failure class (repeatable): "
+        f"{', '.join(FAILURE_CLASSES)}.",
     ),
 ]
 
@@ -100,7 +109,22 @@ def run(
     limit: Annotated[int | None, typer.Option(min=1, help="Extract at most this many records.")] = None,
     concurrency: Annotated[int | None, typer.Option(min=1, help="Override the job's concurrency.")] = None,
     retry_failed: Annotated[bool, typer.Option(help="Also retry records that failed permanently.")] = False,
+    only_failed: Annotated[
+        bool, typer.Option(help="Retry failed records (all, or --class) and take no new ones.")
+    ] = False,
     retry_class: RetryClassOption = None,
+    redo_stale: Annotated[
+        str | None,
+        typer.Option(
+            metavar="[CAUSES]",
+            help="Also redo results made by an older version of the job: every cause, or only "
+            "those listed (prompt,schema,model,settings,unknown). Changed content is always redone.",
+        ),
+    ] = None,
+    sample: Annotated[
+        int | None, typer.Option(min=1, help="Only records of a fixed random sample of N source records.")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="The seed of --sample: the same seed, the same records.")] = 0,
     endpoint: Annotated[str | None, typer.Option(help="Override endpoint.base_url.")] = None,
     model: Annotated[str | None, typer.Option(help="Override the model name.")] = None,
     timeout: Annotated[float | None, typer.Option(min=1, help="Override request_timeout_s.")] = None,
@@ -138,7 +162,11 @@ def run(
     options = RunOptions(
         limit=limit,
         retry_failed=retry_failed or bool(retry_class),
-        retry_classes=_failure_classes(retry_class or []),
+        retry_classes=_failure_classes(retry_class or [], only_failed),
+        only_failed=only_failed,
+        redo_stale=_redo_causes(redo_stale, only_failed),
+        sample=sample,
+        seed=seed,
         handle_signals=True,
         progress=reporter,
         metrics_port=metrics_port,
@@ -151,7 +179,7 @@ def run(
         raise fail(error, exit_code_for(error)) from error
     except KeyboardInterrupt:
         raise typer.Exit(EXIT_INTERRUPTED) from None
-    _print_summary(summary)
+    _print_summary(summary, job)
     raise typer.Exit(summary.exit_code)
 
 
@@ -181,16 +209,31 @@ def _run_spec(
         raise fail(error, EXIT_CONFIG) from error
 
 
-def _failure_classes(names: list[str]) -> frozenset[FailureClass]:
+def _redo_causes(value: str | None, only_failed: bool) -> frozenset[StaleCause]:
+    if value is None:
+        return frozenset()
+    if only_failed:
+        error = ConfigError("--only-failed retries failures and nothing else: drop --redo-stale or it")
+        raise fail(error, EXIT_CONFIG)
     try:
-        return frozenset(parse_failure_classes(names, allowed=PERMANENT_FAILURE_CLASSES))
+        return parse_causes([] if value == "all" else [value], "--redo-stale")
     except ConfigError as error:
         raise fail(error, EXIT_CONFIG) from error
 
 
-def _print_summary(summary: RunSummary) -> None:
+def _failure_classes(names: list[str], only_failed: bool) -> frozenset[FailureClass]:
+    # A plain run retries transient failures anyway; --only-failed may ask for them alone.
+    allowed = frozenset(FailureClass) if only_failed else PERMANENT_FAILURE_CLASSES
+    try:
+        return frozenset(parse_failure_classes(names, allowed=allowed))
+    except ConfigError as error:
+        raise fail(error, EXIT_CONFIG) from error
+
+
+def _print_summary(summary: RunSummary, job: Path) -> None:
     if summary.run_id is None:
         typer.echo(f"nothing to do: every record is done or failed permanently ({summary.database})")
+        _print_stale_kept(summary, job)
         return
     minutes = summary.records_per_s * 60
     tokens = summary.output_tokens / summary.elapsed_s if summary.elapsed_s else 0.0
@@ -202,10 +245,24 @@ def _print_summary(summary: RunSummary) -> None:
     typer.echo(f"results:  table {summary.results_table} in {summary.database}")
     if summary.failed:
         typer.echo(f"failures: table {summary.failures_table} (`pipeline run --retry-failed` retries them)")
+    _print_stale_kept(summary, job)
     query = f"SELECT record_id, extracted FROM {summary.results_table} LIMIT 5"
     typer.echo(
         'look:     python -c "import duckdb; '
         f"duckdb.connect('{summary.database}', read_only=True).sql('{query}').show()\""
+    )
+
+
+def _print_stale_kept(summary: RunSummary, job: Path) -> None:
+    if not summary.stale_kept:
+        return
+    total = summary.stale_kept.get("total", 0)
+    causes = ", ".join(
+        f"{cause} {count:,}" for cause, count in summary.stale_kept.items() if cause != "total"
+    )
+    typer.echo(
+        f"stale:    {total:,} results were made by an older version of the job ({causes}); "
+        f"kept as they are: `pipeline run {job} --redo-stale` redoes them"
     )
 
 
@@ -230,15 +287,38 @@ def status(
 def _status_dict(report: JobStatus) -> dict[str, Any]:
     return {
         "database": report.database,
+        "variant": report.variant,
         "source_records": report.source_records,
         "done": report.done,
         "failed": report.failed,
         "pending": report.pending,
+        "content_changed": report.content_changed,
+        "stale": report.stale,
+        "orphaned": report.orphaned,
+        "tokens_per_done": report.tokens_per_done,
         "last_run": report.last_run,
         "rate_per_min": report.rate_per_min,
         "eta_s": report.eta_s,
         "live": report.live,
     }
+
+
+def _stale_lines(report: JobStatus) -> list[str]:
+    lines = []
+    if report.stale.get("total"):
+        causes = ", ".join(
+            f"{cause} {count}" for cause, count in report.stale.items() if count and cause != "total"
+        )
+        lines.append(f"stale:    {report.stale['total']} ({causes}; `pipeline run --redo-stale` redoes them)")
+    if report.orphaned:
+        lines.append(f"orphaned: {report.orphaned} results whose record is no longer in the source")
+    tokens = report.tokens_per_done
+    if tokens:
+        lines.append(
+            f"tokens:   {tokens['prompt']:,.0f} prompt + {tokens['completion']:,.0f} output "
+            f"({tokens['reasoning']:,.0f} reasoning) per done record, every attempt counted"
+        )
+    return lines
 
 
 def _status_text(report: JobStatus) -> str:
@@ -254,12 +334,14 @@ def _status_text(report: JobStatus) -> str:
         )
     failed_total = sum(report.failed.values())
     failed_detail = ", ".join(f"{name} {count}" for name, count in report.failed.items())
+    changed = f" ({report.content_changed} with changed content)" if report.content_changed else ""
     lines = [
-        f"database: {report.database}",
+        f"database: {report.database}" + (f" (variant {report.variant})" if report.variant != "main" else ""),
         f"records:  {report.source_records}",
         f"done:     {report.done}",
         f"failed:   {failed_total}" + (f" ({failed_detail})" if failed_detail else ""),
-        f"pending:  {report.pending}",
+        f"pending:  {report.pending}{changed}",
+        *_stale_lines(report),
     ]
     run = report.last_run
     if run:

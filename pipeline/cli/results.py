@@ -127,26 +127,38 @@ def export_command(
             "results.parquet -> results.failures.parquet."
         ),
     ] = False,
+    history: Annotated[
+        bool,
+        typer.Option(
+            "--history",
+            help="Also write the results that redos replaced beside --out: "
+            "results.parquet -> results.history.parquet (with superseded_at, superseded_by_run).",
+        ),
+    ] = False,
     database: DatabaseOption = None,
 ) -> None:
     """Write the results, joined to the source ids, to Parquet, JSON lines or CSV.
 
     One row per result whose id is still in the source, in no particular order.
 
-    Columns: the id (named as the job's source.id_column), extracted (nested JSON in jsonl, JSON in parquet, JSON text in csv), model, attempts, prompt_tokens, completion_tokens, reasoning_tokens, finish_reason, created_at (UTC).
+    Columns: the id (named as the job's source.id_column), extracted (nested JSON in jsonl, JSON in parquet, JSON text in csv), model, attempts, prompt_tokens, completion_tokens, reasoning_tokens (of the last attempt), finish_reason, created_at (UTC), variant, run_id, latency_s, max_tokens, total_prompt_tokens, total_completion_tokens, total_reasoning_tokens, total_latency_s (over every attempt), and the version key: content_hash, prompt_hash, schema_hash, settings_hash.
 
     The file is written beside --out and renamed into place: an interrupted export leaves no half file.
     """  # noqa: E501  (Typer keeps a docstring's line breaks: one paragraph, one line)
     spec = load_job_or_exit(job, database)
     fmt = _read_or_exit(lambda: export_format(out, file_format))
-    report = _read_or_exit(lambda: export_results(spec, out, fmt, include_failures=include_failures))
+    report = _read_or_exit(
+        lambda: export_results(spec, out, fmt, include_failures=include_failures, history=history)
+    )
     typer.echo(_export_text(report))
 
 
 def _export_text(report: ExportReport) -> str:
     text = f"exported {_count(report.rows, 'result')} to {report.out} ({report.format})"
     if report.failures_out is not None:
-        text += f" and {_count(report.failure_rows or 0, 'failure')} to {report.failures_out}"
+        text += f", {_count(report.failure_rows or 0, 'failure')} to {report.failures_out}"
+    if report.history_out is not None:
+        text += f", {_count(report.history_rows or 0, 'replaced result')} to {report.history_out}"
     return text
 
 

@@ -72,6 +72,7 @@ class SimMetrics:
     successes: int = 0
     prompt_tokens: int = 0
     generation_tokens: int = 0
+    reasoning_tokens: int = 0  # of the generation tokens, in answers the client received
     faults: dict[str, int] = field(default_factory=dict)
 
 
@@ -159,6 +160,7 @@ class SimServer:
             "pipeline_sim:chat_requests_total": self.metrics.chat_requests,
             "pipeline_sim:max_prompt_tokens": self.metrics.max_prompt_tokens,
             "pipeline_sim:max_messages": self.metrics.max_messages,
+            "pipeline_sim:reasoning_tokens_total": self.metrics.reasoning_tokens,
         }
         lines = [f"{name}{label} {value}\n" for name, value in values.items()]
         lines += [
@@ -208,6 +210,7 @@ class SimServer:
             stream = self._stream(body, sequence, answer, prompt)
             return HttpResponse(200, content_type="text/event-stream", stream=stream)
         await self._generate(sequence)
+        self.metrics.reasoning_tokens += answer.reasoning_tokens
         return HttpResponse(200, orjson.dumps(self._completion(answer, prompt)))
 
     def _draw_fault(self) -> str | None:

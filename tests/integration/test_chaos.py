@@ -20,6 +20,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,10 +66,10 @@ class Kill:
 class Run:
     """`pipeline run JOB --log-format json` whose stderr lines are read, as JSON, by a thread."""
 
-    def __init__(self, job: Path, **env: str) -> None:
+    def __init__(self, job: Path, *args: str, **env: str) -> None:
         self.started = time.perf_counter()
         self.process = subprocess.Popen(
-            pipeline_command("run", str(job), "--log-format", "json"),
+            pipeline_command("run", str(job), "--log-format", "json", *args),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
@@ -144,14 +145,23 @@ def on_disk(database: Path) -> int:
     return int(table_rows(database, sql)[0][0]) if tables[0][0] else 0
 
 
-def kill_once(job: Path, database: Path, url: str, kind: str, rng: random.Random, start_up_s: float) -> Kill:
+def kill_once(
+    job: Path,
+    database: Path,
+    url: str,
+    kind: str,
+    rng: random.Random,
+    start_up_s: float,
+    *args: str,
+    progress: Callable[[Path], int] = on_disk,
+) -> Kill:
     # Moments scale with what is left, so every killed run still has work when it is killed (it
     # cannot finish 2.5 s x left/2,000 after its start) and the final run some left to do.
-    left = RECORDS - on_disk(database)
+    left = RECORDS - progress(database)
     requests_before = sim_requests(url)
     held_rows = committed_rows = 0
     if kind == "commit":
-        run = Run(job, **{CHAOS_COMMIT_DELAY_ENV: str(COMMIT_HOLD_S)})
+        run = Run(job, *args, **{CHAOS_COMMIT_DELAY_ENV: str(COMMIT_HOLD_S)})
         target = rng.randint(1, min(3, 1 + left // 400))  # the 1st, 2nd or 3rd commit of the run
         deadline = time.perf_counter() + WAIT_S
         for commit in range(1, target + 1):
@@ -162,19 +172,19 @@ def kill_once(job: Path, database: Path, url: str, kind: str, rng: random.Random
             else:
                 held_rows = int(event["rows"])
     elif kind == "run-start":  # its run row is in, nothing is committed yet
-        run = Run(job)
+        run = Run(job, *args)
         run.wait_for("run started")
     elif kind == "mid-run":
-        run = Run(job)
+        run = Run(job, *args)
         run.wait_for("run started")
         time.sleep(rng.uniform(0.1, 2.5) * left / RECORDS)
     else:  # start-up: importing, opening the database, counting, checking the server
-        run = Run(job)
+        run = Run(job, *args)
         time.sleep(rng.uniform(0.0, start_up_s))
     after_s = run.kill()
     requests = sim_requests(url) - requests_before
     return Kill(
-        kind, after_s, run.run_id, run.start_up_s, held_rows, committed_rows, requests, on_disk(database)
+        kind, after_s, run.run_id, run.start_up_s, held_rows, committed_rows, requests, progress(database)
     )
 
 
@@ -289,3 +299,64 @@ def test_kill_9_at_20_random_moments_then_resume(tmp_path: Path) -> None:
             f"  {number:>4}  {kill.kind:<9}  {kill.after_s:>6.2f}  {started_s:>11}  {kill.requests:>8}  "
             f"{kill.held_rows or '-':>9}  {kill.on_disk:>7}"
         )
+
+
+# The redo: 4 kills inside a commit (history insert and new result in one transaction), 4 mid-run.
+REDO_PLAN = ("commit",) * 4 + ("mid-run",) * 4
+NEW_SYSTEM_PROMPT = "Extract the posting. Quote skills exactly as the posting writes them."
+
+
+def redone(database: Path) -> int:
+    """Records whose current result or failure was made by the edited prompt."""
+    sql = (
+        "SELECT (SELECT count(*) FROM results WHERE run_id > 1) "
+        "+ (SELECT count(*) FROM failures WHERE run_id > 1)"
+    )
+    return int(table_rows(database, sql)[0][0])
+
+
+def test_kill_9_in_the_middle_of_a_redo_loses_and_doubles_nothing(tmp_path: Path) -> None:
+    rng = random.Random(SEED + 1)
+    database = tmp_path / "postings.duckdb"
+    build_postings(database, RECORDS)
+    with sim_server(*SIM_ARGS) as url:
+        options: dict[str, Any] = {
+            "database": "postings.duckdb",
+            "endpoint": {"base_url": url},
+            "concurrency": CONCURRENCY,
+            "retry": {"backoff_initial_s": 0.05, "backoff_max_s": 0.2},
+        }
+        job = write_job(tmp_path, **options)
+        assert Run(job).finish() in (0, 1)
+        before = dict(table_rows(database, "SELECT record_id, extracted FROM results"))
+        first_failures = {row[0] for row in table_rows(database, "SELECT record_id FROM failures")}
+        write_job(tmp_path, **options, prompt={"system": NEW_SYSTEM_PROMPT})  # the prompt edit
+        plan = list(REDO_PLAN)
+        rng.shuffle(plan)
+        kills = [
+            kill_once(job, database, url, kind, rng, 1.5, "--redo-stale", progress=redone) for kind in plan
+        ]
+        final = Run(job, "--redo-stale")
+        assert final.finish() in (0, 1), final.tail()
+    assert sum(kill.kind == "commit" for kill in kills) == 4
+
+    ids = {row[0] for row in table_rows(database, "SELECT id FROM postings")}
+    results = table_rows(database, "SELECT record_id, run_id FROM results")
+    failures = {row[0]: row[1] for row in table_rows(database, "SELECT record_id, run_id FROM failures")}
+    # every record has exactly one result row (or only a failure), none twice
+    assert len(results) == len({record_id for record_id, _ in results})
+    assert {record_id for record_id, _ in results} | set(failures) == ids
+    # each is current: made by the edited prompt, or kept because its redo failed under it
+    stale = [record_id for record_id, run_id in results if run_id == 1 and failures.get(record_id, 1) == 1]
+    assert not stale, f"{len(stale)} results were neither redone nor failed under the new prompt"
+    # every replaced result is in the history exactly once, with its old content
+    history = table_rows(database, "SELECT record_id, extracted, run_id FROM results_history")
+    replaced = [record_id for record_id, run_id in results if run_id > 1 and record_id in before]
+    assert len(history) == len({row[0] for row in history}), "a history row was doubled"
+    assert sorted(row[0] for row in history) == sorted(replaced), "a history row was lost"
+    assert all(row[1] == before[row[0]] and row[2] == 1 for row in history)
+    print(
+        f"\nredo with {len(kills)} kills: {len(results)} results, {len(history)} in the history "
+        f"({len(before)} before the edit, {len(first_failures)} failures), "
+        f"{sum(1 for _, run_id in results if run_id == 1)} kept after a failed redo"
+    )

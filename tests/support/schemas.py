@@ -22,3 +22,9 @@ class Item(BaseModel):
 
 
 NotAModel = dict
+
+
+class Item2(Item):
+    """Item with one more field: a schema edit."""
+
+    seniority: str | None = None
