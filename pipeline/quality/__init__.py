@@ -1,0 +1,72 @@
+"""Measuring extractions: agreement with a gold file or between two variants, and grounding of
+extracted values in the record text. Pure functions over plain data: no DuckDB, no network; the CLI
+reads the results and calls these.
+
+* :mod:`~pipeline.quality.fields`: what a schema's fields are (kinds, sub-fields, grounded paths);
+* :mod:`~pipeline.quality.normalize`: the one text normalisation everything compares with;
+* :mod:`~pipeline.quality.matching`: whether two values match (settings, keys, one-to-one lists);
+* :mod:`~pipeline.quality.metrics`: field-by-field agreement, its report and its table;
+* :mod:`~pipeline.quality.gold`: reading a gold file;
+* :mod:`~pipeline.quality.grounding`: locating values in the record text.
+"""
+
+from __future__ import annotations
+
+from pipeline.quality.fields import (
+    FieldKind,
+    FieldSpec,
+    ScoredPath,
+    grounded_paths,
+    raw_values_at,
+    schema_fields,
+    scored_paths,
+    values_at,
+)
+from pipeline.quality.gold import Gold, read_gold
+from pipeline.quality.grounding import GroundedValue, Grounding, MatchKind, ground
+from pipeline.quality.matching import MatchSettings, Scores
+from pipeline.quality.metrics import (
+    AgreementReport,
+    FieldDifference,
+    FieldScore,
+    RecordAgreement,
+    format_table,
+    measure_agreement,
+    record_key,
+)
+from pipeline.quality.normalize import (
+    NORMALISATION_RULE,
+    NormalizedText,
+    normalize_text,
+    normalize_with_offsets,
+)
+
+__all__ = [
+    "NORMALISATION_RULE",
+    "AgreementReport",
+    "FieldDifference",
+    "FieldKind",
+    "FieldScore",
+    "FieldSpec",
+    "Gold",
+    "GroundedValue",
+    "Grounding",
+    "MatchKind",
+    "MatchSettings",
+    "NormalizedText",
+    "RecordAgreement",
+    "ScoredPath",
+    "Scores",
+    "format_table",
+    "ground",
+    "grounded_paths",
+    "measure_agreement",
+    "normalize_text",
+    "normalize_with_offsets",
+    "raw_values_at",
+    "read_gold",
+    "record_key",
+    "schema_fields",
+    "scored_paths",
+    "values_at",
+]

@@ -1,0 +1,240 @@
+"""Reading a gold file: the extractions a person (or a public data set) says are right, for some
+records and some fields, keyed like the job's records.
+
+Formats, by extension:
+
+* ``.jsonl`` / ``.ndjson``: one JSON object per line (blank lines are skipped);
+* ``.json``: one JSON list of objects;
+* ``.csv``: a header row, then one record per row. Cells are stripped; an empty cell means "not given"
+  for that record. Numbers and booleans (true/false, yes/no, 1/0) are parsed for fields of those
+  kinds. A list is a JSON array (``["SQL", "Excel"]``) or ``;``-separated values (``SQL; Excel``);
+  lists of objects and objects are JSON.
+
+The id is under ``id_column``, else under ``id``. Every other key or column must be a field of the
+schema. Gold records may be partial, so they are not validated against the schema, except that a list
+field must hold a list (of objects, for a list of objects) and an object field an object or null.
+Every problem is a :class:`~pipeline.errors.ConfigError` naming the file and the line (or item).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+from pydantic import BaseModel
+
+from pipeline.errors import ConfigError
+from pipeline.quality.fields import FieldKind, FieldSpec, did_you_mean, schema_fields
+from pipeline.quality.metrics import record_key
+
+SUFFIXES = (".jsonl", ".ndjson", ".json", ".csv")
+TRUE_WORDS = frozenset({"true", "yes", "1"})
+FALSE_WORDS = frozenset({"false", "no", "0"})
+_INTEGER = re.compile(r"[+-]?\d+")
+
+
+@dataclass(frozen=True, slots=True)
+class Gold:
+    path: Path
+    records: dict[str, dict[str, Any]]  # record_key(id) -> the fields it gives (without the id)
+    fields: tuple[str, ...]  # the schema fields some record gives, in schema order
+
+
+Row = tuple[str, dict[str, Any]]  # (where in the file, e.g. "line 3"; the raw row)
+
+
+def _type_name(value: object) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _json_error(error: orjson.JSONDecodeError) -> str:
+    return f"invalid JSON at line {error.lineno} column {error.colno} ({error.msg})"
+
+
+def _jsonl_rows(path: Path, text: str) -> Iterator[Row]:
+    # Split on newlines only: JSON strings may hold U+2028, which str.splitlines() would cut at.
+    for number, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            value = orjson.loads(line)
+        except orjson.JSONDecodeError as error:
+            raise ConfigError(f"{path}: line {number}: invalid JSON ({error.msg})") from None
+        if not isinstance(value, dict):
+            raise ConfigError(f"{path}: line {number}: expected a JSON object, got {_type_name(value)}")
+        yield f"line {number}", value
+
+
+def _json_rows(path: Path, text: str) -> Iterator[Row]:
+    try:
+        items = orjson.loads(text)
+    except orjson.JSONDecodeError as error:
+        raise ConfigError(f"{path}: {_json_error(error)}") from None
+    if not isinstance(items, list):
+        raise ConfigError(f"{path}: expected a JSON list of objects, got {_type_name(items)}")
+    for number, item in enumerate(items, start=1):
+        if not isinstance(item, dict):
+            raise ConfigError(f"{path}: item {number}: expected a JSON object, got {_type_name(item)}")
+        yield f"item {number}", item
+
+
+def _csv_rows(path: Path, text: str) -> Iterator[Row]:
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    header = reader.fieldnames or []
+    if not header:
+        raise ConfigError(f"{path}: no header row")
+    repeated = sorted({name for name in header if header.count(name) > 1})
+    if repeated:
+        raise ConfigError(f"{path}: column {repeated[0]!r} appears twice in the header")
+    for row in reader:
+        if None in row:
+            raise ConfigError(f"{path}: line {reader.line_num}: more cells than the header has columns")
+        cells = {name: cell.strip() for name, cell in row.items() if cell is not None and cell.strip()}
+        yield f"line {reader.line_num}", cells
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {error.start})") from None
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot read the gold file ({error.strerror or error})") from None
+
+
+def _id_key(row: Mapping[str, Any], id_column: str) -> str | None:
+    """The key the id is under in ``row``: ``id_column``, else ``id``."""
+    return next((key for key in (id_column, "id") if key in row), None)
+
+
+def _check_columns(path: Path, columns: list[str], id_key: str, specs: Mapping[str, FieldSpec]) -> None:
+    for name in columns:
+        if name != id_key and name not in specs:
+            raise ConfigError(
+                f"{path}: column {name!r} is not a schema field{did_you_mean(name, [*specs, id_key])}"
+            )
+
+
+def _parse_scalar(spec_kind: FieldKind | None, choices: tuple[Any, ...], cell: str) -> Any:
+    """A CSV cell as a value of this kind; raises ValueError saying what was expected."""
+    if spec_kind is FieldKind.NUMBER:
+        try:
+            return int(cell) if _INTEGER.fullmatch(cell) else float(cell)
+        except ValueError:
+            raise ValueError(f"{cell!r} is not a number") from None
+    if spec_kind is FieldKind.BOOLEAN:
+        word = cell.casefold()
+        if word not in TRUE_WORDS | FALSE_WORDS:
+            raise ValueError(f"{cell!r} is not a boolean (true/false, yes/no, 1/0)")
+        return word in TRUE_WORDS
+    # A choice that is not a string (Literal[1, 2]) is written as text in CSV.
+    return next((choice for choice in choices if not isinstance(choice, str) and str(choice) == cell), cell)
+
+
+def _parse_cell(spec: FieldSpec, cell: str) -> Any:
+    """A CSV cell as the value of a field; raises ValueError saying what is wrong."""
+    if spec.kind in (FieldKind.OBJECT, FieldKind.OBJECT_LIST, FieldKind.OTHER) or (
+        spec.kind is FieldKind.LIST and cell.startswith("[")
+    ):
+        try:
+            return orjson.loads(cell)
+        except orjson.JSONDecodeError as error:
+            if spec.kind is FieldKind.OTHER:
+                return cell
+            raise ValueError(f"invalid JSON ({error.msg})") from None
+    if spec.kind is FieldKind.LIST:
+        items = [item.strip() for item in cell.split(";")]
+        return [_parse_scalar(spec.item_kind, spec.choices, item) for item in items if item]
+    return _parse_scalar(spec.kind, spec.choices, cell)
+
+
+def _shape_problem(spec: FieldSpec, value: Any) -> str | None:
+    """What is wrong with the shape of a gold value, if anything."""
+    if spec.kind is FieldKind.LIST and not isinstance(value, list):
+        return f"must be a list, got {_type_name(value)}"
+    if spec.kind is FieldKind.OBJECT_LIST and not (
+        isinstance(value, list) and all(isinstance(item, dict) for item in value)
+    ):
+        return f"must be a list of objects, got {_type_name(value)}"
+    if spec.kind is FieldKind.OBJECT and not (value is None or isinstance(value, dict)):
+        return f"must be an object or null, got {_type_name(value)}"
+    return None
+
+
+def _record_id(path: Path, where: str, row: Mapping[str, Any], id_key: str | None, id_column: str) -> str:
+    raw = row.get(id_key) if id_key is not None else None
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        expected = repr(id_column) if id_column == "id" else f"{id_column!r} or 'id'"
+        raise ConfigError(f"{path}: {where}: no id (expected {expected})")
+    if isinstance(raw, bool) or not isinstance(raw, str | int | float):
+        raise ConfigError(f"{path}: {where}: the id must be a string or a number, got {_type_name(raw)}")
+    return record_key(raw)
+
+
+def _gold_fields(
+    path: Path,
+    where: str,
+    row: Mapping[str, Any],
+    id_key: str | None,
+    specs: Mapping[str, FieldSpec],
+    csv_cells: bool,
+) -> dict[str, Any]:
+    fields: dict[str, Any] = {}
+    for name, raw in row.items():
+        if name == id_key:
+            continue
+        spec = specs.get(name)
+        if spec is None:
+            hint = did_you_mean(name, specs)
+            raise ConfigError(f"{path}: {where}: field {name!r} is not a schema field{hint}")
+        try:
+            value = _parse_cell(spec, raw) if csv_cells else raw
+        except ValueError as error:
+            raise ConfigError(f"{path}: {where}: column {name!r}: {error}") from None
+        problem = _shape_problem(spec, value)
+        if problem is not None:
+            raise ConfigError(f"{path}: {where}: field {name!r} {problem}")
+        fields[name] = value
+    return fields
+
+
+def _rows(path: Path, id_column: str, specs: Mapping[str, FieldSpec]) -> Iterator[Row]:
+    suffix = path.suffix.lower()
+    if suffix not in SUFFIXES:
+        shown = repr(suffix) if suffix else "no extension"
+        raise ConfigError(f"{path}: unknown gold file type ({shown}); use {', '.join(SUFFIXES)}")
+    text = _read_text(path)
+    if suffix == ".csv":
+        header = next(csv.reader(io.StringIO(text, newline="")), [])
+        id_key = _id_key(dict.fromkeys(header), id_column)
+        if header and id_key is None:
+            expected = repr(id_column) if id_column == "id" else f"{id_column!r} or 'id'"
+            raise ConfigError(f"{path}: no id column (expected {expected})")
+        _check_columns(path, header, id_key or id_column, specs)
+        return _csv_rows(path, text)
+    return _json_rows(path, text) if suffix == ".json" else _jsonl_rows(path, text)
+
+
+def read_gold(path: Path, id_column: str, schema: type[BaseModel]) -> Gold:
+    """The gold records in ``path``, keyed by :func:`~pipeline.quality.metrics.record_key` of their ids."""
+    specs = {spec.name: spec for spec in schema_fields(schema)}
+    csv_cells = path.suffix.lower() == ".csv"
+    records: dict[str, dict[str, Any]] = {}
+    first_seen: dict[str, str] = {}
+    for where, row in _rows(path, id_column, specs):
+        id_key = _id_key(row, id_column)
+        key = _record_id(path, where, row, id_key, id_column)
+        if key in records:
+            raise ConfigError(f"{path}: {where}: duplicate id {key!r} (first on {first_seen[key]})")
+        records[key] = _gold_fields(path, where, row, id_key, specs, csv_cells)
+        first_seen[key] = where
+    if not records:
+        raise ConfigError(f"{path}: no gold records")
+    given = {name for fields in records.values() for name in fields}
+    return Gold(path, records, tuple(name for name in specs if name in given))

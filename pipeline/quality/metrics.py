@@ -1,0 +1,387 @@
+"""Field-by-field agreement between a reference (a gold file, or variant A) and a candidate (an
+extraction to judge, or variant B), over the records both sides have.
+
+What is scored, per field path (see :func:`~pipeline.quality.fields.scored_paths`):
+
+* text, choice, boolean, number and other scalars: ``exact`` (equal as given) and ``accuracy`` (equal
+  after normalisation: text by :func:`~pipeline.quality.normalize.normalize_text`, or fuzzy; numbers
+  within the tolerance; booleans, choices and others as values; null equals null);
+* lists of scalars: precision, recall and F1 of one-to-one matching, micro (TP/FP/FN pooled over
+  records) and macro (the mean of each record's P/R/F1);
+* lists of objects (``requirements``): the same, an object matching when all its scalar sub-fields
+  match; and each sub-field as a list of values (``requirements[].text``), to see which part differs;
+* a nested object (``salary``): each sub-field as a field of its own (``salary.minimum``).
+
+Every (record, field) pair scored gets an *agreement* in 0..1: 1 or 0 for a scalar, the record's F1
+for a list. A field's ``agreement`` is their mean over records (its accuracy, or its macro F1); the
+headline ``macro`` is the mean over fields of that, every field counting once, and ``micro`` is the
+mean over all (record, field) pairs, so fields given in more records weigh more. The per-sub-field
+paths of object lists are reported but left out of both: they would count those lists twice.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pipeline.errors import ConfigError
+from pipeline.quality.fields import FieldKind, FieldSpec, ScoredPath, raw_values_at, select_paths
+from pipeline.quality.matching import Matcher, MatchSettings, Scores, list_scores, object_key, value_key
+
+LIST_KINDS = frozenset({FieldKind.LIST, FieldKind.OBJECT_LIST})
+
+
+@dataclass(frozen=True, slots=True)
+class FieldScore:
+    path: str
+    kind: FieldKind
+    scored: int  # records where the reference gives this field and both sides have the record
+    agreement: float | None  # mean (record) agreement: accuracy, or macro F1; None if none scored
+    in_overall: bool = True
+    accuracy: float | None = None  # scalar kinds
+    exact: float | None = None  # scalar kinds
+    micro: Scores | None = None  # list kinds: from TP/FP/FN pooled over records
+    macro: Scores | None = None  # list kinds: mean of per-record scores
+    true_positives: int = 0
+    false_positives: int = 0
+    false_negatives: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class FieldDifference:
+    path: str
+    reference: Any
+    candidate: Any
+    agreement: float
+
+
+@dataclass(frozen=True, slots=True)
+class RecordAgreement:
+    record_id: str
+    fields_scored: int
+    agreement: float  # mean over the record's scored fields (those counted in the overall scores)
+    differences: tuple[FieldDifference, ...]  # the fields with agreement below 1, in schema order
+
+    @property
+    def disagreement(self) -> float:
+        return 1.0 - self.agreement
+
+
+@dataclass(frozen=True, slots=True)
+class AgreementReport:
+    records_scored: int  # records present on both sides
+    fields: tuple[FieldScore, ...]  # in schema order
+    micro: float | None  # mean over every scored (record, field) pair
+    micro_pairs: int
+    macro: float | None  # mean over fields of each field's agreement
+    macro_fields: int
+    only_in_reference: tuple[str, ...]  # ids the candidate lacks
+    only_in_candidate: tuple[str, ...]  # ids the reference lacks
+    records: tuple[RecordAgreement, ...]  # the most disagreeing first
+    settings: MatchSettings
+
+    def to_json(self, *, disagreements: int = 20) -> dict[str, Any]:
+        """The report as JSON-ready data; ``disagreements``: how many of the worst records to list."""
+        return {
+            "records": self.records_scored,
+            "fields": {score.path: _field_json(score) for score in self.fields},
+            "micro": {"agreement": self.micro, "pairs": self.micro_pairs},
+            "macro": {"agreement": self.macro, "fields": self.macro_fields},
+            "missing": {
+                "reference_only": list(self.only_in_reference),
+                "candidate_only": list(self.only_in_candidate),
+            },
+            "matching": self.settings.rules(),
+            "disagreements": [
+                _record_json(record) for record in self.records[:disagreements] if record.differences
+            ],
+        }
+
+
+def record_key(value: object) -> str:
+    """One key per record id, whatever its type in a file: ``42``, ``42.0``, ``"42"`` and ``" 42 "`` are
+    all ``"42"`` (strings are stripped, floats with an integer value become ints)."""
+    if isinstance(value, str):
+        return value.strip()
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _as_list(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    if isinstance(value, list):
+        return [item for item in value if item is not None]
+    return [value]
+
+
+def _lookup(record: Mapping[str, Any], path: str) -> tuple[bool, Any]:
+    """(whether the record gives ``path``, its value); a null object gives null sub-fields."""
+    current: Any = record
+    for name in path.split("."):
+        if current is None:
+            return True, None
+        if not isinstance(current, Mapping) or name not in current:
+            return False, None
+        current = current[name]
+    return True, current
+
+
+def _reference_value(record: Mapping[str, Any], path: ScoredPath) -> tuple[bool, Any]:
+    if "[]" in path.path:  # an object list's sub-field: given when the list is
+        given, _ = _lookup(record, path.path.split("[]", 1)[0])
+        return given, raw_values_at(record, path.path) if given else None
+    return _lookup(record, path.path)
+
+
+def _candidate_value(record: Mapping[str, Any], path: ScoredPath) -> Any:
+    return raw_values_at(record, path.path) if "[]" in path.path else _lookup(record, path.path)[1]
+
+
+@dataclass(slots=True)
+class _Tally:
+    """What one scored path has accumulated over the records so far."""
+
+    path: ScoredPath
+    scored: int = 0
+    exact: int = 0
+    matched: int = 0
+    true_positives: int = 0
+    reference_items: int = 0
+    candidate_items: int = 0
+    score_sums: tuple[float, float, float] = (0.0, 0.0, 0.0)
+
+    def add_scalar(self, exact: bool, matched: bool) -> float:
+        self.scored += 1
+        self.exact += exact
+        self.matched += matched
+        return 1.0 if matched else 0.0
+
+    def add_list(self, matched: int, reference_items: int, candidate_items: int) -> float:
+        self.scored += 1
+        self.true_positives += matched
+        self.reference_items += reference_items
+        self.candidate_items += candidate_items
+        scores = list_scores(matched, reference_items, candidate_items)
+        precision, recall, f1 = self.score_sums
+        self.score_sums = (precision + scores.precision, recall + scores.recall, f1 + scores.f1)
+        return scores.f1
+
+    def result(self) -> FieldScore:
+        path, n = self.path, self.scored
+        if path.kind not in LIST_KINDS:
+            accuracy = self.matched / n if n else None
+            exact = self.exact / n if n else None
+            return FieldScore(path.path, path.kind, n, accuracy, path.in_overall, accuracy, exact)
+        macro = Scores(*(total / n for total in self.score_sums)) if n else None
+        micro = list_scores(self.true_positives, self.reference_items, self.candidate_items) if n else None
+        return FieldScore(
+            path.path,
+            path.kind,
+            n,
+            macro.f1 if macro else None,
+            path.in_overall,
+            micro=micro,
+            macro=macro,
+            true_positives=self.true_positives,
+            false_positives=self.candidate_items - self.true_positives,
+            false_negatives=self.reference_items - self.true_positives,
+        )
+
+
+class _Scorer:
+    def __init__(self, settings: MatchSettings) -> None:
+        self.matcher = Matcher(settings)
+
+    def score(self, path: ScoredPath, reference: Any, candidate: Any, tally: _Tally) -> float:
+        """The pair's agreement (0..1), added to ``tally``."""
+        matcher = self.matcher
+        if path.kind not in LIST_KINDS:
+            matched = matcher.matches(value_key(path.kind, reference), value_key(path.kind, candidate))
+            return tally.add_scalar(reference == candidate, matched)
+        if path.kind is FieldKind.OBJECT_LIST:
+            reference_objects = [object_key(path.subfields, item) for item in _as_list(reference)]
+            candidate_objects = [object_key(path.subfields, item) for item in _as_list(candidate)]
+            count = matcher.count_matches(reference_objects, candidate_objects, matcher.object_score)
+            return tally.add_list(count, len(reference_objects), len(candidate_objects))
+        reference_items = [value_key(path.item_kind, item) for item in _as_list(reference)]
+        candidate_items = [value_key(path.item_kind, item) for item in _as_list(candidate)]
+        count = matcher.count_matches(reference_items, candidate_items, matcher.score)
+        return tally.add_list(count, len(reference_items), len(candidate_items))
+
+
+def id_order(key: str) -> tuple[int, int, str]:
+    """Sort key for record ids: numbers in numeric order, then the others alphabetically."""
+    try:
+        return (0, int(key), "")
+    except ValueError:
+        return (1, 0, key)
+
+
+def _by_record_key(records: Mapping[Any, Mapping[str, Any]], side: str) -> dict[str, Mapping[str, Any]]:
+    keyed: dict[str, Mapping[str, Any]] = {}
+    originals: dict[str, Any] = {}
+    for record_id, record in records.items():
+        key = record_key(record_id)
+        if key in keyed:
+            raise ConfigError(f"{side} record ids {originals[key]!r} and {record_id!r} are the same record")
+        keyed[key], originals[key] = record, record_id
+    return keyed
+
+
+def _score_record(
+    record_id: str,
+    reference: Mapping[str, Any],
+    candidate: Mapping[str, Any],
+    tallies: Mapping[str, _Tally],
+    scorer: _Scorer,
+) -> RecordAgreement | None:
+    agreements: list[float] = []
+    differences: list[FieldDifference] = []
+    for tally in tallies.values():
+        path = tally.path
+        given, reference_value = _reference_value(reference, path)
+        if not given:
+            continue
+        candidate_value = _candidate_value(candidate, path)
+        agreement = scorer.score(path, reference_value, candidate_value, tally)
+        if path.in_overall:
+            agreements.append(agreement)
+            if agreement < 1.0:
+                differences.append(FieldDifference(path.path, reference_value, candidate_value, agreement))
+    if not agreements:
+        return None
+    return RecordAgreement(record_id, len(agreements), sum(agreements) / len(agreements), tuple(differences))
+
+
+def measure_agreement(
+    reference: Mapping[Any, Mapping[str, Any]],
+    candidate: Mapping[Any, Mapping[str, Any]],
+    specs: Sequence[FieldSpec],
+    *,
+    fields: Sequence[str] | None = None,
+    numeric_tolerance: float = 0.0,
+    fuzzy_threshold: float | None = None,
+) -> AgreementReport:
+    """Agreement of ``candidate`` with ``reference`` (record id -> extraction), field by field.
+
+    Ids are matched by :func:`record_key`; records on one side only are listed in the report."""
+    settings = MatchSettings(numeric_tolerance, fuzzy_threshold)
+    reference_by_key = _by_record_key(reference, "reference")
+    candidate_by_key = _by_record_key(candidate, "candidate")
+    paths = select_paths(specs, reference_by_key.values(), fields)
+    tallies = {path.path: _Tally(path) for path in paths}
+    scorer = _Scorer(settings)
+    common = sorted(reference_by_key.keys() & candidate_by_key.keys(), key=id_order)
+    records = [
+        agreement
+        for key in common
+        if (agreement := _score_record(key, reference_by_key[key], candidate_by_key[key], tallies, scorer))
+    ]
+    scores = tuple(tally.result() for tally in tallies.values())
+    overall = [
+        (score.agreement, score.scored)
+        for score in scores
+        if score.in_overall and score.agreement is not None
+    ]
+    pairs = sum(scored for _, scored in overall)
+    return AgreementReport(
+        records_scored=len(common),
+        fields=scores,
+        micro=sum(agreement * scored for agreement, scored in overall) / pairs if pairs else None,
+        micro_pairs=pairs,
+        macro=sum(agreement for agreement, _ in overall) / len(overall) if overall else None,
+        macro_fields=len(overall),
+        only_in_reference=tuple(sorted(reference_by_key.keys() - candidate_by_key.keys(), key=id_order)),
+        only_in_candidate=tuple(sorted(candidate_by_key.keys() - reference_by_key.keys(), key=id_order)),
+        records=tuple(sorted(records, key=lambda record: (-record.disagreement, id_order(record.record_id)))),
+        settings=settings,
+    )
+
+
+# --- output -----------------------------------------------------------------------------------------
+
+
+def _scores_json(scores: Scores | None) -> dict[str, float | None]:
+    if scores is None:
+        return {"precision": None, "recall": None, "f1": None}
+    return {"precision": scores.precision, "recall": scores.recall, "f1": scores.f1}
+
+
+def _field_json(score: FieldScore) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "kind": str(score.kind),
+        "scored": score.scored,
+        "agreement": score.agreement,
+        "in_overall": score.in_overall,
+    }
+    if score.kind not in LIST_KINDS:
+        return data | {"accuracy": score.accuracy, "exact": score.exact}
+    return data | {
+        **_scores_json(score.micro),
+        "macro": _scores_json(score.macro),
+        "tp": score.true_positives,
+        "fp": score.false_positives,
+        "fn": score.false_negatives,
+    }
+
+
+def _record_json(record: RecordAgreement) -> dict[str, Any]:
+    return {
+        "id": record.record_id,
+        "disagreement": record.disagreement,
+        "fields": [
+            {"path": d.path, "reference": d.reference, "candidate": d.candidate, "agreement": d.agreement}
+            for d in record.differences
+        ],
+    }
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None or math.isnan(value) else f"{value:.3f}"
+
+
+TABLE_HEADER = ("field", "kind", "records", "accuracy", "exact", "precision", "recall", "f1", "macro f1")
+
+
+def _table_row(score: FieldScore) -> tuple[str, ...]:
+    head = (score.path, str(score.kind), str(score.scored))
+    if score.kind not in LIST_KINDS:
+        return (*head, _number(score.accuracy), _number(score.exact), "", "", "", "")
+    micro = score.micro or Scores(math.nan, math.nan, math.nan)
+    macro_f1 = score.macro.f1 if score.macro else math.nan
+    return (*head, "", "", *(_number(value) for value in (micro.precision, micro.recall, micro.f1, macro_f1)))
+
+
+def _ids(ids: Sequence[str], limit: int = 10) -> str:
+    shown = ", ".join(ids[:limit])
+    return f" ({shown}{', …' if len(ids) > limit else ''})" if ids else ""
+
+
+def format_table(report: AgreementReport) -> str:
+    """The report as a plain-text table: one row per scored field, then the overall scores, the
+    matching rules and the records missing on either side (up to 10 ids each)."""
+    rows = [TABLE_HEADER, *(_table_row(score) for score in report.fields)]
+    widths = [max(len(row[column]) for row in rows) for column in range(len(TABLE_HEADER))]
+    lines = [
+        "  ".join(
+            cell.ljust(width) if column < 2 else cell.rjust(width)
+            for column, (cell, width) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+        for row in rows
+    ]
+    missing_candidate, missing_reference = report.only_in_reference, report.only_in_candidate
+    return "\n".join(
+        [
+            *lines,
+            f"micro {_number(report.micro)}  (mean over {report.micro_pairs} scored record-field pairs)",
+            f"macro {_number(report.macro)}  (mean over {report.macro_fields} fields, each counting once)",
+            report.settings.describe(),
+            f"records: {report.records_scored} on both sides; "
+            f"{len(missing_candidate)} only in the reference{_ids(missing_candidate)}; "
+            f"{len(missing_reference)} only in the candidate{_ids(missing_reference)}",
+        ]
+    )
