@@ -1,0 +1,248 @@
+"""The review page: one self-contained HTML file in which a person checks extractions by eye.
+
+``render_review`` turns a :class:`ReviewPage` into a whole HTML document; ``write_review`` writes it
+atomically. The page is the template ``review_page.html`` (markup, one style, one script) plus the data
+as JSON in ``<script type="application/json" id="review-data">``; the page's script renders every card
+in the browser, with ``textContent`` only, and keeps its filters in the URL fragment.
+
+Safety and self-containment are enforced, not hoped for: the JSON is escaped so that no record text
+can end its script element (``</script>``, ``<!--``), and a Content-Security-Policy allows exactly the
+template's own script and style (by hash) and nothing else: no injected script, and no network request
+of any kind (no CDN, font, image or beacon), so the file can be mailed around and opened offline.
+
+Grounding offsets arrive as Python ``str`` offsets (code points); JavaScript strings count UTF-16
+units, so offsets are converted here and highlights after an emoji still land on the right text.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import importlib.resources
+import json
+import math
+import os
+import re
+import secrets
+from collections.abc import Mapping, Sequence
+from contextlib import suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pipeline.errors import ConfigError
+
+MATCH_KINDS = ("exact", "normalised", "fuzzy", "none")
+TEMPLATE = importlib.resources.files("pipeline.quality").joinpath("review_page.html")
+_DATA_MARKER = "__REVIEW_DATA__"
+_CSP_MARKER = "__CONTENT_SECURITY_POLICY__"
+# In JSON these characters occur only inside strings, where \uXXXX is the same character: escaped, the
+# data cannot end or comment out its script element, and U+2028/9 stay harmless to any JS parser.
+_JSON_ESCAPES = {
+    ord("<"): "\\u003c",
+    ord(">"): "\\u003e",
+    ord("&"): "\\u0026",
+    0x2028: "\\u2028",
+    0x2029: "\\u2029",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class GroundedSpan:
+    """One extracted value located (or not) in the record text."""
+
+    path: str  # e.g. "explicit_skills", "company", "requirements[].text"
+    value: str
+    source_field: str | None  # the text field it was found in (None: not found)
+    start: int | None  # Python str offsets into texts[source_field]
+    end: int | None
+    match: str  # "exact" | "normalised" | "fuzzy" | "none"
+    score: float
+
+
+@dataclass(frozen=True, slots=True)
+class VariantView:
+    extraction: Mapping[str, Any] | None  # the validated JSON (None: this variant has no result)
+    failure: str | None  # failure class + message if it failed
+    grounding: Sequence[GroundedSpan]
+    model: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ReviewRecord:
+    record_id: str
+    texts: Mapping[str, str]  # source field -> text, in prompt order (title, description, ...)
+    variants: Mapping[str, VariantView]  # variant name -> view; one or two variants
+    disagreement: float | None  # 0..1 between two variants (None with one variant)
+    differing_fields: Sequence[str]  # top-level field names whose values differ
+
+
+@dataclass(frozen=True, slots=True)
+class ReviewPage:
+    job: str
+    variants: Sequence[str]  # 1 or 2 names, reference first
+    fields: Sequence[str]  # top-level schema field names, in schema order
+    grounded_paths: Sequence[str]
+    records: Sequence[ReviewRecord]
+    generated_at: str  # ISO time, shown in the header
+    notes: Sequence[str] = ()  # e.g. "sample of 50 of 1,234 records, seed 0"
+
+
+def render_review(page: ReviewPage) -> str:
+    """The whole HTML document for ``page``: no external resource, data rendered by the page itself."""
+    template = _template()
+    data = embed_json(page_data(page))
+    # The policy goes in first: the data, inserted last, is never searched for markers.
+    return template.replace(_CSP_MARKER, content_security_policy(template), 1).replace(_DATA_MARKER, data, 1)
+
+
+def write_review(page: ReviewPage, path: Path) -> Path:
+    """Write the page to ``path`` atomically (a temporary file beside it, then a rename); return ``path``."""
+    document = render_review(page).encode()
+    temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    try:
+        temporary.write_bytes(document)
+        os.replace(temporary, path)  # same folder, so atomic: the old file or the new one, never half
+    except OSError as exc:
+        with suppress(OSError):
+            temporary.unlink(missing_ok=True)
+        raise ConfigError(f"{path}: cannot write the review page ({exc.strerror or exc})") from exc
+    return path
+
+
+def page_data(page: ReviewPage) -> dict[str, Any]:
+    """What the page's script reads: plain JSON values, offsets in UTF-16 units, order kept in lists."""
+    if not 1 <= len(page.variants) <= 2:
+        raise ValueError(f"a review page shows one or two variants, not {len(page.variants)}")
+    return {
+        "job": page.job,
+        "variants": list(page.variants),
+        "fields": list(page.fields),
+        "groundedPaths": list(page.grounded_paths),
+        "generatedAt": page.generated_at,
+        "notes": list(page.notes),
+        "records": [_record_data(record, page.variants) for record in page.records],
+    }
+
+
+def embed_json(value: Any) -> str:
+    """``value`` as JSON that is safe inside a ``<script>`` element (and still the same JSON)."""
+    text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=_jsonable)
+    return text.translate(_JSON_ESCAPES)
+
+
+def content_security_policy(template: str) -> str:
+    """Allow the template's one inline script and style, by hash; everything else, network included, not."""
+    script = _hash_source(_inline_block(template, "script"))
+    style = _hash_source(_inline_block(template, "style"))
+    return (
+        f"default-src 'none'; script-src {script}; style-src {style}; img-src data:; "
+        "base-uri 'none'; form-action 'none'"
+    )
+
+
+@functools.cache
+def _template() -> str:
+    return TEMPLATE.read_text(encoding="utf-8")
+
+
+def _inline_block(template: str, tag: str) -> str:
+    """The text of the template's one bare ``<tag>`` element (the JSON script has attributes: not it)."""
+    blocks = re.findall(rf"<{tag}>(.*?)</{tag}>", template, flags=re.DOTALL)
+    if len(blocks) != 1:
+        raise RuntimeError(f"{TEMPLATE.name}: expected one <{tag}> element, found {len(blocks)}")
+    return str(blocks[0])
+
+
+def _hash_source(text: str) -> str:
+    digest = base64.b64encode(hashlib.sha256(text.encode()).digest()).decode()
+    return f"'sha256-{digest}'"
+
+
+def _jsonable(value: object) -> object:
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError(f"{type(value).__name__} is not JSON: an extraction holds JSON values only")
+
+
+def _finite(number: float | None) -> float | None:
+    return number if number is not None and math.isfinite(number) else None
+
+
+def _record_data(record: ReviewRecord, variants: Sequence[str]) -> dict[str, Any]:
+    unknown = sorted(set(record.variants) - set(variants))
+    if unknown:
+        raise ValueError(
+            f"record {record.record_id}: variant {unknown[0]!r} is not one of the page's variants"
+        )
+    offsets = _Utf16Offsets(record.texts)
+    views = [record.variants.get(name) for name in variants]
+    return {
+        "id": record.record_id,
+        "texts": [[field, text] for field, text in record.texts.items()],
+        "variants": [
+            None if view is None else _variant_data(view, offsets, f"record {record.record_id}")
+            for view in views
+        ],
+        "disagreement": _finite(record.disagreement),
+        "differing": list(record.differing_fields),
+    }
+
+
+def _variant_data(view: VariantView, offsets: _Utf16Offsets, where: str) -> dict[str, Any]:
+    return {
+        "extraction": view.extraction,
+        "failure": view.failure,
+        "model": view.model,
+        "grounding": [_span_data(span, offsets, where) for span in view.grounding],
+    }
+
+
+def _span_data(span: GroundedSpan, offsets: _Utf16Offsets, where: str) -> dict[str, Any]:
+    if span.match not in MATCH_KINDS:
+        raise ValueError(
+            f"{where}: {span.path} has match {span.match!r}; use one of {', '.join(MATCH_KINDS)}"
+        )
+    field, start, end = span.source_field, span.start, span.end
+    located = span.match != "none"
+    if located:
+        if field is None or start is None or end is None:
+            raise ValueError(
+                f"{where}: {span.path} = {span.value!r} is a {span.match} match without a location"
+            )
+        start, end = offsets.convert(field, start, end, f"{where}: {span.path} = {span.value!r}")
+    return {
+        "path": span.path,
+        "value": span.value,
+        "field": field if located else None,
+        "start": start if located else None,
+        "end": end if located else None,
+        "match": str(span.match),  # a StrEnum member is a str too; embed its plain value
+        "score": _finite(span.score),
+    }
+
+
+class _Utf16Offsets:
+    """Code-point offsets into a record's texts, as UTF-16 offsets (what JavaScript strings count)."""
+
+    def __init__(self, texts: Mapping[str, str]) -> None:
+        self._texts = texts
+        # Only characters outside the BMP take two UTF-16 units; most texts have none.
+        self._astral = {
+            field: len(text.encode("utf-16-le")) != 2 * len(text) for field, text in texts.items()
+        }
+
+    def convert(self, field: str, start: int, end: int, what: str) -> tuple[int, int]:
+        text = self._texts.get(field)
+        if text is None:
+            raise ValueError(f"{what}: the record has no text field {field!r}")
+        if not 0 <= start <= end <= len(text):
+            raise ValueError(f"{what}: span {start}..{end} is outside {field!r} ({len(text)} characters)")
+        if not self._astral[field]:
+            return start, end
+        return self._units(text, start), self._units(text, end)
+
+    @staticmethod
+    def _units(text: str, index: int) -> int:
+        return len(text[:index].encode("utf-16-le")) // 2
