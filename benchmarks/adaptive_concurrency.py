@@ -1,0 +1,186 @@
+"""`concurrency: auto` against the best fixed concurrency, per simulator profile.
+
+    .venv/bin/python benchmarks/adaptive_concurrency.py                    # 3 model hours per run
+    .venv/bin/python benchmarks/adaptive_concurrency.py --cases nano --trace
+    .venv/bin/python benchmarks/adaptive_concurrency.py --duration 1800 --speed 100   # real time, 100x
+
+For each case (a profile of `pipeline sim`, one with a KV cache far too small for its max-num-seqs),
+runs the closed-loop harness of tests/support/closed_loop.py at each fixed level of a sweep and once
+under AdaptiveLimit, for the same duration, with /metrics scraped every 5 s as the endpoint will. Time
+is virtual by default (the event loop's clock jumps to its next timer: no real waiting, deterministic);
+`--speed` runs in real time instead, compressed that much. All numbers are in the model's seconds.
+
+Fixed levels are measured after their first quarter (ramp-up). `auto` is reported over the whole run
+and over its steady state: from the moment it first brackets its knee (its warm-up) to the end. The
+ratio is steady auto over the best fixed level; "collapsed" asks whether auto's final limit lies where
+the sweep (interpolated) gives less than 80% of the best. Nothing here is a pass/fail test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import math
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: tests.support
+
+from tests.support.closed_loop import LoadResult, Scenario, run_load
+
+LEVELS = (1, 2, 4, 8, 16, 32, 64, 96, 128, 192, 256, 320, 384)
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    name: str
+    scenario: Scenario
+    levels: tuple[int, ...] = LEVELS
+
+
+CASES = (
+    Case("gpt-oss", Scenario("gpt-oss-120b", 0)),
+    Case("49b", Scenario("nemotron-super-49b", 0)),
+    Case("nano", Scenario("nemotron-nano-9b", 0), levels=(1, 2, 4, 8, 16, 32, 64)),
+    # 150,000 tokens hold ~88 requests of the reference shape; max-num-seqs stays 512.
+    Case(
+        "49b-kv",
+        Scenario("nemotron-super-49b", 0, kv_cache_tokens=150_000),
+        levels=(8, 16, 32, 64, 80, 88, 96, 128, 192, 256),
+    ),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    case: Case
+    sweep: dict[int, float]  # fixed level -> tok/s after its first quarter
+    auto: LoadResult
+
+    @property
+    def best(self) -> tuple[int, float]:
+        return max(self.sweep.items(), key=lambda item: item[1])
+
+    @property
+    def warmup_s(self) -> float:
+        return self.auto.knee_at if self.auto.knee_at is not None else self.auto.duration_s / 2
+
+    def sweep_at(self, concurrency: float) -> float:
+        """The sweep's throughput at any level, interpolated in log concurrency."""
+        levels = sorted(self.sweep)
+        if concurrency <= levels[0] or concurrency >= levels[-1]:
+            return self.sweep[levels[0] if concurrency <= levels[0] else levels[-1]]
+        index = bisect.bisect_left(levels, concurrency)
+        low, high = levels[index - 1], levels[index]
+        share = math.log(concurrency / low) / math.log(high / low)
+        return self.sweep[low] + share * (self.sweep[high] - self.sweep[low])
+
+
+def _run(scenario: Scenario, concurrency: int | None) -> LoadResult:
+    return run_load(scenario, concurrency)
+
+
+def measure(cases: list[Case], duration_s: float, speed: float | None, jobs: int) -> list[Outcome]:
+    """Every run of every case, in ``jobs`` processes (each run is one process's event loop)."""
+    scenarios = {case.name: replace(case.scenario, duration_s=duration_s, speed=speed) for case in cases}
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        autos = {case.name: pool.submit(_run, scenarios[case.name], None) for case in cases}
+        fixed = {
+            (case.name, level): pool.submit(_run, scenarios[case.name], level)
+            for case in cases
+            for level in case.levels
+        }
+        outcomes = []
+        for case in cases:
+            sweep = {
+                level: fixed[case.name, level].result().throughput(duration_s / 4) for level in case.levels
+            }
+            outcomes.append(Outcome(case, sweep, autos[case.name].result()))
+    return outcomes
+
+
+def print_rows(header: tuple[str, ...], rows: list[tuple[object, ...]]) -> None:
+    """A Markdown table, as benchmarks/run_scale.py prints its row: pastes into an issue as it is."""
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for row in rows:
+        print("| " + " | ".join(str(value) for value in row) + " |")
+
+
+def summary_row(outcome: Outcome) -> tuple[object, ...]:
+    auto, (best_level, best_tps) = outcome.auto, outcome.best
+    warmup = outcome.warmup_s
+    steady = auto.throughput(warmup)
+    after = auto.limits_between(warmup)
+    final_share = outcome.sweep_at(auto.final_limit) / best_tps
+    return (
+        outcome.case.scenario.label,
+        best_level,
+        f"{best_tps:.0f}",
+        f"{auto.throughput():.0f}",
+        f"{steady:.0f}",
+        f"{steady / best_tps:.3f}",
+        f"{warmup / 60:.0f}",
+        auto.final_limit,
+        f"{min(after)}-{max(after)} (max {max(limit for _, limit in auto.trace)})",
+        "no" if final_share >= 0.8 else f"YES ({final_share:.0%} of best)",
+    )
+
+
+def print_trace(outcome: Outcome) -> None:
+    print(
+        f"\n{outcome.case.scenario.label}: sweep "
+        + ", ".join(f"{c}: {t:.0f}" for c, t in outcome.sweep.items())
+    )
+    for at, change in outcome.auto.changes:
+        print(f"  {at / 60:6.1f} min  {change.old:>4} -> {change.new:<4} {change.reason}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--duration", type=float, default=3 * 3600.0, help="model seconds per run")
+    parser.add_argument(
+        "--speed", type=float, default=None, help="real time compressed this much (default: virtual)"
+    )
+    parser.add_argument(
+        "--cases", default=",".join(case.name for case in CASES), help="a comma-separated subset"
+    )
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="runs in parallel")
+    parser.add_argument("--trace", action="store_true", help="also print auto's changes with their reasons")
+    args = parser.parse_args()
+    chosen = args.cases.split(",")
+    cases = [case for case in CASES if case.name in chosen]
+    if not cases:
+        parser.error(f"--cases: none of {args.cases!r}; choose from {', '.join(case.name for case in CASES)}")
+    started = time.perf_counter()
+    outcomes = measure(cases, args.duration, args.speed, args.jobs)
+    header = (
+        "profile",
+        "best fixed c",
+        "best fixed tok/s",
+        "auto tok/s (whole run)",
+        "auto tok/s (steady)",
+        "ratio",
+        "warm-up min",
+        "auto's final limit",
+        "limits after warm-up",
+        "collapsed?",
+    )
+    print_rows(header, [summary_row(outcome) for outcome in outcomes])
+    clock = "virtual time" if args.speed is None else f"real time at {args.speed:g}x"
+    print(
+        f"\n{args.duration / 3600:g} model hours per run, {clock}, {time.perf_counter() - started:.0f} s wall"
+    )
+    if args.trace:
+        for outcome in outcomes:
+            print_trace(outcome)
+
+
+if __name__ == "__main__":
+    main()
