@@ -6,14 +6,11 @@ before any request is sent.
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import os
-import re
 import string
 import sys
 import urllib.parse
-from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -23,17 +20,23 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from pipeline.errors import ConfigError
 from pipeline.examples import Example, check_examples, read_examples_file
+from pipeline.spec_text import IDENTIFIER, describe_validation_error, interpolate, one_line
+from pipeline.variants import (
+    VARIANT_NAME_RULE,
+    VariantName,
+    VariantSpec,
+    is_variant_name,
+    merge_changes,
+    variant_changes,
+)
 from pipeline.versions import JobVersion, make_version
-
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 #: ``endpoint.base_url: local`` runs the job against the embedded local vLLM server.
 LOCAL_ENDPOINT = "local"
 #: The variant a job's own settings make; others are declared under ``variants:`` or given by --variant.
 MAIN_VARIANT = "main"
 
-SqlName = Annotated[str, Field(pattern=_IDENTIFIER.pattern, max_length=128)]
+SqlName = Annotated[str, Field(pattern=IDENTIFIER.pattern, max_length=128)]
 
 
 class _Strict(BaseModel):
@@ -161,6 +164,7 @@ class JobSpec(_Strict):
     retry: RetrySpec = RetrySpec()
     operations: OperationsSpec = OperationsSpec()
     output: OutputSpec = OutputSpec()
+    variants: dict[VariantName, VariantSpec] = Field(default_factory=dict)
     source_file: Path = Field(default=Path("<memory>"), exclude=True)
     # Which variant's results this spec reads and writes (``main``: the job as written).
     variant: str = Field(default=MAIN_VARIANT, exclude=True)
@@ -170,6 +174,8 @@ class JobSpec(_Strict):
         unknown = sorted(set(template_fields(self.prompt.user)) - set(self.source.fields))
         if unknown:
             raise ValueError(f"prompt.user uses {unknown} which are not in source.fields")
+        if MAIN_VARIANT in self.variants:
+            raise ValueError(f"variants: '{MAIN_VARIANT}' is the job itself; give the variant another name")
         return self
 
     @cached_property
@@ -191,21 +197,47 @@ class JobSpec(_Strict):
         return os.environ.get(self.endpoint.api_key_env) or None
 
     def with_overrides(self, **changes: Any) -> JobSpec:
-        """A copy with command-line overrides applied (``None`` means "keep the spec's value")."""
+        """A copy with command-line overrides applied (``None`` means "keep the spec's value"),
+        checked exactly as the job file is: a bad value is a :class:`ConfigError` naming its key."""
         updates = {key: value for key, value in changes.items() if value is not None}
-        if "base_url" in updates:
-            updates["endpoint"] = self.endpoint.model_copy(update={"base_url": updates.pop("base_url")})
-        operations = {key: updates.pop(key) for key in list(updates) if key in OperationsSpec.model_fields}
-        if operations:
-            try:
-                updates["operations"] = OperationsSpec.model_validate(
-                    self.operations.model_dump() | operations
-                )
-            except ValidationError as exc:
-                raise ConfigError(
-                    f"{self.source_file}: operations: {describe_validation_error(exc)}"
-                ) from exc
-        return self.model_copy(update=updates)
+        if not updates:
+            return self
+        nested = {"base_url": "endpoint", **dict.fromkeys(OperationsSpec.model_fields, "operations")}
+        data = self._as_data()
+        for key, value in updates.items():
+            if key in nested:
+                data[nested[key]] = {**data.get(nested[key], {}), key: value}
+            elif key == "prompt":
+                data = merge_changes(data, {"prompt": value})
+            else:
+                data[key] = value
+        return self._rebuilt(data, f"{self.source_file} with the command-line options")
+
+    def for_variant(self, name: str) -> JobSpec:
+        """The job as variant ``name`` makes it: a declared variant's changes applied, or (for a name
+        the job does not declare) the job's own settings, its results kept apart under that name."""
+        if name == self.variant:
+            return self
+        if not is_variant_name(name):
+            raise ConfigError(f"variant {name!r}: a variant name has {VARIANT_NAME_RULE}")
+        declared = self.variants.get(name)
+        data = self._as_data()
+        if declared is not None:
+            data = merge_changes(data, variant_changes(declared))
+        key = f"variants.{name}" if declared else ""
+        where = f"{self.source_file}: key '{key}'" if declared else str(self.source_file)
+        return self._rebuilt(data, where, f"{key}." if key else "").model_copy(update={"variant": name})
+
+    def _as_data(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True, exclude_unset=True, exclude={"source_file", "variant"})
+
+    def _rebuilt(self, data: dict[str, Any], where: str, key_prefix: str = "") -> JobSpec:
+        try:
+            spec = JobSpec.model_validate(data)
+        except ValidationError as exc:
+            raise ConfigError(f"{where}: {describe_validation_error(exc, JobSpec)}") from exc
+        spec = spec.model_copy(update={"source_file": self.source_file, "variant": self.variant})
+        return checked_examples(_resolve_paths(spec, self.source_file.resolve().parent), key_prefix)
 
     # Not cached: model_copy() would carry a cached value over to a copy with other settings.
     def content_fields(self) -> tuple[str, ...]:
@@ -241,7 +273,7 @@ def template_fields(template: str) -> list[str]:
     for _, name, spec, conversion in string.Formatter().parse(template):
         if name is None:
             continue
-        if not _IDENTIFIER.match(name) or spec or conversion:
+        if not IDENTIFIER.match(name) or spec or conversion:
             raise ValueError(f"prompt.user placeholder {{{name}}} must be a plain field name")
         names.append(name)
     return names
@@ -257,30 +289,34 @@ def load_job(path: str | Path) -> JobSpec:
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{job_file}: not valid YAML ({_one_line(str(exc))})") from exc
+        raise ConfigError(f"{job_file}: not valid YAML ({one_line(str(exc))})") from exc
     if not isinstance(raw, dict):
         raise ConfigError(f"{job_file}: expected a mapping of keys at the top level")
-    data = _interpolate(raw, job_file, ())
+    data = interpolate(raw, job_file, ())
     for internal in ("source_file", "variant"):
         if internal in data:
             raise ConfigError(f"{job_file}: key '{internal}': unknown key")
     try:
         spec = JobSpec.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(f"{job_file}: {describe_validation_error(exc)}") from exc
+        raise ConfigError(f"{job_file}: {describe_validation_error(exc, JobSpec)}") from exc
     spec = _resolve_paths(spec.model_copy(update={"source_file": job_file}), job_file.resolve().parent)
     spec.schema_class  # noqa: B018 - resolve now, so a bad import path fails before any request
-    return checked_examples(spec)
+    spec = checked_examples(spec)
+    for name in spec.variants:
+        spec.for_variant(name)  # each variant is checked now too, as the whole job it makes
+    return spec
 
 
-def checked_examples(spec: JobSpec) -> JobSpec:
+def checked_examples(spec: JobSpec, key_prefix: str = "") -> JobSpec:
     """Read ``prompt.examples_file`` into ``prompt.examples`` and check every example."""
     prompt = spec.prompt
-    key = "prompt.examples"
+    key = f"{key_prefix}prompt.examples"
     if prompt.examples_file is not None:
-        key = "prompt.examples_file"
+        key = f"{key_prefix}prompt.examples_file"
         examples = read_examples_file(prompt.examples_file, f"{spec.source_file}: key '{key}'")
-        prompt = prompt.model_copy(update={"examples": examples})
+        # The examples are what counts (and what the version hashes); the file has been read.
+        prompt = prompt.model_copy(update={"examples": examples, "examples_file": None})
     check_examples(
         prompt.examples,
         spec.schema_class,
@@ -301,87 +337,6 @@ def _resolve_paths(spec: JobSpec, base: Path) -> JobSpec:
     return spec.model_copy(update={"database": database, "source": source, "prompt": prompt})
 
 
-def _interpolate(value: Any, job_file: Path, key: tuple[str, ...]) -> Any:
-    if isinstance(value, Mapping):
-        return {name: _interpolate(item, job_file, (*key, str(name))) for name, item in value.items()}
-    if isinstance(value, list):
-        return [_interpolate(item, job_file, (*key, str(index))) for index, item in enumerate(value)]
-    if not isinstance(value, str):
-        return value
-
-    def substitute(match: re.Match[str]) -> str:
-        name, default = match.group(1), match.group(2)
-        if name in os.environ:
-            return os.environ[name]
-        if default is not None:
-            return default
-        raise ConfigError(f"{job_file}: key '{'.'.join(key)}': environment variable {name} is not set")
-
-    return _ENV_REFERENCE.sub(substitute, value)
-
-
-def describe_validation_error(exc: ValidationError) -> str:
-    """Pydantic's errors as one line: ``key 'a.b': message; key 'c': message``.
-
-    An unknown key gets a "did you mean" from the keys allowed where it stands; a key that looks like
-    a secret (``api_key``, ``token``) is pointed at ``endpoint.api_key_env`` instead. Input values are
-    never shown, except the rejected value of a SQL name (so the message says what was refused).
-    """
-    spec_errors = exc.title == JobSpec.__name__
-    parts = []
-    for error in exc.errors(include_url=False)[:5]:
-        location = ".".join(str(part) for part in error["loc"])
-        if error["type"] == "extra_forbidden":
-            allowed = _keys_at(error["loc"][:-1]) if spec_errors else []
-            message = "unknown key" + _unknown_key_hint(str(error["loc"][-1]), allowed)
-        elif error["type"] == "string_pattern_mismatch" and error.get("ctx", {}).get("pattern") in _PATTERNS:
-            message = _PATTERNS[error["ctx"]["pattern"]]
-            if error["ctx"]["pattern"] == _IDENTIFIER.pattern and isinstance(error.get("input"), str):
-                message += f", got {_shorten(error['input'])}"
-        else:
-            message = error["msg"].removeprefix("Value error, ")
-        parts.append(f"key '{location}': {message}" if location else message)
-    more = exc.error_count() - len(parts)
-    return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")
-
-
-_PATTERNS = {
-    _IDENTIFIER.pattern: "must be a plain SQL name (letters, digits and _, not starting with a digit)",
-    r"^[\w.]+:\w+$": "must be an import path like package.module:Class",
-    r"^[A-Z_][A-Z0-9_]*$": "must be the name of an environment variable (A-Z, 0-9 and _), not the key itself",
-}
-_SECRET_WORDS = ("key", "token", "secret", "password")
-
-
-def _keys_at(location: tuple[int | str, ...]) -> list[str]:
-    """The keys a job file may give in the mapping at ``location`` ([] where that is not known)."""
-    model: type[BaseModel] = JobSpec
-    for part in location:
-        fields = {info.alias or name: info for name, info in model.model_fields.items()}
-        annotation = fields[str(part)].annotation if str(part) in fields else None
-        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
-            return []
-        model = annotation
-    return [info.alias or name for name, info in model.model_fields.items() if not info.exclude]
-
-
-def _unknown_key_hint(key: str, allowed: list[str]) -> str:
-    secret_like = any(word in key.lower() for word in _SECRET_WORDS)
-    close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.85 if secret_like else 0.6)
-    if close:
-        return f" (did you mean '{close[0]}'?)"
-    if secret_like:
-        return (
-            " (a job file holds no secrets: put the API key in an environment variable and name "
-            "that variable in endpoint.api_key_env)"
-        )
-    return ""
-
-
-def _shorten(value: str, limit: int = 60) -> str:
-    return repr(value if len(value) <= limit else value[:limit] + "...")
-
-
 def resolve_schema(import_path: str, job_file: Path) -> type[BaseModel]:
     """Import ``package.module:Class``; the job file's project folder is searched first."""
     module_name, _, class_name = import_path.partition(":")
@@ -399,7 +354,3 @@ def resolve_schema(import_path: str, job_file: Path) -> type[BaseModel]:
     if not (isinstance(found, type) and issubclass(found, BaseModel)):
         raise ConfigError(f"{where}: '{import_path}' is not a Pydantic model class")
     return found
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())

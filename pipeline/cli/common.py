@@ -75,6 +75,11 @@ DatabaseOption = Annotated[
     Path | None, typer.Option(help="Use this DuckDB file instead of the job's `database` (e.g. for a trial).")
 ]
 
+VariantOption = Annotated[
+    str | None,
+    typer.Option(help="The variant (declared under `variants:` in the job, or any name); default: main."),
+]
+
 LogFormatOption = Annotated[LogFormat, typer.Option(help="auto: JSON lines unless stderr is a terminal.")]
 
 LogLevelOption = Annotated[str, typer.Option(help="debug, info, warning or error.")]
@@ -109,12 +114,15 @@ def exit_code_for(error: FatalRunError) -> int:
     return EXIT_ABORTED
 
 
-def load_job_or_exit(job: Path, database: Path | None = None) -> JobSpec:
+def load_job_or_exit(job: Path, database: Path | None = None, variant: str | None = None) -> JobSpec:
+    """The job file, as ``variant`` makes it, on ``database`` if given; exit 2 on any problem."""
     try:
         spec = load_job(job)
+        if variant is not None:
+            spec = spec.for_variant(variant)
+        return spec.with_overrides(database=database.resolve() if database else None)
     except ConfigError as error:
         raise fail(error, EXIT_CONFIG) from error
-    return spec.with_overrides(database=database.resolve() if database else None)
 
 
 def causes_text(counts: Mapping[str, int]) -> str:

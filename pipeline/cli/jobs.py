@@ -19,6 +19,7 @@ from pipeline.cli.common import (
     LogFormat,
     LogFormatOption,
     LogLevelOption,
+    VariantOption,
     app,
     event_loop_options,
     exit_code_for,
@@ -35,6 +36,7 @@ from pipeline.local import run_job_locally
 from pipeline.progress import LiveProgress, LogProgress, ProgressReporter, format_duration
 from pipeline.runner import RunOptions, RunSummary, run_job
 from pipeline.status import JobStatus, job_status
+from pipeline.variants import prompt_file_changes
 from pipeline.versions import StaleCause, parse_causes
 
 # Transient failures are retried by every run, so --class takes only the others.
@@ -125,8 +127,16 @@ def run(
         int | None, typer.Option(min=1, help="Only records of a fixed random sample of N source records.")
     ] = None,
     seed: Annotated[int, typer.Option(help="The seed of --sample: the same seed, the same records.")] = 0,
+    variant: VariantOption = None,
     endpoint: Annotated[str | None, typer.Option(help="Override endpoint.base_url.")] = None,
     model: Annotated[str | None, typer.Option(help="Override the model name.")] = None,
+    prompt_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="Override prompt keys from a YAML file (system, user, examples...), or the "
+            "system prompt from any other file's text."
+        ),
+    ] = None,
     timeout: Annotated[float | None, typer.Option(min=1, help="Override request_timeout_s.")] = None,
     grace: Annotated[
         float | None, typer.Option(min=0, help="Seconds requests in flight get after SIGINT/SIGTERM.")
@@ -153,7 +163,19 @@ def run(
 ) -> None:
     """Extract every record not done yet; safe to interrupt and run again."""
     setup_logging(log_format, log_level)
-    spec = _run_spec(job, database, concurrency, endpoint, model, timeout, grace, stall_warning, stall_abort)
+    spec = _run_spec(
+        job,
+        database,
+        variant,
+        concurrency=concurrency,
+        base_url=endpoint,
+        model=model,
+        prompt=prompt_file,
+        request_timeout_s=timeout,
+        shutdown_grace_s=grace,
+        stall_warning_s=stall_warning,
+        stall_abort_s=stall_abort,
+    )
     reporter: ProgressReporter = (
         LiveProgress()
         if progress is Display.BAR or (progress is Display.AUTO and sys.stderr.isatty())
@@ -183,28 +205,13 @@ def run(
     raise typer.Exit(summary.exit_code)
 
 
-def _run_spec(
-    job: Path,
-    database: Path | None,
-    concurrency: int | None,
-    endpoint: str | None,
-    model: str | None,
-    timeout: float | None,
-    grace: float | None,
-    stall_warning: float | None,
-    stall_abort: float | None,
-) -> JobSpec:
-    spec = load_job_or_exit(job, database)
+def _run_spec(job: Path, database: Path | None, variant: str | None, **overrides: Any) -> JobSpec:
+    """The job as the variant and the command-line options make it (exit 2 on a bad one)."""
+    spec = load_job_or_exit(job, database, variant)
     try:
-        return spec.with_overrides(
-            concurrency=concurrency,
-            base_url=endpoint,
-            model=model,
-            request_timeout_s=timeout,
-            shutdown_grace_s=grace,
-            stall_warning_s=stall_warning,
-            stall_abort_s=stall_abort,
-        )
+        if overrides.get("prompt") is not None:
+            overrides["prompt"] = prompt_file_changes(overrides["prompt"])
+        return spec.with_overrides(**overrides)
     except ConfigError as error:
         raise fail(error, EXIT_CONFIG) from error
 
@@ -271,9 +278,10 @@ def status(
     job: JobArgument,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     database: DatabaseOption = None,
+    variant: VariantOption = None,
 ) -> None:
     """Done / failed / pending, and the rate and ETA of the last run."""
-    spec = load_job_or_exit(job, database)
+    spec = load_job_or_exit(job, database, variant)
     try:
         report = job_status(spec)
     except ConfigError as error:

@@ -15,6 +15,7 @@ from pipeline.cli.common import (
     EXIT_CONFIG,
     DatabaseOption,
     JobArgument,
+    VariantOption,
     app,
     fail,
     load_job_or_exit,
@@ -45,9 +46,10 @@ def failures(
     examples: Annotated[int, typer.Option(min=0, help="Examples to show per class.")] = 3,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     database: DatabaseOption = None,
+    variant: VariantOption = None,
 ) -> None:
     """Failures by class, largest first, with a few examples each and how to retry them."""
-    spec = load_job_or_exit(job, database)
+    spec = load_job_or_exit(job, database, variant)
     classes = _read_or_exit(lambda: parse_failure_classes(failure_classes or []))
     report = _read_or_exit(lambda: failure_report(spec, classes, examples))
     if as_json:
@@ -136,6 +138,7 @@ def export_command(
         ),
     ] = False,
     database: DatabaseOption = None,
+    variant: VariantOption = None,
 ) -> None:
     """Write the results, joined to the source ids, to Parquet, JSON lines or CSV.
 
@@ -145,7 +148,7 @@ def export_command(
 
     The file is written beside --out and renamed into place: an interrupted export leaves no half file.
     """  # noqa: E501  (Typer keeps a docstring's line breaks: one paragraph, one line)
-    spec = load_job_or_exit(job, database)
+    spec = load_job_or_exit(job, database, variant)
     fmt = _read_or_exit(lambda: export_format(out, file_format))
     report = _read_or_exit(
         lambda: export_results(spec, out, fmt, include_failures=include_failures, history=history)

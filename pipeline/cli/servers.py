@@ -208,6 +208,7 @@ async def _bench(options: BenchOptions, local: bool) -> SweepResult:
 
 def _print_bench(result: SweepResult, out: Path) -> None:
     from pipeline.bench import format_table, table_rows, write_outputs
+    from pipeline.bench.report import PLOT_HINT, plotting_available
 
     typer.echo(format_table(table_rows(result.levels, result.knee)))
     if result.knee is not None:
@@ -217,3 +218,5 @@ def _print_bench(result: SweepResult, out: Path) -> None:
         typer.echo(f"- {note}")
     for path in write_outputs(result.levels, result.knee, result.diagnostics, out):
         typer.echo(f"wrote {path}")
+    if not plotting_available():
+        typer.echo(PLOT_HINT)
