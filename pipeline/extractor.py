@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+import orjson
 import structlog
 from pydantic import BaseModel
 
@@ -25,6 +26,7 @@ from pipeline.llm import ChatRequest, LLMClient, Reply
 from pipeline.outcomes import Extracted, Failed, Outcome, SourceRecord, Usage
 from pipeline.parse import grown_budget, larger_budget_request, parse_reply, reask_request
 from pipeline.prompt import PromptBuilder
+from pipeline.quality.grounding import Grounder
 from pipeline.retry import RetryPolicy, ServerGate
 from pipeline.stats import RunStats
 
@@ -64,6 +66,7 @@ class Extractor:
         stats: RunStats,
         abort_after_consecutive_failures: int,
         gate: ServerGate,
+        grounder: Grounder | None = None,
     ) -> None:
         self._llm = llm
         self._prompts = prompts
@@ -74,6 +77,7 @@ class Extractor:
         self._abort_after = abort_after_consecutive_failures
         self._server_failures_in_a_row = 0
         self._gate = gate
+        self._grounder = grounder
 
     async def extract(self, record: SourceRecord) -> Outcome:
         budget = record.truncated_at_max_tokens
@@ -92,10 +96,18 @@ class Extractor:
                         state.usage,
                         state.sent_max_tokens,
                         record.content_hash,
+                        self._grounding(value, record),
                     )
         except RecordError as error:
             return self._failed(record, state, error)
         raise AssertionError("the retry loop ends with a result or an error")  # pragma: no cover
+
+    def _grounding(self, value: BaseModel, record: SourceRecord) -> str | None:
+        if self._grounder is None:
+            return None
+        texts = self._prompts.texts(record.fields)
+        grounding = self._grounder.ground(value.model_dump(mode="json"), texts)
+        return orjson.dumps(grounding.to_json()).decode()
 
     async def _attempt(self, state: _RecordState) -> tuple[Reply, BaseModel]:
         state.attempts += 1

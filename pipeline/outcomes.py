@@ -45,6 +45,7 @@ class Extracted:
     usage: Usage  # all attempts'
     max_tokens: int  # the last attempt's budget
     content_hash: int | None = None
+    grounding_json: str | None = None  # where each grounded value is in the record's text
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,11 @@ def response_format_for(schema: type[BaseModel]) -> dict[str, Any]:
     }
 
 
+def as_sent(value: object) -> str:
+    """A field value as the prompt carries it: NULL is empty, everything else its ``str``."""
+    return "" if value is None else str(value)
+
+
 class _FieldValues(Mapping[str, str]):
     """A record's fields as template text: missing values read as empty, everything as ``str``."""
 
@@ -34,8 +39,7 @@ class _FieldValues(Mapping[str, str]):
         self._fields = fields
 
     def __getitem__(self, key: str) -> str:
-        value = self._fields.get(key)
-        return "" if value is None else str(value)
+        return as_sent(self._fields.get(key))
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._fields)
@@ -56,10 +60,15 @@ class PromptBuilder:
             schema_json = orjson.dumps(spec.schema_class.model_json_schema()).decode()
             system = f"{system}\n\n{SCHEMA_INSTRUCTION}\n{schema_json}"
         self._template = spec.prompt.user
+        self._fields = spec.content_fields()
         self._max_tokens = spec.max_tokens
         self.system_message: ChatMessage = {"role": "system", "content": system}
         turns = [message for example in spec.prompt.examples for message in self._example_turns(example)]
         self.prefix: tuple[ChatMessage, ...] = (self.system_message, *turns)
+
+    def texts(self, fields: Mapping[str, object]) -> dict[str, str]:
+        """The record's fields the template reads, as sent, in template order."""
+        return {name: as_sent(fields.get(name)) for name in self._fields}
 
     def _user_message(self, fields: Mapping[str, object]) -> ChatMessage:
         return {"role": "user", "content": self._template.format_map(_FieldValues(fields))}

@@ -41,6 +41,7 @@ from pipeline.outcomes import Outcome, SourceRecord
 from pipeline.pending import PendingQueries
 from pipeline.progress import LogProgress, write_snapshot
 from pipeline.prompt import PromptBuilder, response_format_for
+from pipeline.quality.grounding import Grounder
 from pipeline.retry import RetryKind, RetryPolicy, ServerGate
 from pipeline.run_options import RunOptions, RunStatus, RunSummary
 from pipeline.shutdown import Shutdown
@@ -213,6 +214,7 @@ def _extractor(spec: JobSpec, options: RunOptions, llm: LLMClient, stats: RunSta
         stats,
         spec.retry.abort_after_consecutive_failures,
         gate,
+        Grounder.for_schema(spec.schema_class),
     )
 
 

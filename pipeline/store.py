@@ -205,7 +205,7 @@ class StoreWriter:
             usage.completion_tokens,
             usage.reasoning_tokens,
             usage.latency_s,
-            None,  # grounding
+            outcome.grounding_json,
             outcome.content_hash,
             *self._version,
             now,

@@ -13,9 +13,14 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+from pydantic.config import JsonDict
 
 ShortText = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
 Name = Annotated[str, StringConstraints(strip_whitespace=True, max_length=200)]
+
+# Values quoted from the posting: after extraction each is looked for in the text (pipeline.quality),
+# and one the text does not contain is flagged for review.
+GROUNDED: JsonDict = {"grounded": True}
 
 Seniority = Literal[
     "Intern", "Apprentice", "Graduate", "Entry level", "Junior", "Mid-level", "Senior", "Lead",
@@ -51,7 +56,9 @@ class Salary(_Strict):
     period: Literal["hour", "day", "week", "month", "year"] = Field(
         "year", description="What the amount is paid per."
     )
-    text: Name | None = Field(None, description="The salary exactly as written in the posting.")
+    text: Name | None = Field(
+        None, description="The salary exactly as written in the posting.", json_schema_extra=GROUNDED
+    )
 
     @model_validator(mode="after")
     def _range_in_order(self) -> Salary:
@@ -104,8 +111,12 @@ class JobPosting(_Strict):
     """Everything a job seeker or a labour-market analyst wants from one posting."""
 
     title: ShortText = Field(description="The job title, cleaned: no location, salary or reference numbers.")
-    company: Name | None = Field(None, description="The hiring company; null if only an agency is named.")
-    recruiter: Name | None = Field(None, description="The recruitment agency, if the posting is by one.")
+    company: Name | None = Field(
+        None, description="The hiring company; null if only an agency is named.", json_schema_extra=GROUNDED
+    )
+    recruiter: Name | None = Field(
+        None, description="The recruitment agency, if the posting is by one.", json_schema_extra=GROUNDED
+    )
     location: Name | None = Field(None, description="Town or city and region, e.g. 'Leeds, West Yorkshire'.")
     remote_policy: Literal["onsite", "hybrid", "remote", "unspecified"] = Field(
         description="Where the work happens, as the posting states it."
@@ -129,6 +140,7 @@ class JobPosting(_Strict):
         max_length=40,
         description="Skills, tools and technologies the posting names, each once, as short terms "
         "('SQL', 'stakeholder management').",
+        json_schema_extra=GROUNDED,
     )
     inferred_capabilities: list[ShortText] = Field(
         max_length=20,

@@ -313,3 +313,22 @@ async def test_result_json_is_the_validated_model(tmp_path: Path) -> None:
     )
     stored = orjson.loads(table_rows(spec.database, "SELECT extracted FROM results")[0][0])
     assert stored == duplicate_skills
+
+
+async def test_grounded_values_are_located_and_stored_with_the_result(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=0, schema="tests.support.schemas:GroundedItem")
+    with duckdb.connect(str(spec.database)) as connection:
+        connection.execute(
+            "CREATE TABLE postings AS SELECT 1 AS id, 'Analyst' AS title, "
+            "'You know  sql and Excel.' AS description"
+        )
+    server = ScriptedServer([respond(good_completion(skills=["SQL", "Excel", "Python"]))])
+    await run_job(spec, options(server.transport))
+    stored = orjson.loads(table_rows(spec.database, "SELECT grounding FROM results")[0][0])
+    assert [(item["value"], item["match"], item["source_field"]) for item in stored] == [
+        ("SQL", "normalised", "description"),
+        ("Excel", "exact", "description"),
+        ("Python", "none", None),
+    ]
+    sql = stored[0]
+    assert "You know  sql and Excel."[sql["start"] : sql["end"]] == "sql"

@@ -28,3 +28,9 @@ class Item2(Item):
     """Item with one more field: a schema edit."""
 
     seniority: str | None = None
+
+
+class GroundedItem(Item):
+    """Item whose skills are quoted from the posting: grounded after extraction."""
+
+    skills: list[str] = Field(json_schema_extra={"grounded": True})
