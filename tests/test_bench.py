@@ -317,3 +317,12 @@ def test_cli_local_starts_the_local_server_and_sweeps_it(
     levels = orjson.loads((tmp_path / "bench.json").read_bytes())["levels"]
     assert [level["concurrency"] for level in levels] == [1, 2]
     assert all(level["errors"] == 0 and level["aggregate_tok_s"] > 0 for level in levels)
+
+
+def test_without_matplotlib_the_chart_is_left_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipeline.bench import report
+
+    monkeypatch.setattr(report, "plotting_available", lambda: False)
+    written = write_outputs(CLEAN, find_knee(CLEAN), [], tmp_path / "out")
+    assert [path.name for path in written] == ["bench.csv", "bench.json"]
+    assert not (tmp_path / "out" / "bench.png").exists()

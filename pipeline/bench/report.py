@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import importlib.util
 import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -221,8 +222,18 @@ def write_outputs(
         "diagnostics": notes,
     }
     json_path.write_bytes(orjson.dumps(payload, option=orjson.OPT_INDENT_2))
+    if not plotting_available():
+        return [csv_path, json_path]
     _plot(levels, knee, png_path)
     return [csv_path, json_path, png_path]
+
+
+#: How to get the chart: matplotlib is an optional part (only the chart needs it).
+PLOT_HINT = "no bench.png: the chart needs matplotlib (pip install -e '.[bench]')"
+
+
+def plotting_available() -> bool:
+    return importlib.util.find_spec("matplotlib") is not None
 
 
 def _plot(levels: list[LevelSummary], knee: Knee | None, path: Path) -> None:
