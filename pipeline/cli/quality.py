@@ -1,0 +1,184 @@
+"""Commands that measure a job's results: eval (against a gold file), compare (two variants), review
+(an HTML page to check them by eye)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, TypeVar
+
+import orjson
+import typer
+
+from pipeline.cli.common import (
+    EXIT_ABORTED,
+    EXIT_CONFIG,
+    DatabaseOption,
+    JobArgument,
+    VariantOption,
+    app,
+    fail,
+    load_job_or_exit,
+)
+from pipeline.errors import ConfigError, DatabaseLockedError
+from pipeline.job import JobSpec
+from pipeline.quality.review import ReviewPage, write_review
+from pipeline.reports import (
+    DEFAULT_REVIEW_SAMPLE,
+    DEFAULT_SHOWN,
+    CompareSettings,
+    EvalSettings,
+    Sample,
+    compare_variants,
+    evaluate,
+    format_compare,
+    format_eval,
+    parse_fields,
+    parse_variants,
+    review_page,
+)
+
+T = TypeVar("T")
+
+JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+HtmlOption = Annotated[
+    Path | None, typer.Option(help="Also write the review page (one self-contained HTML file) here.")
+]
+FuzzyOption = Annotated[
+    float | None,
+    typer.Option(
+        min=0,
+        max=100,
+        help="Text also matches when rapidfuzz fuzz.ratio of the normalised texts is at least this (0-100).",
+    ),
+]
+SampleOption = Annotated[
+    int | None,
+    typer.Option(min=1, help="Only records of the seeded sample of N source records (as `run --sample`)."),
+]
+SeedOption = Annotated[int, typer.Option(help="The seed of --sample: the same seed, the same records.")]
+
+
+def _read_or_exit(read: Callable[[], T]) -> T:
+    try:
+        return read()
+    except DatabaseLockedError as error:  # a `pipeline run` holds the database; DuckDB allows one process
+        raise fail(error, EXIT_ABORTED) from error
+    except ConfigError as error:
+        raise fail(error, EXIT_CONFIG) from error
+
+
+def _variant_names(spec: JobSpec, text: str, *, least: int) -> tuple[str, ...]:
+    names = parse_variants(text, least=least)
+    for name in names:
+        spec.for_variant(name)  # a bad name is a ConfigError naming the rule
+    return names
+
+
+def _write_page(page: ReviewPage | None, path: Path | None, *, to_stderr: bool = False) -> None:
+    if page is None or path is None:
+        return
+    written = _read_or_exit(lambda: write_review(page, path))
+    typer.echo(f"wrote {written} ({len(page.records):,} records)", err=to_stderr)
+
+
+@app.command("eval")
+def eval_command(
+    job: JobArgument,
+    gold: Annotated[
+        Path,
+        typer.Option(
+            help="The gold file (.jsonl, .json or .csv): an id and the right values of some fields."
+        ),
+    ],
+    variant: VariantOption = None,
+    fields: Annotated[
+        str | None,
+        typer.Option(help="Only these fields, comma-separated (default: every field the gold file gives)."),
+    ] = None,
+    fuzzy: FuzzyOption = None,
+    tolerance: Annotated[
+        float, typer.Option(min=0, help="Numbers also match within this relative tolerance (0.05: 5%).")
+    ] = 0.0,
+    as_json: JsonOption = False,
+    html: HtmlOption = None,
+    database: DatabaseOption = None,
+) -> None:
+    """Measure a variant's results against a gold file: accuracy per field, precision/recall/F1 per list.
+
+    Also: how many grounded values were found in the record text, and every gold record without a result (failed, with its class; not extracted yet; not in the source). The exit code is 0 whatever the scores.
+    """  # noqa: E501  (Typer keeps a docstring's line breaks: one paragraph, one line)
+    spec = load_job_or_exit(job, database, variant)
+    settings = _read_or_exit(
+        lambda: EvalSettings(parse_fields(fields), fuzzy, tolerance, review=html is not None)
+    )
+    report = _read_or_exit(lambda: evaluate(spec, gold, settings))
+    typer.echo(orjson.dumps(report.to_json(), default=str).decode() if as_json else format_eval(report))
+    _write_page(report.review, html, to_stderr=as_json)
+
+
+@app.command()
+def compare(
+    job: JobArgument,
+    variants: Annotated[str, typer.Option(metavar="A,B", help="The two variants; A is the reference.")],
+    sample: SampleOption = None,
+    seed: SeedOption = 0,
+    show: Annotated[int, typer.Option(min=0, help="How many of the most differing records to show.")] = (
+        DEFAULT_SHOWN
+    ),
+    as_json: JsonOption = False,
+    html: HtmlOption = None,
+    fuzzy: FuzzyOption = None,
+    database: DatabaseOption = None,
+) -> None:
+    """Compare two variants on the records both extracted: agreement per field (A as the reference), tokens and latency per record, failures, grounding, and the records that differ most.
+
+    Failures are counted over the records both variants attempted. Temperature 0 on vLLM is not deterministic: compare a variant with a re-run of itself to see the noise floor.
+    """  # noqa: E501
+    spec = load_job_or_exit(job, database)
+    reference, candidate = _read_or_exit(lambda: _variant_names(spec, variants, least=2))
+    settings = CompareSettings(
+        sample=Sample(sample, seed) if sample is not None else None,
+        fuzzy_threshold=fuzzy,
+        review=html is not None,
+    )
+    report = _read_or_exit(lambda: compare_variants(spec, reference, candidate, settings))
+    if as_json:
+        typer.echo(orjson.dumps(report.to_json(show), default=str).decode())
+    else:
+        database_text = str(database) if database is not None else None
+        typer.echo(format_compare(report, job=str(job), show=show, database=database_text))
+    _write_page(report.review, html, to_stderr=as_json)
+
+
+@app.command()
+def review(
+    job: JobArgument,
+    html: Annotated[Path, typer.Option(help="The HTML file to write; replaced if it exists.")],
+    variant: VariantOption = None,
+    variants: Annotated[
+        str | None,
+        typer.Option(
+            metavar="A,B", help="Two variants side by side, with where they differ (not with --variant)."
+        ),
+    ] = None,
+    sample: Annotated[
+        int, typer.Option(min=1, help="The seeded sample of N source records to show (as `run --sample`).")
+    ] = DEFAULT_REVIEW_SAMPLE,
+    seed: SeedOption = 0,
+    database: DatabaseOption = None,
+) -> None:
+    """Write one self-contained HTML page to check extractions by eye: each record's text, each variant's extraction or failure, its grounded values highlighted in the text.
+
+    Shows the records of the sample that the variant (of two: either) has a result or a failure for.
+    """  # noqa: E501
+    if variant is not None and variants is not None:
+        raise fail(ConfigError("give --variant or --variants, not both"), EXIT_CONFIG)
+    spec = load_job_or_exit(job, database, variant)
+    names = (
+        (spec.variant,)
+        if variants is None
+        else _read_or_exit(lambda: _variant_names(spec, variants, least=1))
+    )
+    page = _read_or_exit(lambda: review_page(spec, names, Sample(sample, seed)))
+    _write_page(page, html)

@@ -1,0 +1,53 @@
+"""Reading a job's results for the quality commands: ``pipeline eval`` (a variant against a gold file),
+``pipeline compare`` (two variants) and ``pipeline review`` (the HTML review page). The measuring is
+:mod:`pipeline.quality`'s; this package reads the database for it, read-only and filtered in SQL.
+
+* :mod:`~pipeline.reports.reading`: the queries (results, failures, record texts) and their scopes;
+* :mod:`~pipeline.reports.evaluation`: ``eval``;
+* :mod:`~pipeline.reports.comparison`: ``compare``;
+* :mod:`~pipeline.reports.review`: the review page of one or two variants;
+* :mod:`~pipeline.reports.shared`: grounded shares and how values are shown.
+"""
+
+from __future__ import annotations
+
+from pipeline.reports.comparison import (
+    DEFAULT_SHOWN,
+    CompareReport,
+    CompareSettings,
+    VariantSummary,
+    compare_variants,
+    format_compare,
+    noise_floor_hint,
+    parse_variants,
+)
+from pipeline.reports.evaluation import EvalReport, EvalSettings, evaluate, format_eval, parse_fields
+from pipeline.reports.reading import JobOutput, Sample, Scope, StoredFailure, StoredResult, open_output
+from pipeline.reports.review import DEFAULT_REVIEW_SAMPLE, review_page
+from pipeline.reports.shared import GroundingShare, GroundingSummary
+
+__all__ = [
+    "DEFAULT_REVIEW_SAMPLE",
+    "DEFAULT_SHOWN",
+    "CompareReport",
+    "CompareSettings",
+    "EvalReport",
+    "EvalSettings",
+    "GroundingShare",
+    "GroundingSummary",
+    "JobOutput",
+    "Sample",
+    "Scope",
+    "StoredFailure",
+    "StoredResult",
+    "VariantSummary",
+    "compare_variants",
+    "evaluate",
+    "format_compare",
+    "format_eval",
+    "noise_floor_hint",
+    "open_output",
+    "parse_fields",
+    "parse_variants",
+    "review_page",
+]

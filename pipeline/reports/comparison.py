@@ -1,0 +1,302 @@
+"""``pipeline compare``: two variants of a job side by side, on the records both extracted.
+
+* agreement, field by field, of B with A as the reference (the metrics of ``pipeline eval``);
+* per variant, over the same records: mean tokens per record (every attempt counted) and latency,
+  the grounded share of each grounded path;
+* failures, counted over the records *both variants attempted* (each has a result or a failure for
+  them), so that a variant is not charged for records the other never tried;
+* the records that disagree most, field by field.
+
+With ``--sample N`` only the records of the seeded sample are read (the sample of ``pipeline run
+--sample``: the same records for every variant). Temperature 0 on vLLM is not deterministic across
+batches, so the report says how to measure the noise floor: a variant against a re-run of itself.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pipeline.errors import ConfigError
+from pipeline.job import JobSpec
+from pipeline.quality import AgreementReport, RecordAgreement, format_table, grounded_paths
+from pipeline.quality.review import ReviewPage
+from pipeline.reports.reading import JobOutput, Sample, Scope, StoredResult, open_output, sample_scope
+from pipeline.reports.review import (
+    DISAGREEMENT_NOTE,
+    ViewBuilder,
+    page,
+    prompt_fields,
+    review_records,
+    variant_agreement,
+)
+from pipeline.reports.shared import (
+    GroundingSummary,
+    class_counts,
+    grounding_summary,
+    shown_value,
+)
+
+DEFAULT_SHOWN = 5
+FAILURES_BASE = "over the {n:,} records both variants attempted (each has a result or a failure for them)"
+RERUN_SUFFIX = "-rerun"
+
+
+@dataclass(frozen=True, slots=True)
+class CompareSettings:
+    sample: Sample | None = None
+    fuzzy_threshold: float | None = None
+    review: bool = False  # also build the review page of both variants
+
+
+@dataclass(frozen=True, slots=True)
+class VariantSummary:
+    name: str
+    records: int  # the records both extracted: what the means are over
+    prompt_tokens: float | None  # means per record, every attempt counted
+    completion_tokens: float | None
+    reasoning_tokens: float | None
+    latency_s: float | None  # mean of each record's latency summed over its attempts
+    failures: Mapping[str, int]  # class -> count, over the records both attempted
+    grounding: GroundingSummary
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "records": self.records,
+            "tokens_per_record": {
+                "prompt": self.prompt_tokens,
+                "completion": self.completion_tokens,
+                "reasoning": self.reasoning_tokens,
+            },
+            "latency_s_per_record": self.latency_s,
+            "failures": dict(self.failures),
+            "grounding": self.grounding.to_json(),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class CompareReport:
+    reference: str  # A
+    candidate: str  # B
+    sample: Sample | None
+    agreement: AgreementReport  # B against A, over the records both extracted
+    variants: tuple[VariantSummary, VariantSummary]  # A, B
+    attempted: int  # records both attempted: what the failure counts are over
+    review: ReviewPage | None = None
+
+    def disagreements(self, show: int) -> list[RecordAgreement]:
+        """The ``show`` records that disagree most (only records with a differing field)."""
+        return [record for record in self.agreement.records if record.differences][:show]
+
+    def to_json(self, show: int = DEFAULT_SHOWN) -> dict[str, Any]:
+        agreement = self.agreement.to_json()
+        return {
+            "reference": self.reference,
+            "candidate": self.candidate,
+            "sample": {"size": self.sample.size, "seed": self.sample.seed} if self.sample else None,
+            "records": self.agreement.records_scored,
+            "fields": agreement["fields"],
+            "micro": agreement["micro"],
+            "macro": agreement["macro"],
+            "matching": agreement["matching"],
+            "variants": {summary.name: summary.to_json() for summary in self.variants},
+            "failures_over": {"records": self.attempted, "rule": FAILURES_BASE.format(n=self.attempted)},
+            "disagreements": [
+                {
+                    "id": record.record_id,
+                    "disagreement": record.disagreement,
+                    "differences": [
+                        {"path": difference.path, "a": difference.reference, "b": difference.candidate}
+                        for difference in record.differences
+                    ],
+                }
+                for record in self.disagreements(show)
+            ],
+        }
+
+
+def parse_variants(text: str, *, most: int = 2, least: int = 2) -> tuple[str, ...]:
+    """``--variants A,B`` as distinct names; :class:`ConfigError` unless there are ``least``..``most``."""
+    names = tuple(name.strip() for name in text.split(","))
+    wanted = f"exactly {most}" if least == most else f"{least} or {most}"
+    if not least <= len(names) <= most or not all(names):
+        raise ConfigError(f"--variants {text!r}: give {wanted} variant names, separated by commas")
+    if len(set(names)) != len(names):
+        raise ConfigError(f"--variants {text!r}: give {wanted} different variants")
+    return names
+
+
+def compare_variants(
+    spec: JobSpec, reference: str, candidate: str, settings: CompareSettings = CompareSettings()
+) -> CompareReport:
+    """Compare ``candidate`` (B) with ``reference`` (A). Raises :class:`ConfigError` when one of them has
+    no results at all; ``DatabaseLockedError`` while a run holds the database."""
+    names = (reference, candidate)
+    with open_output(spec) as output:
+        for name in names:
+            output.require_results(name)
+        sampled = sample_scope(spec, settings.sample)
+        results = output.results(names, Scope.all_of(sampled, output.extracted_by_all(names)))
+        attempted = Scope.all_of(sampled, output.attempted_by_all(names))
+        failures = output.failures(names, attempted)
+        attempted_count = output.count_attempted(names, attempted)
+        review = _review(spec, output, names, attempted) if settings.review else None
+    agreement = variant_agreement(spec, results[reference], results[candidate], settings.fuzzy_threshold)
+    paths = grounded_paths(spec.schema_class)
+    summaries = [
+        _summary(name, results[name], class_counts(f.failure_class for f in failures[name].values()), paths)
+        for name in names
+    ]
+    return CompareReport(
+        reference=reference,
+        candidate=candidate,
+        sample=settings.sample,
+        agreement=agreement,
+        variants=(summaries[0], summaries[1]),
+        attempted=attempted_count,
+        review=review,
+    )
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _summary(
+    name: str, results: Mapping[str, StoredResult], failures: Mapping[str, int], paths: Sequence[str]
+) -> VariantSummary:
+    rows = list(results.values())
+    return VariantSummary(
+        name=name,
+        records=len(rows),
+        prompt_tokens=_mean([row.prompt_tokens for row in rows]),
+        completion_tokens=_mean([row.completion_tokens for row in rows]),
+        reasoning_tokens=_mean([row.reasoning_tokens for row in rows]),
+        latency_s=_mean([row.latency_s for row in rows]),
+        failures=failures,
+        grounding=grounding_summary(paths, rows),
+    )
+
+
+def _review(spec: JobSpec, output: JobOutput, names: Sequence[str], scope: Scope) -> ReviewPage:
+    """Both variants over the records both attempted (in the sample)."""
+    texts = output.texts(scope, prompt_fields(spec, names))
+    results = output.results(names, scope)
+    failures = output.failures(names, scope)
+    builder = ViewBuilder(grounded_paths(spec.schema_class))
+    views = {name: builder.views(results[name], failures[name], texts) for name in names}
+    agreement = variant_agreement(spec, results[names[0]], results[names[1]])
+    notes = [
+        f"the {len(texts):,} records both variants attempted (a result or a failure each)",
+        DISAGREEMENT_NOTE.format(a=names[0], b=names[1]),
+        *builder.note(),
+    ]
+    return page(spec, names, review_records(texts, views, agreement), notes)
+
+
+def format_compare(
+    report: CompareReport, *, job: str, show: int = DEFAULT_SHOWN, database: str | None = None
+) -> str:
+    """The report as text; ``job`` (the job file as given) and ``database`` (``--database``, if given)
+    go into the noise-floor commands."""
+    a, b = report.reference, report.candidate
+    scope = f" ({report.sample.describe()})" if report.sample else ""
+    lines = [
+        f"{b} compared with {a} (the reference) over the {report.agreement.records_scored:,} records both "
+        f"extracted{scope}",
+        "",
+        format_table(report.agreement),
+        "",
+        *_variant_lines(report),
+        "",
+        *_disagreement_lines(report, show),
+        "",
+        noise_floor_hint(report, job, database),
+    ]
+    return "\n".join(lines)
+
+
+def _number(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def _variant_lines(report: CompareReport) -> list[str]:
+    header = ("variant", "prompt tok", "completion tok", "reasoning tok", "latency s")
+    rows = [header] + [
+        (
+            summary.name,
+            _number(summary.prompt_tokens),
+            _number(summary.completion_tokens),
+            _number(summary.reasoning_tokens),
+            _number(summary.latency_s, 2),
+        )
+        for summary in report.variants
+    ]
+    widths = [max(len(row[column]) for row in rows) for column in range(len(header))]
+    lines = [f"means per record over the {report.agreement.records_scored:,} records both extracted:"]
+    lines += [
+        "  "
+        + "  ".join(
+            cell.ljust(w) if i == 0 else cell.rjust(w)
+            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+        )
+        for row in rows
+    ]
+    lines.append(f"failures, {FAILURES_BASE.format(n=report.attempted)}:")
+    for summary in report.variants:
+        counts = ", ".join(f"{name} {count:,}" for name, count in summary.failures.items())
+        lines.append(
+            f"  {summary.name}: {sum(summary.failures.values()):,}" + (f" ({counts})" if counts else "")
+        )
+    shares = [(summary.name, summary.grounding) for summary in report.variants]
+    if shares[0][1].shares:
+        lines.append("grounding (values of grounded fields found in the record text, same records):")
+        for index, share in enumerate(shares[0][1].shares):
+            per_variant = " · ".join(
+                f"{name} {grounding.shares[index].describe()}" for name, grounding in shares
+            )
+            lines.append(f"  {share.path}: {per_variant}")
+        for name, grounding in shares:
+            if grounding.without_grounding:
+                lines.append(
+                    f"  ({name}: {grounding.without_grounding:,} results were stored without grounding)"
+                )
+    return lines
+
+
+def _disagreement_lines(report: CompareReport, show: int) -> list[str]:
+    differing = [record for record in report.agreement.records if record.differences]
+    if not differing:
+        return ["no record differs"]
+    shown = report.disagreements(show)
+    lines = [
+        f"records that differ most ({len(shown):,} of {len(differing):,} that differ), per differing "
+        f"field {report.reference} | {report.candidate}:"
+    ]
+    for record in shown:
+        lines.append(f"  id {record.record_id}  (disagreement {record.disagreement:.2f})")
+        for difference in record.differences:
+            a, b = shown_value(difference.reference), shown_value(difference.candidate)
+            lines.append(f"    {difference.path}: {a} | {b}")
+    return lines
+
+
+def noise_floor_hint(report: CompareReport, job: str, database: str | None = None) -> str:
+    """How to tell a real difference from run-to-run noise."""
+    a, b = report.reference, report.candidate
+    if b == f"{a}{RERUN_SUFFIX}" or a == f"{b}{RERUN_SUFFIX}":
+        return (
+            "noise floor: this compares a variant with a re-run of itself; a difference between two "
+            "variants means something only above these numbers"
+        )
+    size = report.sample.size if report.sample else max(report.agreement.records_scored, 1)
+    rerun = f"{a}{RERUN_SUFFIX}"
+    on = ["--database", database] if database else []
+    run = shlex.join(["pipeline", "run", job, "--variant", rerun, "--sample", str(size), *on])
+    compare = shlex.join(["pipeline", "compare", job, "--variants", f"{a},{rerun}", *on])
+    return (
+        "noise floor: temperature 0 on vLLM is not deterministic across batches, so a difference means "
+        f"something only above how much {a} differs from a re-run of itself: `{run}` then `{compare}`"
+    )

@@ -1,0 +1,100 @@
+"""What the quality reports share: the grounded share of extracted values, and how ids, shares and
+values are written in the text reports."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from pipeline.quality.metrics import id_order
+from pipeline.reports.reading import StoredResult
+
+SHOWN_IDS = 10
+VALUE_CHARS = 100
+
+
+@dataclass(frozen=True, slots=True)
+class GroundingShare:
+    """Of the values at one grounded path, how many were found in the record text."""
+
+    path: str
+    found: int
+    values: int
+
+    @property
+    def share(self) -> float | None:
+        return self.found / self.values if self.values else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"found": self.found, "values": self.values, "share": self.share}
+
+    def describe(self) -> str:
+        share = "" if self.share is None else f" ({self.share:.0%})"
+        return f"{self.found:,} of {self.values:,} values found in the text{share}"
+
+
+@dataclass(frozen=True, slots=True)
+class GroundingSummary:
+    shares: tuple[GroundingShare, ...]  # one per grounded path of the schema, in schema order
+    without_grounding: int  # results stored without grounding (made before it was recorded)
+
+    def to_json(self) -> dict[str, Any]:
+        return {share.path: share.to_json() for share in self.shares}
+
+
+def grounding_summary(paths: Sequence[str], results: Iterable[StoredResult]) -> GroundingSummary:
+    """The stored grounding of ``results`` counted per path (``paths``: the schema's grounded paths)."""
+    counts = dict.fromkeys(paths, (0, 0))
+    without = 0
+    for result in results:
+        if result.grounding is None:
+            without += 1
+            continue
+        for span in result.grounding:
+            found, values = counts.get(span.path, (0, 0))
+            counts[span.path] = (found + (span.match != "none"), values + 1)
+    shares = tuple(GroundingShare(path, found, values) for path, (found, values) in counts.items())
+    return GroundingSummary(shares, without)
+
+
+def grounding_lines(summary: GroundingSummary, indent: str = "  ") -> list[str]:
+    lines = [f"{indent}{share.path}: {share.describe()}" for share in summary.shares]
+    if summary.without_grounding:
+        lines.append(f"{indent}({summary.without_grounding:,} results were stored without grounding)")
+    return lines
+
+
+def top_field(path: str) -> str:
+    """The top-level field of a scored path: ``salary.minimum`` and ``requirements[].text`` -> their
+    first name."""
+    return re.split(r"[.\[]", path, maxsplit=1)[0]
+
+
+def ids_text(keys: Iterable[str], limit: int = SHOWN_IDS) -> str:
+    """``3, 5, 42`` in id order, the first ``limit`` of them then ``…``."""
+    ordered = sorted(keys, key=id_order)
+    return ", ".join(ordered[:limit]) + (", …" if len(ordered) > limit else "")
+
+
+def shown_value(value: Any, limit: int = VALUE_CHARS) -> str:
+    """A value as JSON on one line, cut to ``limit`` characters."""
+    text = orjson.dumps(value, default=str).decode()
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def class_counts(classes: Iterable[str]) -> dict[str, int]:
+    """Failure classes counted, largest first (then by name)."""
+    counts: dict[str, int] = {}
+    for name in classes:
+        counts[name] = counts.get(name, 0) + 1
+    return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
+
+
+def schema_extraction(extracted: Mapping[str, Any], names: Iterable[str]) -> dict[str, Any]:
+    """Only the schema's fields of an extraction: one made under an older schema may hold others."""
+    wanted = set(names)
+    return {name: value for name, value in extracted.items() if name in wanted}
