@@ -271,7 +271,7 @@ def test_cli_prints_the_table_the_knee_and_writes_files(tmp_path: Path) -> None:
     [
         (["--concurrency", "1,x"], "--concurrency '1,x': expected numbers like 1,2,4"),
         (["--concurrency", "0"], "expected numbers >= 1"),
-        ([], "bench needs --endpoint and --model, or --local"),
+        ([], "bench needs --endpoint and --model, --job, or --local"),
     ],
 )
 def test_cli_configuration_errors(args: list[str], message: str) -> None:
@@ -326,3 +326,27 @@ def test_without_matplotlib_the_chart_is_left_out(tmp_path: Path, monkeypatch: p
     written = write_outputs(CLEAN, find_knee(CLEAN), [], tmp_path / "out")
     assert [path.name for path in written] == ["bench.csv", "bench.json"]
     assert not (tmp_path / "out" / "bench.png").exists()
+
+
+def test_a_job_bench_sends_the_jobs_own_requests(tmp_path: Path) -> None:
+    from pipeline.bench.job import with_job
+    from pipeline.bench.load import next_body
+    from pipeline.store import prepare_database
+    from tests.support.jobs import make_job
+
+    spec = make_job(tmp_path, records=30, extra_body={"top_k": 5}, max_tokens=321)
+    prepare_database(spec).close()
+    options = with_job(BenchOptions(base_url="", model="", concurrency=(1, 2), rounds=2), spec, 5)
+    assert (options.base_url, options.model, options.output_tokens) == (
+        "http://testserver/v1",
+        "test-model",
+        321,
+    )
+    assert len(options.job_bodies) == 5
+    body = next_body(options, worker=1, index=1)
+    system, user = body["messages"]
+    assert system["content"].startswith("Extract the posting.") and '"skills"' in system["content"]
+    assert user["content"].startswith("Title: Title ")
+    assert body["response_format"]["type"] == "json_schema" and body["max_tokens"] == 321
+    assert body["extra_body"] == {"top_k": 5} and body["stream"] is True  # what the SDK does not name
+    assert next_body(options, worker=0, index=0) != body  # the workers go through different records

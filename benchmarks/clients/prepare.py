@@ -19,10 +19,10 @@ import duckdb
 import yaml
 
 from clients.common import PROMPT_FILE, RECORDS_FILE, REPO, REQUESTS_FILE, messages_for
+from pipeline.fleet import client_settings
 from pipeline.job import load_job
 from pipeline.llm import ChatRequest, LLMClient
 from pipeline.prompt import PromptBuilder
-from pipeline.runner import client_settings
 
 ADZUNA = REPO.parent / "shared" / "datasets" / "adzuna_uk_jobs_2499.csv"
 FIELDS = ["title", "company", "location", "description"]

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import anyio
 
 from pipeline.bench.load import BenchOptions, RequestResult, run_level
-from pipeline.bench.metrics import ServerObservation, parse_metrics, watch
+from pipeline.bench.metrics import ServerObservation, watch
 from pipeline.bench.report import (
     COLUMNS,
     Knee,
@@ -25,6 +25,7 @@ from pipeline.bench.report import (
     write_outputs,
 )
 from pipeline.llm import ClientSettings, LLMClient
+from pipeline.server_metrics import metrics_url, parse_metrics
 
 __all__ = [
     "COLUMNS",
@@ -46,10 +47,6 @@ class SweepResult:
     levels: list[LevelSummary]
     knee: Knee | None
     diagnostics: list[str]
-
-
-def metrics_url(base_url: str) -> str:
-    return base_url.rstrip("/").removesuffix("/v1") + "/metrics"
 
 
 async def run_sweep(

@@ -43,6 +43,12 @@ _WORDS = [
 ]
 
 
+# What chat.completions.create takes by name; anything else of a job's body goes in extra_body.
+_SDK_FIELDS = frozenset(
+    {"model", "messages", "max_tokens", "temperature", "reasoning_effort", "response_format"}
+)
+
+
 @dataclass(frozen=True, slots=True)
 class BenchOptions:
     base_url: str
@@ -57,6 +63,8 @@ class BenchOptions:
     timeout_s: float = 900.0
     reasoning_effort: str | None = "low"
     api_key: str | None = None
+    # With --job: the job's own request bodies (prompt, examples, schema, settings), sent in turn.
+    job_bodies: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +119,18 @@ def request_body(options: BenchOptions, messages: list[dict[str, str]]) -> dict[
     return body
 
 
+def next_body(options: BenchOptions, worker: int, index: int) -> dict[str, Any]:
+    """A synthetic request, or the job's next one (streamed, so time to first token is seen)."""
+    if not options.job_bodies:
+        return request_body(options, build_messages(options, worker, index))
+    job = options.job_bodies[(worker * options.rounds + index) % len(options.job_bodies)]
+    body = {key: value for key, value in job.items() if key in _SDK_FIELDS}
+    extra = {key: value for key, value in job.items() if key not in _SDK_FIELDS}  # the job's extra_body
+    return {**body, "model": options.model, "stream": True, "stream_options": {"include_usage": True}} | (
+        {"extra_body": extra} if extra else {}
+    )
+
+
 async def run_level(options: BenchOptions, concurrency: int) -> tuple[list[RequestResult], float, float]:
     """Every request's result, the level's wall time, and the CPU time this process spent on it."""
     settings = ClientSettings(
@@ -125,7 +145,7 @@ async def run_level(options: BenchOptions, concurrency: int) -> tuple[list[Reque
 
     async def worker(number: int) -> None:
         for index in range(options.rounds):
-            body = request_body(options, build_messages(options, number, index))
+            body = next_body(options, number, index)
             results.append(await _one_request(client, body, options.timeout_s))
 
     started, cpu_started = time.perf_counter(), time.process_time()

@@ -6,23 +6,8 @@ from dataclasses import dataclass, field
 
 import anyio
 import httpx2
-from prometheus_client.parser import text_string_to_metric_families
 
-GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")
-# The simulator's time compression: bench scales its clock back so the numbers read as the model's.
-SPEED = "pipeline_sim:speed"
-COUNTERS = ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits", "vllm:generation_tokens")
-
-
-def parse_metrics(text: str) -> dict[str, float]:
-    """Sum each vLLM metric over its labels (one engine or several)."""
-    values: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            name = sample.name.removesuffix("_total")
-            if name in GAUGES or name in COUNTERS or name == SPEED:
-                values[name] = values.get(name, 0.0) + float(sample.value)
-    return values
+from pipeline.server_metrics import GAUGES, SPEED, parse_metrics
 
 
 @dataclass(slots=True)

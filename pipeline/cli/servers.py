@@ -19,7 +19,9 @@ from pipeline.cli.common import (
     LogFormat,
     LogFormatOption,
     app,
+    exit_code_for,
     fail,
+    load_job_or_exit,
     setup_logging,
 )
 from pipeline.errors import ConfigError, FatalRunError
@@ -64,6 +66,10 @@ def sim(
     fault_schema_invalid: Annotated[float, typer.Option(min=0, max=1)] = 0.0,
     fault_length: Annotated[float, typer.Option(min=0, max=1)] = 0.0,
     fault_context_length: Annotated[float, typer.Option(min=0, max=1)] = 0.0,
+    reject_response_format: Annotated[
+        bool,
+        typer.Option(help="Answer a request with response_format with HTTP 400, as a server without it."),
+    ] = False,
 ) -> None:
     """Serve a vLLM-like OpenAI-compatible simulator (for tests, benchmarks and dry runs)."""
     import asyncio
@@ -96,6 +102,7 @@ def sim(
         api_key=api_key,
         reasoning_field=reasoning_field,
         faults=faults,
+        reject_response_format=reject_response_format,
     )
 
     def ready(url: str) -> None:
@@ -148,6 +155,11 @@ def bench(
     timeout: Annotated[float, typer.Option(min=1, help="Client timeout per request, seconds.")] = 900.0,
     reasoning_effort: Annotated[str | None, typer.Option(help="Sent as reasoning_effort.")] = "low",
     api_key_env: Annotated[str | None, typer.Option(help="Environment variable holding the API key.")] = None,
+    job: Annotated[
+        Path | None,
+        typer.Option(help="Send this job's own requests (prompt, schema, settings, sampled records)."),
+    ] = None,
+    records: Annotated[int, typer.Option(min=1, help="With --job: how many records to sample.")] = 200,
     out: Annotated[Path, typer.Option(help="Folder for bench.csv, bench.json and bench.png.")] = Path(
         "bench-out"
     ),
@@ -164,8 +176,8 @@ def bench(
         ) from error
     if not levels or min(levels) < 1:
         raise fail(ConfigError(f"--concurrency {concurrency!r}: expected numbers >= 1"), EXIT_CONFIG)
-    if not local and (endpoint is None or model is None):
-        raise fail(ConfigError("bench needs --endpoint and --model, or --local"), EXIT_CONFIG)
+    if not local and job is None and (endpoint is None or model is None):
+        raise fail(ConfigError("bench needs --endpoint and --model, --job, or --local"), EXIT_CONFIG)
     options = BenchOptions(
         base_url=endpoint or "",
         model=model or "",
@@ -180,6 +192,8 @@ def bench(
         reasoning_effort=reasoning_effort,
         api_key=os.environ.get(api_key_env) if api_key_env else None,
     )
+    if job is not None:
+        options = _with_job(options, job, records)
     try:
         result = anyio.run(_bench, options, local)
     except FatalRunError as error:
@@ -187,6 +201,16 @@ def bench(
     except KeyboardInterrupt:
         raise typer.Exit(EXIT_INTERRUPTED) from None
     _print_bench(result, out)
+
+
+def _with_job(options: BenchOptions, job: Path, records: int) -> BenchOptions:
+    from pipeline.bench.job import with_job
+
+    spec = load_job_or_exit(job)
+    try:
+        return with_job(options, spec, records)
+    except FatalRunError as error:
+        raise fail(error, exit_code_for(error)) from error
 
 
 async def _bench(options: BenchOptions, local: bool) -> SweepResult:
