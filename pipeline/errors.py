@@ -13,6 +13,8 @@
     │   └── LocalServerError     the embedded vLLM server cannot be installed, started or reached
     └── RecordError              about one record; the run goes on
         ├── TransientError       retry the same request after backoff (timeouts, resets, 408/429/5xx)
+        │   ├── ServerUnreachableError  refused: the request goes to another endpoint, at no cost
+        │   └── ConnectionLostError     broke mid-request: at no cost if a probe finds the server gone
         ├── BadOutputError       re-ask the model (the reply arrived but is unusable)
         │   ├── InvalidJSONError
         │   ├── SchemaInvalidError
@@ -27,8 +29,11 @@ where they are caught, with ``raise ... from``. Messages never contain record te
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import TypeVar
 
 from pydantic import ValidationError
+
+T = TypeVar("T", bound=BaseException)
 
 
 class FailureClass(StrEnum):
@@ -80,7 +85,11 @@ class StalledRunError(FatalRunError):
 
 
 class ServerDownError(FatalRunError):
-    """The server went away mid-run and did not come back within ``server_down_abort_s``."""
+    """Every endpoint went away mid-run and none came back within ``server_down_abort_s``."""
+
+
+class EndpointUnreachableError(FatalRunError):
+    """The server did not answer the preflight (refused, or silent past ``preflight_timeout_s``)."""
 
 
 class LocalServerError(FatalRunError):
@@ -106,6 +115,14 @@ class TransientError(RecordError):
 
 class ServerUnreachableError(TransientError):
     """No connection could be made at all (refused, DNS, unreachable)."""
+
+
+class ConnectionLostError(TransientError):
+    """The connection broke mid-request (reset, closed): one request's bad luck, or the server gone."""
+
+
+class StructuredOutputRejectedError(PipelineError):
+    """The server refused ``response_format`` (HTTP 400 naming it): send without it, at no cost."""
 
 
 class BadOutputError(RecordError):
@@ -148,3 +165,9 @@ def summarize_validation_error(exc: ValidationError, limit: int = 8) -> str:
         lines.append(f"{location}: {error['msg']}")
     more = exc.error_count() - len(lines)
     return "; ".join(lines) + (f"; and {more} more" if more > 0 else "")
+
+
+def first_error(group: BaseExceptionGroup[T]) -> T:
+    """The first error of a (nested) exception group: the one the run reports."""
+    error: T | BaseExceptionGroup[T] = group.exceptions[0]
+    return first_error(error) if isinstance(error, BaseExceptionGroup) else error

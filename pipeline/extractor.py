@@ -1,7 +1,8 @@
 """One record, end to end: first request, retries under the policy, validation, a classified outcome.
 
-Record-level problems always end as a :class:`Failed` outcome (never silently dropped); only a
-:class:`FatalRunError` escapes, to stop the run.
+Each attempt takes a slot on an endpoint from the :class:`~pipeline.router.Router`. Record-level
+problems always end as a :class:`Failed` outcome (never silently dropped); only a :class:`FatalRunError`
+escapes, to stop the run.
 """
 
 from __future__ import annotations
@@ -13,26 +14,30 @@ import orjson
 import structlog
 from pydantic import BaseModel
 
+from pipeline.endpoint import Endpoint, EndpointEvacuatedError
 from pipeline.errors import (
     BadOutputError,
+    ConnectionLostError,
     FailureClass,
-    FatalRunError,
+    PermanentRecordError,
     RecordError,
     ServerUnreachableError,
+    StructuredOutputRejectedError,
     TransientError,
     TruncatedError,
 )
-from pipeline.llm import ChatRequest, LLMClient, Reply
+from pipeline.llm import ChatRequest, Reply
 from pipeline.outcomes import Extracted, Failed, Outcome, SourceRecord, Usage
 from pipeline.parse import grown_budget, larger_budget_request, parse_reply, reask_request
 from pipeline.prompt import PromptBuilder
 from pipeline.quality.grounding import Grounder
-from pipeline.retry import RetryPolicy, ServerGate
+from pipeline.retry import RetryPolicy
+from pipeline.router import Router
 from pipeline.stats import RunStats
 
 log = structlog.get_logger("pipeline.extractor")
 
-# Failures that say something about the server, not the record: many in a row mean it is down.
+# Failures that say something about the server, not the record: many in a row mean it is broken.
 _SERVER_SIDE = frozenset({FailureClass.TRANSIENT, FailureClass.PERMANENT})
 
 
@@ -44,6 +49,7 @@ class _RecordState:
     last_raw_output: str | None = None
     usage: Usage = field(default_factory=Usage)
     sent_max_tokens: int = 0  # the budget of the last request sent (the next one may be larger)
+    endpoint: Endpoint | None = None  # where the last request went
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,25 +64,20 @@ class BudgetGrowth:
 class Extractor:
     def __init__(
         self,
-        llm: LLMClient,
+        router: Router,
         prompts: PromptBuilder,
         schema: type[BaseModel],
         policy: RetryPolicy,
         growth: BudgetGrowth,
         stats: RunStats,
-        abort_after_consecutive_failures: int,
-        gate: ServerGate,
         grounder: Grounder | None = None,
     ) -> None:
-        self._llm = llm
+        self._router = router
         self._prompts = prompts
         self._schema = schema
         self._policy = policy
         self._growth = growth
         self._stats = stats
-        self._abort_after = abort_after_consecutive_failures
-        self._server_failures_in_a_row = 0
-        self._gate = gate
         self._grounder = grounder
 
     async def extract(self, record: SourceRecord) -> Outcome:
@@ -87,7 +88,7 @@ class Extractor:
             async for attempt in self._policy.attempts():
                 with attempt:
                     reply, value = await self._attempt(state)
-                    self._server_failures_in_a_row = 0
+                    self._finished(state, None)
                     return Extracted(
                         record.id,
                         value.model_dump_json(),
@@ -97,6 +98,7 @@ class Extractor:
                         state.sent_max_tokens,
                         record.content_hash,
                         self._grounding(value, record),
+                        self._model(state),
                     )
         except RecordError as error:
             return self._failed(record, state, error)
@@ -112,7 +114,7 @@ class Extractor:
     async def _attempt(self, state: _RecordState) -> tuple[Reply, BaseModel]:
         state.attempts += 1
         state.sent_max_tokens = state.request.max_tokens
-        reply = await self._send(state.request, state.usage)
+        reply = await self._send(state)
         state.last_raw_output = reply.content if reply.content is not None else reply.reasoning
         try:
             return reply, parse_reply(reply, self._schema)
@@ -124,32 +126,48 @@ class Extractor:
             state.request = reask_request(budget, error)
             raise
 
-    async def _send(self, request: ChatRequest, usage: Usage) -> Reply:
-        """One attempt. A request that could not connect waits at the gate and goes again: it never
-        reached the server, so it costs the record nothing."""
+    async def _send(self, state: _RecordState) -> Reply:
+        """One attempt, on an endpoint with room. A request that never reached a server (refused),
+        lost its connection to a server that is gone, was taken off a stalled endpoint, or was refused
+        for its response_format goes again, elsewhere or without it: that costs the record nothing."""
         while True:
-            await self._gate.wait_open()
-            try:
-                return await self._send_once(request, usage)
-            except ServerUnreachableError as error:
-                await self._gate.hold(error)
+            async with self._router.slot() as endpoint:
+                state.endpoint = endpoint
+                with_format = endpoint.client.settings.response_format is not None
+                try:
+                    return await self._send_once(endpoint, state.request, state.usage)
+                except ServerUnreachableError as error:
+                    self._router.report_down(endpoint, str(error))
+                except ConnectionLostError as error:
+                    if not await self._router.confirm_lost(endpoint, str(error)):
+                        raise
+                except EndpointEvacuatedError:
+                    pass
+                except StructuredOutputRejectedError as error:
+                    if not with_format:  # sent without it, and refused all the same: about the record
+                        raise PermanentRecordError(str(error)) from error
+                    _without_structured_output(endpoint, error)
 
-    async def _send_once(self, request: ChatRequest, usage: Usage) -> Reply:
+    async def _send_once(self, endpoint: Endpoint, request: ChatRequest, usage: Usage) -> Reply:
         stats = self._stats
         ticket = stats.request_sent()
         answered = False
         started = time.perf_counter()
         try:
-            reply = await self._llm.complete(request)
+            with endpoint.request():
+                reply = await endpoint.client.complete(request)
             answered = True
             usage.add_reply(reply)
+            endpoint.answered(reply, time.perf_counter() - started)
         except TransientError as error:
             if error.timed_out:
                 stats.timeouts += 1
-                log.warning("request timed out", error=str(error))
+                endpoint.timed_out()
+                log.warning("request timed out", endpoint=endpoint.name, error=str(error))
             raise
-        except RecordError:
+        except (RecordError, StructuredOutputRejectedError):
             answered = True  # the server refused the request: an answer all the same
+            endpoint.refused_by_server(time.perf_counter() - started)
             raise
         finally:
             stats.request_ended(ticket, answered=answered)
@@ -160,16 +178,18 @@ class Extractor:
         stats.reasoning_tokens += reply.reasoning_tokens or 0
         return reply
 
+    def _finished(self, state: _RecordState, error: RecordError | None) -> None:
+        if state.endpoint is not None:
+            server_side = error is not None and error.failure_class in _SERVER_SIDE
+            self._router.record_finished(state.endpoint, server_side_failure=server_side, error=str(error))
+
+    def _model(self, state: _RecordState) -> str | None:
+        return state.endpoint.config.model if state.endpoint is not None else None
+
     def _failed(self, record: SourceRecord, state: _RecordState, error: RecordError) -> Failed:
         failure_class = error.failure_class
         log.info("record failed", record_id=record.id, failure_class=str(failure_class), error=str(error))
-        if failure_class in _SERVER_SIDE:
-            self._server_failures_in_a_row += 1
-            if self._server_failures_in_a_row >= self._abort_after:
-                raise FatalRunError(
-                    f"{self._server_failures_in_a_row} records in a row failed on the server side "
-                    f"(last: {error}); stopping the run, results so far are saved"
-                ) from error
+        self._finished(state, error)
         return Failed(
             record.id,
             failure_class,
@@ -179,4 +199,18 @@ class Extractor:
             state.usage,
             state.sent_max_tokens or state.request.max_tokens,
             record.content_hash,
+            self._model(state),
         )
+
+
+def _without_structured_output(endpoint: Endpoint, error: StructuredOutputRejectedError) -> None:
+    """Said once per endpoint (the other requests already in flight with it are refused too)."""
+    if endpoint.client.settings.response_format is None:
+        return
+    log.warning(
+        "the server refuses response_format: sending the schema in the prompt instead, with "
+        "validation and re-asks (no record fails for it)",
+        endpoint=endpoint.name,
+        error=str(error),
+    )
+    endpoint.client.without_structured_output()

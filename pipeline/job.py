@@ -10,14 +10,20 @@ import importlib
 import os
 import string
 import sys
-import urllib.parse
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from pipeline.endpoint_spec import (
+    Concurrency,
+    EndpointConfig,
+    EndpointEntry,
+    EndpointSpec,
+    resolve_endpoints,
+)
 from pipeline.errors import ConfigError
 from pipeline.examples import Example, check_examples, read_examples_file
 from pipeline.spec_text import IDENTIFIER, describe_validation_error, interpolate, one_line
@@ -31,8 +37,6 @@ from pipeline.variants import (
 )
 from pipeline.versions import JobVersion, make_version
 
-#: ``endpoint.base_url: local`` runs the job against the embedded local vLLM server.
-LOCAL_ENDPOINT = "local"
 #: The variant a job's own settings make; others are declared under ``variants:`` or given by --variant.
 MAIN_VARIANT = "main"
 
@@ -81,34 +85,6 @@ class PromptSpec(_Strict):
         return self
 
 
-class EndpointSpec(_Strict):
-    base_url: str = Field(min_length=1)
-    # The NAME of the variable holding the key: a key pasted here would end up in messages.
-    api_key_env: str | None = Field(default=None, pattern=r"^[A-Z_][A-Z0-9_]*$", max_length=128)
-    structured_output: bool = True
-
-    @field_validator("base_url")
-    @classmethod
-    def _http_url(cls, value: str) -> str:
-        if value == LOCAL_ENDPOINT:
-            return value
-        if not value.startswith(("http://", "https://")):
-            raise ValueError(f"must start with http:// or https:// (or be '{LOCAL_ENDPOINT}')")
-        parts = urllib.parse.urlsplit(value)
-        # The URL is stored in the runs table and printed in errors, so it must not carry a secret;
-        # the value is not echoed for the same reason.
-        if parts.username is not None or parts.password is not None or parts.query or parts.fragment:
-            raise ValueError(
-                "must not contain credentials, a query or a fragment: put the API key in an environment "
-                "variable named by endpoint.api_key_env"
-            )
-        return value.rstrip("/")
-
-    @property
-    def is_local(self) -> bool:
-        return self.base_url == LOCAL_ENDPOINT
-
-
 class RetrySpec(_Strict):
     transient_retries: int = Field(default=6, ge=0, le=100)
     reasks: int = Field(default=2, ge=0, le=20)
@@ -151,8 +127,10 @@ class JobSpec(_Strict):
     prompt: PromptSpec
     schema_path: str = Field(alias="schema", pattern=r"^[\w.]+:\w+$")
     model: str = Field(min_length=1)
-    endpoint: EndpointSpec
-    concurrency: int = Field(default=256, ge=1, le=8192)
+    endpoint: EndpointSpec = EndpointSpec()
+    endpoints: list[EndpointEntry] = Field(default_factory=list, max_length=64)
+    concurrency: Concurrency = 256
+    max_concurrency: int = Field(default=512, ge=1, le=8192)
     request_timeout_s: float = Field(default=900.0, gt=0)
     max_tokens: int = Field(default=4096, ge=1)
     reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = "low"
@@ -176,7 +154,30 @@ class JobSpec(_Strict):
             raise ValueError(f"prompt.user uses {unknown} which are not in source.fields")
         if MAIN_VARIANT in self.variants:
             raise ValueError(f"variants: '{MAIN_VARIANT}' is the job itself; give the variant another name")
+        self._check_endpoints()
         return self
+
+    def _check_endpoints(self) -> None:
+        if self.endpoints and self.endpoint.base_url is not None:
+            raise ValueError(
+                "give endpoint.base_url (one server) or endpoints (several), not both; with endpoints, "
+                "endpoint holds the defaults they share (api_key_env, structured_output)"
+            )
+        if not self.endpoints and self.endpoint.base_url is None:
+            raise ValueError("endpoint.base_url is missing (or list the servers under endpoints)")
+        urls = [entry.base_url for entry in self.endpoints]
+        if len(set(urls)) < len(urls):
+            raise ValueError("endpoints: the same base_url is listed twice")
+
+    def endpoint_configs(self) -> list[EndpointConfig]:
+        """Every server of the run, with its model, concurrency and key."""
+        return resolve_endpoints(
+            self.endpoint,
+            self.endpoints,
+            model=self.model,
+            concurrency=self.concurrency,
+            max_concurrency=self.max_concurrency,
+        )
 
     @cached_property
     def schema_class(self) -> type[BaseModel]:
@@ -186,15 +187,16 @@ class JobSpec(_Strict):
     def max_tokens_ceiling(self) -> int:
         return self.retry.max_tokens_ceiling or self.max_tokens * 4
 
-    def api_key(self) -> str | None:
-        """The key from the environment variable the spec names, if it is set.
+    def api_key(self, variable: str | None = None) -> str | None:
+        """The key from the environment variable the spec (or an endpoint: ``variable``) names, if set.
 
         A vLLM server started without ``--api-key`` accepts any key, so an unset variable is not an
         error until the server refuses the request (the 401 message then names the variable).
         """
-        if self.endpoint.api_key_env is None:
+        name = variable or self.endpoint.api_key_env
+        if name is None:
             return None
-        return os.environ.get(self.endpoint.api_key_env) or None
+        return os.environ.get(name) or None
 
     def with_overrides(self, **changes: Any) -> JobSpec:
         """A copy with command-line overrides applied (``None`` means "keep the spec's value"),
@@ -204,6 +206,10 @@ class JobSpec(_Strict):
             return self
         nested = {"base_url": "endpoint", **dict.fromkeys(OperationsSpec.model_fields, "operations")}
         data = self._as_data()
+        if "base_url" in updates:  # --endpoint: one server, instead of the job's list
+            data["endpoints"] = []
+        if "concurrency" in updates:  # --concurrency: for every server
+            data["endpoints"] = [{**entry, "concurrency": None} for entry in data.get("endpoints", [])]
         for key, value in updates.items():
             if key in nested:
                 data[nested[key]] = {**data.get(nested[key], {}), key: value}

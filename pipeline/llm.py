@@ -7,7 +7,9 @@ error into :mod:`pipeline.errors`. It never retries and never looks at the answe
 
 from __future__ import annotations
 
+import dataclasses
 import email.utils
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict
@@ -19,11 +21,14 @@ import openai
 import orjson
 
 from pipeline.errors import (
+    ConnectionLostError,
+    EndpointUnreachableError,
     FatalRunError,
     ModelNotServedError,
     PermanentRecordError,
     PipelineError,
     ServerUnreachableError,
+    StructuredOutputRejectedError,
     TransientError,
 )
 
@@ -32,6 +37,11 @@ from pipeline.errors import (
 KEEPALIVE_EXPIRY_S = 4.0
 CONNECT_TIMEOUT_S = 30.0
 _RETRYABLE_STATUS = frozenset({408, 409, 425, 429})
+# A 400 about the request's structured output, not about the record (vLLM without guided decoding,
+# other OpenAI-compatible servers): "response_format", "json_schema", "guided_json".
+_STRUCTURED_OUTPUT_WORDS = re.compile(
+    r"response_format|json_schema|guided_(json|decoding)|structured output", re.I
+)
 
 
 class ChatMessage(TypedDict):
@@ -75,6 +85,9 @@ class ClientSettings:
     # /v1/models answers at once even from a server busy with 256 requests, so waiting long for it
     # only delays the error when the server is down or the address is wrong.
     preflight_timeout_s: float = 10.0
+    # The system prompt with the schema appended, for a job that leaves the schema out of the prompt
+    # (include_schema: false) when the server refuses response_format: then the prompt must carry it.
+    system_with_schema: str | None = field(default=None, repr=False)
 
 
 def build_http_client(
@@ -121,7 +134,7 @@ class LLMClient:
         self.settings = settings
         self._http = build_http_client(settings, transport)
         self._openai = openai_client(settings, self._http)
-        self._server_answered = False
+        self._system_override: str | None = None
 
     async def __aenter__(self) -> LLMClient:
         return self
@@ -134,9 +147,12 @@ class LLMClient:
 
     def request_body(self, request: ChatRequest) -> dict[str, Any]:
         """The JSON body of ``POST /chat/completions``; ``reasoning_effort`` is a top-level field."""
+        messages = list(request.messages)
+        if self._system_override is not None and messages and messages[0]["role"] == "system":
+            messages[0] = {"role": "system", "content": self._system_override}
         body: dict[str, Any] = {
             "model": self.settings.model,
-            "messages": list(request.messages),
+            "messages": messages,
             "max_tokens": request.max_tokens,
         }
         if self.settings.temperature is not None:
@@ -163,7 +179,6 @@ class LLMClient:
             raise self._timeout_error() from exc
         except openai.APIError as exc:
             raise self._translate(exc) from exc
-        self._server_answered = True
         return parse_completion_body(response.content, time.perf_counter() - started)
 
     async def check_server(self) -> None:
@@ -173,7 +188,7 @@ class LLMClient:
             with anyio.fail_after(self.settings.preflight_timeout_s):
                 raw = await self._openai.models.with_raw_response.list()
         except TimeoutError as exc:
-            raise FatalRunError(
+            raise EndpointUnreachableError(
                 f"{url}/models did not answer within {self.settings.preflight_timeout_s:g} s "
                 "(operations.preflight_timeout_s): is the server up, and is the address right?"
             ) from exc
@@ -183,8 +198,9 @@ class LLMClient:
             error = self._translate(exc)
             if isinstance(error, FatalRunError):
                 raise error from exc
-            raise FatalRunError(f"{url}/models failed: {error}") from exc
-        self._server_answered = True
+            if isinstance(error, ServerUnreachableError):
+                raise EndpointUnreachableError(str(error)) from exc
+            raise EndpointUnreachableError(f"{url}/models failed: {error}") from exc
         served = _served_models(raw.http_response.content)
         if served is not None and self.settings.model not in served:
             raise ModelNotServedError(
@@ -202,6 +218,26 @@ class LLMClient:
         except (TimeoutError, openai.APIError):
             return False
         return True
+
+    async def probe_completion(self) -> bool:
+        """Whether the server finishes a one-token completion within the request timeout: after a
+        stall, a server whose API still lists models may have an engine that generates nothing."""
+        body = self.request_body(ChatRequest(({"role": "user", "content": "ping"},), 1))
+        body.pop("response_format", None)
+        try:
+            with anyio.fail_after(min(self.settings.request_timeout_s, 60.0)):
+                await self._openai.post(
+                    "/chat/completions", cast_to=httpx2.Response, content=orjson.dumps(body)
+                )
+        except (TimeoutError, openai.APIError):
+            return False
+        return True
+
+    def without_structured_output(self) -> None:
+        """The server refused ``response_format``: send requests without it from now on, with the
+        schema in the system prompt instead (validation and re-asks keep the answers honest)."""
+        self.settings = dataclasses.replace(self.settings, response_format=None)
+        self._system_override = self.settings.system_with_schema
 
     def _key_hint(self) -> str:
         name = self.settings.api_key_env
@@ -224,17 +260,14 @@ class LLMClient:
         if kind == "timeout":
             return self._timeout_error()
         if kind == "connect":
-            if not self._server_answered:
-                return FatalRunError(f"cannot connect to {url}: {text or 'refused'}")
-            return ServerUnreachableError(f"cannot connect to {url}: {text}")
-        return TransientError(f"connection to {url} failed: {type(cause).__name__} {text}".rstrip())
+            return ServerUnreachableError(f"cannot connect to {url}: {text or 'refused'}")
+        return ConnectionLostError(f"connection to {url} failed: {type(cause).__name__} {text}".rstrip())
 
     def _translate(self, exc: openai.APIError) -> PipelineError:
         url = self.settings.base_url
         if isinstance(exc, openai.APIConnectionError):  # APITimeoutError included
             return self._translate_transport(exc)
         if isinstance(exc, openai.APIStatusError):
-            self._server_answered = True
             return _translate_status(exc, url, self.settings.model, self._key_hint())
         return TransientError(f"unexpected reply from {url}: {_one_line(str(exc))}")
 
@@ -274,6 +307,8 @@ def _translate_status(exc: openai.APIStatusError, url: str, model: str, key_hint
         return FatalRunError(f"{url}: model '{model}' or its chat completions route not found ({detail})")
     if status in _RETRYABLE_STATUS or status >= 500:
         return TransientError(detail, retry_after=retry_after_seconds(exc.response.headers))
+    if status == 400 and _STRUCTURED_OUTPUT_WORDS.search(detail):
+        return StructuredOutputRejectedError(f"{url} does not take response_format ({detail})")
     return PermanentRecordError(detail)
 
 

@@ -59,6 +59,17 @@ class RunCollector:
         yield from self._records()
         yield from self._requests()
         yield from self._timing()
+        yield from self._endpoints()
+
+    def _endpoints(self) -> Iterator[Metric]:
+        """One series per endpoint (label ``endpoint``: host:port) for each of its numbers."""
+        numbers = self._stats.endpoint_numbers()
+        for name, documentation, kind in _ENDPOINT_SERIES:
+            family_type = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
+            family = family_type(PREFIX + "endpoint_" + name, documentation, labels=[JOB_LABEL, "endpoint"])
+            for endpoint, values in numbers.items():
+                family.add_metric([self._job, endpoint], float(values[name.removesuffix("_total")]))
+            yield family
 
     def _records(self) -> Iterator[Metric]:
         s = self._stats
@@ -127,6 +138,18 @@ class RunCollector:
         for key, value in values.items():
             family.add_metric([self._job, key], value)
         return family
+
+
+_ENDPOINT_SERIES = (
+    ("up", "1 while the endpoint is in the rotation, 0 while it is held (gone, stalled).", "gauge"),
+    ("limit", "Requests the endpoint may have in flight now (auto: what the controller chose).", "gauge"),
+    ("in_flight", "Requests in flight at the endpoint.", "gauge"),
+    ("requests_total", "Requests sent to the endpoint.", "counter"),
+    ("answers_total", "Replies the endpoint delivered.", "counter"),
+    ("output_tokens_total", "Output tokens the endpoint delivered.", "counter"),
+    ("timeouts_total", "Requests to the endpoint that timed out.", "counter"),
+    ("outages_total", "Times the endpoint was taken out of the rotation.", "counter"),
+)
 
 
 def _le(bound: float) -> str:

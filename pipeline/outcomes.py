@@ -46,6 +46,7 @@ class Extracted:
     max_tokens: int  # the last attempt's budget
     content_hash: int | None = None
     grounding_json: str | None = None  # where each grounded value is in the record's text
+    model: str | None = None  # the model of the endpoint that answered (default: the job's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +59,7 @@ class Failed:
     usage: Usage
     max_tokens: int  # the last attempt's budget
     content_hash: int | None = None
+    model: str | None = None
 
 
 Outcome = Extracted | Failed

@@ -53,18 +53,21 @@ class PromptBuilder:
     message objects shared by every request."""
 
     def __init__(self, spec: JobSpec) -> None:
-        system = spec.prompt.system.strip()
-        if spec.prompt.include_schema:
-            # The model only reads field descriptions if they are in the prompt: constrained decoding
-            # enforces the shape but never shows the schema to the model.
-            schema_json = orjson.dumps(spec.schema_class.model_json_schema()).decode()
-            system = f"{system}\n\n{SCHEMA_INSTRUCTION}\n{schema_json}"
+        # The model only reads field descriptions if they are in the prompt: constrained decoding
+        # enforces the shape but never shows the schema to the model.
+        system = self.schema_system(spec) if spec.prompt.include_schema else spec.prompt.system.strip()
         self._template = spec.prompt.user
         self._fields = spec.content_fields()
         self._max_tokens = spec.max_tokens
         self.system_message: ChatMessage = {"role": "system", "content": system}
         turns = [message for example in spec.prompt.examples for message in self._example_turns(example)]
         self.prefix: tuple[ChatMessage, ...] = (self.system_message, *turns)
+
+    @staticmethod
+    def schema_system(spec: JobSpec) -> str:
+        """The system prompt with the JSON schema appended."""
+        schema_json = orjson.dumps(spec.schema_class.model_json_schema()).decode()
+        return f"{spec.prompt.system.strip()}\n\n{SCHEMA_INSTRUCTION}\n{schema_json}"
 
     def texts(self, fields: Mapping[str, object]) -> dict[str, str]:
         """The record's fields the template reads, as sent, in template order."""

@@ -7,8 +7,8 @@
 * anything else (permanent for the record, fatal for the run) is raised at once.
 
 A server that stops accepting connections mid-run (a restart; vLLM loading a 120B model takes
-minutes) is not a per-record problem: :class:`ServerGate` holds every request until one probe sees
-the server answer again, and a request that could not even connect is not counted as an attempt.
+minutes) is not a per-record problem: the :mod:`pipeline.router` holds that endpoint until a probe sees
+it answer again, and a request that could not even connect is not counted as an attempt.
 
 Each kind has its own budget of retries per record. Sleeping and randomness are injected, so tests
 never wait for real.
@@ -26,7 +26,7 @@ import anyio
 import structlog
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception
 
-from pipeline.errors import BadOutputError, RecordError, ServerDownError, TransientError, TruncatedError
+from pipeline.errors import BadOutputError, RecordError, TransientError, TruncatedError
 from pipeline.job import RetrySpec
 
 log = structlog.get_logger("pipeline.retry")
@@ -128,70 +128,3 @@ class _RecordBudget:
         if self._policy.observer is not None and kind is not None and isinstance(error, RecordError):
             wait = state.next_action.sleep if state.next_action is not None else 0.0
             self._policy.observer(kind, error, state.attempt_number, wait)
-
-
-class ServerGate:
-    """Holds every request while the server is unreachable; one caller probes it back to life.
-
-    The first worker whose connection is refused runs the probe loop (backoff from ``PROBE_INITIAL_S``
-    to ``PROBE_MAX_S``); the others wait on the gate instead of each spending its retries. Past
-    ``give_up_after_s`` every waiter raises :class:`ServerDownError`, which ends the run."""
-
-    def __init__(
-        self,
-        probe: Callable[[], Awaitable[bool]],
-        *,
-        give_up_after_s: float,
-        sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
-        clock: Callable[[], float] = anyio.current_time,
-    ) -> None:
-        self._probe = probe
-        self._give_up_after_s = give_up_after_s
-        self._sleep = sleep
-        self._clock = clock
-        self._open = anyio.Event()
-        self._open.set()
-        self._gave_up: ServerDownError | None = None
-        self.outages = 0
-
-    @property
-    def is_open(self) -> bool:
-        return self._open.is_set()
-
-    async def wait_open(self) -> None:
-        """Return at once while the server is up; else wait until it is back (or raise)."""
-        if not self._open.is_set():
-            await self._open.wait()
-        if self._gave_up is not None:
-            raise self._gave_up
-
-    async def hold(self, error: RecordError) -> None:
-        """Report that a request could not connect; returns once the server answers again."""
-        if not self._open.is_set():
-            await self.wait_open()
-            return
-        self._open = anyio.Event()
-        self.outages += 1
-        log.warning("server unreachable: holding requests until it answers again", error=str(error))
-        try:
-            await self._probe_until_back(error)
-        finally:
-            self._open.set()
-        if self._gave_up is not None:
-            raise self._gave_up
-
-    async def _probe_until_back(self, error: RecordError) -> None:
-        started = self._clock()
-        wait = PROBE_INITIAL_S
-        while True:
-            await self._sleep(wait)
-            if await self._probe():
-                log.warning("server answers again: resuming", down_s=round(self._clock() - started, 1))
-                return
-            if self._clock() - started >= self._give_up_after_s:
-                self._gave_up = ServerDownError(
-                    f"the server stayed unreachable for {self._clock() - started:.0f} s "
-                    f"(operations.server_down_abort_s); last error: {error}"
-                )
-                return
-            wait = min(PROBE_MAX_S, wait * 2)

@@ -6,6 +6,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 import httpx2
@@ -14,6 +15,9 @@ from pipeline.errors import PERMANENT_FAILURE_CLASSES, FailureClass
 from pipeline.pending import Selection
 from pipeline.progress import ProgressReporter
 from pipeline.versions import StaleCause
+
+if TYPE_CHECKING:
+    from pipeline.local import LocalServerOptions
 
 
 class RunStatus(StrEnum):
@@ -42,6 +46,8 @@ class RunOptions:
     metrics_textfile: Path | None = None
     transport: httpx2.AsyncBaseTransport | None = None
     sleep: Callable[[float], Awaitable[None]] = anyio.sleep
+    # With endpoint.base_url: local, how to start the bundled vLLM server (pipeline.local).
+    local_server: LocalServerOptions | None = None
 
     @property
     def retry(self) -> frozenset[FailureClass]:
@@ -82,6 +88,7 @@ class RunSummary:
     # Results left stale because the job changed since they were made: "total" and per cause (only
     # --redo-stale redoes them).
     stale_kept: Mapping[str, int] = field(default_factory=dict)
+    variant: str = "main"
 
     @property
     def exit_code(self) -> int:

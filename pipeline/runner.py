@@ -1,7 +1,7 @@
 """``run_job``: one task group, producer → bounded stream → N workers → one store writer.
 
-* In-flight requests never exceed the job's concurrency: N workers each hold at most one record, and a
-  worker takes the next record the moment it hands one to the writer.
+* In-flight requests never exceed each endpoint's limit: every attempt takes a slot from the router;
+  the workers (as many as the endpoints may ever have in flight) each hold one record.
 * Records and outcomes travel through bounded memory-object streams, so memory stays flat.
 * The writer (:mod:`pipeline.committer`) commits batches in shielded transactions: a crash loses at
   most what was in flight, and resume redoes exactly that.
@@ -10,9 +10,11 @@
 * A fatal error cancels the producer and the workers; a signal stops the producer and gives the
   requests in flight a grace period (:mod:`pipeline.shutdown`). Either way the writer still drains
   and commits every finished outcome before the run ends.
+* Requests go through the :mod:`pipeline.router` to the job's endpoints (:mod:`pipeline.fleet`), each
+  at its own concurrency; an endpoint that goes away is held while the others go on.
 * One ``pipeline run`` per job at a time (:mod:`pipeline.lock`); a stall watchdog
-  (:mod:`pipeline.watchdog`) and a server-outage gate (:class:`pipeline.retry.ServerGate`) keep an
-  unattended run from hanging or failing records while the server restarts.
+  (:mod:`pipeline.watchdog`) and the router keep an unattended run from hanging or failing records
+  while a server restarts.
 """
 
 from __future__ import annotations
@@ -28,21 +30,22 @@ from pipeline.committer import FLUSH_MAX_ROWS, commit_outcomes
 from pipeline.errors import (
     ConfigError,
     FatalRunError,
-    ModelNotServedError,
     RecordError,
     StalledRunError,
+    first_error,
 )
 from pipeline.extractor import BudgetGrowth, Extractor
+from pipeline.fleet import open_fleet
 from pipeline.job import JobSpec
-from pipeline.llm import ClientSettings, LLMClient
 from pipeline.lock import RunLock
 from pipeline.metrics import publish_metrics
 from pipeline.outcomes import Outcome, SourceRecord
 from pipeline.pending import PendingQueries
 from pipeline.progress import LogProgress, write_snapshot
-from pipeline.prompt import PromptBuilder, response_format_for
+from pipeline.prompt import PromptBuilder
 from pipeline.quality.grounding import Grounder
-from pipeline.retry import RetryKind, RetryPolicy, ServerGate
+from pipeline.retry import RetryKind, RetryPolicy
+from pipeline.router import Router
 from pipeline.run_options import RunOptions, RunStatus, RunSummary
 from pipeline.shutdown import Shutdown
 from pipeline.source import SourceReader
@@ -57,22 +60,6 @@ log = structlog.get_logger("pipeline.runner")
 SNAPSHOT_INTERVAL_S = 2.0
 # Below this a request at high concurrency is killed while the server is still working on it.
 SHORT_TIMEOUT_S = 300.0
-
-
-def client_settings(spec: JobSpec) -> ClientSettings:
-    return ClientSettings(
-        base_url=spec.endpoint.base_url,
-        model=spec.model,
-        api_key=spec.api_key(),
-        api_key_env=spec.endpoint.api_key_env,
-        concurrency=spec.concurrency,
-        request_timeout_s=spec.request_timeout_s,
-        temperature=spec.temperature,
-        reasoning_effort=spec.reasoning_effort,
-        response_format=response_format_for(spec.schema_class) if spec.endpoint.structured_output else None,
-        extra_body=spec.extra_body,
-        preflight_timeout_s=spec.operations.preflight_timeout_s,
-    )
 
 
 async def count_pending(spec: JobSpec, options: RunOptions | None = None) -> int:
@@ -94,36 +81,25 @@ def _capped(count: int, limit: int | None) -> int:
 async def run_job(spec: JobSpec, options: RunOptions | None = None) -> RunSummary:
     """Extract every pending record of ``spec``. Raises :class:`FatalRunError` (incl. ConfigError)."""
     options = options or RunOptions()
-    if spec.endpoint.is_local:
+    if spec.endpoint.is_local and not spec.endpoints and options.local_server is None:
         raise ConfigError(
             f"{spec.source_file}: key 'endpoint.base_url' is 'local': run with `pipeline run --local` "
             "(library: pipeline.local.run_job_locally)"
         )
-    settings = client_settings(spec)
     with RunLock(spec.database):
         connection = await anyio.to_thread.run_sync(prepare_database, spec)
         try:
-            return await _run_prepared(spec, options, settings, connection)
+            reader = await SourceReader.open(connection, PendingQueries(spec, options.selection))
+            try:
+                return await _run_with_reader(spec, options, connection, reader)
+            finally:
+                await reader.aclose()
         finally:
             await anyio.to_thread.run_sync(connection.close)
 
 
-async def _run_prepared(
-    spec: JobSpec, options: RunOptions, settings: ClientSettings, connection: duckdb.DuckDBPyConnection
-) -> RunSummary:
-    reader = await SourceReader.open(connection, PendingQueries(spec, options.selection))
-    try:
-        return await _run_with_reader(spec, options, settings, connection, reader)
-    finally:
-        await reader.aclose()
-
-
 async def _run_with_reader(
-    spec: JobSpec,
-    options: RunOptions,
-    settings: ClientSettings,
-    connection: duckdb.DuckDBPyConnection,
-    reader: SourceReader,
+    spec: JobSpec, options: RunOptions, connection: duckdb.DuckDBPyConnection, reader: SourceReader
 ) -> RunSummary:
     pending = _capped(await reader.count_metadata(), options.limit)
     if pending == 0:  # only now is the content phase worth waiting for
@@ -134,24 +110,15 @@ async def _run_with_reader(
         results_table=spec.output.results_table,
         failures_table=spec.output.failures_table,
         pending_at_start=pending,
+        variant=spec.variant,
     )
     if pending == 0:
         log.info("nothing to do", job=spec.name, variant=spec.variant)
         return summary(run_id=None, status=RunStatus.NOTHING_TO_DO, stale_kept=await _stale_kept(reader))
     _warn_if_timeout_is_short(spec)
-    async with LLMClient(settings, transport=options.transport) as llm:
-        await _check_server(llm, spec)
-        writer = StoreWriter(connection, spec)
-        stats = RunStats(pending_at_start=pending, concurrency=spec.concurrency)
-        run_id = await writer.begin_run(
-            RunStart(spec.version().job_hash, spec.model, spec.endpoint.base_url, spec.concurrency, pending)
-        )
-        log.info("run started", job=spec.name, run_id=run_id, pending=pending, concurrency=spec.concurrency)
-        run = _Run(spec, options, reader, writer, stats, _extractor(spec, options, llm, stats))
-        status, fatal = await run.execute()
-        message = str(fatal) if fatal else None
-        await writer.finish_run(str(status), message)
-        await anyio.to_thread.run_sync(write_snapshot, spec.database, run_id, stats, str(status))
+    fleet = open_fleet(spec, transport=options.transport, local=options.local_server, sleep=options.sleep)
+    async with fleet as (spec, router):
+        stats, run_id, status, fatal = await _run_on(spec, options, connection, reader, router, pending)
     log.info("run ended", run_id=run_id, status=str(status), done=stats.done, failed=stats.failed)
     if fatal is not None:
         raise fatal
@@ -169,6 +136,37 @@ async def _run_with_reader(
     )
 
 
+async def _run_on(
+    spec: JobSpec,
+    options: RunOptions,
+    connection: duckdb.DuckDBPyConnection,
+    reader: SourceReader,
+    router: Router,
+    pending: int,
+) -> tuple[RunStats, int, RunStatus, FatalRunError | None]:
+    writer = StoreWriter(connection, spec)
+    stats = RunStats(pending_at_start=pending, concurrency=router.most_in_flight)
+    stats.endpoint_numbers = lambda: {e.name: e.stats.as_dict(e) for e in router.endpoints}
+    urls = ", ".join(endpoint.config.base_url for endpoint in router.endpoints)
+    run_id = await writer.begin_run(
+        RunStart(spec.version().job_hash, spec.model, urls, router.most_in_flight, pending)
+    )
+    log.info(
+        "run started",
+        job=spec.name,
+        variant=spec.variant,
+        run_id=run_id,
+        pending=pending,
+        endpoints=[endpoint.name for endpoint in router.endpoints],
+        concurrency=[endpoint.config.concurrency or "auto" for endpoint in router.endpoints],
+    )
+    run = _Run(spec, options, reader, writer, stats, router, _extractor(spec, options, router, stats))
+    status, fatal = await run.execute()
+    await writer.finish_run(str(status), str(fatal) if fatal else None)
+    await anyio.to_thread.run_sync(write_snapshot, spec.database, run_id, stats, str(status))
+    return stats, run_id, status, fatal
+
+
 async def _stale_kept(reader: SourceReader) -> dict[str, int]:
     """Results left stale because the job changed, by cause: said once, with how to redo them."""
     counts = await reader.count_stale()
@@ -181,15 +179,11 @@ async def _stale_kept(reader: SourceReader) -> dict[str, int]:
     return counts
 
 
-async def _check_server(llm: LLMClient, spec: JobSpec) -> None:
-    try:
-        await llm.check_server()
-    except ModelNotServedError as error:
-        raise ModelNotServedError(f"{spec.source_file}: key 'model': {error}") from error
-
-
 def _warn_if_timeout_is_short(spec: JobSpec) -> None:
-    if spec.request_timeout_s < SHORT_TIMEOUT_S and spec.concurrency >= 32:
+    if (
+        spec.request_timeout_s < SHORT_TIMEOUT_S
+        and max(c.most_in_flight for c in spec.endpoint_configs()) >= 32
+    ):
         log.warning(
             "request timeout is short for this concurrency: a busy server finishes requests after minutes",
             request_timeout_s=spec.request_timeout_s,
@@ -197,25 +191,15 @@ def _warn_if_timeout_is_short(spec: JobSpec) -> None:
         )
 
 
-def _extractor(spec: JobSpec, options: RunOptions, llm: LLMClient, stats: RunStats) -> Extractor:
+def _extractor(spec: JobSpec, options: RunOptions, router: Router, stats: RunStats) -> Extractor:
     def observe(kind: RetryKind, error: RecordError, attempt: int, wait_s: float) -> None:
         stats.retries[str(kind)] += 1
         log.debug("retrying", kind=str(kind), attempt=attempt, wait_s=round(wait_s, 2), error=str(error))
 
     policy = RetryPolicy(spec.retry, sleep=options.sleep, observer=observe)
     growth = BudgetGrowth(spec.retry.truncation_growth, spec.max_tokens_ceiling)
-    gate = ServerGate(llm.probe, give_up_after_s=spec.operations.server_down_abort_s, sleep=options.sleep)
-    return Extractor(
-        llm,
-        PromptBuilder(spec),
-        spec.schema_class,
-        policy,
-        growth,
-        stats,
-        spec.retry.abort_after_consecutive_failures,
-        gate,
-        Grounder.for_schema(spec.schema_class),
-    )
+    grounder = Grounder.for_schema(spec.schema_class)
+    return Extractor(router, PromptBuilder(spec), spec.schema_class, policy, growth, stats, grounder)
 
 
 class _Run:
@@ -226,9 +210,11 @@ class _Run:
         reader: SourceReader,
         writer: StoreWriter,
         stats: RunStats,
+        router: Router,
         extractor: Extractor,
     ) -> None:
         self._spec = spec
+        self._router = router
         self._options = options
         self._reader = reader
         self._writer = writer
@@ -265,6 +251,7 @@ class _Run:
                 return RunStatus.ABORTED, error
             watchers.start_soon(self._progress.run, self._stats)
             watchers.start_soon(self._write_snapshots)
+            await watchers.start(self._router.run)
             watchers.start_soon(self._watchdog.run)
             if not self._reader.content_counted:
                 watchers.start_soon(self._count_content)
@@ -289,7 +276,7 @@ class _Run:
     async def _pump(self) -> None:
         records_tx, records_rx = anyio.create_memory_object_stream[SourceRecord](self._spec.source.batch_size)
         outcomes_tx, outcomes_rx = anyio.create_memory_object_stream[Outcome](FLUSH_MAX_ROWS)
-        workers = self._spec.concurrency
+        workers = self._router.most_in_flight
         if self._reader.content_counted:  # else the count is not final yet: more may come
             workers = min(workers, self._stats.pending_at_start)
         try:
@@ -304,9 +291,9 @@ class _Run:
                                     work.start_soon(self._work, records_rx.clone(), outcomes_tx.clone())
                         except* FatalRunError as group:
                             # Caught inside the writer's task group, so the writer still drains.
-                            self._fatal = self._fatal or _first_fatal(group)
+                            self._fatal = self._fatal or first_error(group)
         except* FatalRunError as group:  # the writer itself failed
-            self._fatal = self._fatal or _first_fatal(group)
+            self._fatal = self._fatal or first_error(group)
 
     async def _produce(self, records: ObjectSendStream[SourceRecord]) -> None:
         with self._shutdown.intake:
@@ -337,11 +324,3 @@ class _Run:
                 write_snapshot, self._spec.database, self._writer.run_id, self._stats, "running"
             )
             await anyio.sleep(SNAPSHOT_INTERVAL_S)
-
-
-def _first_fatal(group: BaseExceptionGroup[FatalRunError]) -> FatalRunError:
-    for error in group.exceptions:
-        if isinstance(error, BaseExceptionGroup):
-            return _first_fatal(error)
-        return error
-    raise group  # pragma: no cover - an exception group is never empty

@@ -54,6 +54,8 @@ class RunStats:
     reasoning_tokens: int = 0
     latency: LatencyHistogram = field(default_factory=LatencyHistogram)
     last_answer_at: float = field(default=-1.0)  # when the server last finished a request
+    # Per endpoint (pipeline.endpoint), by name: set by the runner, read by snapshots and metrics.
+    endpoint_numbers: Callable[[], dict[str, dict[str, Any]]] = field(default=dict)
     _sent_at: dict[int, float] = field(default_factory=dict)
     _tickets: itertools.count[int] = field(default_factory=itertools.count)
 
@@ -128,4 +130,5 @@ class RunStats:
             "timeouts": self.timeouts,
             "retries": dict(self.retries),
             "failures": dict(self.failures),
+            "endpoints": self.endpoint_numbers(),
         }

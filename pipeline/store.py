@@ -84,13 +84,8 @@ class StoreWriter:
         self.counts = RunCounts()
         self._pending = 0
         version = spec.version()
-        self._version = [
-            version.content_fields,
-            version.prompt_hash,
-            version.schema_hash,
-            spec.model,
-            version.settings_hash,
-        ]
+        self._version = (version.content_fields, version.prompt_hash, version.schema_hash)
+        self._settings_hash = version.settings_hash
         self._limiter = anyio.CapacityLimiter(1)
         self._chaos_commit_delay_s = float(os.environ.get(CHAOS_COMMIT_DELAY_ENV) or 0)
 
@@ -208,6 +203,8 @@ class StoreWriter:
             outcome.grounding_json,
             outcome.content_hash,
             *self._version,
+            outcome.model or self.spec.model,
+            self._settings_hash,
             now,
         ]
 
@@ -228,6 +225,8 @@ class StoreWriter:
             usage.latency_s,
             outcome.content_hash,
             *self._version,
+            outcome.model or self.spec.model,
+            self._settings_hash,
             now,
         ]
 

@@ -10,12 +10,11 @@ import pytest
 from pipeline.errors import FailureClass, FatalRunError
 from pipeline.extractor import BudgetGrowth, Extractor
 from pipeline.job import JobSpec, load_job
-from pipeline.llm import LLMClient
 from pipeline.outcomes import Extracted, Failed, SourceRecord
 from pipeline.prompt import PromptBuilder
-from pipeline.retry import RetryPolicy, ServerGate
-from pipeline.runner import client_settings
+from pipeline.retry import RetryPolicy
 from pipeline.stats import RunStats
+from tests.support.endpoints import endpoint_for, running_router
 from tests.support.fakes import GOOD_ITEM, ScriptedServer, completion, error, good_completion, respond
 from tests.support.jobs import write_job
 
@@ -30,24 +29,26 @@ async def noop_sleep(_: float) -> None:
 
 class Harness:
     def __init__(self, spec: JobSpec, server: ScriptedServer, abort_after: int = 50) -> None:
-        self.spec = spec
+        self.spec = spec.model_copy(
+            update={"retry": spec.retry.model_copy(update={"abort_after_consecutive_failures": abort_after})}
+        )
         self.server = server
         self.stats = RunStats(pending_at_start=1, concurrency=1)
-        self.llm = LLMClient(client_settings(spec), transport=server.transport)
         self.prompts = PromptBuilder(spec)
-        self.extractor = Extractor(
-            self.llm,
-            self.prompts,
-            spec.schema_class,
-            RetryPolicy(spec.retry, sleep=noop_sleep),
-            BudgetGrowth(spec.retry.truncation_growth, spec.max_tokens_ceiling),
-            self.stats,
-            abort_after,
-            ServerGate(self.llm.probe, give_up_after_s=60.0, sleep=noop_sleep),
-        )
+        self.endpoint = endpoint_for(self.spec, server.transport)  # one server over all the records
 
     async def extract(self, record: SourceRecord = RECORD) -> Extracted | Failed:
-        return await self.extractor.extract(record)
+        spec = self.spec
+        async with running_router([self.endpoint]) as router:
+            extractor = Extractor(
+                router,
+                self.prompts,
+                spec.schema_class,
+                RetryPolicy(spec.retry, sleep=noop_sleep),
+                BudgetGrowth(spec.retry.truncation_growth, spec.max_tokens_ceiling),
+                self.stats,
+            )
+            return await extractor.extract(record)
 
 
 @pytest.fixture

@@ -11,10 +11,13 @@ import pytest
 
 from pipeline.errors import (
     ConfigError,
+    ConnectionLostError,
+    EndpointUnreachableError,
     FatalRunError,
     ModelNotServedError,
     PermanentRecordError,
     ServerUnreachableError,
+    StructuredOutputRejectedError,
     TransientError,
 )
 from pipeline.llm import (
@@ -127,20 +130,49 @@ async def test_401_names_the_key_variable_and_whether_it_is_set() -> None:
         await call(ScriptedServer([error(401)]), api_key_env="MY_KEY", api_key=None)
 
 
-async def test_connection_refused_before_any_answer_is_fatal() -> None:
-    server = ScriptedServer([httpx2.ConnectError("[Errno 111] Connection refused")])
+async def test_connection_refused_is_unreachable_and_at_preflight_it_stops_the_run() -> None:
+    """Whether that ends the run is the router's call (another endpoint may answer)."""
+    refused = httpx2.ConnectError("[Errno 111] Connection refused")
+    server = ScriptedServer([refused])
     with pytest.raises(
-        FatalRunError, match=r"cannot connect to http://testserver/v1: \[Errno 111\] Connection refused"
+        ServerUnreachableError,
+        match=r"cannot connect to http://testserver/v1: \[Errno 111\] Connection refused",
     ):
         await call(server)
 
+    def models_refused(request: httpx2.Request) -> httpx2.Response:
+        raise refused
 
-async def test_connection_refused_after_an_answer_is_transient() -> None:
-    server = ScriptedServer([respond(good_completion()), httpx2.ConnectError("Connection refused")])
-    async with LLMClient(settings(), transport=server.transport) as client:
-        await client.complete(REQUEST)
-        with pytest.raises(ServerUnreachableError):
-            await client.complete(REQUEST)
+    async with LLMClient(settings(), transport=httpx2.MockTransport(models_refused)) as client:
+        with pytest.raises(EndpointUnreachableError, match="cannot connect to http://testserver/v1"):
+            await client.check_server()
+
+
+async def test_a_refused_response_format_is_told_apart_from_a_bad_record() -> None:
+    server = ScriptedServer([error(400, "response_format is not supported by this server")])
+    with pytest.raises(StructuredOutputRejectedError, match="does not take response_format"):
+        await call(server)
+    server = ScriptedServer([error(400, "This model's maximum context length is 8192 tokens")])
+    with pytest.raises(PermanentRecordError):
+        await call(server)
+
+
+async def test_without_structured_output_the_schema_goes_in_the_system_prompt() -> None:
+    server = ScriptedServer([respond(good_completion())])
+    fallback = "Extract the posting.\n\nReply with ... schema"
+    with_format = settings(response_format={"type": "json_schema"}, system_with_schema=fallback)
+    async with LLMClient(with_format, transport=server.transport) as client:
+        request = ChatRequest(
+            ({"role": "system", "content": "Extract the posting."}, REQUEST.messages[-1]), 64
+        )
+        await client.complete(request)
+        client.without_structured_output()
+        await client.complete(request)
+    first, second = server.bodies
+    assert "response_format" in first and "response_format" not in second
+    assert first["messages"][0]["content"] == "Extract the posting."
+    assert second["messages"][0]["content"] == fallback
+    assert request.messages[0]["content"] == "Extract the posting."  # the caller's list is untouched
 
 
 @pytest.mark.parametrize("failure", [httpx2.ReadError("reset by peer"), httpx2.RemoteProtocolError("closed")])
@@ -290,18 +322,14 @@ async def test_client_has_no_sdk_retries_and_a_pool_for_the_concurrency(
 
 async def test_wire_errors_through_aiohttp_are_told_apart() -> None:
     async with LLMClient(settings(base_url="http://127.0.0.1:9/v1")) as client:
-        with pytest.raises(FatalRunError, match="cannot connect to http://127.0.0.1:9/v1"):
-            await client.complete(REQUEST)  # refused before the server ever answered: stop the run
+        with pytest.raises(ServerUnreachableError, match="cannot connect to http://127.0.0.1:9/v1"):
+            await client.complete(REQUEST)  # refused: never reached a server
     async with sim(reset=1.0) as url, LLMClient(settings(base_url=url)) as client:
         with pytest.raises(
-            TransientError, match="connection to .* failed: ServerDisconnectedError"
+            ConnectionLostError, match="connection to .* failed: ServerDisconnectedError"
         ) as caught:
             await client.complete(REQUEST)  # a server that hangs up is not a timeout
         assert not caught.value.timed_out
-    async with LLMClient(settings(base_url="http://127.0.0.1:9/v1")) as client:
-        client._server_answered = True  # it answered before: the server went away mid-run
-        with pytest.raises(ServerUnreachableError, match="cannot connect"):
-            await client.complete(REQUEST)
 
 
 def test_http_client_timeouts() -> None:

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import orjson
 
+from pipeline.fleet import client_settings
 from pipeline.job import load_job
 from pipeline.prompt import SCHEMA_INSTRUCTION, PromptBuilder, response_format_for
-from pipeline.runner import client_settings
 from tests.support.jobs import write_job
 from tests.support.schemas import Item
 

@@ -2,8 +2,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import anyio
-import anyio.lowlevel
 import pytest
 
 from pipeline.errors import (
@@ -12,13 +10,11 @@ from pipeline.errors import (
     PermanentRecordError,
     PipelineError,
     SchemaInvalidError,
-    ServerDownError,
-    ServerUnreachableError,
     TransientError,
     TruncatedError,
 )
 from pipeline.job import RetrySpec
-from pipeline.retry import RetryKind, RetryPolicy, ServerGate, retry_kind
+from pipeline.retry import RetryKind, RetryPolicy, retry_kind
 
 pytestmark = pytest.mark.anyio
 
@@ -141,83 +137,3 @@ async def test_observer_sees_each_retry() -> None:
     )
     await run_script(observed, [TransientError("t"), InvalidJSONError("j"), "ok"])
     assert seen == [(RetryKind.TRANSIENT, "t", 1), (RetryKind.REASK, "j", 2)]
-
-
-class FakeServer:
-    """A probe target that is down for a number of probes, on a fake clock advanced by sleeping."""
-
-    def __init__(self, down_for_probes: int) -> None:
-        self.down_for_probes = down_for_probes
-        self.probes = 0
-        self.now = 0.0
-        self.sleeps: list[float] = []
-
-    async def probe(self) -> bool:
-        self.probes += 1
-        return self.probes > self.down_for_probes
-
-    async def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.now += seconds
-        await anyio.lowlevel.checkpoint()
-
-    def gate(self, give_up_after_s: float = 1800.0) -> ServerGate:
-        return ServerGate(
-            self.probe, give_up_after_s=give_up_after_s, sleep=self.sleep, clock=lambda: self.now
-        )
-
-
-async def test_gate_probes_with_backoff_until_the_server_is_back() -> None:
-    server = FakeServer(down_for_probes=6)
-    gate = server.gate()
-    await gate.hold(ServerUnreachableError("refused"))
-    assert gate.is_open and gate.outages == 1
-    assert server.probes == 7
-    assert server.sleeps == [1, 2, 4, 5, 5, 5, 5]  # doubling, capped at PROBE_MAX_S
-
-
-async def test_gate_holds_other_requests_while_one_probes() -> None:
-    server = FakeServer(down_for_probes=3)
-    gate = server.gate()
-    released: list[str] = []
-
-    async def waiter(name: str) -> None:
-        await gate.wait_open()
-        released.append(name)
-
-    async with anyio.create_task_group() as group:
-        group.start_soon(gate.hold, ServerUnreachableError("refused"))
-        await anyio.lowlevel.checkpoint()
-        assert not gate.is_open
-        for name in ("a", "b", "c"):
-            group.start_soon(waiter, name)
-        group.start_soon(gate.hold, ServerUnreachableError("refused too"))  # joins, does not probe again
-    assert sorted(released) == ["a", "b", "c"]
-    assert server.probes == 4 and gate.outages == 1
-
-
-async def test_gate_gives_up_and_every_waiter_fails_the_run() -> None:
-    server = FakeServer(down_for_probes=10**6)
-    gate = server.gate(give_up_after_s=100)
-    failures: list[ServerDownError] = []
-
-    async def waiter() -> None:
-        try:
-            await gate.wait_open()
-        except ServerDownError as error:
-            failures.append(error)
-
-    async def holder() -> None:
-        try:
-            await gate.hold(ServerUnreachableError("refused"))
-        except ServerDownError as error:
-            failures.append(error)
-
-    async with anyio.create_task_group() as group:
-        group.start_soon(holder)
-        await anyio.lowlevel.checkpoint()
-        group.start_soon(waiter)
-    assert len(failures) == 2 and server.now >= 100
-    assert "unreachable for 1" in str(failures[0]) and "server_down_abort_s" in str(failures[0])
-    with pytest.raises(ServerDownError):
-        await gate.wait_open()  # later requests fail the same way instead of hanging

@@ -44,7 +44,7 @@ def failed(record_id: int, failure_class: FailureClass = FailureClass.SCHEMA_INV
 
 async def started_writer(spec: JobSpec) -> StoreWriter:
     writer = StoreWriter(prepare_database(spec), spec)
-    await writer.begin_run(RunStart("hash", spec.model, spec.endpoint.base_url, spec.concurrency, 10))
+    await writer.begin_run(RunStart("hash", spec.model, "http://testserver/v1", 8, 10))
     return writer
 
 
@@ -167,7 +167,7 @@ async def test_variants_keep_their_own_results_and_failures(spec: JobSpec) -> No
     main = await started_writer(spec)
     await main.write([extracted(1, data=10), failed(2)])
     other = StoreWriter(main.connection, spec.model_copy(update={"variant": "b"}))
-    await other.begin_run(RunStart("hash", spec.model, spec.endpoint.base_url, spec.concurrency, 10))
+    await other.begin_run(RunStart("hash", spec.model, "http://testserver/v1", 8, 10))
     await other.write([extracted(1, data=99), extracted(2)])
     rows = main.connection.execute(
         "SELECT variant, record_id, extracted FROM results ORDER BY ALL"

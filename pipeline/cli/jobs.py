@@ -109,7 +109,10 @@ RetryClassOption = Annotated[
 def run(
     job: JobArgument,
     limit: Annotated[int | None, typer.Option(min=1, help="Extract at most this many records.")] = None,
-    concurrency: Annotated[int | None, typer.Option(min=1, help="Override the job's concurrency.")] = None,
+    concurrency: Annotated[
+        str | None,
+        typer.Option(help="Override the concurrency of every endpoint: a number, or auto (adaptive)."),
+    ] = None,
     retry_failed: Annotated[bool, typer.Option(help="Also retry records that failed permanently.")] = False,
     only_failed: Annotated[
         bool, typer.Option(help="Retry failed records (all, or --class) and take no new ones.")
@@ -304,11 +307,26 @@ def _status_dict(report: JobStatus) -> dict[str, Any]:
         "stale": report.stale,
         "orphaned": report.orphaned,
         "tokens_per_done": report.tokens_per_done,
+        "grounding": report.grounding,
         "last_run": report.last_run,
         "rate_per_min": report.rate_per_min,
         "eta_s": report.eta_s,
         "live": report.live,
     }
+
+
+def _endpoint_lines(endpoints: object) -> str:
+    """One line per endpoint of a live run (with several, or an adaptive one)."""
+    if not isinstance(endpoints, dict) or not endpoints:
+        return ""
+    lines = []
+    for name, numbers in endpoints.items():
+        state = "up" if numbers.get("up") else "held (gone or stalled)"
+        lines.append(
+            f"\n  {name}: {state}, limit {numbers.get('limit')}, in flight {numbers.get('in_flight')}, "
+            f"{numbers.get('answers')} answers, {numbers.get('outages')} outages"
+        )
+    return "".join(lines)
 
 
 def _stale_lines(report: JobStatus) -> list[str]:
@@ -320,6 +338,11 @@ def _stale_lines(report: JobStatus) -> list[str]:
         lines.append(f"stale:    {report.stale['total']} ({causes}; `pipeline run --redo-stale` redoes them)")
     if report.orphaned:
         lines.append(f"orphaned: {report.orphaned} results whose record is no longer in the source")
+    for path, share in report.grounding.items():
+        lines.append(
+            f"grounded: {path}: {share['found']:,.0f} of {share['values']:,.0f} values found in the text "
+            f"({share['share']:.0%})"
+        )
     tokens = report.tokens_per_done
     if tokens:
         lines.append(
@@ -338,7 +361,7 @@ def _status_text(report: JobStatus) -> str:
             f"  done {live.get('done')}, failed {live.get('failed')}, in flight {live.get('in_flight')}, "
             f"remaining {live.get('remaining')}\n"
             f"  {live.get('records_per_min')} records/min, {live.get('output_tokens_per_s')} output tok/s, "
-            f"ETA {format_duration(live.get('eta_s'))}"
+            f"ETA {format_duration(live.get('eta_s'))}" + _endpoint_lines(live.get("endpoints"))
         )
     failed_total = sum(report.failed.values())
     failed_detail = ", ".join(f"{name} {count}" for name, count in report.failed.items())

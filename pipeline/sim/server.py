@@ -57,6 +57,8 @@ class SimConfig:
     api_key: str | None = None  # if set, requests must carry it
     reasoning_field: str = "reasoning"  # older vLLM: "reasoning_content"
     faults: Faults = field(default_factory=Faults)
+    # Like a server without guided decoding: a request with response_format is a 400 naming it.
+    reject_response_format: bool = False
 
 
 @dataclass(slots=True)
@@ -193,6 +195,11 @@ class SimServer:
             return _error(400, "the request body is not a chat completion request", "BadRequestError")
         if body.get("model") != self.config.model:
             return _error(404, f"The model `{body.get('model')}` does not exist.", "NotFoundError")
+        if self.config.reject_response_format and body.get("response_format") is not None:
+            self.metrics.chat_requests += 1
+            return _error(
+                400, "response_format is not supported by this server (no guided decoding)", "BadRequestError"
+            )
         prompt = prompt_tokens(messages)
         self.metrics.chat_requests += 1
         self.metrics.max_prompt_tokens = max(self.metrics.max_prompt_tokens, prompt)
