@@ -300,9 +300,11 @@ def test_fault_matrix(case: Case, tmp_path: Path) -> None:
     # No retry storm, counted by the pipeline and by the server.
     assert attempts <= MAX_ATTEMPTS_PER_RECORD * case.records
     assert server.requests <= MAX_ATTEMPTS_PER_RECORD * case.records
-    # Every attempt reached the server, but for requests lost with a killed server (its counters
-    # are read just before the kill): a refused connection is not an attempt.
-    assert 0 <= attempts - server.requests <= (case.concurrency if case.restart else 0)
+    # Every attempt reached the server. Around a restart, the two counts may differ by what was in
+    # flight: requests the killed server had received (its counters are read just before the kill)
+    # cost no attempt when a probe confirmed it gone (they were sent again once it answered), and a
+    # request that broke while the server was already back counts as an attempt the old one never saw.
+    assert abs(server.requests - attempts) <= (case.concurrency if case.restart else 0)
     # Re-asks start again from the record's first request: one exchange more at most.
     assert server.max_messages <= first_messages + REASK_MESSAGES
     assert first_max_tokens <= server.max_prompt_tokens <= first_max_tokens + REASK_TOKENS
