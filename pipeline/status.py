@@ -36,6 +36,7 @@ class JobStatus:
     stale: dict[str, int] = field(default_factory=dict)  # "total" and one count per cause
     orphaned: int = 0  # results whose record is no longer in the source
     tokens_per_done: dict[str, float] | None = None  # every attempt's tokens over the records done
+    grounding: dict[str, dict[str, float]] = field(default_factory=dict)  # per grounded path
     last_run: dict[str, Any] | None = None
     live: dict[str, Any] | None = None  # the snapshot of a run that holds the database right now
 
@@ -95,6 +96,7 @@ def _read_status(connection: duckdb.DuckDBPyConnection, spec: JobSpec) -> JobSta
         content_changed=content,
         stale=counts,
         tokens_per_done=_tokens_per_done(connection, spec),
+        grounding=_grounding(connection, spec),
         last_run=_last_run(connection, spec),
     )
 
@@ -140,6 +142,21 @@ def _tokens_per_done(connection: duckdb.DuckDBPyConnection, spec: JobSpec) -> di
         return None
     done = float(row[0])
     return {"prompt": row[1] / done, "completion": row[2] / done, "reasoning": (row[3] or 0) / done}
+
+
+def _grounding(connection: duckdb.DuckDBPyConnection, spec: JobSpec) -> dict[str, dict[str, float]]:
+    """Per grounded path, how many extracted values were found in their record's text."""
+    rows = connection.execute(
+        "SELECT g.path, count(*), count(*) FILTER (WHERE g.match <> 'none') FROM (SELECT unnest("
+        """from_json(grounding, '[{"path": "VARCHAR", "match": "VARCHAR"}]')) AS g """
+        f"FROM {quote(spec.output.results_table)} WHERE variant = ? AND grounding IS NOT NULL) "
+        "GROUP BY 1 ORDER BY 1",
+        [spec.variant],
+    ).fetchall()
+    return {
+        str(path): {"found": int(found), "values": int(values), "share": found / values}
+        for path, values, found in rows
+    }
 
 
 def _last_run(connection: duckdb.DuckDBPyConnection, spec: JobSpec) -> dict[str, Any] | None:

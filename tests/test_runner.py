@@ -19,6 +19,7 @@ from pipeline.db import open_database
 from pipeline.errors import FatalRunError
 from pipeline.runner import RunOptions, RunStatus, run_job
 from pipeline.stats import RunStats
+from pipeline.status import job_status
 from tests.support.fakes import GOOD_ITEM, ScriptedServer, completion, error, good_completion, respond
 from tests.support.jobs import make_job, table_rows
 
@@ -332,3 +333,4 @@ async def test_grounded_values_are_located_and_stored_with_the_result(tmp_path: 
     ]
     sql = stored[0]
     assert "You know  sql and Excel."[sql["start"] : sql["end"]] == "sql"
+    assert job_status(spec).grounding == {"skills": {"found": 2, "values": 3, "share": 2 / 3}}

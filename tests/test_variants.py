@@ -93,7 +93,7 @@ def test_bad_variants_fail_when_the_job_loads(
     [
         ({"base_url": "http://user:sk-secret@host/v1"}, "must not contain credentials"),
         ({"base_url": "ftp://host/v1"}, "must start with http:// or https://"),
-        ({"concurrency": 0}, r"key 'concurrency': Input should be greater than or equal to 1"),
+        ({"concurrency": 0}, r"key 'concurrency': must be a number from 1 to 8192, or auto"),
         ({"stall_warning_s": 10, "stall_abort_s": 5}, "'stall_abort_s' must not be below 'stall_warning_s'"),
         ({"prompt": {"user": "{nope}"}}, r"prompt\.user uses \['nope'\]"),
     ],
