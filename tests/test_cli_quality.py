@@ -70,7 +70,12 @@ def test_eval_prints_the_table_grounding_and_every_missing_gold_record(job: JobS
     lines = out.splitlines()
     assert lines[0] == f"variant main against {gold} (6 gold records)"
     assert "skills  list          3                       0.667   0.800  0.727     0.722" in lines
-    assert "micro 0.738  (mean over 7 scored record-field pairs)" in lines
+    # TP 7, FP 3, FN 2 and macro (1 + 8/11 + 2/3) / 3: see test_reports' partial gold test
+    micro = (
+        "micro P 0.700  R 0.778  F1 0.737  (pooled over every value: 7 TP, 3 FP, 2 FN; a scalar counts once)"
+    )
+    macro = "macro 0.798  (mean of each field's F1 or accuracy, 3 fields)"
+    assert lines[lines.index(micro) + 1] == macro
     assert lines[-7:] == [
         "grounding of main over the 3 scored records (values of grounded fields found in the record text):",
         "  skills: 6 of 6 values found in the text (100%)",
@@ -248,7 +253,10 @@ def test_compare_json(job: JobSpec) -> None:
     )
     assert code == 0
     data = orjson.loads(out)
-    assert (data["records"], data["micro"]["pairs"], data["matching"]["fuzzy_threshold"]) == (8, 40, 80.0)
+    assert (data["records"], data["matching"]["fuzzy_threshold"]) == (8, 80.0)
+    # as without --fuzzy (no unmatched pair is alike): see test_reports' compare test
+    assert (data["micro"]["tp"], data["micro"]["fp"], data["micro"]["fn"]) == (45, 2, 3)
+    assert data["micro"]["f1"] == approx(90 / 95)
     assert data["fields"]["years"]["accuracy"] == 0.875
     assert data["variants"]["big"]["tokens_per_record"] == {
         "prompt": 112.5,
@@ -326,7 +334,11 @@ def test_compare_with_a_rerun_says_it_is_the_noise_floor(tmp_path: Path) -> None
     run_variant(spec, "main-rerun", main_answer)
     code, out, _ = cli("compare", spec.source_file, "--variants", "main,main-rerun")
     lines = out.splitlines()
-    assert code == 0 and "micro 1.000  (mean over 45 scored record-field pairs)" in lines
+    # 9 records: 4 scalars (36 values) and 2 skills (18) each
+    micro = (
+        "micro P 1.000  R 1.000  F1 1.000  (pooled over every value: 54 TP, 0 FP, 0 FN; a scalar counts once)"
+    )
+    assert code == 0 and micro in lines
     assert "no record differs" in lines
     assert lines[-1] == (
         "noise floor: this compares a variant with a re-run of itself; a difference between two variants "

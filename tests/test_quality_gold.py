@@ -89,6 +89,10 @@ def test_gold_against_extractions_matches_ids_across_types(tmp_path: Path) -> No
     assert by_path["title"].accuracy == 1.0 and by_path["skills"].scored == 1  # record 2 gives no skills
     micro = by_path["skills"].micro
     assert micro is not None and (micro.precision, micro.recall) == (1.0, 0.5)
+    # overall: 2 titles right (TP 2), SQL found (TP 1), dbt missed (FN 1): P 1, R 3/4, F1 6/7
+    assert (report.true_positives, report.false_positives, report.false_negatives) == (3, 0, 1)
+    assert report.micro is not None and report.micro.f1 == pytest.approx(6 / 7)
+    assert report.macro == pytest.approx((1 + 2 / 3) / 2)  # title accuracy 1, skills F1 2/3
 
 
 BAD_FILES = [

@@ -71,7 +71,10 @@ def test_identical_reference_and_candidate_score_one_everywhere() -> None:
             assert score.accuracy == score.exact == 1.0, score.path
         else:
             assert score.micro == score.macro == Scores(1.0, 1.0, 1.0), score.path
-    assert (report.micro, report.micro_pairs, report.macro, report.macro_fields) == (1.0, 32, 1.0, 16)
+    assert (report.micro, report.macro, report.macro_fields) == (Scores(1.0, 1.0, 1.0), 1.0, 16)
+    # 12 scalar fields x 2 records = 24 values; list items: record 1 skills 2 + tags 1 + sizes 2 + parts 1,
+    # record 2 tags 1 + sizes 2 (its skills and parts are empty): 9. 24 + 9 = 33 true positives.
+    assert (report.true_positives, report.false_positives, report.false_negatives) == (33, 0, 0)
     assert [(record.record_id, record.agreement, record.differences) for record in report.records] == [
         ("1", 1.0, ()),
         ("2", 1.0, ()),
@@ -97,9 +100,13 @@ def test_empty_lists_on_either_side() -> None:
     skills = field(report, "skills")
     assert skills.macro == Scores(1 / 3, 1 / 3, 1 / 3)  # the both-empty record counts in macro
     assert scores(report, "skills") == (0.0, 0.0, 0.0)  # ... and adds no items to micro
+    assert skills.agreement == 0.0  # the headline is the micro F1
     assert (skills.true_positives, skills.false_positives, skills.false_negatives) == (0, 1, 1)
+    assert report.micro == Scores(0.0, 0.0, 0.0) and report.macro == 0.0
     only_empty = agree({"1": {"skills": []}}, {"1": {"skills": None}})  # null is an empty list
-    assert scores(only_empty, "skills") == (1.0, 1.0, 1.0)
+    assert scores(only_empty, "skills") == (1.0, 1.0, 1.0)  # no item on either side anywhere: 1
+    assert (only_empty.micro, only_empty.macro) == (Scores(1.0, 1.0, 1.0), 1.0)
+    assert (only_empty.true_positives, only_empty.false_positives, only_empty.false_negatives) == (0, 0, 0)
 
 
 def test_micro_and_macro_differ_on_two_records() -> None:
@@ -113,7 +120,7 @@ def test_micro_and_macro_differ_on_two_records() -> None:
     assert macro is not None and (macro.precision, macro.recall, macro.f1) == pytest.approx(
         (5 / 6, 3 / 4, 11 / 14)
     )
-    assert skills.agreement == pytest.approx(11 / 14)
+    assert skills.agreement == pytest.approx(2 / 3)  # the headline: micro F1 = 2 * 3 / (5 + 4)
 
 
 def test_items_are_matched_one_to_one() -> None:
@@ -236,7 +243,9 @@ def test_object_lists_as_sets_and_per_sub_field() -> None:
     assert scores(report, "parts[].required") == (1.0, 1.0, 1.0)
     assert scores(report, "parts[].weight") == (1.0, 1.0, 1.0)  # no weights on either side
     assert [score.path for score in report.fields if score.in_overall] == ["parts"]
-    assert (report.macro, report.macro_fields, report.micro_pairs) == (1 / 2, 1, 1)
+    assert (report.macro, report.macro_fields, report.micro) == (1 / 2, 1, Scores(1 / 2, 1 / 2, 1 / 2))
+    # parts alone: dbt matched; Airflow once as a wrong object (FP) and once missed (FN)
+    assert (report.true_positives, report.false_positives, report.false_negatives) == (1, 1, 1)
 
 
 def test_nested_object_fields_are_scored_one_by_one() -> None:
@@ -278,9 +287,48 @@ def test_overall_micro_and_macro_by_hand() -> None:
         ("remote", 2, 1 / 2),
         ("skills", 1, pytest.approx(2 / 3)),
     ]
-    assert report.macro == pytest.approx((1 / 2 + 2 / 3 + 1 / 2) / 3)  # 5/9: every field once
-    assert report.micro == pytest.approx((1 + 2 / 3 + 0 + 0 + 1) / 5)  # 8/15: every (record, field) pair
-    assert (report.micro_pairs, report.macro_fields, report.records_scored) == (5, 3, 2)
+    assert report.macro == pytest.approx((1 / 2 + 1 / 2 + 2 / 3) / 3)  # 5/9: every field once
+    # title: 1 "A"~"a" TP, 2 "B"/"C" FP+FN; remote: 1 True/False FP+FN, 2 TP; skills: "a" TP, "b" FN.
+    # TP 3, FP 2, FN 3: P 3/5, R 3/6, F1 2 * 3 / (6 + 5) = 6/11.
+    assert (report.true_positives, report.false_positives, report.false_negatives) == (3, 2, 3)
+    micro = report.micro
+    assert micro is not None
+    assert (micro.precision, micro.recall, micro.f1) == pytest.approx((3 / 5, 1 / 2, 6 / 11))
+    assert (report.macro_fields, report.records_scored) == (3, 2)
+
+
+def test_sparse_gold_rewards_finding_items_over_finding_nothing() -> None:
+    """Most records give no items: returning nothing wins on the mean of per-record F1 (both empty counts
+    as 1) but scores 0 on pooled counts, which is what the headline and overall scores use."""
+    reference: dict[str, dict[str, Any]] = {str(n): {"skills": [], "tags": []} for n in range(1, 11)}
+    reference["9"] = {"skills": ["SQL", "Python"], "tags": ["x"]}
+    reference["10"] = {"skills": ["Rust"], "tags": []}
+    nothing = agree(reference, {str(n): {"skills": [], "tags": []} for n in range(1, 11)})
+    finder: dict[str, dict[str, Any]] = {str(n): {"skills": [], "tags": []} for n in range(1, 11)}
+    finder["1"] = {"skills": ["Excel"], "tags": []}
+    finder["2"] = {"skills": ["Teamwork"], "tags": []}
+    finder["3"] = {"skills": [], "tags": ["y"]}
+    finder["9"] = {"skills": ["SQL"], "tags": ["x"]}
+    finder["10"] = {"skills": ["Rust", "Go"], "tags": []}
+    found = agree(reference, finder)
+    # Nothing found: TP 0, FP 0, FN 3 + 1; every score 0 although 8 of 10 skills lists agree (empty).
+    assert (nothing.true_positives, nothing.false_positives, nothing.false_negatives) == (0, 0, 4)
+    assert (nothing.micro, nothing.macro) == (Scores(0.0, 0.0, 0.0), 0.0)
+    nothing_skills = field(nothing, "skills")
+    assert (nothing_skills.agreement, nothing_skills.macro) == (0.0, Scores(0.8, 0.8, 0.8))
+    # skills: SQL, Rust TP; Excel, Teamwork, Go FP; Python FN: F1 2 * 2 / (3 + 5) = 1/2, while the mean of
+    # per-record F1 is (6 both empty + 2/3 in 9 + 2/3 in 10) / 10 = 11/15, below nothing's 0.8.
+    found_skills = field(found, "skills")
+    assert found_skills.agreement == 0.5 and found_skills.macro is not None
+    assert found_skills.macro.f1 == pytest.approx(11 / 15)
+    # tags: x TP, y FP: F1 2 * 1 / (1 + 2) = 2/3. Overall TP 3, FP 4, FN 1: P 3/7, R 3/4, F1 6/11.
+    assert field(found, "tags").agreement == pytest.approx(2 / 3)
+    assert (found.true_positives, found.false_positives, found.false_negatives) == (3, 4, 1)
+    assert found.micro is not None
+    assert (found.micro.precision, found.micro.recall, found.micro.f1) == pytest.approx(
+        (3 / 7, 3 / 4, 6 / 11)
+    )
+    assert found.macro == pytest.approx((1 / 2 + 2 / 3) / 2)  # 7/12
 
 
 def test_records_that_disagree_most_come_first_with_both_values() -> None:
@@ -384,8 +432,15 @@ def test_to_json_keys_and_values() -> None:
         "fp": 0,
         "fn": 1,
     }
-    assert data["micro"] == {"agreement": pytest.approx(8 / 15), "pairs": 5}
-    assert data["macro"] == {"agreement": pytest.approx(5 / 9), "fields": 3}
+    assert data["micro"] == {  # see test_overall_micro_and_macro_by_hand
+        "precision": pytest.approx(3 / 5),
+        "recall": 0.5,
+        "f1": pytest.approx(6 / 11),
+        "tp": 3,
+        "fp": 2,
+        "fn": 3,
+    }
+    assert data["macro"] == {"score": pytest.approx(5 / 9), "fields": 3}
     assert data["matching"]["fuzzy"] == "off" and data["matching"]["numeric_tolerance"] == 0.0
     assert data["matching"]["text"].startswith("Unicode NFKC, casefold, whitespace runs to one space")
     assert [record["id"] for record in data["disagreements"]] == ["2", "1"]
@@ -402,8 +457,8 @@ def test_format_table() -> None:
         "title   text           2     0.500  0.000",
         "remote  boolean        2     0.500  0.500",
         "skills  list           1                       1.000   0.500  0.667     0.667",
-        "micro 0.533  (mean over 5 scored record-field pairs)",
-        "macro 0.556  (mean over 3 fields, each counting once)",
+        "micro P 0.600  R 0.500  F1 0.545  (pooled over every value: 3 TP, 2 FP, 3 FN; a scalar counts once)",
+        "macro 0.556  (mean of each field's F1 or accuracy, 3 fields)",
         "matching: text NFKC + casefold + whitespace squeezed + outer quotes/punctuation stripped; "
         "fuzzy off; numbers within 0 relative; list items one to one",
         "records: 2 on both sides; 1 only in the reference (3); 2 only in the candidate (4, 5)",

@@ -12,7 +12,7 @@ import pytest
 
 from pipeline.errors import ConfigError, DatabaseLockedError
 from pipeline.job import JobSpec
-from pipeline.quality import RecordAgreement
+from pipeline.quality import RecordAgreement, Scores
 from pipeline.quality.review import ReviewRecord, VariantView
 from pipeline.reports import (
     CompareSettings,
@@ -85,7 +85,9 @@ def test_eval_against_the_variants_own_answers_scores_one_everywhere(job: JobSpe
     }  # fmt: skip
     skills = next(score for score in agreement.fields if score.path == "skills")
     assert skills.micro is not None and (skills.micro.precision, skills.micro.recall) == (1.0, 1.0)
-    assert (agreement.micro, agreement.macro) == (1.0, 1.0)
+    assert (agreement.micro, agreement.macro) == (Scores(1.0, 1.0, 1.0), 1.0)
+    # 9 records: title, years, low, high once each (36) and 2 skills each (18)
+    assert (agreement.true_positives, agreement.false_positives, agreement.false_negatives) == (54, 0, 0)
     assert (dict(report.failed), report.not_extracted, report.not_in_source) == ({}, (), ())
 
 
@@ -106,9 +108,19 @@ def test_eval_partial_gold_has_the_hand_computed_scores_and_accounts_for_every_r
         approx(8 / 11),
     )
     assert skills["macro"]["f1"] == approx((1 + 1 / 2 + 2 / 3) / 3)
+    assert skills["agreement"] == approx(8 / 11)  # the headline is the micro F1
     assert (fields["years"]["scored"], fields["years"]["accuracy"]) == (3, approx(2 / 3))
-    assert data["macro"] == {"agreement": approx((1 + (1 + 1 / 2 + 2 / 3) / 3 + 2 / 3) / 3), "fields": 3}
-    assert data["micro"] == {"agreement": approx((1 + (1 + 1 / 2 + 2 / 3) + 2) / 7), "pairs": 7}
+    # macro: title accuracy 1, skills micro F1 8/11, years accuracy 2/3
+    assert data["macro"] == {"score": approx((1 + 8 / 11 + 2 / 3) / 3), "fields": 3}
+    # micro: title TP 1; skills TP 4, FP 2, FN 1; years TP 2 and (3 for 2) FP 1, FN 1: TP 7, FP 3, FN 2
+    assert data["micro"] == {
+        "precision": approx(7 / 10),
+        "recall": approx(7 / 9),
+        "f1": approx(14 / 19),
+        "tp": 7,
+        "fp": 3,
+        "fn": 2,
+    }
     assert data["missing"] == {"reference_only": ["9", "50", "77"], "candidate_only": []}
     assert (data["failed"], data["not_extracted"], data["not_in_source"]) == (
         {"9": "schema_invalid"},
@@ -219,7 +231,18 @@ def test_compare_agreement_tokens_failures_and_grounding(job: JobSpec) -> None:
     assert fields["skills"]["f1"] == approx(28 / 31)
     assert fields["skills"]["macro"]["f1"] == approx((5 + 2 * 2 / 3 + 0.8) / 8)
     assert (fields["years"]["accuracy"], fields["title"]["accuracy"]) == (0.875, 1.0)
-    assert data["macro"]["agreement"] == approx((1 + (5 + 4 / 3 + 0.8) / 8 + 0.875 + 1 + 1) / 5)
+    # macro: title 1, skills micro F1 28/31, years 7/8, low 1, high 1
+    assert data["macro"] == {"score": approx((1 + 28 / 31 + 0.875 + 1 + 1) / 5), "fields": 5}
+    # micro: title, low, high 8 TP each, years 7 TP + 1 FP + 1 FN, skills 14 TP, 1 FP, 2 FN:
+    # TP 45, FP 2, FN 3: P 45/47, R 45/48, F1 90/95
+    assert data["micro"] == {
+        "precision": approx(45 / 47),
+        "recall": approx(45 / 48),
+        "f1": approx(90 / 95),
+        "tp": 45,
+        "fp": 2,
+        "fn": 3,
+    }
     main, big = data["variants"]["main"], data["variants"]["big"]
     assert main["tokens_per_record"] == {"prompt": 100.0, "completion": 40.0, "reasoning": 10.0}
     # record 1 took big two attempts: (200 + 7 * 100) / 8 ...
@@ -266,6 +289,18 @@ def test_sample_takes_the_records_a_sampled_run_takes_for_every_variant(job: Job
     ]
     page = review_page(job, ["main", "big"], SAMPLE)
     assert [record.record_id for record in page.records] == ["2", "3", "6", "9"]
+
+    # eval --sample: only the gold records of the same sample (9 failed: listed, not scored)
+    every = [
+        {"id": str(number), **answer} for number, answer in stored_extractions(job.database, "main").items()
+    ]
+    gold = write_gold(tmp_path / "gold.jsonl", [*every, {"id": "9", "title": "x"}])
+    sampled = evaluate(job, gold, EvalSettings(sample=SAMPLE))
+    assert (sampled.agreement.records_scored, len(sampled.gold.records), dict(sampled.failed)) == (
+        3,
+        4,
+        {"9": "schema_invalid"},
+    )
 
 
 @pytest.mark.parametrize(

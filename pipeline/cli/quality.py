@@ -100,6 +100,8 @@ def eval_command(
     tolerance: Annotated[
         float, typer.Option(min=0, help="Numbers also match within this relative tolerance (0.05: 5%).")
     ] = 0.0,
+    sample: SampleOption = None,
+    seed: SeedOption = 0,
     as_json: JsonOption = False,
     html: HtmlOption = None,
     database: DatabaseOption = None,
@@ -110,7 +112,13 @@ def eval_command(
     """  # noqa: E501  (Typer keeps a docstring's line breaks: one paragraph, one line)
     spec = load_job_or_exit(job, database, variant)
     settings = _read_or_exit(
-        lambda: EvalSettings(parse_fields(fields), fuzzy, tolerance, review=html is not None)
+        lambda: EvalSettings(
+            parse_fields(fields),
+            fuzzy,
+            tolerance,
+            review=html is not None,
+            sample=Sample(sample, seed) if sample else None,
+        )
     )
     report = _read_or_exit(lambda: evaluate(spec, gold, settings))
     typer.echo(orjson.dumps(report.to_json(), default=str).decode() if as_json else format_eval(report))

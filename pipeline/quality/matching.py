@@ -70,13 +70,20 @@ class MatchSettings:
             "choices_and_booleans": "compared as values",
             "null": "null matches only null",
             "lists": "items matched one to one (an item given twice must be found twice; with fuzzy, "
-            "best-scoring pairs first); P/R/F1 are 1 when both lists are empty, and a ratio over an "
-            "empty side is 0 when the other side is not empty",
+            "best-scoring pairs first); a record's P/R/F1 are 1 when both its lists are empty, and a ratio "
+            "over an empty side is 0 when the other side is not empty",
             "objects_in_lists": "two objects match when every scalar sub-field matches",
             "scored": "records present on both sides, for the fields the reference record gives",
-            "micro": "mean agreement over every scored (record, field) pair; agreement is 1/0 for a "
-            "scalar and the record's F1 for a list",
-            "macro": "mean over fields of each field's mean agreement (accuracy, or macro F1 for lists)",
+            "field_score": "a scalar field's accuracy; a list field's F1 from its TP/FP/FN pooled over "
+            "records (records with both lists empty add nothing; 1 if no record has an item on either "
+            "side); its macro P/R/F1 is the mean of each record's",
+            "micro": "P/R/F1 pooled over every scored value of the fields in the overall scores: a list "
+            "field adds its TP/FP/FN; a scalar adds one value, a match being a TP and a mismatch one FP "
+            "and one FN",
+            "macro": "mean over the fields in the overall scores of each field's score (F1 or accuracy), "
+            "every field counting once",
+            "record_disagreement": "1 - the mean over the record's fields of 1/0 for a scalar and the "
+            "record's F1 for a list (1 when both lists are empty); ranks the records that differ most",
         }
 
     def describe(self) -> str:

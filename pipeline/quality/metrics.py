@@ -12,11 +12,18 @@ What is scored, per field path (see :func:`~pipeline.quality.fields.scored_paths
   match; and each sub-field as a list of values (``requirements[].text``), to see which part differs;
 * a nested object (``salary``): each sub-field as a field of its own (``salary.minimum``).
 
-Every (record, field) pair scored gets an *agreement* in 0..1: 1 or 0 for a scalar, the record's F1
-for a list. A field's ``agreement`` is their mean over records (its accuracy, or its macro F1); the
-headline ``macro`` is the mean over fields of that, every field counting once, and ``micro`` is the
-mean over all (record, field) pairs, so fields given in more records weigh more. The per-sub-field
-paths of object lists are reported but left out of both: they would count those lists twice.
+A field's headline ``agreement`` is its accuracy (scalars) or its micro F1 (lists): records with both
+lists empty add nothing, so finding nothing scores 0 when the reference has items, however many records
+have none (a list field with no item on either side in any record scores 1). Overall, over the fields
+counted in it:
+
+* ``micro``: P/R/F1 pooled over every scored value: a list field adds its TP/FP/FN; a scalar adds one
+  value, a match a true positive and a mismatch one false positive and one false negative;
+* ``macro``: the mean of each field's headline, every field counting once.
+
+The sub-field paths of object lists (``requirements[].text``) are reported but not counted: they would count
+those lists twice. Each record also gets an *agreement*, the mean over its fields of 1/0 for a scalar
+and its F1 for a list (1 when both lists are empty), which ranks the records that disagree most.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from pipeline.errors import ConfigError
 from pipeline.quality.fields import FieldKind, FieldSpec, ScoredPath, raw_values_at, select_paths
@@ -38,12 +45,14 @@ class FieldScore:
     path: str
     kind: FieldKind
     scored: int  # records where the reference gives this field and both sides have the record
-    agreement: float | None  # mean (record) agreement: accuracy, or macro F1; None if none scored
+    agreement: float | None  # the headline: accuracy, or micro F1 for lists; None if none scored
     in_overall: bool = True
     accuracy: float | None = None  # scalar kinds
     exact: float | None = None  # scalar kinds
     micro: Scores | None = None  # list kinds: from TP/FP/FN pooled over records
     macro: Scores | None = None  # list kinds: mean of per-record scores
+    # Pooled counts: of list items; for a scalar, one value per record, a match being a true positive
+    # and a mismatch one false positive and one false negative (a wrong value, and the right one missed).
     true_positives: int = 0
     false_positives: int = 0
     false_negatives: int = 0
@@ -73,9 +82,11 @@ class RecordAgreement:
 class AgreementReport:
     records_scored: int  # records present on both sides
     fields: tuple[FieldScore, ...]  # in schema order
-    micro: float | None  # mean over every scored (record, field) pair
-    micro_pairs: int
-    macro: float | None  # mean over fields of each field's agreement
+    micro: Scores | None  # P/R/F1 pooled over every scored value of the counted fields; None if none
+    true_positives: int  # the pooled counts: list items, and one per scalar (a match is a TP,
+    false_positives: int  # a mismatch one FP and one FN)
+    false_negatives: int
+    macro: float | None  # mean over the counted fields of each field's agreement (F1 or accuracy)
     macro_fields: int
     only_in_reference: tuple[str, ...]  # ids the candidate lacks
     only_in_candidate: tuple[str, ...]  # ids the reference lacks
@@ -87,8 +98,9 @@ class AgreementReport:
         return {
             "records": self.records_scored,
             "fields": {score.path: _field_json(score) for score in self.fields},
-            "micro": {"agreement": self.micro, "pairs": self.micro_pairs},
-            "macro": {"agreement": self.macro, "fields": self.macro_fields},
+            "micro": _scores_json(self.micro)
+            | {"tp": self.true_positives, "fp": self.false_positives, "fn": self.false_negatives},
+            "macro": {"score": self.macro, "fields": self.macro_fields},
             "missing": {
                 "reference_only": list(self.only_in_reference),
                 "candidate_only": list(self.only_in_candidate),
@@ -141,6 +153,12 @@ def _candidate_value(record: Mapping[str, Any], path: ScoredPath) -> Any:
     return raw_values_at(record, path.path) if "[]" in path.path else _lookup(record, path.path)[1]
 
 
+class _Counts(TypedDict):
+    true_positives: int
+    false_positives: int
+    false_negatives: int
+
+
 @dataclass(slots=True)
 class _Tally:
     """What one scored path has accumulated over the records so far."""
@@ -148,16 +166,14 @@ class _Tally:
     path: ScoredPath
     scored: int = 0
     exact: int = 0
-    matched: int = 0
     true_positives: int = 0
-    reference_items: int = 0
+    reference_items: int = 0  # for a scalar, one per record on each side
     candidate_items: int = 0
     score_sums: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
     def add_scalar(self, exact: bool, matched: bool) -> float:
-        self.scored += 1
         self.exact += exact
-        self.matched += matched
+        self.add_list(int(matched), 1, 1)
         return 1.0 if matched else 0.0
 
     def add_list(self, matched: int, reference_items: int, candidate_items: int) -> float:
@@ -171,24 +187,21 @@ class _Tally:
         return scores.f1
 
     def result(self) -> FieldScore:
-        path, n = self.path, self.scored
+        path, n, matched = self.path, self.scored, self.true_positives
+        counts = _Counts(
+            true_positives=matched,
+            false_positives=self.candidate_items - matched,
+            false_negatives=self.reference_items - matched,
+        )
         if path.kind not in LIST_KINDS:
-            accuracy = self.matched / n if n else None
+            accuracy = matched / n if n else None
             exact = self.exact / n if n else None
-            return FieldScore(path.path, path.kind, n, accuracy, path.in_overall, accuracy, exact)
+            return FieldScore(path.path, path.kind, n, accuracy, path.in_overall, accuracy, exact, **counts)
         macro = Scores(*(total / n for total in self.score_sums)) if n else None
-        micro = list_scores(self.true_positives, self.reference_items, self.candidate_items) if n else None
+        micro = list_scores(matched, self.reference_items, self.candidate_items) if n else None
+        agreement = micro.f1 if micro else None
         return FieldScore(
-            path.path,
-            path.kind,
-            n,
-            macro.f1 if macro else None,
-            path.in_overall,
-            micro=micro,
-            macro=macro,
-            true_positives=self.true_positives,
-            false_positives=self.candidate_items - self.true_positives,
-            false_negatives=self.reference_items - self.true_positives,
+            path.path, path.kind, n, agreement, path.in_overall, micro=micro, macro=macro, **counts
         )
 
 
@@ -257,6 +270,16 @@ def _score_record(
     return RecordAgreement(record_id, len(agreements), sum(agreements) / len(agreements), tuple(differences))
 
 
+def _pooled(counted: Sequence[FieldScore]) -> tuple[Scores | None, int, int, int]:
+    """The overall micro scores (None when no field was scored) and the TP, FP and FN they pool."""
+    true_positives = sum(score.true_positives for score in counted)
+    false_positives = sum(score.false_positives for score in counted)
+    false_negatives = sum(score.false_negatives for score in counted)
+    # list_scores takes the reference's and the candidate's value counts: TP + FN and TP + FP.
+    scores = list_scores(true_positives, true_positives + false_negatives, true_positives + false_positives)
+    return scores if counted else None, true_positives, false_positives, false_negatives
+
+
 def measure_agreement(
     reference: Mapping[Any, Mapping[str, Any]],
     candidate: Mapping[Any, Mapping[str, Any]],
@@ -282,19 +305,19 @@ def measure_agreement(
         if (agreement := _score_record(key, reference_by_key[key], candidate_by_key[key], tallies, scorer))
     ]
     scores = tuple(tally.result() for tally in tallies.values())
-    overall = [
-        (score.agreement, score.scored)
-        for score in scores
-        if score.in_overall and score.agreement is not None
-    ]
-    pairs = sum(scored for _, scored in overall)
+    headlines = [score.agreement for score in scores if score.in_overall and score.agreement is not None]
+    micro, true_positives, false_positives, false_negatives = _pooled(
+        [score for score in scores if score.in_overall and score.scored]
+    )
     return AgreementReport(
         records_scored=len(common),
         fields=scores,
-        micro=sum(agreement * scored for agreement, scored in overall) / pairs if pairs else None,
-        micro_pairs=pairs,
-        macro=sum(agreement for agreement, _ in overall) / len(overall) if overall else None,
-        macro_fields=len(overall),
+        micro=micro,
+        true_positives=true_positives,
+        false_positives=false_positives,
+        false_negatives=false_negatives,
+        macro=sum(headlines) / len(headlines) if headlines else None,
+        macro_fields=len(headlines),
         only_in_reference=tuple(sorted(reference_by_key.keys() - candidate_by_key.keys(), key=id_order)),
         only_in_candidate=tuple(sorted(candidate_by_key.keys() - reference_by_key.keys(), key=id_order)),
         records=tuple(sorted(records, key=lambda record: (-record.disagreement, id_order(record.record_id)))),
@@ -361,6 +384,15 @@ def _ids(ids: Sequence[str], limit: int = 10) -> str:
     return f" ({shown}{', …' if len(ids) > limit else ''})" if ids else ""
 
 
+def _micro_line(report: AgreementReport) -> str:
+    micro = report.micro or Scores(math.nan, math.nan, math.nan)
+    return (
+        f"micro P {_number(micro.precision)}  R {_number(micro.recall)}  F1 {_number(micro.f1)}  "
+        f"(pooled over every value: {report.true_positives:,} TP, {report.false_positives:,} FP, "
+        f"{report.false_negatives:,} FN; a scalar counts once)"
+    )
+
+
 def format_table(report: AgreementReport) -> str:
     """The report as a plain-text table: one row per scored field, then the overall scores, the
     matching rules and the records missing on either side (up to 10 ids each)."""
@@ -377,8 +409,9 @@ def format_table(report: AgreementReport) -> str:
     return "\n".join(
         [
             *lines,
-            f"micro {_number(report.micro)}  (mean over {report.micro_pairs} scored record-field pairs)",
-            f"macro {_number(report.macro)}  (mean over {report.macro_fields} fields, each counting once)",
+            _micro_line(report),
+            f"macro {_number(report.macro)}  (mean of each field's F1 or accuracy, {report.macro_fields} "
+            f"field{'' if report.macro_fields == 1 else 's'})",
             report.settings.describe(),
             f"records: {report.records_scored} on both sides; "
             f"{len(missing_candidate)} only in the reference{_ids(missing_candidate)}; "

@@ -6,6 +6,7 @@ result is accounted for: failed (with its class), not extracted yet, or not in t
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,7 @@ from pipeline.quality import (
     schema_fields,
 )
 from pipeline.quality.review import ReviewPage, VariantView
-from pipeline.reports.reading import JobOutput, StoredResult, keys_scope, open_output
+from pipeline.reports.reading import JobOutput, Sample, StoredResult, keys_scope, open_output, sample_scope
 from pipeline.reports.review import ViewBuilder, page, review_records
 from pipeline.reports.shared import GroundingSummary, grounding_lines, grounding_summary, ids_text
 
@@ -37,6 +38,7 @@ class EvalSettings:
     fuzzy_threshold: float | None = None
     numeric_tolerance: float = 0.0
     review: bool = False  # also build the review page (gold beside the variant)
+    sample: Sample | None = None  # only the gold records of this sample of the source (as run --sample)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +73,10 @@ def evaluate(spec: JobSpec, gold_path: Path, settings: EvalSettings = EvalSettin
     variant = spec.variant
     with open_output(spec) as output:
         output.require_results(variant)
+        if settings.sample is not None:
+            in_sample = output.source_keys(sample_scope(spec, settings.sample))
+            records = {key: value for key, value in gold.records.items() if key in in_sample}
+            gold = dataclasses.replace(gold, records=records)
         scope = keys_scope(gold.records)
         results = _only(output.results([variant], scope)[variant], gold.records)
         failures = _only(output.failures([variant], scope)[variant], gold.records)
