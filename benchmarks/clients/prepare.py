@@ -51,6 +51,9 @@ def build_source(database: Path, count: int) -> None:
 
 def write_job(folder: Path, base_url: str, model: str, concurrency: int) -> Path:
     job: dict[str, Any] = yaml.safe_load((REPO / "jobs" / "linkedin.yaml").read_text())
+    # The other clients get a system prompt and a user template: the same requests without examples.
+    job["prompt"].pop("examples_file", None)
+    job.pop("variants", None)
     job.update(
         name="compare",
         database="source.duckdb",

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support.jobs import linkedin_job
 from tests.support.local_vllm import group_members, require_local_vllm, wait_gone
 from tests.support.processes import REPO, pipeline_command, subprocess_env
 
@@ -19,9 +20,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.local_vllm]
 
 def test_kill_9_of_run_local_leaves_no_server(tmp_path: Path) -> None:
     require_local_vllm()
-    spec = yaml.safe_load((REPO / "jobs" / "linkedin.yaml").read_text())
-    spec["database"] = str(tmp_path / "sample.duckdb")
-    spec["source"]["seed_file"] = str(REPO / "data" / "sample_postings.jsonl")
+    spec = linkedin_job(tmp_path / "sample.duckdb")
     spec["schema"] = "schemas.linkedin:JobPosting"
     job = tmp_path / "sample.yaml"
     job.write_text(yaml.safe_dump(spec))

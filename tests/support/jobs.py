@@ -57,3 +57,14 @@ def make_job(folder: Path, records: int = 10, **overrides: Any) -> JobSpec:
 def table_rows(database: Path, sql: str) -> list[tuple[Any, ...]]:
     with duckdb.connect(str(database), read_only=True) as connection:
         return connection.execute(sql).fetchall()
+
+
+def linkedin_job(database: Path) -> dict[str, Any]:
+    """jobs/linkedin.yaml as a mapping, its relative paths made absolute, on ``database``: to be
+    changed and written elsewhere."""
+    repo = Path(__file__).resolve().parents[2]
+    spec: dict[str, Any] = yaml.safe_load((repo / "jobs" / "linkedin.yaml").read_text())
+    spec["database"] = str(database)
+    spec["source"]["seed_file"] = str(repo / "data" / "sample_postings.jsonl")
+    spec["prompt"]["examples_file"] = str(repo / "jobs" / "examples" / "linkedin.jsonl")
+    return spec
