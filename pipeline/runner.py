@@ -168,8 +168,9 @@ async def _run_on(
 
 
 async def _stale_kept(reader: SourceReader) -> dict[str, int]:
-    """Results left stale because the job changed, by cause: said once, with how to redo them."""
-    counts = await reader.count_stale()
+    """Results left stale because the job changed, by cause: said once, with how to redo them. The
+    full count reads every result's version, so it runs only when a first stale result exists."""
+    counts = await reader.count_stale() if await reader.any_stale() else {}
     if counts:
         log.warning(
             "results are stale because the job changed: a plain run keeps them, "
@@ -310,8 +311,13 @@ class _Run:
 
     async def _count_content(self) -> None:
         """Count the records whose content changed while the first requests are out (it hashes every
-        record's text), then make the run's pending count final."""
-        counted = await self._reader.count_content()
+        record's text), then make the run's pending count final. A count that fails stops the run like
+        the stream would (it runs beside it, so its error would otherwise escape the run's accounting)."""
+        try:
+            counted = await self._reader.count_content()
+        except FatalRunError as error:
+            self._abort(error)
+            return
         metadata = self._stats.pending_at_start
         self._stats.pending_at_start = _capped(metadata + counted, self._options.limit)
         if counted:

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from pipeline.pending import PendingQueries
 
 T = TypeVar("T")
+_METADATA_TABLE = "pipeline_pending_metadata"
 _CHANGED_TABLE = "pipeline_changed_content"
 _CONTENT_TABLE = "pipeline_pending_content"
 
@@ -132,6 +133,7 @@ class SourceReader:
         self._queries = queries
         self._parameters = queries.parameters()
         self._ids, self._content, self._fetcher = (_Cursor(cursor) for cursor in cursors)
+        self._metadata_count: int | None = None
         self._content_count: int | None = None
         self._content_lock = anyio.Lock()
 
@@ -146,10 +148,14 @@ class SourceReader:
                 await cursor.call(cursor.cursor.close)
 
     async def count_metadata(self) -> int:
-        """New records, failures to retry, and (with --redo-stale) stale results: no text is read."""
-        return await self._ids.scalar(
-            f"SELECT count(*) FROM ({self._queries.ids_sql('metadata')})", self._parameters
-        )
+        """New records, failures to retry, and (with --redo-stale) stale results: no text is read.
+
+        The ids go into a temporary table that the stream then reads: the query's hash tables (every
+        result's id) are freed at once instead of being held for as long as the phase streams."""
+        sql = f"CREATE OR REPLACE TEMP TABLE {_METADATA_TABLE} AS {self._queries.ids_sql('metadata')}"
+        await self._ids.call(lambda: self._ids.cursor.execute(sql, bind(sql, self._parameters)))
+        self._metadata_count = await self._ids.scalar(f"SELECT count(*) FROM {_METADATA_TABLE}", {})
+        return self._metadata_count
 
     @property
     def content_counted(self) -> bool:
@@ -178,6 +184,15 @@ class SourceReader:
             await self._content.call(lambda sql=sql: cursor.execute(sql, bind(sql, self._parameters)))
         return await self._content.scalar(f"SELECT count(*) FROM {_CONTENT_TABLE}", {})
 
+    async def any_stale(self) -> bool:
+        """Whether some result of this variant is stale because the job changed: one scan of small
+        columns that stops at the first, where the full count joins and groups every result."""
+        sql = self._queries.any_stale_sql()
+        row = await self._ids.call(
+            lambda: self._ids.cursor.execute(sql, bind(sql, self._parameters)).fetchone()
+        )
+        return row is not None
+
     async def count_stale(self) -> dict[str, int]:
         """Results of this variant that are stale because the job changed: ``total`` and the non-zero
         causes (one result can have several); empty if none. No record text is read."""
@@ -196,27 +211,34 @@ class SourceReader:
         return await self._ids.call(read)
 
     async def stream_pending(self, send: ObjectSendStream[SourceRecord]) -> None:
-        """Send every pending record (metadata phase first), then close ``send``. Backpressure comes
-        from the bounded stream; the selection's limit holds over both phases."""
+        """Send every pending record (metadata phase first, as counted by :meth:`count_metadata`), then
+        close ``send``. Backpressure comes from the bounded stream; the selection's limit holds over
+        both phases."""
         limit = self._queries.selection.limit
+        if self._metadata_count is None:
+            await self.count_metadata()
         async with send:
-            sent = await self._stream_ids(self._ids, self._queries.ids_sql("metadata"), send, limit)
+            sent = await self._stream_ids(self._ids, _METADATA_TABLE, send, limit)
             if limit is not None and sent >= limit:
                 return
             if await self.count_content():
                 left = None if limit is None else limit - sent
-                await self._stream_ids(self._content, f"SELECT * FROM {_CONTENT_TABLE}", send, left)
+                await self._stream_ids(self._content, _CONTENT_TABLE, send, left)
 
     async def _stream_ids(
-        self, ids: _Cursor, sql: str, send: ObjectSendStream[SourceRecord], limit: int | None
+        self, ids: _Cursor, table: str, send: ObjectSendStream[SourceRecord], limit: int | None
     ) -> int:
+        """Page through the ids collected in ``table``, fetching each page's records. Each page is its
+        own short read: a read held open for the whole run would keep DuckDB from freeing the old
+        versions of the rows the writer changes meanwhile (its memory grew by ~1 KB a record)."""
         batch_size = self._queries.spec.source.batch_size
         names = self._queries.spec.source.fields
         fields_sql = self._queries.records_sql()
-        sent = 0
-        await ids.call(lambda: ids.cursor.execute(sql, bind(sql, self._parameters)))
-        while ids_batch := await ids.call(lambda: ids.cursor.fetchmany(batch_size)):
-            wanted = [row[0] for row in ids_batch][: None if limit is None else limit - sent]
+        page = f"SELECT rowid, * FROM {table} WHERE rowid > $after ORDER BY rowid LIMIT {batch_size}"
+        sent, after = 0, -1
+        while ids_batch := await ids.call(_fetch, ids.cursor, page, {"after": after}):
+            after = ids_batch[-1][0]
+            wanted = [row[1] for row in ids_batch][: None if limit is None else limit - sent]
             parameters = bind(fields_sql, {**self._parameters, "ids": wanted})
             rows = await self._fetcher.call(_fetch, self._fetcher.cursor, fields_sql, parameters)
             for row in rows:

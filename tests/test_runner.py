@@ -18,6 +18,7 @@ from pipeline import store as store_module
 from pipeline.db import open_database
 from pipeline.errors import FatalRunError
 from pipeline.runner import RunOptions, RunStatus, run_job
+from pipeline.source import SourceReader
 from pipeline.stats import RunStats
 from pipeline.status import job_status
 from tests.support.fakes import GOOD_ITEM, ScriptedServer, completion, error, good_completion, respond
@@ -180,6 +181,28 @@ async def test_fatal_error_mid_run_keeps_finished_results(tmp_path: Path) -> Non
     assert run[0][0] == "aborted" and run[0][1] == done and "refused" in run[0][2]
 
 
+async def test_a_failed_content_count_aborts_the_run_with_its_message(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The count of changed records runs beside the stream: its error (DuckDB out of memory under a
+    small duckdb_memory_limit) ends the run as aborted, one error, not a group escaping the run."""
+    spec = make_job(tmp_path, records=60)
+    server = ScriptedServer([respond(good_completion())])
+    await run_job(spec, options(server.transport, limit=20))
+
+    async def out_of_memory(self: SourceReader) -> int:
+        raise FatalRunError("cannot read the pending records (Out of Memory Error)")
+
+    monkeypatch.setattr(SourceReader, "count_content", out_of_memory)
+    with pytest.raises(FatalRunError, match="Out of Memory"):
+        await run_job(spec, options(server.transport))
+    assert table_rows(spec.database, "SELECT status FROM runs ORDER BY run_id") == [
+        ("completed",),
+        ("aborted",),
+    ]
+    assert table_rows(spec.database, "SELECT count(*) FROM results")[0][0] >= 20
+
+
 async def test_server_down_from_the_start_is_fatal_before_any_record(tmp_path: Path) -> None:
     spec = make_job(tmp_path, records=5)
 
@@ -295,7 +318,7 @@ async def test_duckdb_is_never_called_on_the_event_loop(
     spec = make_job(tmp_path, records=50)
     summary = await run_job(spec, options(ScriptedServer([respond(good_completion())]).transport))
     assert summary.done == 50
-    assert {"execute", "fetchmany", "begin", "commit", "appender", "close"} <= set(calls)
+    assert {"execute", "begin", "commit", "appender", "close"} <= set(calls)
 
 
 async def test_short_timeout_at_high_concurrency_is_warned(tmp_path: Path) -> None:
