@@ -13,7 +13,9 @@ is virtual by default (the event loop's clock jumps to its next timer: no real w
 Fixed levels are measured after their first quarter (ramp-up). `auto` is reported over the whole run
 and over its steady state: from the moment it first brackets its knee (its warm-up) to the end. The
 ratio is steady auto over the best fixed level; "collapsed" asks whether auto's final limit lies where
-the sweep (interpolated) gives less than 80% of the best. Nothing here is a pass/fail test.
+the sweep (interpolated) gives less than 80% of the best. The last column runs `auto` again from the
+first run's final limit, as the next run of a job does (a run keeps its endpoints' knees in the job's
+database): its whole-run throughput over the best fixed level. Nothing here is a pass/fail test.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ class Outcome:
     case: Case
     sweep: dict[int, float]  # fixed level -> tok/s after its first quarter
     auto: LoadResult
+    next_run: LoadResult  # auto again, starting from the first run's knee (as the next night does)
 
     @property
     def best(self) -> tuple[int, float]:
@@ -94,12 +97,16 @@ def measure(cases: list[Case], duration_s: float, speed: float | None, jobs: int
             for case in cases
             for level in case.levels
         }
+        nexts = {
+            name: pool.submit(_run, replace(scenarios[name], known_knee=auto.result().final_limit), None)
+            for name, auto in autos.items()
+        }
         outcomes = []
         for case in cases:
             sweep = {
                 level: fixed[case.name, level].result().throughput(duration_s / 4) for level in case.levels
             }
-            outcomes.append(Outcome(case, sweep, autos[case.name].result()))
+            outcomes.append(Outcome(case, sweep, autos[case.name].result(), nexts[case.name].result()))
     return outcomes
 
 
@@ -128,6 +135,7 @@ def summary_row(outcome: Outcome) -> tuple[object, ...]:
         auto.final_limit,
         f"{min(after)}-{max(after)} (max {max(limit for _, limit in auto.trace)})",
         "no" if final_share >= 0.8 else f"YES ({final_share:.0%} of best)",
+        f"{outcome.next_run.throughput() / best_tps:.3f}",
     )
 
 
@@ -171,6 +179,7 @@ def main() -> None:
         "auto's final limit",
         "limits after warm-up",
         "collapsed?",
+        "next run from its knee: whole run ratio",
     )
     print_rows(header, [summary_row(outcome) for outcome in outcomes])
     clock = "virtual time" if args.speed is None else f"real time at {args.speed:g}x"

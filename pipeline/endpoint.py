@@ -99,13 +99,16 @@ class Endpoint:
         *,
         abort_after_failures: int,
         timeout_s: float,
+        known_knee: int | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config
         self.client = client
         self.health = EndpointHealth(abort_after_failures=abort_after_failures, clock=clock)
         self.controller = (
-            AdaptiveLimit(maximum=config.max_concurrency, timeout_s=timeout_s, clock=clock)
+            AdaptiveLimit(
+                maximum=config.max_concurrency, timeout_s=timeout_s, known_knee=known_knee, clock=clock
+            )
             if config.concurrency is None
             else None
         )
@@ -119,6 +122,12 @@ class Endpoint:
     @property
     def name(self) -> str:
         return self.config.name
+
+    @property
+    def found_knee(self) -> int | None:
+        """The knee `concurrency: auto` bracketed on this server in this run, if it did."""
+        controller = self.controller
+        return controller.best_level if controller is not None and controller.at_knee else None
 
     @property
     def has_room(self) -> bool:

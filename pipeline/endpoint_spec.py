@@ -115,6 +115,11 @@ class EndpointConfig:
     def most_in_flight(self) -> int:
         return self.concurrency if self.concurrency is not None else self.max_concurrency
 
+    @property
+    def knee_key(self) -> str:
+        """What a knee found by `concurrency: auto` belongs to: this server serving this model."""
+        return f"{self.base_url} {self.model}"
+
 
 def resolve_endpoints(
     endpoint: EndpointSpec,

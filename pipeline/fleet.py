@@ -4,12 +4,13 @@ there is work to do."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING
 
 import anyio
 import httpx2
+import structlog
 
 from pipeline.endpoint import Endpoint
 from pipeline.endpoint_spec import EndpointConfig
@@ -21,6 +22,8 @@ from pipeline.router import Router
 
 if TYPE_CHECKING:
     from pipeline.local import LocalServerOptions
+
+log = structlog.get_logger("pipeline.fleet")
 
 
 def client_settings(spec: JobSpec, config: EndpointConfig | None = None) -> ClientSettings:
@@ -50,9 +53,11 @@ async def open_fleet(
     transport: httpx2.AsyncBaseTransport | None = None,
     local: LocalServerOptions | None = None,
     sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
+    knees: Mapping[str, int] | None = None,
 ) -> AsyncIterator[tuple[JobSpec, Router]]:
     """Start what must be started (the local server), open a client per endpoint, check every server,
-    and yield the spec as it runs (the local server's URL and model in it) and the router."""
+    and yield the spec as it runs (the local server's URL and model in it) and the router. ``knees``:
+    where earlier runs found each server's best level, for `concurrency: auto` to start from."""
     async with AsyncExitStack() as stack:
         if spec.endpoint.is_local and not spec.endpoints:
             from pipeline.local import local_endpoint  # the local extra: only when asked for
@@ -69,6 +74,7 @@ async def open_fleet(
                     client,
                     abort_after_failures=spec.retry.abort_after_consecutive_failures,
                     timeout_s=spec.request_timeout_s,
+                    known_knee=_known_knee(config, knees or {}),
                     clock=anyio.current_time,
                 )
             )
@@ -83,3 +89,12 @@ async def open_fleet(
         except ModelNotServedError as error:
             raise ModelNotServedError(f"{spec.source_file}: key 'model': {error}") from error
         yield spec, router
+
+
+def _known_knee(config: EndpointConfig, knees: Mapping[str, int]) -> int | None:
+    level = knees.get(config.knee_key) if config.concurrency is None else None
+    if level is not None:
+        log.info(
+            "concurrency auto starts at the knee an earlier run found", endpoint=config.name, level=level
+        )
+    return level

@@ -22,6 +22,7 @@ The search, one decision per window:
 
 1. Ramp: from ``initial`` (8), double while each step pays well (elasticity, the relative throughput
    gain per relative concurrency step, >= ``ramp_elasticity``); a step that pays less halves the next.
+   With ``known_knee`` (an earlier run's), start there in small steps instead.
 2. Bracket: an increase pays when throughput rises by more than ``noise`` and by ``min_elasticity`` of
    the step (+3% for +10%); a decrease pays when it costs under half that (a plateau) or gains (past
    the peak). A step that does not pay bounds the knee and sends the limit back to the best level (a
@@ -292,22 +293,27 @@ class AdaptiveLimit:
         timeout_s: float,
         minimum: int = 1,
         initial: int | None = None,
+        known_knee: int | None = None,
         clock: Callable[[], float] = time.monotonic,
         tuning: Tuning = DEFAULT_TUNING,
     ) -> None:
+        """``known_knee``: the knee an earlier run found on this server; the search starts there in
+        small steps instead of ramping from ``initial`` (at c=256 the ramp takes ~45 minutes)."""
         if not 1 <= minimum <= maximum:
             raise ValueError(f"concurrency limits need 1 <= minimum <= maximum, not {minimum} and {maximum}")
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be positive, not {timeout_s}")
         self.minimum, self.maximum, self.timeout_s = minimum, maximum, timeout_s
         self._tuning, self._clock = tuning, clock
-        self._limit = min(maximum, max(minimum, DEFAULT_INITIAL if initial is None else initial))
+        start = known_knee or initial or DEFAULT_INITIAL
+        self._limit = min(maximum, max(minimum, start))
         smallest, largest = math.log1p(tuning.min_step), math.log(tuning.growth)
-        self._knee = _Knee(self._limit, smallest, largest, reach_up=largest, reach_down=smallest)
+        reach_up = largest if known_knee is None else smallest
+        self._knee = _Knee(self._limit, smallest, largest, reach_up=reach_up, reach_down=smallest)
         self._ceiling: int | None = None
         self._ceiling_left = 0
         self._at_knee = False
-        first = self._precision_for(math.log(tuning.growth))  # what the first step, a ramp's, needs
+        first = self._precision_for(reach_up)  # what the first step needs: a ramp's, or a small one
         self._window = _Window(self._limit, clock(), grew=True, precision=first)
 
     @property

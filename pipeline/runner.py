@@ -50,7 +50,7 @@ from pipeline.run_options import RunOptions, RunStatus, RunSummary
 from pipeline.shutdown import Shutdown
 from pipeline.source import SourceReader
 from pipeline.stats import RunStats
-from pipeline.store import RunStart, StoreWriter, prepare_database
+from pipeline.store import RunStart, StoreWriter, known_knees, prepare_database
 from pipeline.watchdog import StallWatchdog
 
 __all__ = ["RunOptions", "RunStatus", "RunSummary", "count_pending", "run_job"]
@@ -116,7 +116,10 @@ async def _run_with_reader(
         log.info("nothing to do", job=spec.name, variant=spec.variant)
         return summary(run_id=None, status=RunStatus.NOTHING_TO_DO, stale_kept=await _stale_kept(reader))
     _warn_if_timeout_is_short(spec)
-    fleet = open_fleet(spec, transport=options.transport, local=options.local_server, sleep=options.sleep)
+    knees = await anyio.to_thread.run_sync(known_knees, connection, spec)
+    fleet = open_fleet(
+        spec, transport=options.transport, local=options.local_server, sleep=options.sleep, knees=knees
+    )
     async with fleet as (spec, router):
         stats, run_id, status, fatal = await _run_on(spec, options, connection, reader, router, pending)
     log.info("run ended", run_id=run_id, status=str(status), done=stats.done, failed=stats.failed)
@@ -162,7 +165,8 @@ async def _run_on(
     )
     run = _Run(spec, options, reader, writer, stats, router, _extractor(spec, options, router, stats))
     status, fatal = await run.execute()
-    await writer.finish_run(str(status), str(fatal) if fatal else None)
+    knees = {e.config.knee_key: e.found_knee for e in router.endpoints if e.found_knee is not None}
+    await writer.finish_run(str(status), str(fatal) if fatal else None, knees)
     await anyio.to_thread.run_sync(write_snapshot, spec.database, run_id, stats, str(status))
     return stats, run_id, status, fatal
 

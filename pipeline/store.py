@@ -11,12 +11,13 @@ import dataclasses
 import datetime as dt
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 import anyio
 import duckdb
+import orjson
 import structlog
 
 from pipeline.db import UTC_NOW, open_database, quote, table_names
@@ -107,8 +108,16 @@ class StoreWriter:
         self._pending = pending
         await self._call(lambda: self._update_run(self.counts, status=None, message=None))
 
-    async def finish_run(self, status: str, message: str | None = None) -> None:
+    async def finish_run(
+        self, status: str, message: str | None = None, knees: Mapping[str, int] | None = None
+    ) -> None:
+        """The run's end; ``knees``: where `concurrency: auto` found each endpoint's best level, for the
+        next run to start from (see :func:`known_knees`)."""
         await self._call(lambda: self._update_run(self.counts, status=status, message=message))
+        if knees:
+            sql = f"UPDATE {quote(self.spec.output.runs_table)} SET knees = ? WHERE run_id = ?"
+            values = [orjson.dumps(knees).decode(), self.run_id]
+            await self._call(lambda: self.connection.execute(sql, values))
 
     def _insert_run(self, start: RunStart) -> int:
         table = quote(self.spec.output.runs_table)
@@ -278,6 +287,21 @@ def prepare_database(spec: JobSpec) -> duckdb.DuckDBPyConnection:
         connection.close()
         raise
     return connection
+
+
+def known_knees(connection: duckdb.DuckDBPyConnection, spec: JobSpec) -> dict[str, int]:
+    """The latest knee found on each server (keyed by :attr:`EndpointConfig.knee_key`) by the job's
+    runs, any variant's: the knee is the server's and the model's, and prompts of one job are alike."""
+    rows = connection.execute(
+        f"SELECT knees FROM {quote(spec.output.runs_table)} WHERE knees IS NOT NULL "
+        "ORDER BY run_id DESC LIMIT 100"
+    ).fetchall()
+    knees: dict[str, int] = {}
+    for (text,) in rows:
+        for key, level in orjson.loads(text).items():
+            if isinstance(level, int) and level > 0:
+                knees.setdefault(key, level)
+    return knees
 
 
 def open_for_reading(spec: JobSpec, *, memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:

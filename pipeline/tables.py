@@ -87,6 +87,7 @@ _RUN_COLUMNS = [
     ("completion_tokens", "BIGINT DEFAULT 0"),
     ("reasoning_tokens", "BIGINT DEFAULT 0"),
     ("message", "VARCHAR"),
+    ("knees", "JSON"),  # {"base_url model": level}: where `concurrency: auto` found each server's knee
 ]
 _HISTORY_EXTRA = [("superseded_at", "TIMESTAMP"), ("superseded_by_run", "INTEGER")]
 

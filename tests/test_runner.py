@@ -16,6 +16,7 @@ from structlog.testing import capture_logs
 
 from pipeline import store as store_module
 from pipeline.db import open_database
+from pipeline.endpoint import Endpoint
 from pipeline.errors import FatalRunError
 from pipeline.runner import RunOptions, RunStatus, run_job
 from pipeline.source import SourceReader
@@ -157,6 +158,27 @@ async def test_limit_then_resume_extracts_each_record_once(tmp_path: Path) -> No
         (1, 30),
         (2, 70),
     ]
+
+
+async def test_auto_starts_at_the_knee_an_earlier_run_found_and_keeps_the_new_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`concurrency: auto` ramps from 8 only the first time: a run stores each server's knee and the
+    next starts there (waves of 24 fill only if 24 are sent at once)."""
+    spec = make_job(tmp_path, records=120, concurrency="auto")
+    await run_job(spec, options(ScriptedServer([respond(good_completion())]).transport, limit=24))
+    key = spec.endpoint_configs()[0].knee_key
+    with duckdb.connect(str(spec.database)) as connection:
+        connection.execute("UPDATE runs SET knees = ?", [orjson.dumps({key: 24, "other m": 5}).decode()])
+    server = WaveServer(concurrency=24, total=96)
+    monkeypatch.setattr(Endpoint, "found_knee", property(lambda endpoint: 30))
+    with capture_logs() as logs, anyio.fail_after(30):
+        summary = await run_job(spec, options(httpx2.MockTransport(server)))
+    assert summary.done == 96 and server.peak == 24
+    started = [entry for entry in logs if entry["event"].startswith("concurrency auto starts")]
+    assert [entry["level"] for entry in started] == [24]
+    stored = table_rows(spec.database, "SELECT knees FROM runs ORDER BY run_id")
+    assert [orjson.loads(row[0]) for row in stored] == [{key: 24, "other m": 5}, {key: 30}]
 
 
 async def test_nothing_to_do_contacts_no_server(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from pipeline.errors import DatabaseLockedError, FailureClass
 from pipeline.job import JobSpec
 from pipeline.llm import Reply
 from pipeline.outcomes import Extracted, Failed, Usage
-from pipeline.store import RunStart, StoreWriter, prepare_database
+from pipeline.store import RunStart, StoreWriter, known_knees, prepare_database
 from tests.support.jobs import make_job, table_rows
 
 pytestmark = pytest.mark.anyio
@@ -178,6 +178,19 @@ async def test_variants_keep_their_own_results_and_failures(spec: JobSpec) -> No
     runs = main.connection.execute("SELECT run_id, variant FROM runs ORDER BY run_id").fetchall()
     assert runs == [(1, "main"), (2, "b")]
     main.connection.close()
+
+
+async def test_each_server_s_latest_knee_is_kept_across_runs_and_variants(spec: JobSpec) -> None:
+    first = await started_writer(spec)
+    await first.finish_run("completed", knees={"http://a/v1 m": 256, "http://b/v1 m": 64})
+    second = StoreWriter(first.connection, spec.model_copy(update={"variant": "b"}))
+    await second.begin_run(RunStart("hash", spec.model, "http://a/v1", 8, 10))
+    await second.finish_run("interrupted", knees={"http://a/v1 m": 240})
+    third = StoreWriter(first.connection, spec)
+    await third.begin_run(RunStart("hash", spec.model, "http://a/v1", 8, 10))
+    await third.finish_run("completed")  # found no knee: the earlier ones stand
+    assert known_knees(first.connection, spec) == {"http://a/v1 m": 240, "http://b/v1 m": 64}
+    first.connection.close()
 
 
 async def test_a_failed_batch_leaves_nothing_behind(spec: JobSpec) -> None:

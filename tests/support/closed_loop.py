@@ -100,6 +100,7 @@ class Scenario:
     maximum: int = 512  # the controller's bounds
     minimum: int = 1
     initial: int | None = None
+    known_knee: int | None = None  # an earlier run's knee: auto starts there
     tuning: Tuning = DEFAULT_TUNING
     speed: float | None = None  # None: virtual time; else real time compressed this much
 
@@ -233,6 +234,7 @@ def _prepare(scenario: Scenario, fixed: int | None, clock: Callable[[], float]) 
             minimum=scenario.minimum,
             timeout_s=scenario.timeout_s,
             initial=scenario.initial,
+            known_knee=scenario.known_knee,
             clock=engine.now,
             tuning=scenario.tuning,
         )
