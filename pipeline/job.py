@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from pipeline.db import DEFAULT_MEMORY_LIMIT
 from pipeline.endpoint_spec import (
     Concurrency,
     EndpointConfig,
@@ -137,7 +138,7 @@ class JobSpec(_Strict):
     temperature: float | None = Field(default=0.0, ge=0.0, le=2.0)
     extra_body: dict[str, Any] = Field(default_factory=dict)
     duckdb_memory_limit: str = Field(
-        default="128MB", pattern=r"^\d+(\.\d+)?\s*(KB|MB|GB|TB|KiB|MiB|GiB|TiB)$"
+        default=DEFAULT_MEMORY_LIMIT, pattern=r"^\d+(\.\d+)?\s*(KB|MB|GB|TB|KiB|MiB|GiB|TiB)$"
     )
     retry: RetrySpec = RetrySpec()
     operations: OperationsSpec = OperationsSpec()
