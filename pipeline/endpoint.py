@@ -18,7 +18,8 @@ import httpx2
 import structlog
 
 from pipeline.endpoint_spec import EndpointConfig
-from pipeline.limits import AdaptiveLimit, LimitChange, ServerLoad
+from pipeline.knee_search import ServerLoad
+from pipeline.limits import AdaptiveLimit, LimitChange
 from pipeline.llm import LLMClient, Reply
 from pipeline.server_metrics import metrics_url, parse_metrics, server_load
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from pipeline.limits import ServerLoad
+from pipeline.knee_search import ServerLoad
 
 RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from pipeline.limits import AdaptiveLimit, LimitChange, ServerLoad
+from pipeline.knee_search import ServerLoad
+from pipeline.limits import AdaptiveLimit, LimitChange
 from tests.support.closed_loop import Scenario, run_load
 
 TOKENS = 400

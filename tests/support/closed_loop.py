@@ -19,7 +19,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.limits import DEFAULT_TUNING, AdaptiveLimit, LimitChange, ServerLoad, Tuning
+from pipeline.knee_search import DEFAULT_TUNING, ServerLoad, Tuning
+from pipeline.limits import AdaptiveLimit, LimitChange
 from pipeline.sim.engine import Engine, Sequence
 from pipeline.sim.profiles import PROFILES, REFERENCE_OUTPUT_TOKENS, REFERENCE_PROMPT_TOKENS
 
