@@ -88,8 +88,8 @@ class AdaptiveLimit:
             raise ValueError(f"timeout_s must be positive, not {timeout_s}")
         self.minimum, self.maximum, self.timeout_s = minimum, maximum, timeout_s
         self._tuning, self._clock = tuning, clock
-        start = known_knee or initial or DEFAULT_INITIAL
-        self._limit = min(maximum, max(minimum, start))
+        start = known_knee if known_knee is not None else initial
+        self._limit = min(maximum, max(minimum, DEFAULT_INITIAL if start is None else start))
         smallest, largest = math.log1p(tuning.min_step), math.log(tuning.growth)
         reach_up = largest if known_knee is None else smallest
         self._knee = Knee(self._limit, smallest, largest, reach_up=reach_up, reach_down=smallest)

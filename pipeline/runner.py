@@ -116,7 +116,8 @@ async def _run_with_reader(
         log.info("nothing to do", job=spec.name, variant=spec.variant)
         return summary(run_id=None, status=RunStatus.NOTHING_TO_DO, stale_kept=await _stale_kept(reader))
     _warn_if_timeout_is_short(spec)
-    knees = await anyio.to_thread.run_sync(known_knees, connection, spec)
+    auto = any(config.concurrency is None for config in spec.endpoint_configs())
+    knees = await anyio.to_thread.run_sync(known_knees, connection, spec) if auto else {}
     fleet = open_fleet(
         spec, transport=options.transport, local=options.local_server, sleep=options.sleep, knees=knees
     )

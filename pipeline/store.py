@@ -113,11 +113,8 @@ class StoreWriter:
     ) -> None:
         """The run's end; ``knees``: where `concurrency: auto` found each endpoint's best level, for the
         next run to start from (see :func:`known_knees`)."""
-        await self._call(lambda: self._update_run(self.counts, status=status, message=message))
-        if knees:
-            sql = f"UPDATE {quote(self.spec.output.runs_table)} SET knees = ? WHERE run_id = ?"
-            values = [orjson.dumps(knees).decode(), self.run_id]
-            await self._call(lambda: self.connection.execute(sql, values))
+        found = orjson.dumps(knees).decode() if knees else None
+        await self._call(lambda: self._update_run(self.counts, status=status, message=message, knees=found))
 
     def _insert_run(self, start: RunStart) -> int:
         table = quote(self.spec.output.runs_table)
@@ -239,11 +236,14 @@ class StoreWriter:
             now,
         ]
 
-    def _update_run(self, counts: RunCounts, *, status: str | None, message: str | None) -> None:
+    def _update_run(
+        self, counts: RunCounts, *, status: str | None, message: str | None, knees: str | None = None
+    ) -> None:
         self.connection.execute(
             f"UPDATE {quote(self.spec.output.runs_table)} SET done = ?, failed = ?, attempts = ?, "
             f"prompt_tokens = ?, completion_tokens = ?, reasoning_tokens = ?, pending_at_start = ?, "
             f"updated_at = {UTC_NOW}, status = coalesce(?, status), message = coalesce(?, message), "
+            f"knees = coalesce(?, knees), "
             f"ended_at = CASE WHEN ? IS NULL THEN ended_at ELSE {UTC_NOW} END WHERE run_id = ?",
             [
                 counts.done,
@@ -255,6 +255,7 @@ class StoreWriter:
                 self._pending,
                 status,
                 message,
+                knees,
                 status,
                 self.run_id,
             ],
