@@ -77,6 +77,8 @@ def describe_source(connection: duckdb.DuckDBPyConnection, spec: JobSpec) -> Sou
             f"{where}: table '{spec.source.table}' does not exist (key source.table); "
             f"load records with `pipeline load FILE --job {spec.source_file}`"
         ) from exc
+    except duckdb.OutOfMemoryException:
+        raise  # not the query's fault: the caller names duckdb_memory_limit
     except duckdb.Error as exc:
         raise ConfigError(f"{where}: key source.query fails: {' '.join(str(exc).split())}") from exc
     types = {str(row[0]).lower(): str(row[1]) for row in described}

@@ -20,7 +20,7 @@ import duckdb
 import orjson
 import structlog
 
-from pipeline.db import UTC_NOW, open_database, quote, table_names
+from pipeline.db import UTC_NOW, duckdb_reason, open_database, quote, table_names
 from pipeline.errors import ConfigError
 from pipeline.job import JobSpec
 from pipeline.loader import load_file
@@ -284,10 +284,25 @@ def prepare_database(spec: JobSpec) -> duckdb.DuckDBPyConnection:
         # (also when this run then finds nothing to do and records no run of its own).
         runs = quote(spec.output.runs_table)
         connection.execute(f"UPDATE {runs} SET status = 'abandoned' WHERE status = 'running'")
+    except duckdb.Error as exc:
+        connection.close()
+        raise _setup_error(spec, exc) from exc
     except BaseException:
         connection.close()
         raise
     return connection
+
+
+def _setup_error(spec: JobSpec, exc: duckdb.Error) -> ConfigError:
+    """DuckDB failed while the database was opened and checked, before any request: one line naming
+    the database, or the job's key when DuckDB ran out of memory (a memory limit of a few KB)."""
+    reason = duckdb_reason(exc)
+    if isinstance(exc, duckdb.OutOfMemoryException):
+        return ConfigError(
+            f"{spec.source_file}: key 'duckdb_memory_limit': {spec.duckdb_memory_limit} is too small "
+            f"for {spec.database} ({reason})"
+        )
+    return ConfigError(f"{spec.database}: cannot check the database ({reason})")
 
 
 def known_knees(connection: duckdb.DuckDBPyConnection, spec: JobSpec) -> dict[str, int]:
@@ -314,6 +329,9 @@ def open_for_reading(spec: JobSpec, *, memory_limit: str | None = None) -> duckd
     connection = open_database(spec.database, read_only=True, memory_limit=limit)
     try:
         outdated = needs_upgrade(connection, spec)
+    except duckdb.Error as exc:
+        connection.close()
+        raise _setup_error(spec, exc) from exc
     except BaseException:
         connection.close()
         raise

@@ -7,11 +7,11 @@ import orjson
 import pytest
 
 from pipeline.db import open_database
-from pipeline.errors import DatabaseLockedError, FailureClass
+from pipeline.errors import ConfigError, DatabaseLockedError, FailureClass
 from pipeline.job import JobSpec
 from pipeline.llm import Reply
 from pipeline.outcomes import Extracted, Failed, Usage
-from pipeline.store import RunStart, StoreWriter, known_knees, prepare_database
+from pipeline.store import RunStart, StoreWriter, known_knees, open_for_reading, prepare_database
 from tests.support.jobs import make_job, table_rows
 
 pytestmark = pytest.mark.anyio
@@ -275,3 +275,15 @@ def test_memory_limit_is_bounded_and_configurable(tmp_path: Path) -> None:
     row = connection.execute("SELECT current_setting('memory_limit')").fetchone()
     assert row == ("61.0 MiB",)  # DuckDB reports 64 MB as 61 MiB
     connection.close()
+
+
+def test_a_memory_limit_too_small_to_open_the_database_is_a_configuration_error(tmp_path: Path) -> None:
+    """A limit of a few KB fails inside DuckDB's first catalog read: one line naming the key, for the
+    run and for every reading command, not DuckDB's exception."""
+    spec = make_job(tmp_path, records=2)
+    prepare_database(spec).close()
+    small = spec.model_copy(update={"duckdb_memory_limit": "1KB"})
+    with pytest.raises(ConfigError, match=r"key 'duckdb_memory_limit': 1KB is too small for .*Out of Memory"):
+        prepare_database(small)
+    with pytest.raises(ConfigError, match=r"key 'duckdb_memory_limit': 1KB is too small"):
+        open_for_reading(small)
