@@ -73,10 +73,12 @@ def test_two_servers_are_both_used_and_the_faster_does_more(tmp_path: Path) -> N
 
 
 def test_a_server_killed_mid_run_and_restarted_costs_nothing_and_rejoins(tmp_path: Path) -> None:
-    build_postings(tmp_path / "postings.duckdb", 800)
+    # 1,600 records at 0.2 s: ~20 s of work, so much is left when the killed server comes back (with
+    # 800 at 0.1 s the other server sometimes finished everything before the probe let it rejoin).
+    build_postings(tmp_path / "postings.duckdb", 1600)
     with (
-        sim_process("--model", "test-model", "--latency", "0.1") as steady,
-        sim_process("--model", "test-model", "--latency", "0.1") as flaky,
+        sim_process("--model", "test-model", "--latency", "0.2") as steady,
+        sim_process("--model", "test-model", "--latency", "0.2") as flaky,
     ):
         job = write_job(
             tmp_path,
@@ -102,7 +104,7 @@ def test_a_server_killed_mid_run_and_restarted_costs_nothing_and_rejoins(tmp_pat
     assert process.returncode == 0, stderr[-3000:]
     assert before_kill > 0 and after_restart > 0  # used before the kill and again after the restart
     rows = table_rows(tmp_path / "postings.duckdb", "SELECT count(*), max(attempts) FROM results")
-    assert rows == [(800, 1)]  # nothing lost, no attempt spent on the outage
+    assert rows == [(1600, 1)]  # nothing lost, no attempt spent on the outage
     assert table_rows(tmp_path / "postings.duckdb", "SELECT count(*) FROM failures") == [(0,)]
     names = [event.get("event") for event in events(stderr)]
     assert any(str(name).startswith("endpoint down") for name in names)
