@@ -24,6 +24,7 @@ lint: $(INSTALLED)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 # The local vLLM end-to-end tests must run here, not be skipped.
 test: lint

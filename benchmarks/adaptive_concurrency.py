@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: tests.support
 
-from tests.support.closed_loop import LoadResult, Scenario, run_load
+from pipeline.bench.closed_loop import LoadResult, Scenario, run_load
 
 LEVELS = (1, 2, 4, 8, 16, 32, 64, 96, 128, 192, 256, 320, 384)
 

@@ -20,10 +20,10 @@ import anyio
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pipeline.job import load_job  # noqa: E402
-from pipeline.local import LocalServer, LocalServerOptions, run_job_locally, vllm_launch  # noqa: E402
-from pipeline.progress import LogProgress  # noqa: E402
-from pipeline.runner import RunOptions  # noqa: E402
+from pipeline.job.spec import load_job  # noqa: E402
+from pipeline.local import LocalServer, LocalServerOptions, vllm_launch  # noqa: E402
+from pipeline.run.progress import LogProgress  # noqa: E402
+from pipeline.run.runner import RunOptions, run_job_locally  # noqa: E402
 
 
 async def start_once(cache: Path) -> tuple[float, float]:

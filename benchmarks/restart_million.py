@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from clients.proc import server_metrics, status_kb
 from run_scale import REPO, print_table, start_sim, write_job
 
-from pipeline.job import load_job
-from pipeline.versions import content_hash_sql
+from pipeline.job.spec import load_job
+from pipeline.source.versions import content_hash_sql, version_of
 
 
 def prepare(folder: Path, url: str, rows: int, done: int) -> Path:
@@ -45,7 +45,7 @@ def prepare(folder: Path, url: str, rows: int, done: int) -> Path:
         capture_output=True,
     )
     spec = load_job(job)
-    version = spec.version()
+    version = version_of(spec)
     with duckdb.connect(str(database)) as connection:
         connection.execute(
             "INSERT INTO results (variant, record_id, run_id, extracted, model, attempts, prompt_tokens, "

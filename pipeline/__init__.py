@@ -16,10 +16,10 @@ from pipeline.errors import (
     TransientError,
     TruncatedError,
 )
-from pipeline.job import JobSpec, load_job
-from pipeline.loader import LoadReport, load_file
-from pipeline.runner import RunOptions, RunStatus, RunSummary, run_job
-from pipeline.status import JobStatus, job_status
+from pipeline.job.spec import JobSpec, load_job
+from pipeline.reports.status import JobStatus, job_status
+from pipeline.run.runner import RunOptions, RunStatus, RunSummary, run_job
+from pipeline.source.loader import LoadReport, load_file
 
 __all__ = [
     "BadOutputError",

@@ -19,10 +19,9 @@ import duckdb
 import yaml
 
 from clients.common import PROMPT_FILE, RECORDS_FILE, REPO, REQUESTS_FILE, messages_for
-from pipeline.fleet import client_settings
-from pipeline.job import load_job
-from pipeline.llm import ChatRequest, LLMClient
-from pipeline.prompt import PromptBuilder
+from pipeline.extraction.prompt import PromptBuilder, client_settings
+from pipeline.job.spec import load_job
+from pipeline.servers.client import ChatRequest, LLMClient
 
 ADZUNA = REPO.parent / "shared" / "datasets" / "adzuna_uk_jobs_2499.csv"
 FIELDS = ["title", "company", "location", "description"]

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import anyio
 
 from pipeline.bench.load import BenchOptions, RequestResult, run_level
-from pipeline.bench.metrics import ServerObservation, watch
+from pipeline.bench.observer import ServerObservation, watch
 from pipeline.bench.report import (
     COLUMNS,
     Knee,
@@ -24,8 +24,8 @@ from pipeline.bench.report import (
     with_scaling,
     write_outputs,
 )
-from pipeline.llm import ClientSettings, LLMClient
-from pipeline.server_metrics import metrics_url, parse_metrics
+from pipeline.servers.client import ClientSettings, LLMClient
+from pipeline.servers.scrape import metrics_url, parse_metrics
 
 __all__ = [
     "COLUMNS",

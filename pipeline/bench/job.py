@@ -7,15 +7,14 @@ import dataclasses
 from typing import Any
 
 from pipeline.bench.load import BenchOptions
-from pipeline.db import bind, quote
 from pipeline.errors import ConfigError
-from pipeline.fleet import client_settings
-from pipeline.job import JobSpec
-from pipeline.llm import LLMClient
-from pipeline.pending import sample_sql
-from pipeline.prompt import PromptBuilder
-from pipeline.source import source_relation
-from pipeline.store import open_for_reading
+from pipeline.extraction.prompt import PromptBuilder, client_settings
+from pipeline.job.spec import JobSpec
+from pipeline.servers.client import LLMClient
+from pipeline.source.db import bind, quote
+from pipeline.source.pending import sample_sql
+from pipeline.source.relation import source_relation
+from pipeline.store.opening import open_for_reading
 
 SAMPLE_SEED = 0
 

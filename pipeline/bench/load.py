@@ -10,8 +10,8 @@ from typing import Any
 import anyio
 import openai
 
-from pipeline.llm import ClientSettings, build_http_client, openai_client
-from pipeline.prompt import response_format_for
+from pipeline.extraction.prompt import response_format_for
+from pipeline.servers.client import ClientSettings, build_http_client, openai_client
 from schemas.linkedin import JobPosting
 
 _WORDS = [

@@ -11,7 +11,7 @@ from pathlib import Path
 import orjson
 
 from pipeline.bench.load import RequestResult
-from pipeline.bench.metrics import ServerObservation
+from pipeline.bench.observer import ServerObservation
 
 
 @dataclass(frozen=True, slots=True)

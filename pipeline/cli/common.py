@@ -12,9 +12,9 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
+from pipeline.cli.logs import configure_logging
 from pipeline.errors import AlreadyRunningError, ConfigError, FatalRunError, StalledRunError
-from pipeline.job import JobSpec, load_job
-from pipeline.logs import configure_logging
+from pipeline.job.spec import JobSpec, load_job
 
 # Exit codes, for cron and systemd (README "Exit codes").
 EXIT_FAILURES = 1  # completed, but some records failed (see `pipeline failures`)

@@ -27,17 +27,16 @@ from pipeline.cli.common import (
     load_job_or_exit,
     setup_logging,
 )
-from pipeline.db import open_database
 from pipeline.errors import PERMANENT_FAILURE_CLASSES, ConfigError, FailureClass, FatalRunError
-from pipeline.failures import class_names, parse_failure_classes
-from pipeline.job import JobSpec
-from pipeline.loader import LoadReport, load_file
-from pipeline.local import run_job_locally
-from pipeline.progress import LiveProgress, LogProgress, ProgressReporter, format_duration
-from pipeline.runner import RunOptions, RunSummary, run_job
-from pipeline.status import JobStatus, job_status
-from pipeline.variants import prompt_file_changes
-from pipeline.versions import StaleCause, parse_causes
+from pipeline.job.spec import JobSpec
+from pipeline.job.variants import prompt_file_changes
+from pipeline.reports.failures import class_names, parse_failure_classes
+from pipeline.reports.status import JobStatus, job_status
+from pipeline.run.progress import LiveProgress, LogProgress, ProgressReporter, format_duration
+from pipeline.run.runner import RunOptions, RunSummary, run_job, run_job_locally
+from pipeline.source.db import open_database
+from pipeline.source.loader import LoadReport, load_file
+from pipeline.source.versions import StaleCause, parse_causes
 
 # Transient failures are retried by every run, so --class takes only the others.
 FAILURE_CLASSES = class_names(PERMANENT_FAILURE_CLASSES)

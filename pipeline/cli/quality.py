@@ -21,8 +21,8 @@ from pipeline.cli.common import (
     load_job_or_exit,
 )
 from pipeline.errors import ConfigError, DatabaseLockedError
-from pipeline.job import JobSpec
-from pipeline.quality.review import ReviewPage, write_review
+from pipeline.job.spec import JobSpec
+from pipeline.quality.review_page import ReviewPage, write_review
 from pipeline.reports import (
     DEFAULT_REVIEW_SAMPLE,
     DEFAULT_SHOWN,

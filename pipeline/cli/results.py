@@ -21,8 +21,8 @@ from pipeline.cli.common import (
     load_job_or_exit,
 )
 from pipeline.errors import ConfigError, DatabaseLockedError, FailureClass
-from pipeline.export import FORMAT_BY_EXTENSION, ExportReport, export_format, export_results
-from pipeline.failures import FailureReport, failure_report, parse_failure_classes
+from pipeline.reports.export import FORMAT_BY_EXTENSION, ExportReport, export_format, export_results
+from pipeline.reports.failures import FailureReport, failure_report, parse_failure_classes
 
 T = TypeVar("T")
 

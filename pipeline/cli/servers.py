@@ -24,9 +24,9 @@ from pipeline.cli.common import (
     load_job_or_exit,
     setup_logging,
 )
+from pipeline.cli.logs import configure_logging
 from pipeline.errors import ConfigError, FatalRunError
 from pipeline.local import LocalServer, LocalServerOptions, vllm_launch
-from pipeline.logs import configure_logging
 
 if TYPE_CHECKING:  # the bench's modules (prometheus parser, matplotlib) load only for `bench`:
     from pipeline.bench import BenchOptions, SweepResult  # `run` starts faster without them

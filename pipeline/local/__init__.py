@@ -1,13 +1,16 @@
 """The embedded default: a real vLLM server (CPU build) with a small bundled model, on 127.0.0.1.
 
-``run_job_locally`` starts it on a free port, runs the job against it through exactly the same code as
-against gpt-oss-120b (only the endpoint and the model name differ) and stops it afterwards, also on
-Ctrl-C, errors, and kill of the parent.
+:func:`local_endpoint` is the endpoint factory a run enters when its job names ``endpoint.base_url:
+local``: it starts the server on a free port, yields its address and model, and stops it afterwards,
+also on Ctrl-C, errors, and kill of the parent. The job then runs through exactly the same code as
+against gpt-oss-120b (only the endpoint and the model name differ).
+
+It may import only :mod:`pipeline.servers` and :mod:`pipeline.errors`: it knows servers, not jobs or
+runs (``pipeline.run_job_locally`` is the run's side).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import json
 import sys
@@ -16,21 +19,18 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.endpoint_spec import LOCAL_ENDPOINT
 from pipeline.errors import LocalServerError
-from pipeline.job import JobSpec
 from pipeline.local.model import SERVED_MODEL_NAME, cache_root, ensure_model
 from pipeline.local.server import LocalServer, ServerLaunch, free_port, log_tail
-from pipeline.run_options import RunOptions, RunSummary
-from pipeline.runner import run_job
 
 __all__ = [
+    "SERVED_MODEL_NAME",
+    "LocalAddress",
     "LocalServer",
     "LocalServerOptions",
     "ServerLaunch",
     "local_endpoint",
     "log_tail",
-    "run_job_locally",
     "vllm_launch",
 ]
 
@@ -138,19 +138,18 @@ async def vllm_launch(options: LocalServerOptions) -> ServerLaunch:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class LocalAddress:
+    """Where the started server listens and the model name it serves."""
+
+    base_url: str
+    model: str
+
+
 @asynccontextmanager
-async def local_endpoint(spec: JobSpec, options: LocalServerOptions | None = None) -> AsyncIterator[JobSpec]:
-    """Start the local server and yield ``spec`` pointed at it; stop it afterwards (also on Ctrl-C,
-    errors, and kill of the parent). The runner enters this only when there is work to do."""
+async def local_endpoint(options: LocalServerOptions | None = None) -> AsyncIterator[LocalAddress]:
+    """Start the local server and yield its address; stop it afterwards (also on Ctrl-C, errors, and
+    kill of the parent). A run enters this only when there is work to do."""
     launch = await vllm_launch(options or LocalServerOptions())
     async with LocalServer(launch) as local:
-        yield spec.with_overrides(base_url=local.base_url, model=local.model)
-
-
-async def run_job_locally(
-    spec: JobSpec, options: RunOptions | None = None, server: LocalServerOptions | None = None
-) -> RunSummary:
-    """Run ``spec`` against a local vLLM server started (and stopped) for this run, through exactly the
-    same code as against any other server; a configuration error, or nothing to do, starts no server."""
-    options = dataclasses.replace(options or RunOptions(), local_server=server or LocalServerOptions())
-    return await run_job(spec.with_overrides(base_url=LOCAL_ENDPOINT, model=SERVED_MODEL_NAME), options)
+        yield LocalAddress(local.base_url, local.model)

@@ -5,13 +5,22 @@ reads the results and calls these.
 * :mod:`~pipeline.quality.fields`: what a schema's fields are (kinds, sub-fields, grounded paths);
 * :mod:`~pipeline.quality.normalize`: the one text normalisation everything compares with;
 * :mod:`~pipeline.quality.matching`: whether two values match (settings, keys, one-to-one lists);
-* :mod:`~pipeline.quality.metrics`: field-by-field agreement, its report and its table;
+* :mod:`~pipeline.quality.agreement`: field-by-field agreement, its report and its table;
 * :mod:`~pipeline.quality.gold`: reading a gold file;
 * :mod:`~pipeline.quality.grounding`: locating values in the record text.
 """
 
 from __future__ import annotations
 
+from pipeline.quality.agreement import (
+    AgreementReport,
+    FieldDifference,
+    FieldScore,
+    RecordAgreement,
+    format_table,
+    measure_agreement,
+    record_key,
+)
 from pipeline.quality.fields import (
     FieldKind,
     FieldSpec,
@@ -25,15 +34,6 @@ from pipeline.quality.fields import (
 from pipeline.quality.gold import Gold, read_gold
 from pipeline.quality.grounding import GroundedValue, Grounding, MatchKind, ground
 from pipeline.quality.matching import MatchSettings, Scores
-from pipeline.quality.metrics import (
-    AgreementReport,
-    FieldDifference,
-    FieldScore,
-    RecordAgreement,
-    format_table,
-    measure_agreement,
-    record_key,
-)
 from pipeline.quality.normalize import (
     NORMALISATION_RULE,
     NormalizedText,

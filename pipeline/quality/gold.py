@@ -30,8 +30,8 @@ import orjson
 from pydantic import BaseModel
 
 from pipeline.errors import ConfigError
+from pipeline.quality.agreement import record_key
 from pipeline.quality.fields import FieldKind, FieldSpec, did_you_mean, schema_fields
-from pipeline.quality.metrics import record_key
 
 SUFFIXES = (".jsonl", ".ndjson", ".json", ".csv")
 TRUE_WORDS = frozenset({"true", "yes", "1"})
@@ -222,7 +222,7 @@ def _rows(path: Path, id_column: str, specs: Mapping[str, FieldSpec]) -> Iterato
 
 
 def read_gold(path: Path, id_column: str, schema: type[BaseModel]) -> Gold:
-    """The gold records in ``path``, keyed by :func:`~pipeline.quality.metrics.record_key` of their ids."""
+    """The gold records in ``path``, keyed by :func:`~pipeline.quality.agreement.record_key` of their ids."""
     specs = {spec.name: spec for spec in schema_fields(schema)}
     csv_cells = path.suffix.lower() == ".csv"
     records: dict[str, dict[str, Any]] = {}

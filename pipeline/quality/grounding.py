@@ -213,5 +213,6 @@ class Grounder:
         return cls(paths, fuzzy_threshold) if paths else None
 
     def ground(self, extraction: Mapping[str, Any], texts: Mapping[str, str]) -> Grounding:
-        """``texts``: the record's prompt fields as sent (:meth:`pipeline.prompt.PromptBuilder.texts`)."""
+        """``texts``: the record's prompt fields as sent
+        (:meth:`pipeline.extraction.prompt.PromptBuilder.texts`)."""
         return ground(extraction, texts, self.paths, fuzzy_threshold=self.fuzzy_threshold)

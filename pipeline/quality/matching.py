@@ -1,5 +1,5 @@
 """Whether two values match under the user's matching settings: the primitives of the agreement
-metrics (:mod:`pipeline.quality.metrics`).
+metrics (:mod:`pipeline.quality.agreement`).
 
 Every value becomes a *key* once (:func:`value_key`: normalised text, a float, a tagged value); equal
 keys match. Keys that differ still match when fuzzy matching is on (text) or a numeric tolerance is

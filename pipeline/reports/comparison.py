@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline.errors import ConfigError
-from pipeline.job import JobSpec
+from pipeline.job.spec import JobSpec
 from pipeline.quality import AgreementReport, RecordAgreement, format_table, grounded_paths
-from pipeline.quality.review import ReviewPage
+from pipeline.quality.review_page import ReviewPage
 from pipeline.reports.reading import JobOutput, Sample, Scope, StoredResult, open_output, sample_scope
 from pipeline.reports.review import (
     DISAGREEMENT_NOTE,

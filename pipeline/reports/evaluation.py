@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from pipeline.errors import ConfigError
-from pipeline.job import JobSpec
+from pipeline.job.spec import JobSpec
 from pipeline.quality import (
     AgreementReport,
     Gold,
@@ -23,7 +23,7 @@ from pipeline.quality import (
     read_gold,
     schema_fields,
 )
-from pipeline.quality.review import ReviewPage, VariantView
+from pipeline.quality.review_page import ReviewPage, VariantView
 from pipeline.reports.reading import JobOutput, Sample, StoredResult, keys_scope, open_output, sample_scope
 from pipeline.reports.review import ViewBuilder, page, review_records
 from pipeline.reports.shared import GroundingSummary, grounding_lines, grounding_summary, ids_text

@@ -3,7 +3,7 @@ in SQL, so that only the records a report is about reach Python.
 
 Which records a query reads is a :class:`Scope`: a SQL condition on an id column, with its named
 parameters. Scopes combine with :meth:`Scope.all_of`: the ids of a gold file, a seeded sample of the
-source (:func:`pipeline.pending.sample_sql`, the one definition of ``--sample``), the records every
+source (:func:`pipeline.source.pending.sample_sql`, the one definition of ``--sample``), the records every
 variant extracted, or attempted (a result or a failure each), or that any variant attempted.
 
 Every id that reaches Python is keyed by :func:`~pipeline.quality.record_key`, as gold files are: the
@@ -20,15 +20,15 @@ from typing import Any
 import duckdb
 import orjson
 
-from pipeline.db import bind, quote
 from pipeline.errors import ConfigError
-from pipeline.failures import open_job_output
-from pipeline.job import JobSpec
-from pipeline.pending import sample_sql
-from pipeline.prompt import as_sent
+from pipeline.extraction.prompt import as_sent
+from pipeline.job.spec import JobSpec
 from pipeline.quality import record_key
-from pipeline.quality.review import GroundedSpan
-from pipeline.source import source_relation
+from pipeline.quality.review_page import GroundedSpan
+from pipeline.source.db import bind, quote
+from pipeline.source.pending import sample_sql
+from pipeline.source.relation import source_relation
+from pipeline.store.opening import open_job_output
 
 
 @dataclass(frozen=True, slots=True)

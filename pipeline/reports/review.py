@@ -13,10 +13,10 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from pipeline.job import JobSpec
+from pipeline.job.spec import JobSpec
 from pipeline.quality import AgreementReport, ground, grounded_paths, measure_agreement, schema_fields
-from pipeline.quality.metrics import id_order
-from pipeline.quality.review import GroundedSpan, ReviewPage, ReviewRecord, VariantView
+from pipeline.quality.agreement import id_order
+from pipeline.quality.review_page import GroundedSpan, ReviewPage, ReviewRecord, VariantView
 from pipeline.reports.reading import (
     Sample,
     Scope,

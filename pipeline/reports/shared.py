@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from pipeline.quality.metrics import id_order
+from pipeline.quality.agreement import id_order
 from pipeline.reports.reading import StoredResult
 
 SHOWN_IDS = 10

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from pipeline.store import CHAOS_COMMIT_DELAY_ENV
+from pipeline.store.writer import CHAOS_COMMIT_DELAY_ENV
 from tests.support.datasets import build_postings
 from tests.support.jobs import table_rows, write_job
 from tests.support.processes import REPO, pipeline_command, sim_metric, sim_server, subprocess_env

@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 
 from pipeline.errors import FailureClass
-from pipeline.job import load_job
-from pipeline.parse import MAX_ECHOED_OUTPUT_CHARS, REASK_INSTRUCTION
-from pipeline.prompt import PromptBuilder
+from pipeline.extraction.parse import MAX_ECHOED_OUTPUT_CHARS, REASK_INSTRUCTION
+from pipeline.extraction.prompt import PromptBuilder
+from pipeline.job.spec import load_job
 from pipeline.sim.answers import CHARS_PER_TOKEN, prompt_tokens
 from tests.support.datasets import build_postings
 from tests.support.jobs import table_rows, write_job

@@ -23,10 +23,11 @@ from typer.testing import CliRunner
 
 import pipeline.cli as cli
 from pipeline.errors import FatalRunError
-from pipeline.fleet import client_settings
-from pipeline.job import load_job
-from pipeline.progress import LogProgress, snapshot_path
-from pipeline.runner import RunOptions, run_job
+from pipeline.extraction.prompt import client_settings
+from pipeline.job.spec import load_job
+from pipeline.run.progress import LogProgress
+from pipeline.run.runner import RunOptions, run_job
+from pipeline.store.snapshot import snapshot_path
 from tests.support.jobs import make_source, table_rows, write_job
 from tests.support.processes import REPO, pipeline_command, sim_server, subprocess_env
 

@@ -8,17 +8,14 @@ from contextlib import asynccontextmanager
 import anyio
 import httpx2
 
-from pipeline.endpoint import Endpoint
-from pipeline.endpoint_spec import EndpointConfig
 from pipeline.errors import first_error
-from pipeline.fleet import client_settings
-from pipeline.job import JobSpec
-from pipeline.llm import LLMClient
-from pipeline.router import Router
-
-
-async def no_sleep(_: float) -> None:
-    return None
+from pipeline.extraction.prompt import client_settings
+from pipeline.job.spec import JobSpec
+from pipeline.servers.client import LLMClient
+from pipeline.servers.config import EndpointConfig
+from pipeline.servers.endpoint import Endpoint
+from pipeline.servers.router import Router
+from tests.support.runs import no_sleep
 
 
 def endpoint_for(

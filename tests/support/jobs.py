@@ -8,7 +8,7 @@ from typing import Any
 import duckdb
 import yaml
 
-from pipeline.job import JobSpec, load_job
+from pipeline.job.spec import JobSpec, load_job
 
 
 def job_dict(**overrides: Any) -> dict[str, Any]:

@@ -15,10 +15,11 @@ import anyio
 import httpx2
 import orjson
 
-from pipeline.job import JobSpec
-from pipeline.runner import RunOptions, RunSummary, run_job
+from pipeline.job.spec import JobSpec
+from pipeline.run.runner import RunOptions, RunSummary, run_job
 from tests.support.fakes import completion, error, good_completion, respond
 from tests.support.jobs import make_job
+from tests.support.runs import no_sleep
 
 #: Record number -> how the scripted server answers it; every other record gets a good answer.
 INVALID_JSON_RECORDS = (1, 2, 3)
@@ -49,13 +50,9 @@ def scripted_answer(request: httpx2.Request) -> httpx2.Response:
     return respond(good_completion(title=f"Title {number}", years=number))
 
 
-async def _no_sleep(_: float) -> None:
-    return None
-
-
 def run_scripted(spec: JobSpec, **options: Any) -> RunSummary:
     transport = httpx2.MockTransport(scripted_answer)
-    return anyio.run(run_job, spec, RunOptions(transport=transport, sleep=_no_sleep, **options))
+    return anyio.run(run_job, spec, RunOptions(transport=transport, sleep=no_sleep, **options))
 
 
 def job_with_outputs(folder: Path, records: int = 12, **overrides: Any) -> JobSpec:

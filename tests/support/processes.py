@@ -23,6 +23,18 @@ def pipeline_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "pipeline", *args]
 
 
+def run_pipeline(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """The ``pipeline`` command in a child process, from the repository, its output captured."""
+    return subprocess.run(
+        pipeline_command(*args),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=subprocess_env(),
+        cwd=REPO,
+    )
+
+
 def subprocess_env(**extra: str) -> dict[str, str]:
     env = {**os.environ, "PYTHONPATH": str(REPO), **extra}
     env.pop("PIPELINE_BASE_URL", None)

@@ -25,11 +25,12 @@ import httpx2
 import orjson
 import pytest
 
-from pipeline.job import JobSpec, load_job
+from pipeline.job.spec import JobSpec, load_job
 from pipeline.reports import Sample
-from pipeline.runner import RunOptions, RunSummary, run_job
+from pipeline.run.runner import RunOptions, RunSummary, run_job
 from tests.support.fakes import completion, respond
 from tests.support.jobs import write_job
+from tests.support.runs import no_sleep
 
 SOURCE_IDS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 42)
 LATE_ID = 50
@@ -117,13 +118,9 @@ def answering(answer: Answer) -> httpx2.MockTransport:
     return httpx2.MockTransport(handle)
 
 
-async def _no_sleep(_: float) -> None:
-    return None
-
-
 def run_variant(spec: JobSpec, variant: str, answer: Answer, **options: Any) -> RunSummary:
     """One real run of ``variant`` of the job against a server answering with ``answer``."""
-    run_options = RunOptions(transport=answering(answer), sleep=_no_sleep, **options)
+    run_options = RunOptions(transport=answering(answer), sleep=no_sleep, **options)
     return anyio.run(run_job, spec.for_variant(variant), run_options)
 
 

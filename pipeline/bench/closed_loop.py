@@ -1,0 +1,297 @@
+"""A closed-loop load harness over the simulator's in-process engine: keep ``limit`` requests in flight
+at a fixed concurrency or under an :class:`~pipeline.servers.limits.AdaptiveLimit`, fed as an endpoint
+feeds it (every reply, every timeout, a ``/metrics`` scrape every few seconds, ``update`` every second).
+
+By default time is virtual: the event loop's clock jumps to its next timer whenever nothing is ready,
+so a two-hour scenario at c=256 takes seconds of CPU and no real waiting, and a run is deterministic.
+``Scenario.speed`` runs it in real time instead, compressed by that factor. Every number reported is in
+the profile's own (unscaled) seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import random
+import selectors
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipeline.servers.knee_search import DEFAULT_TUNING, ServerLoad, Tuning
+from pipeline.servers.limits import AdaptiveLimit, LimitChange
+from pipeline.sim.engine import Engine, Sequence
+from pipeline.sim.profiles import PROFILES, REFERENCE_OUTPUT_TOKENS, REFERENCE_PROMPT_TOKENS
+
+
+class _VirtualSelector(selectors.BaseSelector):
+    """A real selector polled without blocking; where the loop would block, virtual time moves on."""
+
+    def __init__(self) -> None:
+        self._real = selectors.DefaultSelector()
+        self.now = 0.0
+
+    def register(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
+        return self._real.register(fileobj, events, data)
+
+    def unregister(self, fileobj: Any) -> selectors.SelectorKey:
+        return self._real.unregister(fileobj)
+
+    def modify(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
+        return self._real.modify(fileobj, events, data)
+
+    def get_map(self) -> Mapping[Any, selectors.SelectorKey]:
+        return self._real.get_map()
+
+    def close(self) -> None:
+        self._real.close()
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        ready = self._real.select(0)
+        if ready or timeout == 0:
+            return ready
+        if timeout is None:
+            raise RuntimeError("virtual clock: nothing is scheduled, the simulation would wait forever")
+        self.now += timeout
+        return []
+
+
+class VirtualClockLoop(asyncio.SelectorEventLoop):
+    """An event loop on virtual time: ``asyncio.sleep(300)`` returns at once, 300 s later by its clock."""
+
+    def __init__(self) -> None:
+        self._virtual = _VirtualSelector()
+        super().__init__(self._virtual)
+
+    def time(self) -> float:
+        return self._virtual.now
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """The requests: the profiles' reference shape by default, with answers of varying length."""
+
+    prompt_tokens: int = REFERENCE_PROMPT_TOKENS
+    prefix_tokens: int = 1000  # a system prompt shared by every request (vLLM's prefix cache)
+    output_tokens: int = REFERENCE_OUTPUT_TOKENS  # reasoning and answer, on average
+    output_spread: float = 0.25  # each answer is output_tokens x (1 ± spread), uniformly
+    seed: int = 0
+
+    def sequence(self, rng: random.Random) -> Sequence:
+        spread = self.output_spread * (2 * rng.random() - 1)
+        output = max(1, round(self.output_tokens * (1 + spread)))
+        return Sequence(self.prompt_tokens, output, prefix_key="system", prefix_tokens=self.prefix_tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    """One run's setting: the server (a profile, with overrides), the requests, the client's timeout and
+    cadences, and the controller's bounds and tuning (used when the run is ``auto``)."""
+
+    profile: str
+    duration_s: float  # the profile's seconds
+    max_num_seqs: int | None = None  # override the profile's
+    kv_cache_tokens: int | None = None  # override the profile's
+    workload: Workload = field(default_factory=Workload)
+    timeout_s: float = 900.0  # the client's timeout per request
+    scrape_every_s: float = 5.0
+    update_every_s: float = 1.0
+    metrics: bool = True  # False: the controller gets no /metrics (a server without them)
+    maximum: int = 512  # the controller's bounds
+    minimum: int = 1
+    initial: int | None = None
+    known_knee: int | None = None  # an earlier run's knee: auto starts there
+    tuning: Tuning = DEFAULT_TUNING
+    speed: float | None = None  # None: virtual time; else real time compressed this much
+
+    @property
+    def label(self) -> str:
+        overrides = [f"max-num-seqs {self.max_num_seqs}"] if self.max_num_seqs else []
+        overrides += [f"KV {self.kv_cache_tokens:,} tokens"] if self.kv_cache_tokens else []
+        return self.profile + (f" ({', '.join(overrides)})" if overrides else "")
+
+
+@dataclass(frozen=True, slots=True)
+class LoadResult:
+    """What a run did, in the profile's seconds from its start."""
+
+    concurrency: str  # "auto" or the fixed level
+    duration_s: float
+    replies: tuple[tuple[float, int], ...]  # (finish time, output tokens), in order
+    timeouts: int
+    mean_running: float
+    peak_running: int
+    mean_waiting: float
+    peak_waiting: int
+    preemptions: int
+    trace: tuple[tuple[float, int], ...]  # (time, limit): the start and every change
+    changes: tuple[tuple[float, LimitChange], ...]
+    knee_at: float | None  # when the controller first found its knee
+
+    def throughput(self, start_s: float = 0.0, end_s: float | None = None) -> float:
+        """Delivered output tok/s between two moments of the run."""
+        end = self.duration_s if end_s is None else end_s
+        times = [finished for finished, _ in self.replies]
+        first, last = bisect.bisect_right(times, start_s), bisect.bisect_right(times, end)
+        return sum(tokens for _, tokens in self.replies[first:last]) / (end - start_s)
+
+    @property
+    def final_limit(self) -> int:
+        return self.trace[-1][1]
+
+    def limit_at(self, moment_s: float) -> int:
+        index = bisect.bisect_right([at for at, _ in self.trace], moment_s) - 1
+        return self.trace[max(index, 0)][1]
+
+    def limits_between(self, start_s: float, end_s: float | None = None) -> list[int]:
+        """Every limit in force at some moment of the interval."""
+        end = self.duration_s if end_s is None else end_s
+        return [self.limit_at(start_s)] + [limit for at, limit in self.trace if start_s < at <= end]
+
+
+@dataclass(slots=True)
+class _Run:
+    """The mutable state of one run while it goes."""
+
+    scenario: Scenario
+    engine: Engine
+    controller: AdaptiveLimit | None
+    fixed: int
+    rng: random.Random
+    in_flight: int = 0
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    replies: list[tuple[float, int]] = field(default_factory=list)
+    timeouts: int = 0
+    samples: list[tuple[int, int]] = field(default_factory=list)  # (running, waiting) per scrape
+    trace: list[tuple[float, int]] = field(default_factory=list)
+    changes: list[tuple[float, LimitChange]] = field(default_factory=list)
+    knee_at: float | None = None
+
+    @property
+    def limit(self) -> int:
+        return self.controller.limit if self.controller is not None else self.fixed
+
+    async def sleep(self, model_s: float) -> None:
+        await asyncio.sleep(model_s / self.engine.speed)
+
+    async def request(self) -> None:
+        sequence = self.scenario.workload.sequence(self.rng)
+        started = self.engine.now()
+        try:
+            await asyncio.wait_for(
+                self.engine.generate(sequence), self.scenario.timeout_s / self.engine.speed
+            )
+        except TimeoutError:
+            self.timeouts += 1
+            if self.controller is not None:
+                self.controller.on_timeout()
+        else:
+            now = self.engine.now()
+            self.replies.append((now, sequence.output_tokens))
+            if self.controller is not None:
+                self.controller.on_finished(
+                    latency_s=now - started, output_tokens=sequence.output_tokens, ok=True
+                )
+        finally:
+            self.in_flight -= 1
+            self.wake.set()
+
+    async def scrape(self) -> None:
+        metrics = self.engine.metrics
+        while True:
+            await self.sleep(self.scenario.scrape_every_s)
+            self.samples.append((metrics.running, metrics.waiting))
+            if self.controller is not None and self.scenario.metrics:
+                load = ServerLoad(metrics.running, metrics.waiting, metrics.kv_usage, metrics.preemptions)
+                self.controller.on_server_load(load)
+
+    async def adapt(self, controller: AdaptiveLimit) -> None:
+        while True:
+            await self.sleep(self.scenario.update_every_s)
+            change = controller.update(in_flight=self.in_flight)
+            now = self.engine.now()
+            if controller.at_knee and self.knee_at is None:
+                self.knee_at = now
+            if change is not None:
+                self.changes.append((now, change))
+                self.trace.append((now, change.new))
+                self.wake.set()
+
+
+def _prepare(scenario: Scenario, fixed: int | None, clock: Callable[[], float]) -> _Run:
+    """The engine (in the profile's seconds when ``clock`` is virtual) and, for ``auto``, the controller."""
+    engine = Engine(
+        PROFILES[scenario.profile],
+        speed=scenario.speed or 1.0,
+        max_num_seqs=scenario.max_num_seqs,
+        kv_cache_tokens=scenario.kv_cache_tokens,
+        clock=clock,
+    )
+    controller = None
+    if fixed is None:
+        controller = AdaptiveLimit(
+            maximum=scenario.maximum,
+            minimum=scenario.minimum,
+            timeout_s=scenario.timeout_s,
+            initial=scenario.initial,
+            known_knee=scenario.known_knee,
+            clock=engine.now,
+            tuning=scenario.tuning,
+        )
+    return _Run(scenario, engine, controller, fixed or 0, random.Random(scenario.workload.seed))
+
+
+async def _drive(scenario: Scenario, fixed: int | None, clock: Callable[[], float]) -> LoadResult:
+    """Keep the limit's worth of requests in flight until the scenario's time is up."""
+    run = _prepare(scenario, fixed, clock)
+    engine, controller = run.engine, run.controller
+    started = engine.now()
+    run.trace.append((started, run.limit))
+    helpers = [asyncio.create_task(run.scrape())]
+    if controller is not None:
+        helpers.append(asyncio.create_task(run.adapt(controller)))
+    requests: set[asyncio.Task[None]] = set()
+    end = asyncio.get_running_loop().call_later(scenario.duration_s / engine.speed, run.wake.set)
+    while engine.now() - started < scenario.duration_s - 1e-9:
+        while run.in_flight < run.limit:
+            run.in_flight += 1
+            task = asyncio.create_task(run.request())
+            requests.add(task)
+            task.add_done_callback(requests.discard)
+        run.wake.clear()
+        await run.wake.wait()
+    end.cancel()
+    for task in [*helpers, *requests]:
+        task.cancel()
+    await asyncio.gather(*helpers, *requests, return_exceptions=True)
+    return _result(run, started, fixed)
+
+
+def _result(run: _Run, started: float, fixed: int | None) -> LoadResult:
+    samples = run.samples or [(0, 0)]
+    return LoadResult(
+        concurrency="auto" if fixed is None else str(fixed),
+        duration_s=run.scenario.duration_s,
+        replies=tuple((finished - started, tokens) for finished, tokens in run.replies),
+        timeouts=run.timeouts,
+        mean_running=sum(running for running, _ in samples) / len(samples),
+        peak_running=run.engine.metrics.peak_running,
+        mean_waiting=sum(waiting for _, waiting in samples) / len(samples),
+        peak_waiting=run.engine.metrics.peak_waiting,
+        preemptions=run.engine.metrics.preemptions,
+        trace=tuple((at - started, limit) for at, limit in run.trace),
+        changes=tuple((at - started, change) for at, change in run.changes),
+        knee_at=None if run.knee_at is None else run.knee_at - started,
+    )
+
+
+def run_load(scenario: Scenario, concurrency: int | None = None) -> LoadResult:
+    """Run one scenario at a fixed ``concurrency``, or under ``AdaptiveLimit`` when it is None."""
+    if concurrency is not None and concurrency < 1:
+        raise ValueError(f"concurrency must be at least 1, not {concurrency}")
+    if scenario.speed is not None:
+        return asyncio.run(_drive(scenario, concurrency, time.monotonic))
+    with asyncio.Runner(loop_factory=VirtualClockLoop) as runner:
+        loop = runner.get_loop()
+        return runner.run(_drive(scenario, concurrency, loop.time))

@@ -1,0 +1,12 @@
+"""The job: what to extract and how, as one validated spec.
+
+Owns the job file (``jobs/*.yaml``: loading, ``${VAR}`` interpolation, validation, the schema class),
+its variants and few-shot examples, and the wording of configuration errors about it. Everything
+here is pure: no database, no network.
+
+May import: :mod:`pipeline.servers` (the endpoint settings a job declares), :mod:`pipeline.errors`.
+"""
+
+from pipeline.job.spec import MAIN_VARIANT, JobSpec, load_job
+
+__all__ = ["MAIN_VARIANT", "JobSpec", "load_job"]

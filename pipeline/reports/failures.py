@@ -1,0 +1,138 @@
+"""``pipeline failures``: a job's failures table summarised by failure class, with a few examples each.
+
+Only a handful of rows per class ever reach Python (a window function picks them in DuckDB), and the
+raw outputs are cut in SQL, so a table of a million failures with megabyte replies reads in a blink.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import duckdb
+
+from pipeline.errors import ConfigError, FailureClass
+from pipeline.job.spec import JobSpec
+from pipeline.source.db import quote
+from pipeline.store.opening import open_job_output
+
+MESSAGE_CHARS = 200
+RAW_OUTPUT_CHARS = 120
+# Cut long texts in SQL first, with room for the whitespace that one_line() squeezes out.
+_SQL_CUT_CHARS = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class FailureExample:
+    record_id: Any
+    attempts: int | None
+    message: str
+    raw_output: str | None  # an excerpt of last_raw_output, one line
+
+
+@dataclass(frozen=True, slots=True)
+class FailureClassSummary:
+    failure_class: str
+    count: int
+    examples: tuple[FailureExample, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class FailureReport:
+    database: str
+    table: str
+    classes: tuple[FailureClassSummary, ...]  # by count, largest first
+
+    @property
+    def total(self) -> int:
+        return sum(summary.count for summary in self.classes)
+
+
+def class_names(allowed: Collection[FailureClass] = tuple(FailureClass)) -> list[str]:
+    """The ``allowed`` classes' names, in the order the failure classes are defined."""
+    return [str(failure_class) for failure_class in FailureClass if failure_class in allowed]
+
+
+def parse_failure_classes(
+    values: Iterable[str], allowed: Collection[FailureClass] = tuple(FailureClass)
+) -> list[FailureClass]:
+    """``--class`` values as failure classes; one not in ``allowed`` is a :class:`ConfigError`."""
+    valid = class_names(allowed)
+    parsed = []
+    for value in values:
+        if value not in valid:
+            problem = "not taken here" if value in class_names() else "unknown failure class"
+            raise ConfigError(f"--class {value!r}: {problem}; use one of {', '.join(valid)}")
+        parsed.append(FailureClass(value))
+    return parsed
+
+
+def one_line(text: str | None, limit: int) -> str | None:
+    """Whitespace (newlines included) squeezed to single spaces, cut to ``limit`` characters."""
+    if text is None:
+        return None
+    squeezed = " ".join(text.split())
+    return squeezed if len(squeezed) <= limit else squeezed[: limit - 1] + "…"
+
+
+def failure_report(spec: JobSpec, classes: Sequence[FailureClass] = (), examples: int = 3) -> FailureReport:
+    """Count the job's failures per class (all classes, or only ``classes``), with ``examples`` each."""
+    table = spec.output.failures_table
+    connection = open_job_output(spec, [table])
+    try:
+        counts = _class_counts(connection, table, spec.variant, classes)
+        picked = _examples(connection, table, spec.variant, classes, examples) if examples > 0 else {}
+    finally:
+        connection.close()
+    summaries = tuple(FailureClassSummary(name, count, tuple(picked.get(name, ()))) for name, count in counts)
+    return FailureReport(database=str(spec.database), table=table, classes=summaries)
+
+
+def _class_filter(variant: str, classes: Sequence[FailureClass]) -> tuple[str, list[Any]]:
+    if not classes:
+        return " WHERE variant = ?", [variant]
+    return " WHERE variant = ? AND failure_class IN (SELECT unnest(?))", [
+        variant,
+        [str(name) for name in classes],
+    ]
+
+
+def _class_counts(
+    connection: duckdb.DuckDBPyConnection, table: str, variant: str, classes: Sequence[FailureClass]
+) -> list[tuple[str, int]]:
+    where, parameters = _class_filter(variant, classes)
+    rows = connection.execute(
+        f"SELECT failure_class, count(*) AS n FROM {quote(table)}{where} GROUP BY 1 ORDER BY n DESC, 1",
+        parameters,
+    ).fetchall()
+    return [(str(name), int(count)) for name, count in rows]
+
+
+def _examples(
+    connection: duckdb.DuckDBPyConnection,
+    table: str,
+    variant: str,
+    classes: Sequence[FailureClass],
+    per_class: int,
+) -> dict[str, list[FailureExample]]:
+    """The most recent ``per_class`` failures of each class."""
+    where, parameters = _class_filter(variant, classes)
+    rows = connection.execute(
+        f"SELECT failure_class, record_id, attempts, left(message, {_SQL_CUT_CHARS}), "
+        f"left(last_raw_output, {_SQL_CUT_CHARS}) FROM ("
+        "SELECT *, row_number() OVER (PARTITION BY failure_class ORDER BY created_at DESC, record_id) AS n "
+        f"FROM {quote(table)}{where}) WHERE n <= ? ORDER BY failure_class, n",
+        [*parameters, per_class],
+    ).fetchall()
+    picked: dict[str, list[FailureExample]] = {}
+    for name, record_id, attempts, message, raw_output in rows:
+        picked.setdefault(str(name), []).append(
+            FailureExample(
+                record_id=record_id,
+                attempts=attempts,
+                message=one_line(message, MESSAGE_CHARS) or "",
+                raw_output=one_line(raw_output, RAW_OUTPUT_CHARS),
+            )
+        )
+    return picked

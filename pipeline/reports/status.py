@@ -1,0 +1,174 @@
+"""``pipeline status``: done / failed / pending / stale / orphaned, tokens per record, and the rate and
+ETA of the last run, for one variant.
+
+While a run holds the database, DuckDB lets no other process open it, so the status comes from the
+progress snapshot the run keeps beside the database instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+
+from pipeline.errors import DatabaseLockedError
+from pipeline.job.spec import JobSpec
+from pipeline.source.db import bind, quote, table_names
+from pipeline.source.pending import PendingQueries
+from pipeline.source.relation import source_relation
+from pipeline.source.versions import JOB_CAUSES, StaleCause, read_counts, read_stale_counts, version_of
+from pipeline.store.opening import open_for_reading
+from pipeline.store.snapshot import read_snapshot
+
+
+@dataclass(frozen=True, slots=True)
+class JobStatus:
+    database: str
+    variant: str = "main"
+    source_records: int | None = None
+    done: int | None = None  # current or stale results of records still in the source
+    failed: dict[str, int] = field(default_factory=dict)
+    pending: int | None = None
+    content_changed: int = 0  # of the pending: records whose prompt fields changed since
+    stale: dict[str, int] = field(default_factory=dict)  # "total" and one count per cause
+    orphaned: int = 0  # results whose record is no longer in the source
+    tokens_per_done: dict[str, float] | None = None  # every attempt's tokens over the records done
+    grounding: dict[str, dict[str, float]] = field(default_factory=dict)  # per grounded path
+    last_run: dict[str, Any] | None = None
+    live: dict[str, Any] | None = None  # the snapshot of a run that holds the database right now
+
+    @property
+    def rate_per_min(self) -> float | None:
+        run = self.last_run
+        if not run or not run.get("started_at") or not run.get("updated_at"):
+            return None
+        seconds = (run["updated_at"] - run["started_at"]).total_seconds()
+        finished = (run.get("done") or 0) + (run.get("failed") or 0)
+        return finished * 60.0 / seconds if seconds > 0 and finished else None
+
+    @property
+    def eta_s(self) -> float | None:
+        rate = self.rate_per_min
+        return self.pending * 60.0 / rate if rate and self.pending is not None else None
+
+
+def job_status(spec: JobSpec) -> JobStatus:
+    """Read the job's status. Blocking (DuckDB); the CLI calls it directly."""
+    try:
+        connection = open_for_reading(spec)
+    except DatabaseLockedError:
+        return JobStatus(database=str(spec.database), variant=spec.variant, live=read_snapshot(spec.database))
+    try:
+        return _read_status(connection, spec)
+    finally:
+        connection.close()
+
+
+def _scalar(connection: duckdb.DuckDBPyConnection, sql: str, parameters: dict[str, Any] | None = None) -> int:
+    row = connection.execute(sql, bind(sql, parameters or {})).fetchone()
+    return int(row[0]) if row and row[0] is not None else 0
+
+
+def _read_status(connection: duckdb.DuckDBPyConnection, spec: JobSpec) -> JobStatus:
+    out = spec.output
+    tables = table_names(connection)
+    source_known = spec.source.query is not None or (spec.source.table or "").lower() in tables
+    base = JobStatus(database=str(spec.database), variant=spec.variant, done=0)
+    if out.results_table.lower() not in tables or not source_known:
+        total = _scalar(connection, f"SELECT count(*) FROM {source_relation(spec)}") if source_known else None
+        return dataclasses.replace(base, source_records=total, pending=total)
+    queries = PendingQueries(spec, version_of(spec))
+    parameters = queries.parameters()
+    metadata = _scalar(connection, f"SELECT count(*) FROM ({queries.ids_sql('metadata')})", parameters)
+    content = _scalar(connection, f"SELECT count(*) FROM ({queries.ids_sql('content')})", parameters)
+    counts = _stale_counts(connection, queries, parameters)
+    results, orphaned = counts.pop("results"), counts.pop("orphaned")
+    return dataclasses.replace(
+        base,
+        source_records=_scalar(connection, f"SELECT count(*) FROM {source_relation(spec)}"),
+        done=results - orphaned,
+        orphaned=orphaned,
+        failed=_failed(connection, spec),
+        pending=metadata + content,
+        content_changed=content,
+        stale=counts,
+        tokens_per_done=_tokens_per_done(connection, spec),
+        grounding=_grounding(connection, spec),
+        last_run=_last_run(connection, spec),
+    )
+
+
+def _stale_counts(
+    connection: duckdb.DuckDBPyConnection, queries: PendingQueries, parameters: dict[str, Any]
+) -> dict[str, int]:
+    values = read_stale_counts(connection, queries.spec, queries.version)
+    changed = read_counts(connection, queries.changed_count_sql(), parameters)
+    return {
+        "results": values["results"],
+        "orphaned": values["orphaned"],
+        "total": values["stale"] + changed["content_only"],
+        str(StaleCause.CONTENT): changed["content"],
+        **{str(cause): values[str(cause)] for cause in JOB_CAUSES},
+    }
+
+
+def _failed(connection: duckdb.DuckDBPyConnection, spec: JobSpec) -> dict[str, int]:
+    rows = connection.execute(
+        f"SELECT failure_class, count(*) FROM {quote(spec.output.failures_table)} "
+        "WHERE variant = ? GROUP BY ALL ORDER BY ALL",
+        [spec.variant],
+    ).fetchall()
+    return {str(name): int(count) for name, count in rows}
+
+
+def _tokens_per_done(connection: duckdb.DuckDBPyConnection, spec: JobSpec) -> dict[str, float] | None:
+    """What a finished record costs, failures and retries included: the runs' totals over their done."""
+    row = connection.execute(
+        "SELECT sum(done), sum(prompt_tokens), sum(completion_tokens), sum(reasoning_tokens) "
+        f"FROM {quote(spec.output.runs_table)} WHERE variant = ?",
+        [spec.variant],
+    ).fetchone()
+    if not row or not row[0]:
+        return None
+    done = float(row[0])
+    return {"prompt": row[1] / done, "completion": row[2] / done, "reasoning": (row[3] or 0) / done}
+
+
+def _grounding(connection: duckdb.DuckDBPyConnection, spec: JobSpec) -> dict[str, dict[str, float]]:
+    """Per grounded path, how many extracted values were found in their record's text."""
+    rows = connection.execute(
+        "SELECT g.path, count(*), count(*) FILTER (WHERE g.match <> 'none') FROM (SELECT unnest("
+        """from_json(grounding, '[{"path": "VARCHAR", "match": "VARCHAR"}]')) AS g """
+        f"FROM {quote(spec.output.results_table)} WHERE variant = ? AND grounding IS NOT NULL) "
+        "GROUP BY 1 ORDER BY 1",
+        [spec.variant],
+    ).fetchall()
+    return {
+        str(path): {"found": int(found), "values": int(values), "share": found / values}
+        for path, values, found in rows
+    }
+
+
+def _last_run(connection: duckdb.DuckDBPyConnection, spec: JobSpec) -> dict[str, Any] | None:
+    cursor = connection.execute(
+        f"SELECT * FROM {quote(spec.output.runs_table)} WHERE variant = ? ORDER BY run_id DESC LIMIT 1",
+        [spec.variant],
+    )
+    row = cursor.fetchone()
+    if row is None:
+        return None
+    names = [column[0] for column in cursor.description]
+    run = {name: _plain(value) for name, value in zip(names, row, strict=True)}
+    if run["status"] == "running":
+        # We could open the database, so no process holds it: that run was killed without a trace.
+        run["status"] = "abandoned"
+    return run
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dt.datetime) and value.tzinfo is None:
+        return value.replace(tzinfo=dt.UTC)
+    return value

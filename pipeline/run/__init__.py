@@ -1,0 +1,16 @@
+"""The run: the composition root that puts the stages together.
+
+Owns ``run_job`` (producer → bounded stream → workers → one writer), what a run is asked and returns,
+opening the run's servers (the fleet, with the local server as one endpoint factory), committing
+outcomes, and operating an unattended run: signals and shutdown, the stall watchdog, live counters,
+progress and Prometheus metrics.
+
+May import every stage below it: :mod:`pipeline.store`, :mod:`pipeline.extraction`,
+:mod:`pipeline.source`, :mod:`pipeline.job`, :mod:`pipeline.servers`, :mod:`pipeline.quality`,
+:mod:`pipeline.local` (started only when a job asks for it), :mod:`pipeline.errors`.
+"""
+
+from pipeline.run.options import RunOptions, RunStatus, RunSummary
+from pipeline.run.runner import count_pending, run_job, run_job_locally
+
+__all__ = ["RunOptions", "RunStatus", "RunSummary", "count_pending", "run_job", "run_job_locally"]

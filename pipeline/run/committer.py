@@ -1,0 +1,69 @@
+"""The writer task of a run: batches finished outcomes and commits each batch in one transaction.
+
+A batch is committed every ``FLUSH_INTERVAL_S`` or at ``FLUSH_MAX_ROWS``, in a shielded scope: a
+cancelled run still commits what it finished, and a crash loses at most what was in flight or not yet
+committed, which the next run redoes.
+"""
+
+from __future__ import annotations
+
+import anyio
+import duckdb
+from anyio.streams.memory import MemoryObjectReceiveStream
+
+from pipeline.errors import FatalRunError
+from pipeline.extraction.outcomes import Failed, Outcome
+from pipeline.run.stats import RunStats
+from pipeline.source.db import duckdb_reason
+from pipeline.store.writer import StoreWriter
+
+FLUSH_INTERVAL_S = 0.5
+FLUSH_MAX_ROWS = 1000
+
+
+async def commit_outcomes(
+    outcomes: MemoryObjectReceiveStream[Outcome], writer: StoreWriter, stats: RunStats
+) -> None:
+    """Receive outcomes until the stream ends, committing them in batches; the last batch too."""
+    batch: list[Outcome] = []
+    deadline = anyio.current_time() + FLUSH_INTERVAL_S
+    async with outcomes:
+        while True:
+            with anyio.move_on_after(max(0.0, deadline - anyio.current_time())):
+                try:
+                    batch.append(await outcomes.receive())
+                except anyio.EndOfStream:
+                    break
+                _drain_ready(outcomes, batch, FLUSH_MAX_ROWS)
+            if len(batch) >= FLUSH_MAX_ROWS or anyio.current_time() >= deadline:
+                await _commit(batch, writer, stats)
+                batch = []
+                deadline = anyio.current_time() + FLUSH_INTERVAL_S
+    await _commit(batch, writer, stats)
+
+
+async def _commit(batch: list[Outcome], writer: StoreWriter, stats: RunStats) -> None:
+    if not batch:
+        return
+    with anyio.CancelScope(shield=True):
+        try:
+            await writer.write(batch)
+        except duckdb.Error as exc:
+            raise FatalRunError(
+                f"{writer.spec.database}: cannot write results ({duckdb_reason(exc)})"
+            ) from exc
+    for outcome in batch:
+        if isinstance(outcome, Failed):
+            stats.failed += 1
+            stats.failures[str(outcome.failure_class)] += 1
+        else:
+            stats.done += 1
+
+
+def _drain_ready(outcomes: MemoryObjectReceiveStream[Outcome], batch: list[Outcome], limit: int) -> None:
+    """Take what is already waiting, without blocking; the next receive() reports the end."""
+    while len(batch) < limit:
+        try:
+            batch.append(outcomes.receive_nowait())
+        except (anyio.WouldBlock, anyio.EndOfStream):
+            return

@@ -1,0 +1,375 @@
+"""The one place that talks to the model server.
+
+Builds each chat-completion request, sends it with AsyncOpenAI (its own retries off: the retry policy
+lives in :mod:`pipeline.extraction.retry`), reads the reply body with orjson, and translates every SDK / HTTP
+error into :mod:`pipeline.errors`. It never retries and never looks at the answer's meaning.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import email.utils
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypedDict
+
+import aiohttp
+import anyio
+import httpx2
+import openai
+import orjson
+
+from pipeline.errors import (
+    ConnectionLostError,
+    EndpointUnreachableError,
+    FatalRunError,
+    ModelNotServedError,
+    PermanentRecordError,
+    PipelineError,
+    ServerUnreachableError,
+    StructuredOutputRejectedError,
+    TransientError,
+)
+
+# vLLM (uvicorn) closes idle keep-alive connections after 5 s; reusing one it is closing gives a
+# reset. Expiring ours first avoids that race.
+KEEPALIVE_EXPIRY_S = 4.0
+CONNECT_TIMEOUT_S = 30.0
+_RETRYABLE_STATUS = frozenset({408, 409, 425, 429})
+# A 400 about the request's structured output, not about the record (vLLM without guided decoding,
+# other OpenAI-compatible servers): "response_format", "json_schema", "guided_json".
+_STRUCTURED_OUTPUT_WORDS = re.compile(
+    r"response_format|json_schema|guided_(json|decoding)|structured output", re.I
+)
+
+
+class ChatMessage(TypedDict):
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    """What varies between attempts for one record: the messages and the token budget."""
+
+    messages: tuple[ChatMessage, ...]
+    max_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    content: str | None
+    reasoning: str | None
+    finish_reason: str | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    reasoning_tokens: int | None
+    latency_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class ClientSettings:
+    """Everything about a request that is the same for every record of a job."""
+
+    base_url: str
+    model: str
+    api_key: str | None = field(default=None, repr=False)  # never in a repr, a log line or an error
+    api_key_env: str | None = None
+    concurrency: int = 256
+    request_timeout_s: float = 900.0
+    temperature: float | None = 0.0
+    reasoning_effort: str | None = "low"
+    response_format: dict[str, Any] | None = None
+    extra_body: dict[str, Any] = field(default_factory=dict)
+    # /v1/models answers at once even from a server busy with 256 requests, so waiting long for it
+    # only delays the error when the server is down or the address is wrong.
+    preflight_timeout_s: float = 10.0
+    # The system prompt with the schema appended, for a job that leaves the schema out of the prompt
+    # (include_schema: false) when the server refuses response_format: then the prompt must carry it.
+    system_with_schema: str | None = field(default=None, repr=False)
+
+
+def build_http_client(
+    settings: ClientSettings, transport: httpx2.AsyncBaseTransport | None = None
+) -> httpx2.AsyncClient:
+    """A pool that never makes a request wait for a connection, with long read timeouts.
+
+    Requests go through aiohttp under the SDK (openai's ``aiohttp`` extra): httpcore2's pool scans
+    every pooled connection on each request and each close, which at 256 connections cost over twice
+    the client CPU per request (benchmarks/compare_clients.py). Each request gets aiohttp timeouts
+    built from ``timeout`` with no total, so aiohttp's 5-minute session default never applies. An
+    explicit ``transport`` (tests' in-memory servers) runs on httpx2's own client instead."""
+    limits = httpx2.Limits(
+        max_connections=settings.concurrency + 16,  # headroom for the preflight and metrics scrapes
+        max_keepalive_connections=settings.concurrency,
+        keepalive_expiry=KEEPALIVE_EXPIRY_S,
+    )
+    timeout = httpx2.Timeout(
+        connect=CONNECT_TIMEOUT_S,
+        read=settings.request_timeout_s,
+        write=CONNECT_TIMEOUT_S,
+        pool=settings.request_timeout_s,
+    )
+    if transport is not None:
+        return openai.DefaultAsyncHttpx2Client(limits=limits, timeout=timeout, transport=transport)
+    return openai.DefaultAioHttpClient(limits=limits, timeout=timeout)
+
+
+def openai_client(settings: ClientSettings, http: httpx2.AsyncClient) -> openai.AsyncOpenAI:
+    """The SDK over ``http``, its own retries off: the retry policy lives in
+    :mod:`pipeline.extraction.retry`."""
+    return openai.AsyncOpenAI(
+        base_url=settings.base_url,
+        api_key=settings.api_key or "EMPTY",  # what vLLM without --api-key expects
+        max_retries=0,
+        timeout=http.timeout,
+        http_client=http,
+    )
+
+
+class LLMClient:
+    """Sends chat completions; :meth:`complete` returns a :class:`Reply` or raises a pipeline error."""
+
+    def __init__(self, settings: ClientSettings, *, transport: httpx2.AsyncBaseTransport | None = None):
+        self.settings = settings
+        self._http = build_http_client(settings, transport)
+        self._openai = openai_client(settings, self._http)
+        self._system_override: str | None = None
+
+    async def __aenter__(self) -> LLMClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._openai.close()
+
+    def request_body(self, request: ChatRequest) -> dict[str, Any]:
+        """The JSON body of ``POST /chat/completions``; ``reasoning_effort`` is a top-level field."""
+        messages = list(request.messages)
+        if self._system_override is not None and messages and messages[0]["role"] == "system":
+            messages[0] = {"role": "system", "content": self._system_override}
+        body: dict[str, Any] = {
+            "model": self.settings.model,
+            "messages": messages,
+            "max_tokens": request.max_tokens,
+        }
+        if self.settings.temperature is not None:
+            body["temperature"] = self.settings.temperature
+        if self.settings.reasoning_effort is not None:
+            body["reasoning_effort"] = self.settings.reasoning_effort
+        if self.settings.response_format is not None:
+            body["response_format"] = self.settings.response_format
+        body.update(self.settings.extra_body)
+        return body
+
+    async def complete(self, request: ChatRequest) -> Reply:
+        # The SDK's low-level post with a body serialised once by orjson: chat.completions.create
+        # would walk every message through its type transforms and re-encode with the json module,
+        # which costs more CPU than the rest of the pipeline together at thousands of requests/s.
+        content = orjson.dumps(self.request_body(request))
+        started = time.perf_counter()
+        try:
+            with anyio.fail_after(self.settings.request_timeout_s):
+                response = await self._openai.post(
+                    "/chat/completions", cast_to=httpx2.Response, content=content
+                )
+        except TimeoutError as exc:
+            raise self._timeout_error() from exc
+        except openai.APIError as exc:
+            raise self._translate(exc) from exc
+        return parse_completion_body(response.content, time.perf_counter() - started)
+
+    async def check_server(self) -> None:
+        """Fail the run early if the server is down, refuses the key, or does not serve the model."""
+        url = self.settings.base_url
+        try:
+            with anyio.fail_after(self.settings.preflight_timeout_s):
+                raw = await self._openai.models.with_raw_response.list()
+        except TimeoutError as exc:
+            raise EndpointUnreachableError(
+                f"{url}/models did not answer within {self.settings.preflight_timeout_s:g} s "
+                "(operations.preflight_timeout_s): is the server up, and is the address right?"
+            ) from exc
+        except openai.NotFoundError:
+            return  # a server without a model list; the first completion will tell
+        except openai.APIError as exc:
+            error = self._translate(exc)
+            if isinstance(error, FatalRunError):
+                raise error from exc
+            if isinstance(error, ServerUnreachableError):
+                raise EndpointUnreachableError(str(error)) from exc
+            raise EndpointUnreachableError(f"{url}/models failed: {error}") from exc
+        served = _served_models(raw.http_response.content)
+        if served is not None and self.settings.model not in served:
+            raise ModelNotServedError(
+                f"{url} does not serve model '{self.settings.model}'; "
+                f"it serves: {', '.join(sorted(served)) or 'nothing'}"
+            )
+
+    async def probe(self) -> bool:
+        """Whether the server answers at all (any HTTP status) within the preflight timeout."""
+        try:
+            with anyio.fail_after(self.settings.preflight_timeout_s):
+                await self._openai.models.with_raw_response.list()
+        except openai.APIStatusError:
+            return True
+        except (TimeoutError, openai.APIError):
+            return False
+        return True
+
+    async def probe_completion(self) -> bool:
+        """Whether the server finishes a one-token completion within the request timeout: after a
+        stall, a server whose API still lists models may have an engine that generates nothing."""
+        body = self.request_body(ChatRequest(({"role": "user", "content": "ping"},), 1))
+        body.pop("response_format", None)
+        try:
+            with anyio.fail_after(min(self.settings.request_timeout_s, 60.0)):
+                await self._openai.post(
+                    "/chat/completions", cast_to=httpx2.Response, content=orjson.dumps(body)
+                )
+        except (TimeoutError, openai.APIError):
+            return False
+        return True
+
+    def without_structured_output(self) -> None:
+        """The server refused ``response_format``: send requests without it from now on, with the
+        schema in the system prompt instead (validation and re-asks keep the answers honest)."""
+        self.settings = dataclasses.replace(self.settings, response_format=None)
+        self._system_override = self.settings.system_with_schema
+
+    def _key_hint(self) -> str:
+        name = self.settings.api_key_env
+        if name is None:
+            return "the job sends no API key: name the variable holding it in endpoint.api_key_env"
+        state = "is set" if self.settings.api_key else "is not set"
+        return f"the API key comes from environment variable {name} (endpoint.api_key_env), which {state}"
+
+    def _timeout_error(self) -> TransientError:
+        return TransientError(
+            f"no reply within {self.settings.request_timeout_s:.0f} s (request_timeout_s); "
+            "a server queueing at high concurrency needs a longer timeout",
+            timed_out=True,
+        )
+
+    def _translate_transport(self, exc: openai.APIConnectionError) -> PipelineError:
+        url = self.settings.base_url
+        kind, cause = _transport_cause(exc)
+        text = _one_line(str(cause)) if cause is not None else ""
+        if kind == "timeout":
+            return self._timeout_error()
+        if kind == "connect":
+            return ServerUnreachableError(f"cannot connect to {url}: {text or 'refused'}")
+        return ConnectionLostError(f"connection to {url} failed: {type(cause).__name__} {text}".rstrip())
+
+    def _translate(self, exc: openai.APIError) -> PipelineError:
+        url = self.settings.base_url
+        if isinstance(exc, openai.APIConnectionError):  # APITimeoutError included
+            return self._translate_transport(exc)
+        if isinstance(exc, openai.APIStatusError):
+            return _translate_status(exc, url, self.settings.model, self._key_hint())
+        return TransientError(f"unexpected reply from {url}: {_one_line(str(exc))}")
+
+
+def _transport_cause(exc: BaseException) -> tuple[str, BaseException | None]:
+    """What went wrong on the wire: ``connect``, ``timeout`` or ``other``, and the error saying so.
+
+    aiohttp's errors reach us through the SDK's adapter, which turns every connection error (a refused
+    connect, a server that hung up) into ``httpx2.ConnectTimeout``: the aiohttp error in the chain is
+    the one that tells them apart."""
+    chain: list[BaseException] = []
+    cause: BaseException | None = exc
+    while cause is not None and len(chain) < 8:
+        chain.append(cause)
+        cause = cause.__cause__
+    native = next((error for error in chain if isinstance(error, aiohttp.ClientError)), None)
+    if native is not None:
+        if isinstance(native, aiohttp.ClientConnectorError):
+            return "connect", native
+        if isinstance(native, aiohttp.ServerTimeoutError):
+            return "timeout", native
+        return "other", native
+    wire = chain[1] if len(chain) > 1 else None
+    if isinstance(wire, httpx2.ConnectError):
+        return "connect", wire
+    if isinstance(exc, openai.APITimeoutError):
+        return "timeout", wire
+    return "other", wire
+
+
+def _translate_status(exc: openai.APIStatusError, url: str, model: str, key_hint: str) -> PipelineError:
+    status = exc.status_code
+    detail = f"HTTP {status}: {_server_message(exc)}"
+    if status in (401, 403):
+        return FatalRunError(f"{url} refused the request ({detail}); {key_hint}")
+    if status == 404:
+        return FatalRunError(f"{url}: model '{model}' or its chat completions route not found ({detail})")
+    if status in _RETRYABLE_STATUS or status >= 500:
+        return TransientError(detail, retry_after=retry_after_seconds(exc.response.headers))
+    if status == 400 and _STRUCTURED_OUTPUT_WORDS.search(detail):
+        return StructuredOutputRejectedError(f"{url} does not take response_format ({detail})")
+    return PermanentRecordError(detail)
+
+
+def _server_message(exc: openai.APIStatusError) -> str:
+    body = exc.body
+    message: object = None
+    if isinstance(body, dict):
+        inner = body.get("error")
+        message = body.get("message") or (inner.get("message") if isinstance(inner, dict) else inner)
+    return _one_line(str(message or exc.message))[:300]
+
+
+def retry_after_seconds(headers: httpx2.Headers) -> float | None:
+    """``Retry-After`` (seconds or HTTP date) or ``retry-after-ms``, as seconds; ``None`` if absent."""
+    if (millis := headers.get("retry-after-ms")) is not None:
+        try:
+            return max(0.0, float(millis) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def parse_completion_body(content: bytes, latency_s: float) -> Reply:
+    """Read the fields we use from a chat-completion body; reasoning may be in either field name."""
+    try:
+        body = orjson.loads(content)
+        choice = body["choices"][0]
+        message = choice["message"]
+        usage = body.get("usage") or {}
+        details = usage.get("completion_tokens_details") or {}
+        return Reply(
+            content=message.get("content"),
+            reasoning=message.get("reasoning") or message.get("reasoning_content"),
+            finish_reason=choice.get("finish_reason"),
+            prompt_tokens=usage.get("prompt_tokens"),
+            completion_tokens=usage.get("completion_tokens"),
+            reasoning_tokens=details.get("reasoning_tokens"),
+            latency_s=latency_s,
+        )
+    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, AttributeError) as exc:
+        raise TransientError("the server sent a malformed chat completion body") from exc
+
+
+def _served_models(content: bytes) -> set[str] | None:
+    try:
+        return {str(entry["id"]) for entry in orjson.loads(content)["data"]}
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        return None
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())

@@ -1,0 +1,152 @@
+"""Where a job's requests go: ``endpoint:`` (one server, and the defaults for all) and ``endpoints:`` (a
+list of servers, each at its own concurrency, fixed or ``auto``), resolved into :class:`EndpointConfig`.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from dataclasses import dataclass
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+
+#: ``endpoint.base_url: local`` runs the job against the embedded local vLLM server.
+LOCAL_ENDPOINT = "local"
+#: ``concurrency: auto``: an adaptive limit per endpoint (:mod:`pipeline.servers.limits`), up to
+#: max_concurrency.
+AUTO = "auto"
+CONCURRENCY_RULE = "must be a number from 1 to 8192, or auto"
+
+
+def _concurrency(value: object) -> int | str:
+    """A number of requests in flight, or ``auto``, in one message when it is neither."""
+    if isinstance(value, str) and value.strip().lower() == AUTO:
+        return AUTO
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ValueError(CONCURRENCY_RULE)
+    try:
+        number = int(value)
+    except ValueError:
+        raise ValueError(CONCURRENCY_RULE) from None
+    if not 1 <= number <= 8192:
+        raise ValueError(CONCURRENCY_RULE)
+    return number
+
+
+Concurrency = Annotated[int | Literal["auto"], BeforeValidator(_concurrency)]
+_KEY_ENV_PATTERN = r"^[A-Z_][A-Z0-9_]*$"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def checked_base_url(value: str, *, local_allowed: bool) -> str:
+    if local_allowed and value == LOCAL_ENDPOINT:
+        return value
+    if not value.startswith(("http://", "https://")):
+        extra = f" (or be '{LOCAL_ENDPOINT}')" if local_allowed else ""
+        raise ValueError(f"must start with http:// or https://{extra}")
+    parts = urllib.parse.urlsplit(value)
+    # The URL is stored in the runs table and printed in errors, so it must not carry a secret;
+    # the value is not echoed for the same reason.
+    if parts.username is not None or parts.password is not None or parts.query or parts.fragment:
+        raise ValueError(
+            "must not contain credentials, a query or a fragment: put the API key in an environment "
+            "variable named by endpoint.api_key_env"
+        )
+    if not parts.hostname:
+        raise ValueError("has no host name")
+    return value.rstrip("/")
+
+
+class EndpointSpec(_Strict):
+    """``endpoint:``: the server of a one-server job, and the defaults of every ``endpoints:`` entry."""
+
+    base_url: str | None = Field(default=None, min_length=1)
+    # The NAME of the variable holding the key: a key pasted here would end up in messages.
+    api_key_env: str | None = Field(default=None, pattern=_KEY_ENV_PATTERN, max_length=128)
+    structured_output: bool = True
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        return None if value is None else checked_base_url(value, local_allowed=True)
+
+    @property
+    def is_local(self) -> bool:
+        return self.base_url == LOCAL_ENDPOINT
+
+
+class EndpointEntry(_Strict):
+    """One server of ``endpoints:``; what it leaves out comes from ``endpoint:`` and the job."""
+
+    base_url: str = Field(min_length=1)
+    concurrency: Concurrency | None = None
+    max_concurrency: int | None = Field(default=None, ge=1, le=8192)
+    model: str | None = Field(default=None, min_length=1)
+    api_key_env: str | None = Field(default=None, pattern=_KEY_ENV_PATTERN, max_length=128)
+    structured_output: bool | None = None
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        return checked_base_url(value, local_allowed=False)
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointConfig:
+    """One server as a run uses it."""
+
+    base_url: str
+    model: str
+    concurrency: int | None  # None: auto
+    max_concurrency: int
+    api_key_env: str | None
+    structured_output: bool
+
+    @property
+    def name(self) -> str:
+        """A short label for logs and metrics: host:port."""
+        parts = urllib.parse.urlsplit(self.base_url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        return f"{parts.hostname}:{port}"
+
+    @property
+    def most_in_flight(self) -> int:
+        return self.concurrency if self.concurrency is not None else self.max_concurrency
+
+    @property
+    def knee_key(self) -> str:
+        """What a knee found by `concurrency: auto` belongs to: this server serving this model."""
+        return f"{self.base_url} {self.model}"
+
+
+def resolve_endpoints(
+    endpoint: EndpointSpec,
+    entries: list[EndpointEntry],
+    *,
+    model: str,
+    concurrency: Concurrency,
+    max_concurrency: int,
+) -> list[EndpointConfig]:
+    """``endpoints:`` with the defaults filled in, or ``endpoint:`` as the only one."""
+    if not entries:
+        assert endpoint.base_url is not None  # the job spec checks it
+        entries = [EndpointEntry.model_construct(base_url=endpoint.base_url)]
+    resolved = []
+    for entry in entries:
+        level = entry.concurrency if entry.concurrency is not None else concurrency
+        resolved.append(
+            EndpointConfig(
+                base_url=entry.base_url,
+                model=entry.model or model,
+                concurrency=None if level == AUTO else int(level),
+                max_concurrency=entry.max_concurrency or max_concurrency,
+                api_key_env=entry.api_key_env or endpoint.api_key_env,
+                structured_output=(
+                    endpoint.structured_output if entry.structured_output is None else entry.structured_output
+                ),
+            )
+        )
+    return resolved

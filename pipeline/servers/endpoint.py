@@ -1,0 +1,212 @@
+"""One server as a run uses it: its client, its concurrency limit (fixed, or adaptive with ``auto``), its
+health, its in-flight requests and its numbers. The :mod:`pipeline.servers.router` owns the endpoints.
+
+:class:`EndpointHealth` is the one place that says whether a server is up: a refused connection, a lost
+connection that a probe confirms, a stall, or too many server-side failures in a row mark it down; only
+a probe that answers marks it up again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import anyio
+import httpx2
+import structlog
+
+from pipeline.servers.client import LLMClient, Reply
+from pipeline.servers.config import EndpointConfig
+from pipeline.servers.knee_search import ServerLoad
+from pipeline.servers.limits import AdaptiveLimit, LimitChange
+from pipeline.servers.scrape import metrics_url, parse_metrics, server_load
+
+log = structlog.get_logger("pipeline.servers.endpoint")
+
+
+class EndpointEvacuatedError(Exception):
+    """The request was cancelled because its endpoint stalled: it goes to another one, at no cost."""
+
+
+@dataclass(slots=True)
+class EndpointStats:
+    """Per-endpoint numbers for progress, status and Prometheus (label ``endpoint``)."""
+
+    requests: int = 0
+    answers: int = 0
+    output_tokens: int = 0
+    timeouts: int = 0
+    outages: int = 0
+    last_answer_at: float = field(default_factory=time.monotonic)
+
+    def as_dict(self, endpoint: Endpoint) -> dict[str, object]:
+        return {
+            "base_url": endpoint.config.base_url,
+            "up": endpoint.health.up,
+            "limit": endpoint.limit,
+            "in_flight": endpoint.in_use,
+            "requests": self.requests,
+            "answers": self.answers,
+            "output_tokens": self.output_tokens,
+            "timeouts": self.timeouts,
+            "outages": self.outages,
+        }
+
+
+class EndpointHealth:
+    """Up or down, why, and since when. Every decision about a server's health is made here."""
+
+    def __init__(self, *, abort_after_failures: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.up = True
+        self.reason: str | None = None
+        self.down_since: float | None = None
+        self.probe_completion = False  # a stall: only a real completion proves the engine works
+        self._clock = clock
+        self._abort_after = abort_after_failures
+        self._failures_in_a_row = 0
+
+    def mark_down(self, reason: str, *, stalled: bool = False) -> bool:
+        """True if this took the endpoint down (it was up)."""
+        if not self.up:
+            return False
+        self.up, self.reason, self.down_since = False, reason, self._clock()
+        self.probe_completion = stalled
+        return True
+
+    def mark_up(self) -> None:
+        self.up, self.reason, self.down_since = True, None, None
+        self._failures_in_a_row = 0
+
+    def record_finished(self, *, server_side_failure: bool) -> bool:
+        """Count a record's outcome; true when enough server-side failures in a row say it is broken."""
+        self._failures_in_a_row = self._failures_in_a_row + 1 if server_side_failure else 0
+        return self._failures_in_a_row >= self._abort_after
+
+    @property
+    def failures_in_a_row(self) -> int:
+        return self._failures_in_a_row
+
+
+class Endpoint:
+    """A server: ``client`` sends, ``limit``/``in_use`` bound the requests in flight, ``health`` says
+    whether to send at all, and the adaptive ``controller`` (with ``auto``) moves the limit."""
+
+    def __init__(
+        self,
+        config: EndpointConfig,
+        client: LLMClient,
+        *,
+        abort_after_failures: int,
+        timeout_s: float,
+        known_knee: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config
+        self.client = client
+        self.health = EndpointHealth(abort_after_failures=abort_after_failures, clock=clock)
+        self.controller = (
+            AdaptiveLimit(
+                maximum=config.max_concurrency, timeout_s=timeout_s, known_knee=known_knee, clock=clock
+            )
+            if config.concurrency is None
+            else None
+        )
+        self.limit = self.controller.limit if self.controller else config.most_in_flight
+        self.in_use = 0
+        self.stats = EndpointStats(last_answer_at=clock())
+        self._clock = clock
+        self._scopes: set[anyio.CancelScope] = set()
+        self.metrics_available = self.controller is not None  # only auto needs the server's numbers
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def found_knee(self) -> int | None:
+        """The knee `concurrency: auto` bracketed on this server in this run, if it did."""
+        controller = self.controller
+        return controller.best_level if controller is not None and controller.at_knee else None
+
+    @property
+    def has_room(self) -> bool:
+        return self.health.up and self.in_use < self.limit
+
+    @property
+    def load(self) -> float:
+        return self.in_use / self.limit
+
+    @contextmanager
+    def request(self) -> Iterator[anyio.CancelScope]:
+        """One request in flight here; :meth:`evacuate` cancels it (then EndpointEvacuatedError)."""
+        scope = anyio.CancelScope()
+        self._scopes.add(scope)
+        self.stats.requests += 1
+        try:
+            with scope:
+                yield scope
+        finally:
+            self._scopes.discard(scope)
+        if scope.cancelled_caught:
+            raise EndpointEvacuatedError(f"{self.name} stalled; the request goes to another endpoint")
+
+    def evacuate(self) -> int:
+        """Cancel the requests in flight here (their records go back to the others, at no cost)."""
+        for scope in list(self._scopes):
+            scope.cancel()
+        return len(self._scopes)
+
+    def answered(self, reply: Reply, latency_s: float) -> None:
+        self.stats.answers += 1
+        self.stats.output_tokens += reply.completion_tokens or 0
+        self.stats.last_answer_at = self._clock()
+        if self.controller is not None:
+            self.controller.on_finished(
+                latency_s=latency_s, output_tokens=reply.completion_tokens or 0, ok=True
+            )
+
+    def refused_by_server(self, latency_s: float) -> None:
+        """An HTTP error status: the server answered, but delivered nothing."""
+        self.stats.last_answer_at = self._clock()
+        if self.controller is not None:
+            self.controller.on_finished(latency_s=latency_s, output_tokens=0, ok=False)
+
+    def rejoined(self) -> None:
+        """A probe answered: back in the rotation, a stall counted from now, not from before the outage."""
+        self.health.mark_up()
+        self.stats.last_answer_at = self._clock()
+
+    def timed_out(self) -> None:
+        self.stats.timeouts += 1
+        if self.controller is not None:
+            self.controller.on_timeout()
+
+    def stalled_for_s(self) -> float:
+        """How long requests have been in flight here without any answer (0 with none in flight)."""
+        return self._clock() - self.stats.last_answer_at if self.in_use else 0.0
+
+    def adapt(self) -> LimitChange | None:
+        """Let the adaptive controller decide; the new limit applies to the next request."""
+        if self.controller is None:
+            return None
+        change = self.controller.update(in_flight=self.in_use)
+        if change is not None:
+            self.limit = change.new
+        return change
+
+    async def read_server_load(self, http: httpx2.AsyncClient) -> ServerLoad | None:
+        """One scrape of the server's /metrics for the controller; a server without them is asked no more."""
+        try:
+            response = await http.get(metrics_url(self.config.base_url))
+        except httpx2.HTTPError:
+            return None
+        if response.status_code != 200:
+            self.metrics_available = False
+            log.info("no /metrics: the adaptive limit works from latency and throughput", endpoint=self.name)
+            return None
+        load = server_load(parse_metrics(response.text))
+        if self.controller is not None:
+            self.controller.on_server_load(load)
+        return load

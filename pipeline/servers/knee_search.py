@@ -1,0 +1,230 @@
+"""The search behind `concurrency: auto` (:mod:`pipeline.servers.limits`): what one measurement window
+saw, the state of the search for the knee, the controller's knobs and what a ``/metrics`` scrape says.
+
+A window starts at the first reply to a request sent after the last change (earlier ones belong to the
+old limit: the transient) and lasts ``window_replies`` x limit replies, ``min_window_s``, and until the
+standard error of its rate is below what its comparison needs (``precision`` for a small step, 5% for a
+doubling, which must gain 23%): ~8 minutes at c=256 with 2-minute replies, ~1 minute at c=8. It measures
+the delivery rate by Little's law, ``in flight x tokens / latency``, exact to ~0.1%.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class ServerLoad:
+    """One ``/metrics`` scrape; a field is None when the server does not report it."""
+
+    running: float | None  # vllm:num_requests_running
+    waiting: float | None  # vllm:num_requests_waiting
+    kv_usage: float | None  # vllm:kv_cache_usage_perc, 0..1 (older vLLM: vllm:gpu_cache_usage_perc)
+    preemptions_total: float | None  # vllm:num_preemptions_total, a counter
+
+
+@dataclass(frozen=True, slots=True)
+class Tuning:
+    """The controller's knobs; the defaults are what the benchmark and the tests ran with."""
+
+    growth: float = 2.0  # the ramp's factor per window while steps pay well
+    min_step: float = 0.04  # the smallest relative step: the precision of the knee
+    min_elasticity: float = 0.3  # an increase must return >= 0.3% throughput per 1% of concurrency
+    ramp_elasticity: float = 0.35  # a step that returns this much is followed by a twice larger one
+    noise: float = 0.01  # relative throughput changes below this are noise
+    window_replies: float = 2.0  # a window lasts at least this many times the limit in replies,
+    min_window_s: float = 15.0  # at least this long,
+    precision: float = 0.01  # and until its rate's relative standard error is below this
+    min_scrapes: int = 3  # /metrics scrapes before a server signal counts
+    waiting_share: float = 0.5  # share of scrapes with waiting > 0 that means "sustained"
+    kv_high: float = 0.9  # mean KV-cache use above which steps up are min_step only
+    preemption_rate: float = 0.02  # preemptions per reply above which the limit backs off
+    latency_share: float = 0.5  # p90 latency above this share of the timeout backs off
+    hold_windows: int = 8  # windows held at the knee between two re-probes
+    ceiling_windows: int = 12  # decisions a ceiling from a server signal lasts
+    shift: float = 0.25  # throughput change at the held level that restarts the search
+
+
+DEFAULT_TUNING = Tuning()
+
+
+@dataclass(slots=True)
+class Window:
+    """What one measurement window saw: replies after the transient, in-flight samples, scrapes."""
+
+    limit: int
+    changed_at: float
+    grew: bool  # after an increase, server signals count at once (an overload shows immediately)
+    precision: float  # the relative standard error its rate must reach
+    started_at: float | None = None
+    replies: list[tuple[float, float]] = field(default_factory=list)  # (tokens delivered, latency s)
+    in_flight: list[int] = field(default_factory=list)
+    scrapes: list[ServerLoad] = field(default_factory=list)
+    settled_scrape: int = 0  # the first scrape after the transient
+
+    def reply(self, now: float, latency_s: float, tokens: int, ok: bool) -> None:
+        if now - latency_s < self.changed_at - 1e-9:
+            return  # sent under the old limit: its latency tells about that one
+        if self.started_at is None:
+            self.started_at = now  # the first reply to a request sent under this limit
+            self.settled_scrape = len(self.scrapes)
+            return
+        self.replies.append((tokens if ok else 0, latency_s))
+
+    def sample(self, in_flight: int) -> None:
+        if self.started_at is not None:
+            self.in_flight.append(in_flight)
+
+    def scrape(self, load: ServerLoad) -> None:
+        if self.started_at is not None or self.grew:  # not while the old, higher limit drains
+            self.scrapes.append(load)
+
+    def complete(self, now: float, tuning: Tuning) -> bool:
+        if self.started_at is None or now - self.started_at < tuning.min_window_s:
+            return False
+        return len(self.replies) >= tuning.window_replies * self.limit and self.error <= self.precision
+
+    @property
+    def throughput(self) -> float:
+        """Little's law: requests in flight x tokens per second of latency."""
+        latency = sum(seconds for _, seconds in self.replies)
+        in_flight = sum(self.in_flight) / len(self.in_flight) if self.in_flight else self.limit
+        return in_flight * sum(tokens for tokens, _ in self.replies) / latency if latency > 0 else 0.0
+
+    @property
+    def error(self) -> float:
+        """The relative standard error of tokens per second of latency (a ratio estimator)."""
+        count, tokens = len(self.replies), sum(tokens for tokens, _ in self.replies)
+        if count < 2 or tokens <= 0:
+            return math.inf if count < 2 else 0.0  # nothing delivered is exactly nothing
+        rate = tokens / sum(seconds for _, seconds in self.replies)
+        residuals = sum((delivered - rate * seconds) ** 2 for delivered, seconds in self.replies)
+        return math.sqrt(residuals / (count - 1) / count) / (tokens / count)
+
+    @property
+    def p90_latency(self) -> float:
+        ordered = sorted(seconds for _, seconds in self.replies)
+        return ordered[int(0.9 * (len(ordered) - 1))] if ordered else 0.0
+
+    @staticmethod
+    def mean(values: list[float | None]) -> float | None:
+        known = [value for value in values if value is not None]
+        return sum(known) / len(known) if known else None
+
+
+def change_words(base: float, throughput: float) -> str:
+    gain = throughput / base - 1 if base > 0 else 0.0
+    numbers = f"({base:.0f} -> {throughput:.0f} tok/s)"
+    if abs(gain) < 0.005:
+        return f"throughput unchanged {numbers}"
+    return f"throughput {'rose' if gain > 0 else 'fell'} {abs(gain):.0%} {numbers}"
+
+
+@dataclass(slots=True)
+class Knee:
+    """The search: the best level, its last throughput, and the nearest worse levels around it."""
+
+    best: int
+    smallest: float  # log of the smallest step, 1 + min_step
+    largest: float  # log of the largest step, growth
+    best_tp: float | None = None
+    best_error: float = math.inf  # the relative standard error of best_tp
+    lo: int | None = None  # the nearest level below ``best`` known to do worse
+    hi: int | None = None  # the nearest level above ``best`` known to do worse
+    reach_up: float = 0.0  # log of the next step up
+    reach_down: float = 0.0
+    probes_since_best: int = 0
+    held: int = 0
+    heading_up: bool = True  # the side to try first: where the last paid step went
+    reprobe_up: bool = True
+
+    def measured_best(self, throughput: float, error: float, shift: float) -> str:
+        """A window at the best level: refresh its throughput; a large shift restarts the search."""
+        previous, self.best_tp, self.best_error, self.probes_since_best = self.best_tp, throughput, error, 0
+        if previous is not None and previous > 0 and abs(throughput / previous - 1) > shift:
+            self.lo = self.hi = None
+            self.reach_up, self.reach_down, self.held = self.smallest, self.smallest, 0
+            return f"{change_words(previous, throughput)} at {self.best}: the server changed, searching again"
+        return f"{self.best} gives {throughput:.0f} tok/s"
+
+    def judge(self, level: int, throughput: float, error: float, tuning: Tuning) -> str:
+        """A window at a probe: move the best level there if it paid, else bound the knee by it."""
+        base, old, up = self.best_tp or 0.0, self.best, level > self.best
+        if base > 0 < throughput:  # relative throughput change per relative concurrency change
+            elasticity = math.log(throughput / base) / math.log(level / old)
+        else:  # from or to nothing: as steep as can be
+            elasticity = (1.0 if throughput > base else -1.0) * (math.inf if up else -math.inf)
+        if up:  # the extra concurrency must return enough throughput
+            paid = throughput >= base * (1 + tuning.noise) and elasticity >= tuning.min_elasticity
+        else:  # giving concurrency back must cost next to nothing (a plateau) or gain (past the peak)
+            paid = throughput > 0 and elasticity < tuning.min_elasticity / 2
+        words = f"{change_words(base, throughput)} from {old} to {level}"
+        if not paid:
+            if up and throughput > base * 0.995 > 0:
+                words = words.replace("rose", "rose only", 1) + f" ({level / old:.2f}x the concurrency)"
+            self.failed(level)
+            return words
+        if up:  # a step that paid well is followed by one twice as large, else by one half as large
+            well = elasticity >= tuning.ramp_elasticity
+            self.lo, self.reach_up = old, min(self.largest, 2 * self.reach_up) if well else self.reach_up / 2
+            self.reach_up = max(self.smallest, self.reach_up)
+        else:  # down a plateau or a slope that pays: faster
+            self.hi, self.reach_down = old, min(self.largest, 2 * self.reach_down)
+            words += " (a plateau: as much for less)" if throughput < base else ""
+        self.best, self.best_tp, self.best_error, self.heading_up = level, throughput, error, up
+        self.probes_since_best = self.held = 0
+        return words
+
+    def failed(self, level: int) -> None:
+        """A probe did worse: it bounds the knee, which is near: small steps, the other side first."""
+        self.hi, self.lo = (level, self.lo) if level > self.best else (self.hi, level)
+        self.heading_up = level < self.best
+        self.reach_up = self.reach_down = self.smallest
+        self.probes_since_best += 1
+        self.held = 0
+
+    def next_probe(self, cap: int, minimum: int) -> int | None:
+        """The next level to try, on the heading side first; None when both nearest worse levels are a
+        step away."""
+        sides = (self._above(cap), self._below(minimum))
+        first, second = sides if self.heading_up else sides[::-1]
+        return first if first is not None else second
+
+    def _above(self, cap: int) -> int | None:
+        up = max(self.best + 1, math.ceil(self.best * math.exp(self.smallest)))
+        bound = min(cap + 1, self.hi if self.hi is not None else cap + 1)
+        if bound <= up:
+            return None
+        level = math.ceil(self.best * math.exp(self.reach_up))
+        if self.hi is not None:  # never past the middle of the bracket
+            level = min(level, round(math.sqrt(self.best * self.hi)))
+        return max(up, min(level, bound - 1))
+
+    def _below(self, minimum: int) -> int | None:
+        down = min(self.best - 1, math.floor(self.best / math.exp(self.smallest)))
+        floor = self.lo if self.lo is not None else minimum - 1
+        if floor >= down:
+            return None
+        level = math.floor(self.best / math.exp(self.reach_down))
+        if self.lo is not None:
+            level = max(level, round(math.sqrt(self.lo * self.best)))
+        return min(down, max(level, floor + 1))
+
+    def reprobe(self, cap: int, minimum: int, hold_windows: int) -> int | None:
+        """At the knee, every ``hold_windows`` windows: forget one side's bound (alternately) and step."""
+        self.held += 1
+        if self.held < hold_windows:
+            return None
+        self.held = 0
+        sides = (True, False) if self.reprobe_up else (False, True)
+        self.reprobe_up = not self.reprobe_up
+        for up in sides:
+            saved = self.lo, self.hi
+            self.hi, self.lo = (None, self.lo) if up else (self.hi, None)
+            self.reach_up = self.reach_down = self.smallest
+            level = self.next_probe(cap, minimum)
+            if level is not None:
+                return level
+            self.lo, self.hi = saved
+        return None

@@ -1,0 +1,47 @@
+"""Reading a vLLM server's Prometheus ``/metrics``: the one parser, for the concurrency sweep and for the
+adaptive limit of a run's endpoints."""
+
+from __future__ import annotations
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from pipeline.servers.knee_search import ServerLoad
+
+RUNNING = "vllm:num_requests_running"
+WAITING = "vllm:num_requests_waiting"
+KV_USAGE = "vllm:kv_cache_usage_perc"
+KV_USAGE_OLD = "vllm:gpu_cache_usage_perc"  # vLLM before 0.10
+PREEMPTIONS = "vllm:num_preemptions"
+GAUGES = (RUNNING, WAITING, KV_USAGE)
+COUNTERS = ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits", "vllm:generation_tokens", PREEMPTIONS)
+# The simulator's time compression: bench scales its clock back so the numbers read as the model's.
+SPEED = "pipeline_sim:speed"
+_KNOWN = {*GAUGES, *COUNTERS, SPEED, KV_USAGE_OLD}
+
+
+def metrics_url(base_url: str) -> str:
+    """vLLM serves ``/metrics`` beside ``/v1``."""
+    return base_url.rstrip("/").removesuffix("/v1") + "/metrics"
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """Sum each vLLM metric over its labels (one engine or several); counters without ``_total``."""
+    values: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            name = sample.name.removesuffix("_total")
+            if name in _KNOWN:
+                values[name] = values.get(name, 0.0) + float(sample.value)
+    if KV_USAGE not in values and KV_USAGE_OLD in values:
+        values[KV_USAGE] = values[KV_USAGE_OLD]
+    return values
+
+
+def server_load(values: dict[str, float]) -> ServerLoad:
+    """What the adaptive limit reads from one scrape (None where the server does not say)."""
+    return ServerLoad(
+        running=values.get(RUNNING),
+        waiting=values.get(WAITING),
+        kv_usage=values.get(KV_USAGE),
+        preemptions_total=values.get(PREEMPTIONS),
+    )

@@ -1,0 +1,207 @@
+"""``pipeline load``: a CSV, JSONL or Parquet file into the job's DuckDB source table.
+
+Loading is incremental and idempotent: ids new to the table are inserted, rows whose values changed
+are updated, identical rows are left alone, so the next night's export loads on top of the last one
+(and a changed posting's extraction becomes stale, see :mod:`pipeline.source.versions`). ``replace`` makes the
+table equal to the file; ids it drops keep their results, which ``status`` counts as orphaned. The
+whole load is one transaction: a failed load changes nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+from pipeline.errors import ConfigError
+from pipeline.job.spec import JobSpec
+from pipeline.source.db import column_names, quote, table_names
+
+_SQL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")  # as the job spec's table names
+
+_READERS = {
+    ".csv": "read_csv({path}, header = true)",
+    ".tsv": "read_csv({path}, header = true, delim = '\t')",
+    ".jsonl": "read_json({path}, format = 'newline_delimited')",
+    ".ndjson": "read_json({path}, format = 'newline_delimited')",
+    ".json": "read_json({path})",
+    ".parquet": "read_parquet({path})",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class LoadReport:
+    file: Path
+    table: str
+    rows_in_file: int
+    inserted: int
+    updated: int = 0
+    removed: int = 0  # with replace: ids that were in the table and are not in the file
+
+    @property
+    def unchanged(self) -> int:
+        return self.rows_in_file - self.inserted - self.updated
+
+    @property
+    def skipped(self) -> int:
+        """Rows of the file that did not add a new id."""
+        return self.rows_in_file - self.inserted
+
+
+def _reader_sql(path: Path, file_format: str | None) -> str:
+    suffix = f".{file_format.lower().lstrip('.')}" if file_format else path.suffix.lower()
+    if path.name.endswith(".gz") and not file_format:
+        suffix = Path(path.stem).suffix.lower()
+    template = _READERS.get(suffix)
+    if template is None:
+        raise ConfigError(f"{path}: unknown file type '{suffix}'; use one of {sorted(_READERS)} or --format")
+    return template.format(path="'" + str(path).replace("'", "''") + "'")
+
+
+def _one_line(exc: BaseException, limit: int = 400) -> str:
+    """DuckDB's reason in one line: without its sniffer settings, suggestions, echoed query or the
+    "Original Line" (record text, and often not even the line at fault)."""
+    text = re.split(r"\n\s*\n|\nLINE \d+:|\nPossible [Ss]olution", str(exc), maxsplit=1)[0]
+    kept = [line for line in text.splitlines() if not line.startswith("Original Line:")]
+    reason = " ".join(" ".join(kept).split())
+    if re.search(r"utf-?8|unicode", reason, re.IGNORECASE):
+        reason += "; the file must be UTF-8 (convert it, e.g. iconv -f latin1 -t utf-8)"
+    return reason if len(reason) <= limit else reason[: limit - 3] + "..."
+
+
+def load_file(
+    connection: duckdb.DuckDBPyConnection,
+    spec: JobSpec,
+    path: Path,
+    *,
+    table: str | None = None,
+    rename: Mapping[str, str] | None = None,
+    replace: bool = False,
+    file_format: str | None = None,
+) -> LoadReport:
+    """Load ``path`` into ``table`` (default: the job's source table). Blocking; call from a thread."""
+    target = table or spec.source.table
+    if target is None:
+        raise ConfigError(
+            f"{spec.source_file}: the job reads a query (source.query); say which table with --table"
+        )
+    if not _SQL_NAME.fullmatch(target):
+        raise ConfigError(f"--table {target!r}: must be a plain SQL name (letters, digits and _)")
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such file")
+    renames = ", ".join(f"{quote(old)} AS {quote(new)}" for old, new in (rename or {}).items())
+    incoming = f"SELECT *{f' RENAME ({renames})' if renames else ''} FROM {_reader_sql(path, file_format)}"
+    try:
+        columns = [str(row[0]) for row in connection.execute(f"DESCRIBE {incoming}").fetchall()]
+    except duckdb.Error as exc:
+        raise ConfigError(f"{path}: cannot read ({_one_line(exc)})") from exc
+    _check_columns(path, spec, columns)
+    connection.begin()
+    try:
+        connection.execute(f"CREATE OR REPLACE TEMP TABLE pipeline_incoming AS {incoming}")
+        _check_ids(connection, path, spec.source.id_column)
+        report = _insert(connection, path, target, spec.source.id_column, replace)
+        connection.execute("DROP TABLE pipeline_incoming")
+        connection.commit()
+    except duckdb.Error as exc:
+        connection.rollback()
+        raise ConfigError(f"{path}: cannot load into table '{target}' ({_one_line(exc)})") from exc
+    except BaseException:
+        connection.rollback()
+        raise
+    return report
+
+
+def _check_columns(path: Path, spec: JobSpec, columns: list[str]) -> None:
+    present = {name.lower() for name in columns}
+    missing = [name for name in (spec.source.id_column, *spec.source.fields) if name.lower() not in present]
+    if missing:
+        raise ConfigError(
+            f"{path}: no column {missing} (needed by the job's source.id_column / source.fields); "
+            f"the file has {columns}; map one with --rename FILE_COLUMN=NAME"
+        )
+
+
+def _check_ids(connection: duckdb.DuckDBPyConnection, path: Path, id_column: str) -> None:
+    column = quote(id_column)
+    nulls = connection.execute(f"SELECT count(*) FROM pipeline_incoming WHERE {column} IS NULL").fetchone()
+    if nulls and nulls[0]:
+        raise ConfigError(f"{path}: {nulls[0]} rows have no value in the id column '{id_column}'")
+    duplicates = connection.execute(
+        f"SELECT {column} FROM pipeline_incoming GROUP BY ALL HAVING count(*) > 1 LIMIT 5"
+    ).fetchall()
+    if duplicates:
+        shown = ", ".join(repr(row[0]) for row in duplicates)
+        raise ConfigError(f"{path}: id column '{id_column}' has duplicate values (e.g. {shown})")
+
+
+def _insert(
+    connection: duckdb.DuckDBPyConnection, path: Path, table: str, id_column: str, replace: bool
+) -> LoadReport:
+    row = connection.execute("SELECT count(*) FROM pipeline_incoming").fetchone()
+    rows_in_file = int(row[0]) if row else 0
+    if table.lower() not in table_names(connection):
+        connection.execute(f"CREATE TABLE {quote(table)} AS SELECT * FROM pipeline_incoming")
+        return LoadReport(path, table, rows_in_file, rows_in_file)
+    shared = _shared_columns(connection, table, id_column)
+    if replace:
+        return _replace(connection, path, table, id_column, shared, rows_in_file)
+    column = quote(id_column)
+    updated = _scalar(
+        connection,
+        f"UPDATE {quote(table)} t SET {', '.join(f'{name} = i.{name}' for name in shared)} "
+        f"FROM pipeline_incoming i WHERE t.{column} = i.{column} AND ({_differs(shared)})"
+        if shared
+        else "SELECT 0",
+    )
+    listed = ", ".join([column, *shared])
+    inserted = _scalar(
+        connection,
+        f"INSERT INTO {quote(table)} ({listed}) SELECT {listed} FROM pipeline_incoming i "
+        f"WHERE NOT EXISTS (SELECT 1 FROM {quote(table)} t WHERE t.{column} = i.{column})",
+    )
+    return LoadReport(path, table, rows_in_file, inserted, updated)
+
+
+def _replace(
+    connection: duckdb.DuckDBPyConnection,
+    path: Path,
+    table: str,
+    id_column: str,
+    shared: list[str],
+    rows_in_file: int,
+) -> LoadReport:
+    """The table becomes the file (its columns too); the counts compare it with what it was."""
+    column, target = quote(id_column), quote(table)
+    changed = _differs(shared) if shared else "false"
+    counts = connection.execute(
+        f"SELECT count(*) FILTER (WHERE t.{column} IS NULL), "
+        f"count(*) FILTER (WHERE t.{column} IS NOT NULL AND ({changed})), "
+        f"(SELECT count(*) FROM {target} WHERE {column} NOT IN (SELECT {column} FROM pipeline_incoming)) "
+        f"FROM pipeline_incoming i LEFT JOIN {target} t ON t.{column} = i.{column}"
+    ).fetchone()
+    inserted, updated, removed = (int(value) for value in counts) if counts else (0, 0, 0)
+    connection.execute(f"CREATE OR REPLACE TABLE {target} AS SELECT * FROM pipeline_incoming")
+    return LoadReport(path, table, rows_in_file, inserted, updated, removed)
+
+
+def _shared_columns(connection: duckdb.DuckDBPyConnection, table: str, id_column: str) -> list[str]:
+    """The file's columns the table has too, quoted, without the id."""
+    target = {name.lower() for name in column_names(connection, table)}
+    return [
+        quote(name)
+        for name in column_names(connection, "pipeline_incoming")
+        if name in target and name != id_column.lower()
+    ]
+
+
+def _differs(columns: list[str]) -> str:
+    return " OR ".join(f"t.{name} IS DISTINCT FROM i.{name}" for name in columns)
+
+
+def _scalar(connection: duckdb.DuckDBPyConnection, sql: str) -> int:
+    row = connection.execute(sql).fetchone()
+    return int(row[0]) if row and row[0] is not None else 0

@@ -1,0 +1,175 @@
+"""What a run has to do, and how current the results are: SQL over the source, results and failures.
+
+A source record is *pending* for a variant when
+
+* it has no result and no failure (new);
+* its failure is transient, or of a class ``--retry-failed`` / ``--only-failed`` names;
+* its prompt fields changed since its result or failure was made (``content``, always redone);
+* with ``--redo-stale``: its result (or failure) was made by an older version of the job, for one of
+  the causes asked for; a record that already failed under today's version is not redone again.
+
+The first four need no record text and are found by one join over ids and version columns (phase
+*metadata*). Content changes need every record's text hashed (phase *content*): that query runs while
+the first requests are already out, so resuming a large job is as quick as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipeline.errors import FailureClass
+from pipeline.job.spec import JobSpec
+from pipeline.source.db import quote
+from pipeline.source.relation import source_relation
+from pipeline.source.versions import JOB_CAUSES, JobVersion, StaleCause, content_hash_sql, stale_conditions
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """Which records a run takes, beyond the new and the content-changed ones."""
+
+    # The failure classes taken again (a plain run: transient only; those say nothing about the record).
+    retry: frozenset[FailureClass] = frozenset({FailureClass.TRANSIENT})
+    only_failed: bool = False  # take nothing but failures of the ``retry`` classes
+    redo: frozenset[StaleCause] = frozenset()  # job causes whose stale results are redone
+    sample: int | None = None  # only inside a fixed, seeded sample of the source
+    seed: int = 0
+    limit: int | None = None
+
+
+def sample_sql(spec: JobSpec) -> str:
+    """The ids of the seeded sample: the same records for every variant and every re-run."""
+    id_column = quote(spec.source.id_column)
+    return (
+        f"SELECT {id_column} FROM {source_relation(spec)} "
+        f"ORDER BY md5(concat(CAST($seed AS VARCHAR), ':', CAST({id_column} AS VARCHAR))), {id_column} "
+        "LIMIT $sample"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class PendingQueries:
+    """The SQL of both phases for one spec (its variant and version) and one selection."""
+
+    spec: JobSpec
+    version: JobVersion  # the spec's, computed once by the caller (it hashes the schema)
+    selection: Selection = field(default_factory=Selection)
+
+    def parameters(self) -> dict[str, Any]:
+        """Every named parameter the queries may use (:func:`pipeline.source.db.bind` keeps those one
+        uses)."""
+        selection = self.selection
+        return {
+            **self.version.parameters(),
+            "variant": self.spec.variant,
+            "retry_classes": sorted(str(name) for name in selection.retry),
+            "seed": selection.seed,
+            "sample": selection.sample,
+        }
+
+    def _joined(self, relation: str) -> str:
+        """``relation`` (as ``s``) with what each record has: its result ``r`` (is it stale for a cause
+        to redo?) and its failure ``f`` (is it retried? stale?). Only ids and booleans are joined, so
+        the hash tables stay small for 10^6 results."""
+        out, id_column = self.spec.output, quote(self.spec.source.id_column)
+        redo = self.selection.redo
+        return (
+            f"FROM {relation} s "
+            f"LEFT JOIN (SELECT record_id, {_any_of(stale_conditions('r'), redo)} AS stale "
+            f"FROM {quote(out.results_table)} r WHERE variant = $variant) r ON r.record_id = s.{id_column} "
+            "LEFT JOIN (SELECT record_id, failure_class IN (SELECT unnest($retry_classes)) AS retried, "
+            f"{_any_of(stale_conditions('f'), redo)} AS stale FROM {quote(out.failures_table)} f "
+            f"WHERE variant = $variant) f ON f.record_id = s.{id_column}"
+        )
+
+    def _metadata_condition(self) -> str:
+        retried = "(f.record_id IS NOT NULL AND f.retried)"
+        if self.selection.only_failed:
+            return retried
+        conditions = ["(r.record_id IS NULL AND f.record_id IS NULL)", retried]
+        if self.selection.redo:
+            # A record that already failed under today's job is not redone again (--retry-failed is).
+            conditions.append("(r.record_id IS NOT NULL AND r.stale AND (f.record_id IS NULL OR f.stale))")
+            conditions.append("(r.record_id IS NULL AND f.record_id IS NOT NULL AND f.stale)")
+        return "(" + " OR ".join(conditions) + ")"
+
+    def _sampled(self) -> str:
+        id_column = quote(self.spec.source.id_column)
+        return f" AND s.{id_column} IN ({sample_sql(self.spec)})" if self.selection.sample else ""
+
+    def changed_sql(self) -> str:
+        """Ids (as ``source.id_column``) whose result or failure was made from other text in the same
+        fields. Only the id and the 64-bit hash of each made row are joined to the source being
+        hashed, which keeps 10^6 of them within DuckDB's memory limit."""
+        spec, id_column = self.spec, quote(self.spec.source.id_column)
+        made = " UNION ALL ".join(
+            f"SELECT record_id, content_hash FROM {quote(table)} WHERE variant = $variant "
+            "AND content_hash IS NOT NULL AND content_fields = $content_fields"
+            for table in (spec.output.results_table, spec.output.failures_table)
+        )
+        return (
+            f"SELECT DISTINCT s.{id_column} FROM {source_relation(spec)} s JOIN ({made}) v "
+            f"ON v.record_id = s.{id_column} "
+            f"WHERE v.content_hash <> {content_hash_sql(spec.content_fields(), 's')}"
+        )
+
+    def ids_sql(self, phase: str, changed: str | None = None) -> str:
+        """The pending ids of phase ``metadata``, or of ``content``: the ``changed`` ids (a table of
+        :meth:`changed_sql`'s rows; by default that query itself) less those the metadata phase takes.
+        Limited by the selection's limit."""
+        id_column = quote(self.spec.source.id_column)
+        if phase == "metadata":
+            relation, condition = source_relation(self.spec), self._metadata_condition()
+        else:
+            relation = changed or f"({self.changed_sql()})"
+            condition = f"NOT coalesce({self._metadata_condition()}, false)"
+        limit = self.selection.limit
+        return f"SELECT s.{id_column} {self._joined(relation)} WHERE {condition}{self._sampled()}" + (
+            f" LIMIT {int(limit)}" if limit is not None else ""
+        )
+
+    def changed_count_sql(self) -> str:
+        """How many of the variant's results were made from text that has changed since (``content``),
+        and how many of those are not stale for a job cause too (``content_only``)."""
+        spec, id_column = self.spec, quote(self.spec.source.id_column)
+        job_stale = " OR ".join(stale_conditions("r").values())
+        return (
+            "SELECT count(*) AS content, count(*) FILTER (WHERE NOT job_stale) AS content_only "
+            f"FROM {source_relation(spec)} s JOIN (SELECT record_id, content_hash, "
+            f"({job_stale}) AS job_stale FROM {quote(spec.output.results_table)} r "
+            "WHERE variant = $variant AND content_hash IS NOT NULL AND content_fields = $content_fields) r "
+            f"ON r.record_id = s.{id_column} "
+            f"WHERE r.content_hash <> {content_hash_sql(spec.content_fields(), 's')}"
+        )
+
+    def any_stale_sql(self) -> str:
+        """Whether any result of the variant is stale for a job cause: stops at the first, joins
+        nothing, so the usual answer of a nightly run (none) costs one scan of small columns."""
+        anything = " OR ".join(stale_conditions("r").values())
+        return (
+            f"SELECT 1 FROM {quote(self.spec.output.results_table)} r "
+            f"WHERE r.variant = $variant AND ({anything}) LIMIT 1"
+        )
+
+    @property
+    def has_content_phase(self) -> bool:
+        return not self.selection.only_failed
+
+    def records_sql(self) -> str:
+        """The id, prompt fields, content hash and last truncated budget of the ids in ``$ids``."""
+        spec, id_column = self.spec, quote(self.spec.source.id_column)
+        columns = ", ".join(f"s.{quote(name)}" for name in spec.source.fields)
+        return (
+            f"SELECT s.{id_column}, {columns}, {content_hash_sql(spec.content_fields(), 's')}, "
+            f"f.last_max_tokens FROM {source_relation(spec)} s "
+            f"LEFT JOIN {quote(spec.output.failures_table)} f ON f.variant = $variant "
+            f"AND f.record_id = s.{id_column} AND f.failure_class = '{FailureClass.TRUNCATED}' "
+            f"WHERE s.{id_column} IN (SELECT unnest($ids))"
+        )
+
+
+def _any_of(conditions: dict[StaleCause, str], causes: Iterable[StaleCause]) -> str:
+    chosen = [conditions[cause] for cause in JOB_CAUSES if cause in set(causes)]
+    return "(" + " OR ".join(chosen) + ")" if chosen else "false"

@@ -1,0 +1,219 @@
+"""The version key of a result: the hashes of everything that produced it, kept part by part.
+
+A result is *current* when every part equals what the job would send today; otherwise it is *stale*,
+and the parts that differ say why:
+
+* ``content``: the record's prompt fields changed in the source (the answer is about text that no
+  longer exists). A plain run redoes these.
+* ``prompt``: the system prompt, the user template, the examples, whether the schema is included, or
+  the set of fields the template reads.
+* ``schema``: the Pydantic schema (its JSON schema).
+* ``model``: the model name.
+* ``settings``: what shapes the answer besides the prompt: ``max_tokens``, ``temperature``,
+  ``reasoning_effort``, ``extra_body``, structured output on or off. Concurrency, timeouts, retry
+  budgets and table names are not part of it.
+* ``unknown``: the result has no version key (written before results carried one).
+
+Only ``content`` needs the source text. It is hashed inside DuckDB (``content_hash_sql``), both when a
+record is fetched for a request and when pending records are looked for, so the comparison never
+moves record text into Python. md5 is used because it is stable across DuckDB versions (DuckDB's own
+``hash()`` is not), and an upgrade must not make a whole backlog look edited. Its lower 64 bits are
+kept, as an unsigned integer: comparing 10^6 of them fits DuckDB's memory limit beside the text being
+hashed (hex strings did not), and a missed edit would take a 2^-64 coincidence.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+import duckdb
+import orjson
+
+from pipeline.errors import ConfigError
+from pipeline.job.spec import JobSpec
+from pipeline.source.db import bind, quote
+from pipeline.source.relation import source_relation
+
+
+class StaleCause(StrEnum):
+    CONTENT = "content"
+    PROMPT = "prompt"
+    SCHEMA = "schema"
+    MODEL = "model"
+    SETTINGS = "settings"
+    UNKNOWN = "unknown"
+
+
+#: The causes that come from the job, not the data: a plain run reports them and --redo-stale redoes them.
+JOB_CAUSES: tuple[StaleCause, ...] = (
+    StaleCause.PROMPT,
+    StaleCause.SCHEMA,
+    StaleCause.MODEL,
+    StaleCause.SETTINGS,
+    StaleCause.UNKNOWN,
+)
+
+
+def digest(value: object) -> str:
+    """A short, stable hash of a JSON-able value (keys sorted)."""
+    # 12 hex digits: DuckDB stores strings up to 12 bytes inline, which keeps joins over them small.
+    return hashlib.sha256(orjson.dumps(value, option=orjson.OPT_SORT_KEYS)).hexdigest()[:12]
+
+
+#: The version key's columns in the results and failures tables, in the order the writer fills them
+#: (:meth:`JobVersion.key_values`).
+VERSION_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("content_hash", "UBIGINT"),
+    ("content_fields", "VARCHAR"),
+    ("prompt_hash", "VARCHAR"),
+    ("schema_hash", "VARCHAR"),
+    ("model", "VARCHAR"),
+    ("settings_hash", "VARCHAR"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class JobVersion:
+    """The job's half of every result's version key (the record's content is the other half)."""
+
+    prompt_hash: str
+    schema_hash: str
+    model: str
+    settings_hash: str
+    content_fields: str  # the fields the template reads, comma-separated, in template order
+
+    @property
+    def job_hash(self) -> str:
+        return digest([self.prompt_hash, self.schema_hash, self.model, self.settings_hash])
+
+    def key_values(self, content_hash: int | None, model: str | None = None) -> list[object]:
+        """A stored row's version key, in :data:`VERSION_COLUMNS` order. ``model``: the one that
+        answered (an endpoint may serve its own), when it is not the job's."""
+        return [
+            content_hash,
+            self.content_fields,
+            self.prompt_hash,
+            self.schema_hash,
+            model or self.model,
+            self.settings_hash,
+        ]
+
+    def parameters(self) -> dict[str, str]:
+        """The named SQL parameters the staleness conditions compare against."""
+        return {
+            "prompt_hash": self.prompt_hash,
+            "schema_hash": self.schema_hash,
+            "model": self.model,
+            "settings_hash": self.settings_hash,
+            "content_fields": self.content_fields,
+        }
+
+
+def version_of(spec: JobSpec) -> JobVersion:
+    """The job's half of the key: everything that changes what a result means; not concurrency,
+    timeouts or table names. It hashes the schema, so a run computes it once (its context does)."""
+    prompt = spec.prompt
+    return JobVersion(
+        prompt_hash=digest(
+            {
+                "system": prompt.system,
+                "user": prompt.user,
+                "include_schema": prompt.include_schema,
+                "examples": [example.model_dump(mode="json") for example in prompt.examples],
+            }
+        ),
+        schema_hash=digest(spec.schema_class.model_json_schema()),
+        model=spec.model,
+        settings_hash=digest(
+            {
+                "max_tokens": spec.max_tokens,
+                "reasoning_effort": spec.reasoning_effort,
+                "temperature": spec.temperature,
+                "structured_output": spec.endpoint.structured_output,
+                "extra_body": spec.extra_body,
+            }
+        ),
+        content_fields=",".join(spec.content_fields()),
+    )
+
+
+def content_hash_sql(fields: Sequence[str], alias: str = "s") -> str:
+    """SQL for the hash of a record's prompt fields as sent (NULL is sent as an empty string).
+
+    Each value is prefixed with its length in bytes, so no text can shift into the next field.
+    """
+    parts = []
+    for name in fields:
+        value = f"coalesce(CAST({alias}.{quote(name)} AS VARCHAR), '')"
+        parts.append(f"CAST(strlen({value}) AS VARCHAR), ':', {value}")
+    return f"md5_number_lower(concat({', '.join(parts)}))"
+
+
+def stale_conditions(alias: str) -> dict[StaleCause, str]:
+    """For each job cause, the SQL condition that a results/failures row ``alias`` is stale for it.
+
+    Rows without a version key are ``unknown`` and nothing else: their old hashes mean nothing today.
+    The parameters are :meth:`JobVersion.parameters`.
+    """
+    versioned = f"{alias}.content_hash IS NOT NULL"
+    return {
+        StaleCause.PROMPT: f"({versioned} AND ({alias}.prompt_hash IS DISTINCT FROM $prompt_hash "
+        f"OR {alias}.content_fields IS DISTINCT FROM $content_fields))",
+        StaleCause.SCHEMA: f"({versioned} AND {alias}.schema_hash IS DISTINCT FROM $schema_hash)",
+        StaleCause.MODEL: f"({versioned} AND {alias}.model IS DISTINCT FROM $model)",
+        StaleCause.SETTINGS: f"({versioned} AND {alias}.settings_hash IS DISTINCT FROM $settings_hash)",
+        StaleCause.UNKNOWN: f"({alias}.content_hash IS NULL)",
+    }
+
+
+def parse_causes(values: Sequence[str], where: str) -> frozenset[StaleCause]:
+    """``prompt,schema`` (commas or repeated) as job causes; empty means all of them."""
+    names = [part.strip() for value in values for part in value.split(",") if part.strip()]
+    allowed = [str(cause) for cause in JOB_CAUSES]
+    for name in names:
+        if name not in allowed:
+            hint = " (content changes are always redone)" if name == StaleCause.CONTENT else ""
+            raise ConfigError(f"{where} {name!r}: not a cause to redo{hint}; use {', '.join(allowed)}")
+    return frozenset(StaleCause(name) for name in names) or frozenset(JOB_CAUSES)
+
+
+def stale_counts_sql(spec: JobSpec) -> str:
+    """Counts over the variant's results: total, orphaned (id no longer in the source), stale for a
+    job cause, and per job cause. No record text is read (content: the pending queries' own count)."""
+    id_column = quote(spec.source.id_column)
+    conditions = stale_conditions("r")
+    in_source = f"s.{id_column} IS NOT NULL"
+    counts = [
+        f"count(*) FILTER (WHERE {in_source} AND {sql}) AS {cause}" for cause, sql in conditions.items()
+    ]
+    anything = " OR ".join(conditions.values())
+    return (
+        f"SELECT count(*) AS results, count(*) FILTER (WHERE NOT {in_source}) AS orphaned, "
+        f"count(*) FILTER (WHERE {in_source} AND ({anything})) AS stale, {', '.join(counts)} "
+        f"FROM {quote(spec.output.results_table)} r "
+        f"LEFT JOIN (SELECT {id_column} FROM {source_relation(spec)}) s ON s.{id_column} = r.record_id "
+        "WHERE r.variant = $variant"
+    )
+
+
+def read_stale_counts(
+    connection: duckdb.DuckDBPyConnection, spec: JobSpec, version: JobVersion
+) -> dict[str, int]:
+    """The variant's results counted as :func:`stale_counts_sql` does: ``results``, ``orphaned``,
+    ``stale`` and one count per job cause, every one present. Blocking."""
+    sql = stale_counts_sql(spec)
+    return read_counts(connection, sql, {**version.parameters(), "variant": spec.variant})
+
+
+def read_counts(
+    connection: duckdb.DuckDBPyConnection, sql: str, parameters: Mapping[str, Any]
+) -> dict[str, int]:
+    """The one row of a counting query, by column name (NULL reads as 0). Blocking."""
+    cursor = connection.execute(sql, bind(sql, parameters))
+    row = cursor.fetchone() or ()
+    names = [column[0] for column in cursor.description or ()]
+    return {name: int(value or 0) for name, value in zip(names, row, strict=False)}

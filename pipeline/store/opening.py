@@ -1,0 +1,122 @@
+"""Opening the job's database: for a run (load the seed file, check the source, create or upgrade the
+output tables) and for reading (read-only, brought up to date first), and what earlier runs left for
+the next one (the knees `concurrency: auto` found)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import duckdb
+import orjson
+import structlog
+
+from pipeline.errors import ConfigError
+from pipeline.job.spec import JobSpec
+from pipeline.source.db import duckdb_reason, open_database, quote, table_names
+from pipeline.source.loader import load_file
+from pipeline.source.relation import describe_source
+from pipeline.store.tables import create_output_tables, needs_upgrade
+
+log = structlog.get_logger("pipeline.store.writer")
+
+
+def prepare_database(spec: JobSpec) -> duckdb.DuckDBPyConnection:
+    """Open the job's database, load the seed file into an absent source table, check the source and
+    create (or bring up to date) the output tables. Blocking; raises :class:`ConfigError` before any
+    request is sent."""
+    try:
+        connection = open_database(spec.database, memory_limit=spec.duckdb_memory_limit)
+    except ConfigError as error:
+        raise ConfigError(f"{spec.source_file}: key 'database': {error}") from error
+    try:
+        table, seed = spec.source.table, spec.source.seed_file
+        if table is not None and seed is not None and table.lower() not in table_names(connection):
+            try:
+                report = load_file(connection, spec, seed)
+            except ConfigError as error:
+                raise ConfigError(f"{spec.source_file}: key 'source.seed_file': {error}") from error
+            log.info("loaded seed file", file=str(seed), table=table, records=report.inserted)
+        shape = describe_source(connection, spec)
+        create_output_tables(connection, spec, shape.id_type)
+        # Only one process can open the database for writing, so a run still "running" was killed
+        # (also when this run then finds nothing to do and records no run of its own).
+        runs = quote(spec.output.runs_table)
+        connection.execute(f"UPDATE {runs} SET status = 'abandoned' WHERE status = 'running'")
+    except duckdb.Error as exc:
+        connection.close()
+        raise _setup_error(spec, exc) from exc
+    except BaseException:
+        connection.close()
+        raise
+    return connection
+
+
+def _setup_error(spec: JobSpec, exc: duckdb.Error) -> ConfigError:
+    """DuckDB failed while the database was opened and checked, before any request: one line naming
+    the database, or the job's key when DuckDB ran out of memory (a memory limit of a few KB)."""
+    reason = duckdb_reason(exc)
+    if isinstance(exc, duckdb.OutOfMemoryException):
+        return ConfigError(
+            f"{spec.source_file}: key 'duckdb_memory_limit': {spec.duckdb_memory_limit} is too small "
+            f"for {spec.database} ({reason})"
+        )
+    return ConfigError(f"{spec.database}: cannot check the database ({reason})")
+
+
+def known_knees(connection: duckdb.DuckDBPyConnection, spec: JobSpec) -> dict[str, int]:
+    """The latest knee found on each server (keyed by :attr:`EndpointConfig.knee_key`) by the job's
+    runs, any variant's: the knee is the server's and the model's, and prompts of one job are alike."""
+    rows = connection.execute(
+        f"SELECT knees FROM {quote(spec.output.runs_table)} WHERE knees IS NOT NULL "
+        "ORDER BY run_id DESC LIMIT 100"
+    ).fetchall()
+    knees: dict[str, int] = {}
+    for (text,) in rows:
+        for key, level in orjson.loads(text).items():
+            if isinstance(level, int) and level > 0:
+                knees.setdefault(key, level)
+    return knees
+
+
+def open_for_reading(spec: JobSpec, *, memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
+    """The job's database, read-only (a run may be writing it: then ``DatabaseLockedError``).
+
+    A database written by an earlier version is brought up to date first, which needs it writable
+    for a moment: reading it as it is would count its results wrongly."""
+    limit = memory_limit or spec.duckdb_memory_limit
+    connection = open_database(spec.database, read_only=True, memory_limit=limit)
+    try:
+        outdated = needs_upgrade(connection, spec)
+    except duckdb.Error as exc:
+        connection.close()
+        raise _setup_error(spec, exc) from exc
+    except BaseException:
+        connection.close()
+        raise
+    if not outdated:
+        return connection
+    connection.close()
+    prepare_database(spec).close()
+    return open_database(spec.database, read_only=True, memory_limit=limit)
+
+
+def open_job_output(
+    spec: JobSpec, tables: Sequence[str], *, memory_limit: str | None = None
+) -> duckdb.DuckDBPyConnection:
+    """Open the job's database read-only and check the output ``tables`` exist. Blocking.
+
+    Raises :class:`ConfigError` (no database, no tables yet) or ``DatabaseLockedError`` (a run holds it).
+    """
+    connection = open_for_reading(spec, memory_limit=memory_limit)
+    try:
+        existing = table_names(connection)
+        missing = [table for table in tables if table.lower() not in existing]
+        if missing:
+            raise ConfigError(
+                f"{spec.database}: no table {missing[0]!r} yet; "
+                f"nothing has been extracted (run `pipeline run {spec.source_file}` first)"
+            )
+    except BaseException:
+        connection.close()
+        raise
+    return connection

@@ -1,0 +1,186 @@
+"""The job's output tables: their columns, creating them, and bringing an older database up to date.
+
+* ``results``: one current result per (variant, record). Besides the answer, each row carries the
+  version key it was made with (:mod:`pipeline.source.versions`), the last attempt's tokens and latency, and
+  the totals over all its attempts.
+* ``results_history``: every result a redo replaced, with when and by which run; moved there in the
+  same transaction as the new result, so nothing extracted is ever lost.
+* ``failures``: one row per (variant, record) that has no result from its last try, with the tokens
+  that try spent and the version it was made under.
+* ``runs``: one row per run, with totals over every attempt.
+
+A database written by an earlier version opens without a manual step: tables keyed by record alone
+are rebuilt with the variant in their key (rows become variant ``main``), and missing columns are
+added. Old results have no version key, so they count as stale with cause ``unknown``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import duckdb
+import structlog
+
+from pipeline.job.spec import JobSpec
+from pipeline.source.db import UTC_NOW, column_names, quote, table_names
+from pipeline.source.versions import VERSION_COLUMNS
+
+log = structlog.get_logger("pipeline.store.tables")
+
+HISTORY_SUFFIX = "_history"
+
+# (name, type) after the key columns (variant, record_id); created_at comes last with its default.
+_RESULT_COLUMNS = [
+    ("run_id", "INTEGER"),
+    ("extracted", "JSON"),
+    ("attempts", "INTEGER"),
+    ("prompt_tokens", "INTEGER"),  # the last attempt's
+    ("completion_tokens", "INTEGER"),
+    ("reasoning_tokens", "INTEGER"),
+    ("latency_s", "DOUBLE"),
+    ("finish_reason", "VARCHAR"),
+    ("max_tokens", "INTEGER"),
+    ("total_prompt_tokens", "INTEGER"),  # over every attempt, re-asks and retries included
+    ("total_completion_tokens", "INTEGER"),
+    ("total_reasoning_tokens", "INTEGER"),
+    ("total_latency_s", "DOUBLE"),
+    ("grounding", "JSON"),
+    *VERSION_COLUMNS,
+]
+_FAILURE_COLUMNS = [
+    ("run_id", "INTEGER"),
+    ("failure_class", "VARCHAR"),
+    ("message", "VARCHAR"),
+    ("attempts", "INTEGER"),
+    ("last_raw_output", "VARCHAR"),
+    ("last_max_tokens", "INTEGER"),
+    ("prompt_tokens", "INTEGER"),  # over every attempt of the try that failed
+    ("completion_tokens", "INTEGER"),
+    ("reasoning_tokens", "INTEGER"),
+    ("latency_s", "DOUBLE"),
+    *VERSION_COLUMNS,
+]
+_RUN_COLUMNS = [
+    ("run_id", "INTEGER PRIMARY KEY"),
+    ("job_name", "VARCHAR"),
+    ("variant", "VARCHAR DEFAULT 'main'"),
+    ("job_hash", "VARCHAR"),
+    ("model", "VARCHAR"),
+    ("base_url", "VARCHAR"),
+    ("concurrency", "INTEGER"),
+    ("started_at", "TIMESTAMP"),
+    ("updated_at", "TIMESTAMP"),
+    ("ended_at", "TIMESTAMP"),
+    ("status", "VARCHAR"),
+    ("pending_at_start", "BIGINT"),
+    ("done", "BIGINT DEFAULT 0"),
+    ("failed", "BIGINT DEFAULT 0"),
+    ("attempts", "BIGINT DEFAULT 0"),  # every request sent, failed and re-asked ones included
+    ("prompt_tokens", "BIGINT DEFAULT 0"),  # over every attempt
+    ("completion_tokens", "BIGINT DEFAULT 0"),
+    ("reasoning_tokens", "BIGINT DEFAULT 0"),
+    ("message", "VARCHAR"),
+    ("knees", "JSON"),  # {"base_url model": level}: where `concurrency: auto` found each server's knee
+]
+_HISTORY_EXTRA = [("superseded_at", "TIMESTAMP"), ("superseded_by_run", "INTEGER")]
+
+KEY_COLUMNS = ["variant", "record_id"]
+RESULT_COLUMNS = [*KEY_COLUMNS, *(name for name, _ in _RESULT_COLUMNS)]
+FAILURE_COLUMNS = [*KEY_COLUMNS, *(name for name, _ in _FAILURE_COLUMNS)]
+
+
+def history_table(spec: JobSpec) -> str:
+    return spec.output.results_table + HISTORY_SUFFIX
+
+
+@dataclass(frozen=True, slots=True)
+class _Table:
+    name: str
+    columns: list[tuple[str, str]]
+    per_record: bool = True  # starts with (variant, record_id)
+    primary_key: bool = True  # (variant, record_id) is its key
+
+    def ddl(self, id_type: str, name: str | None = None) -> str:
+        body = ", ".join(f"{column} {kind}" for column, kind in self.columns)
+        if not self.per_record:
+            return f"CREATE TABLE IF NOT EXISTS {quote(name or self.name)} ({body})"
+        key = ", PRIMARY KEY (variant, record_id)" if self.primary_key else ""
+        return (
+            f"CREATE TABLE IF NOT EXISTS {quote(name or self.name)} ("
+            f"variant VARCHAR NOT NULL DEFAULT 'main', record_id {id_type} NOT NULL, {body}, "
+            f"created_at TIMESTAMP DEFAULT ({UTC_NOW}){key})"
+        )
+
+
+def _tables(spec: JobSpec) -> list[_Table]:
+    out = spec.output
+    return [
+        _Table(out.runs_table, _RUN_COLUMNS, per_record=False),
+        _Table(out.results_table, _RESULT_COLUMNS),
+        _Table(history_table(spec), [*_RESULT_COLUMNS, *_HISTORY_EXTRA], primary_key=False),
+        _Table(out.failures_table, _FAILURE_COLUMNS),
+    ]
+
+
+def create_output_tables(connection: duckdb.DuckDBPyConnection, spec: JobSpec, id_type: str) -> None:
+    """Create the job's output tables if missing, or bring older ones up to date, in one transaction.
+
+    The record id keeps the source id's type (an existing table keeps its own)."""
+    existing = table_names(connection)
+    connection.begin()
+    try:
+        for table in _tables(spec):
+            if table.name.lower() not in existing:
+                connection.execute(table.ddl(id_type))
+            else:
+                _upgrade(connection, table)
+        connection.commit()
+    except BaseException:
+        connection.rollback()
+        raise
+
+
+def needs_upgrade(connection: duckdb.DuckDBPyConnection, spec: JobSpec) -> bool:
+    """Whether some output tables exist but not all, or one lacks a column of this version."""
+    existing = table_names(connection)
+    present = [table.name.lower() in existing for table in _tables(spec)]
+    if any(present) and not all(present):
+        return True
+    for table in _tables(spec):
+        if table.name.lower() in existing:
+            columns = set(column_names(connection, table.name))
+            wanted = {name for name, _ in table.columns} | ({"variant"} if table.per_record else set())
+            if wanted - columns:
+                return True
+    return False
+
+
+def _upgrade(connection: duckdb.DuckDBPyConnection, table: _Table) -> None:
+    columns = column_names(connection, table.name)
+    if table.per_record and "variant" not in columns:
+        _rebuild_with_variant(connection, table, columns)
+        return
+    for name, kind in table.columns:
+        if name not in columns:
+            kind = kind.removesuffix(" PRIMARY KEY")
+            connection.execute(f"ALTER TABLE {quote(table.name)} ADD COLUMN {name} {kind}")
+
+
+def _rebuild_with_variant(
+    connection: duckdb.DuckDBPyConnection, table: _Table, old_columns: list[str]
+) -> None:
+    """A table keyed by record alone (before variants): copy it into the new layout as variant main."""
+    row = connection.execute(
+        "SELECT data_type FROM duckdb_columns() "
+        "WHERE lower(table_name) = lower(?) AND column_name = 'record_id'",
+        [table.name],
+    ).fetchone()
+    upgrading = f"{table.name}__upgrading"
+    connection.execute(table.ddl(str(row[0]) if row else "VARCHAR", upgrading))
+    shared = ", ".join(name for name in column_names(connection, upgrading) if name in old_columns)
+    connection.execute(
+        f"INSERT INTO {quote(upgrading)} (variant, {shared}) SELECT 'main', {shared} FROM {quote(table.name)}"
+    )
+    connection.execute(f"DROP TABLE {quote(table.name)}")
+    connection.execute(f"ALTER TABLE {quote(upgrading)} RENAME TO {quote(table.name)}")
+    log.warning("upgraded an output table to this version's layout", table=table.name)

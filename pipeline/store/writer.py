@@ -1,0 +1,250 @@
+"""The single batched writer of outcomes into the job's DuckDB database.
+
+Results are unique per (variant, record id). Each batch of outcomes is one transaction that also moves
+the results it replaces into the history table and updates the run's counters, so what ``status``
+shows is always what is on disk, and a kill at any moment loses no result and doubles none.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+import anyio
+import duckdb
+import orjson
+import structlog
+
+from pipeline.extraction.outcomes import Extracted, Failed, Outcome
+from pipeline.job.spec import JobSpec
+from pipeline.source.db import UTC_NOW, quote
+from pipeline.source.versions import JobVersion
+from pipeline.store.tables import (
+    FAILURE_COLUMNS,
+    RESULT_COLUMNS,
+    history_table,
+)
+
+log = structlog.get_logger("pipeline.store.writer")
+
+T = TypeVar("T")
+
+#: Chaos testing only: hold each batch's transaction open this long before committing, so a kill -9
+#: can be aimed at the middle of a commit (tests/integration/test_chaos.py).
+CHAOS_COMMIT_DELAY_ENV = "PIPELINE_CHAOS_COMMIT_DELAY_S"
+AppendAction = Literal["upsert", "delete"]
+
+
+@dataclass(slots=True)
+class RunCounts:
+    """The run's totals, over every attempt of every record it finished (failed ones included)."""
+
+    done: int = 0
+    failed: int = 0
+    attempts: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    reasoning_tokens: int = 0
+
+    def add(self, outcome: Outcome) -> None:
+        self.attempts += outcome.attempts
+        if isinstance(outcome, Failed):
+            self.failed += 1
+        else:
+            self.done += 1
+        self.prompt_tokens += outcome.usage.prompt_tokens
+        self.completion_tokens += outcome.usage.completion_tokens
+        self.reasoning_tokens += outcome.usage.reasoning_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class RunStart:
+    job_hash: str
+    model: str
+    base_url: str
+    concurrency: int
+    pending: int
+
+
+class StoreWriter:
+    """The single writer: owns one connection; every call runs in a worker thread, one at a time."""
+
+    def __init__(self, connection: duckdb.DuckDBPyConnection, spec: JobSpec, version: JobVersion) -> None:
+        self.connection = connection
+        self.spec = spec
+        self.version = version
+        self.run_id = 0
+        self.counts = RunCounts()
+        self._pending = 0
+        self._limiter = anyio.CapacityLimiter(1)
+        self._chaos_commit_delay_s = float(os.environ.get(CHAOS_COMMIT_DELAY_ENV) or 0)
+
+    async def _call(self, function: Callable[[], T]) -> T:
+        return await anyio.to_thread.run_sync(function, limiter=self._limiter)
+
+    async def begin_run(self, start: RunStart) -> int:
+        self._pending = start.pending
+        self.run_id = await self._call(lambda: self._insert_run(start))
+        return self.run_id
+
+    async def write(self, outcomes: Sequence[Outcome]) -> None:
+        """Commit a batch of outcomes and the run's new counters in one transaction."""
+        if outcomes:
+            await self._call(lambda: self._write_batch(outcomes))
+
+    async def set_pending(self, pending: int) -> None:
+        """The run's pending count, once the content phase has been counted."""
+        self._pending = pending
+        await self._call(lambda: self._update_run(self.counts, status=None, message=None))
+
+    async def finish_run(
+        self, status: str, message: str | None = None, knees: Mapping[str, int] | None = None
+    ) -> None:
+        """The run's end; ``knees``: where `concurrency: auto` found each endpoint's best level, for the
+        next run to start from (see :func:`known_knees`)."""
+        found = orjson.dumps(knees).decode() if knees else None
+        await self._call(lambda: self._update_run(self.counts, status=status, message=message, knees=found))
+
+    def _insert_run(self, start: RunStart) -> int:
+        table = quote(self.spec.output.runs_table)
+        con = self.connection
+        row = con.execute(f"SELECT coalesce(max(run_id), 0) + 1 FROM {table}").fetchone()
+        run_id = int(row[0]) if row else 1
+        con.execute(
+            f"INSERT INTO {table} (run_id, job_name, variant, job_hash, model, base_url, concurrency, "
+            f"started_at, updated_at, status, pending_at_start) "
+            f"VALUES (?, ?, ?, ?, ?, ?, ?, {UTC_NOW}, {UTC_NOW}, 'running', ?)",
+            [
+                run_id,
+                self.spec.name,
+                self.spec.variant,
+                start.job_hash,
+                start.model,
+                start.base_url,
+                start.concurrency,
+                start.pending,
+            ],
+        )
+        return run_id
+
+    def _write_batch(self, outcomes: Sequence[Outcome]) -> None:
+        extracted = [o for o in outcomes if isinstance(o, Extracted)]
+        failed = [o for o in outcomes if isinstance(o, Failed)]
+        counts = dataclasses.replace(self.counts)
+        for outcome in outcomes:
+            counts.add(outcome)
+        con, out = self.connection, self.spec.output
+        now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+        con.begin()
+        try:
+            if extracted:
+                ids = [o.record_id for o in extracted]
+                self._move_to_history(ids)
+                self._append(out.results_table, RESULT_COLUMNS, [self._result_row(o, now) for o in extracted])
+                # A record that failed before (transient, or --retry-failed) is no longer a failure.
+                keys = [[self.spec.variant, record_id] for record_id in ids]
+                self._append(out.failures_table, ["variant", "record_id"], keys, "delete")
+            if failed:
+                rows = [self._failure_row(o, now) for o in failed]
+                self._append(out.failures_table, FAILURE_COLUMNS, rows, "upsert")
+            self._update_run(counts, status=None, message=None)
+            if self._chaos_commit_delay_s:
+                log.warning("chaos: transaction open before commit", rows=len(outcomes))
+                time.sleep(self._chaos_commit_delay_s)
+            con.commit()
+        except BaseException:
+            con.rollback()
+            raise
+        self.counts = counts
+
+    def _move_to_history(self, ids: list[Any]) -> None:
+        """Copy the results these ids replace into the history table (same transaction as the new ones)."""
+        columns = ", ".join([*RESULT_COLUMNS, "created_at"])
+        self.connection.execute(
+            f"INSERT INTO {quote(history_table(self.spec))} ({columns}, superseded_at, superseded_by_run) "
+            f"SELECT {columns}, {UTC_NOW}, ? FROM {quote(self.spec.output.results_table)} "
+            "WHERE variant = ? AND record_id IN (SELECT unnest(?))",
+            [self.run_id, self.spec.variant, ids],
+        )
+
+    def _append(
+        self, table: str, columns: list[str], rows: list[list[Any]], action: AppendAction = "upsert"
+    ) -> None:
+        if action == "delete":  # a delete appender buffers exactly its key columns
+            appender = self.connection.appender(table, action=action, key=columns)
+        else:
+            appender = self.connection.appender(table, columns=[*columns, "created_at"], action=action)
+        appender.append_rows(rows)
+        appender.flush()
+
+    def _result_row(self, outcome: Extracted, now: dt.datetime) -> list[Any]:
+        reply, usage = outcome.reply, outcome.usage
+        return [
+            self.spec.variant,
+            outcome.record_id,
+            self.run_id,
+            outcome.data_json,
+            outcome.attempts,
+            reply.prompt_tokens,
+            reply.completion_tokens,
+            reply.reasoning_tokens,
+            reply.latency_s,
+            reply.finish_reason,
+            outcome.max_tokens,
+            usage.prompt_tokens,
+            usage.completion_tokens,
+            usage.reasoning_tokens,
+            usage.latency_s,
+            outcome.grounding_json,
+            *self.version.key_values(outcome.content_hash, outcome.model),
+            now,
+        ]
+
+    def _failure_row(self, outcome: Failed, now: dt.datetime) -> list[Any]:
+        usage = outcome.usage
+        return [
+            self.spec.variant,
+            outcome.record_id,
+            self.run_id,
+            str(outcome.failure_class),
+            outcome.message,
+            outcome.attempts,
+            outcome.last_raw_output,
+            outcome.max_tokens,
+            usage.prompt_tokens,
+            usage.completion_tokens,
+            usage.reasoning_tokens,
+            usage.latency_s,
+            *self.version.key_values(outcome.content_hash, outcome.model),
+            now,
+        ]
+
+    def _update_run(
+        self, counts: RunCounts, *, status: str | None, message: str | None, knees: str | None = None
+    ) -> None:
+        self.connection.execute(
+            f"UPDATE {quote(self.spec.output.runs_table)} SET done = ?, failed = ?, attempts = ?, "
+            f"prompt_tokens = ?, completion_tokens = ?, reasoning_tokens = ?, pending_at_start = ?, "
+            f"updated_at = {UTC_NOW}, status = coalesce(?, status), message = coalesce(?, message), "
+            f"knees = coalesce(?, knees), "
+            f"ended_at = CASE WHEN ? IS NULL THEN ended_at ELSE {UTC_NOW} END WHERE run_id = ?",
+            [
+                counts.done,
+                counts.failed,
+                counts.attempts,
+                counts.prompt_tokens,
+                counts.completion_tokens,
+                counts.reasoning_tokens,
+                self._pending,
+                status,
+                message,
+                knees,
+                status,
+                self.run_id,
+            ],
+        )

@@ -1,0 +1,411 @@
+"""Bad input, through the command line: each gives one clear line, the right exit code, and loses nothing.
+
+The configuration cases run in-process (typer's CliRunner: no server is needed, nothing is sent); the
+cases about record content run against a real ``pipeline sim`` process. Every case that can touch the
+database starts from one with the results of a previous run, and checks they are all still there.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import duckdb
+import pytest
+from typer.testing import CliRunner, Result
+
+import pipeline.cli as cli
+from pipeline.extraction.prompt import PromptBuilder
+from pipeline.job.spec import JobSpec, load_job
+from pipeline.run.progress import LogProgress
+from pipeline.run.runner import RunOptions, run_job
+from tests.support.fakes import ScriptedServer, good_completion, respond
+from tests.support.jobs import job_dict, make_source, table_rows, write_job
+from tests.support.processes import sim_server
+
+PREVIOUS_RECORDS = 6
+MAX_MODEL_LEN = 8192
+ONE_MB = 1_000_000
+CONTROL = "nul\x00 esc\x1b[31m ff\x0c bell\x07 del\x7f unit\x1f tab\t cr\r lf\n end"
+
+
+# --- helpers ----------------------------------------------------------------------------------------
+
+
+def cli_run(*args: str) -> Result:
+    return CliRunner().invoke(cli.app, list(args))
+
+
+def error_line(result: Result) -> str:
+    """The command's one error line; log lines (JSON) aside, stderr holds nothing else, and no
+    exception escaped the command (a traceback would mean an unclassified error)."""
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    assert "Traceback" not in result.output
+    lines = [line for line in result.stderr.splitlines() if not line.startswith("{")]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: "), lines
+    return lines[0]
+
+
+def database_state(database: Path) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row of every table, as text: equal before and after means untouched."""
+    with duckdb.connect(str(database), read_only=True) as connection:
+        tables = [
+            str(row[0]) for row in connection.execute("SELECT table_name FROM duckdb_tables()").fetchall()
+        ]
+        return {
+            table: sorted(
+                tuple(str(value) for value in row)
+                for row in connection.execute(f'SELECT * FROM "{table}"').fetchall()
+            )
+            for table in sorted(tables)
+        }
+
+
+def rewrite_job(folder: Path, **overrides: Any) -> Path:
+    """The job file of ``folder`` with a mistake in it (same database as before)."""
+    return write_job(folder, **overrides)
+
+
+@pytest.fixture(scope="module")
+def previous_database(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The database of a previous, successful run (made once; each test gets a copy)."""
+    folder = tmp_path_factory.mktemp("previous")
+    make_source(folder / "test.duckdb", PREVIOUS_RECORDS)
+    server = ScriptedServer([respond(good_completion())])
+    options = RunOptions(transport=server.transport, progress=LogProgress(interval_s=3600))
+    summary = anyio.run(run_job, load_job(write_job(folder)), options)
+    assert summary.done == PREVIOUS_RECORDS
+    return folder / "test.duckdb"
+
+
+@pytest.fixture
+def previous(tmp_path: Path, previous_database: Path) -> Path:
+    """A job folder whose database holds the results of a previous, successful run."""
+    shutil.copyfile(previous_database, tmp_path / "test.duckdb")
+    write_job(tmp_path)
+    return tmp_path
+
+
+def assert_nothing_lost(folder: Path, before: dict[str, list[tuple[Any, ...]]]) -> None:
+    database = folder / "test.duckdb"
+    assert database_state(database) == before  # the database still opens, and is unchanged
+    assert table_rows(database, "SELECT count(*) FROM results") == [(PREVIOUS_RECORDS,)]
+
+
+# --- the job file -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key", "expected"),
+    [
+        ({"concurency": 64}, "concurency", "unknown key (did you mean 'concurrency'?)"),
+        ({"retry": {"reask": 3}}, "retry.reask", "unknown key (did you mean 'reasks'?)"),
+        ({"source": {"feilds": ["x"]}}, "source.feilds", "unknown key (did you mean 'fields'?)"),
+        ({"schema": "schemas.nope:Thing"}, "schema", "cannot import module 'schemas.nope'"),
+        (
+            {"schema": "tests.support.schemas:Nope"},
+            "schema",
+            "module 'tests.support.schemas' has no class 'Nope'",
+        ),
+        ({"schema": "tests.support.schemas:NotAModel"}, "schema", "is not a Pydantic model class"),
+        ({"schema": "no colon"}, "schema", "must be an import path like package.module:Class"),
+    ],
+)
+@pytest.mark.parametrize("command", ["run", "status", "load"])
+def test_a_bad_job_file_is_one_line_naming_file_and_key(
+    previous: Path, overrides: dict[str, Any], key: str, expected: str, command: str
+) -> None:
+    before = database_state(previous / "test.duckdb")
+    job = rewrite_job(previous, **overrides)
+    args = {"run": ["run", str(job)], "status": ["status", str(job)]}.get(command)
+    args = args or ["load", str(previous / "none.jsonl"), "--job", str(job)]
+    result = cli_run(*args)
+    assert result.exit_code == 2
+    line = error_line(result)
+    assert line.startswith(f"error: {job}: key '{key}': "), line
+    assert expected in line
+    assert_nothing_lost(previous, before)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key", "shown"),
+    [
+        (
+            {"source": {"table": "postings; DROP TABLE results"}},
+            "source.table",
+            "'postings; DROP TABLE results'",
+        ),
+        ({"output": {"results_table": 'x" OR 1=1 --'}}, "output.results_table", "'x\" OR 1=1 --'"),
+        ({"output": {"failures_table": "failures; DROP TABLE results"}}, "output.failures_table", "DROP"),
+        ({"output": {"runs_table": "runs--"}}, "output.runs_table", "'runs--'"),
+        (
+            {"source": {"id_column": "id); DROP TABLE postings; --"}},
+            "source.id_column",
+            "DROP TABLE postings",
+        ),
+        (
+            {"source": {"fields": ['ti"tle', "description"]}, "prompt": {"user": "{description}"}},
+            "source.fields.0",
+            "'ti\"tle'",
+        ),
+        ({"name": "x'; DROP TABLE runs; --"}, "name", "DROP TABLE runs"),
+    ],
+)
+def test_sql_in_an_identifier_is_refused_and_the_database_is_untouched(
+    previous: Path, overrides: dict[str, Any], key: str, shown: str
+) -> None:
+    before = database_state(previous / "test.duckdb")
+    job = rewrite_job(previous, **overrides)
+    for args in (["run", str(job)], ["status", str(job)]):
+        result = cli_run(*args)
+        assert result.exit_code == 2
+        line = error_line(result)
+        assert line.startswith(f"error: {job}: key '{key}': must be a plain SQL name"), line
+        assert shown in line
+    assert_nothing_lost(previous, before)
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        # Closes the parenthesis the query is put in, to run a second statement after it.
+        "SELECT * FROM postings) ; DROP TABLE results; SELECT * FROM (SELECT 1 AS id",
+        "SELECT * FROM postings; DROP TABLE results",
+        "DELETE FROM results",
+    ],
+)
+def test_a_source_query_cannot_run_a_second_statement(previous: Path, query: str) -> None:
+    before = database_state(previous / "test.duckdb")
+    job = rewrite_job(previous, source={"table": None, "query": query})
+    for args in (["run", str(job)], ["status", str(job)]):
+        result = cli_run(*args)
+        assert result.exit_code == 2
+        line = error_line(result)
+        assert line.startswith(f"error: {job}: key source.query "), line
+    assert_nothing_lost(previous, before)
+
+
+def test_a_source_query_with_a_trailing_semicolon_still_works(previous: Path) -> None:
+    job = rewrite_job(previous, source={"table": None, "query": "SELECT * FROM postings WHERE id < 4;"})
+    result = cli_run("status", str(job), "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["source_records"] == 4
+
+
+def test_load_refuses_sql_in_the_table_option(previous: Path) -> None:
+    before = database_state(previous / "test.duckdb")
+    data = previous / "more.jsonl"
+    data.write_text(json.dumps({"id": 99, "title": "t", "description": "d"}) + "\n")
+    job = previous / "job.yaml"
+    result = cli_run("load", str(data), "--job", str(job), "--table", "x; DROP TABLE postings")
+    assert result.exit_code == 2
+    assert (
+        error_line(result)
+        == "error: --table 'x; DROP TABLE postings': must be a plain SQL name (letters, digits and _)"
+    )
+    assert_nothing_lost(previous, before)
+
+
+# --- the source table -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (
+            "INSERT INTO postings VALUES (0, 'again', 'a second record with id 0'), (3, 'x', 'y')",
+            "ids are not unique in column id (e.g. 0, 3)",
+        ),
+        (
+            "INSERT INTO postings VALUES (NULL, 'no id', 'a record without an id')",
+            "1 records have a NULL id in column id",
+        ),
+        (
+            "ALTER TABLE postings RENAME COLUMN id TO posting_id",
+            "the source has no column ['id'] (keys source.id_column / source.fields); "
+            "it has ['description', 'posting_id', 'title']",
+        ),
+        (
+            "ALTER TABLE postings DROP COLUMN description",
+            "the source has no column ['description'] (keys source.id_column / source.fields); "
+            "it has ['id', 'title']",
+        ),
+    ],
+)
+def test_a_bad_source_table_exits_2_naming_the_column(previous: Path, change: str, expected: str) -> None:
+    database = previous / "test.duckdb"
+    with duckdb.connect(str(database)) as connection:
+        connection.execute(change)
+    before = database_state(database)
+    result = cli_run("run", str(previous / "job.yaml"), "--log-format", "json")
+    assert result.exit_code == 2
+    line = error_line(result)
+    assert line.startswith(f"error: {previous / 'job.yaml'}: source in {database}: "), line
+    assert line.endswith(expected), line
+    assert_nothing_lost(previous, before)
+
+
+# --- pipeline load ----------------------------------------------------------------------------------
+
+
+def write_rows(path: Path, rows: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "expected"),
+    [
+        (
+            "latin1.csv",
+            b"id,title,description\n10,Chef,Cook\n11,Caf\xe9 manager,Runs the caf\xe9\n",
+            "CSV Error on Line: 3",
+        ),
+        (
+            "latin1.jsonl",
+            b'{"id": 10, "title": "Chef", "description": "Cook"}\n'
+            b'{"id": 11, "title": "Caf\xe9", "description": "x"}\n',
+            "invalid UTF-8",
+        ),
+        (
+            # Past DuckDB's 20,480-row sample: found while loading, inside the transaction.
+            "late.csv",
+            b"id,title,description\n"
+            + b"".join(b"%d,Title %d,Text %d\n" % (i, i, i) for i in range(100, 21_100))
+            + b"21100,Caf\xe9,x\n",
+            "cannot load into table 'postings'",
+        ),
+    ],
+)
+def test_invalid_utf8_names_the_file_and_line_and_loads_nothing(
+    previous: Path, name: str, content: bytes, expected: str
+) -> None:
+    before = database_state(previous / "test.duckdb")
+    data = previous / name
+    data.write_bytes(content)
+    result = cli_run("load", str(data), "--job", str(previous / "job.yaml"))
+    assert result.exit_code == 2
+    line = error_line(result)
+    assert line.startswith(f"error: {data}: "), line
+    assert expected in line and "line" in line.lower()
+    assert "the file must be UTF-8" in line
+    assert "Possible Solution" not in line and "sample_size" not in line and len(line) < 500
+    assert_nothing_lost(previous, before)
+
+
+@pytest.mark.parametrize(
+    ("rows", "expected"),
+    [
+        (
+            [{"id": 7, "title": "a", "description": "b"}, {"id": 7, "title": "c", "description": "d"}],
+            "id column 'id' has duplicate values (e.g. 7)",
+        ),
+        (
+            [{"id": None, "title": "a", "description": "b"}, {"id": 8, "title": "c", "description": "d"}],
+            "1 rows have no value in the id column 'id'",
+        ),
+        (
+            [{"posting_id": 9, "title": "a", "description": "b"}],
+            "no column ['id'] (needed by the job's source.id_column / source.fields); "
+            "the file has ['posting_id', 'title', 'description']",
+        ),
+        (
+            [{"id": 9, "title": "a", "body": "b"}],
+            "no column ['description'] (needed by the job's source.id_column / source.fields); "
+            "the file has ['id', 'title', 'body']",
+        ),
+    ],
+)
+def test_load_refuses_bad_ids_and_missing_columns(
+    previous: Path, rows: list[dict[str, Any]], expected: str
+) -> None:
+    before = database_state(previous / "test.duckdb")
+    data = write_rows(previous / "bad.jsonl", rows)
+    result = cli_run("load", str(data), "--job", str(previous / "job.yaml"))
+    assert result.exit_code == 2
+    line = error_line(result)
+    assert line.startswith(f"error: {data}: "), line
+    assert expected in line
+    assert_nothing_lost(previous, before)
+
+
+# --- record content, against a real server ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sim_url() -> Iterator[str]:
+    with sim_server("--model", "test-model", "--max-model-len", str(MAX_MODEL_LEN)) as url:
+        yield url
+
+
+ODD_RECORDS: list[dict[str, Any]] = [
+    {"id": 100, "title": None, "description": None},
+    {"id": 101, "title": "", "description": ""},
+    {"id": 102, "title": "Huge", "description": "word " * (ONE_MB // 5)},
+    {"id": 103, "title": CONTROL, "description": "\x00" * 3 + "only control \x01\x02\x03"},
+    {"id": 104, "title": "Plain", "description": "A normal posting."},
+    {"id": 105, "title": "Ünïcødé ✓ 职位", "description": "emoji 🚀 and RTL שלום"},
+]
+
+
+def test_null_empty_huge_and_control_character_fields(previous: Path, sim_url: str) -> None:
+    job = rewrite_job(previous, endpoint={"base_url": sim_url}, max_tokens=512)
+    database = previous / "test.duckdb"
+    earlier_results = table_rows(database, "SELECT * FROM results ORDER BY record_id")
+    data = write_rows(previous / "odd.jsonl", ODD_RECORDS)
+
+    loaded = cli_run("load", str(data), "--job", str(job))
+    assert loaded.exit_code == 0, loaded.output
+    assert f": {len(ODD_RECORDS)} new, 0 updated, 0 unchanged" in loaded.stdout
+    stored = dict(table_rows(database, "SELECT id, [title, description] FROM postings WHERE id >= 100"))
+    assert stored == {row["id"]: [row["title"], row["description"]] for row in ODD_RECORDS}  # byte-exact
+
+    result = cli_run("run", str(job), "--log-format", "json")
+    assert result.exit_code == 1, result.output  # finished, with one failure
+    assert "5 done, 1 failed of 6" in result.stdout
+    done = [row[0] for row in table_rows(database, "SELECT record_id FROM results WHERE record_id >= 100")]
+    failed = table_rows(database, "SELECT record_id, failure_class, message, attempts FROM failures")
+    assert sorted(done) == [100, 101, 103, 104, 105]  # NULL, empty and control characters: extracted
+    # 1 MB does not fit the context: a permanent failure, classified at once, not retried.
+    assert len(failed) == 1
+    record_id, failure_class, message, attempts = failed[0]
+    assert (record_id, failure_class, attempts) == (102, "permanent", 1)
+    assert f"maximum context length is {MAX_MODEL_LEN} tokens" in message and len(message) < 400
+    # Nothing was dropped, and nothing from before was lost.
+    assert (
+        table_rows(database, "SELECT * FROM results WHERE record_id < 100 ORDER BY record_id")
+        == earlier_results
+    )
+    # A NULL field is sent as an empty string, not as "None": both prompts are the same size.
+    tokens = dict(
+        table_rows(database, "SELECT record_id, prompt_tokens FROM results WHERE record_id IN (100, 101)")
+    )
+    assert tokens[100] == tokens[101]
+
+    again = cli_run("run", str(job), "--log-format", "json")
+    assert again.exit_code == 0 and "nothing to do" in again.stdout  # the permanent failure stays put
+
+
+def test_a_null_field_renders_as_an_empty_string(tmp_path: Path) -> None:
+    spec = JobSpec.model_validate(job_dict())
+    content = PromptBuilder(spec).request_for({"title": None, "description": None}).messages[1]["content"]
+    assert content == "Title: \n\n"
+    control = PromptBuilder(spec).request_for({"title": CONTROL, "description": ""}).messages[1]["content"]
+    assert control == f"Title: {CONTROL}\n\n"
+
+
+def test_a_model_the_server_does_not_serve_exits_2_naming_both(previous: Path, sim_url: str) -> None:
+    job = rewrite_job(previous, endpoint={"base_url": sim_url}, model="gpt-oss-120b")
+    with duckdb.connect(str(previous / "test.duckdb")) as connection:  # something is pending
+        connection.execute("INSERT INTO postings VALUES (50, 'Pending', 'Not extracted yet')")
+    before = database_state(previous / "test.duckdb")
+    result = cli_run("run", str(job), "--log-format", "json")
+    assert result.exit_code == 2, result.output
+    line = error_line(result)
+    assert "'gpt-oss-120b'" in line and "test-model" in line
+    assert_nothing_lost(previous, before)

@@ -1,0 +1,243 @@
+"""`pipeline export`: results joined to the source ids, written by DuckDB's COPY, atomically."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import orjson
+import pytest
+from typer.testing import CliRunner
+
+import pipeline.reports.export as export_module
+from pipeline.cli import app
+from pipeline.errors import ConfigError, DatabaseLockedError
+from pipeline.job.spec import JobSpec
+from pipeline.reports.export import (
+    ExportFormat,
+    export_format,
+    export_memory_limit,
+    export_results,
+    failures_path,
+)
+from tests.support.jobs import make_job
+from tests.support.outputs import database_held_by_another_process, job_with_outputs
+
+COLUMNS = [
+    "id",
+    "extracted",
+    "model",
+    "attempts",
+    "prompt_tokens",
+    "completion_tokens",
+    "reasoning_tokens",
+    "finish_reason",
+    "created_at",
+    "variant",
+    "run_id",
+    "latency_s",
+    "max_tokens",
+    "total_prompt_tokens",
+    "total_completion_tokens",
+    "total_reasoning_tokens",
+    "total_latency_s",
+    "content_hash",
+    "prompt_hash",
+    "schema_hash",
+    "settings_hash",
+]
+DONE_IDS = [0, 8, 9, 10, 11]  # job_with_outputs: records 1-7 fail
+
+
+def export_cli(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(app, ["export", *args])
+    return result.exit_code, result.stdout, result.stderr
+
+
+def read_rows(path: Path, fmt: ExportFormat) -> list[dict[str, Any]]:
+    """The exported rows as Python values, sorted by id; ``extracted`` parsed from JSON text."""
+    if fmt is ExportFormat.JSONL:
+        rows = [orjson.loads(line) for line in path.read_bytes().splitlines()]
+    elif fmt is ExportFormat.CSV:
+        with path.open(newline="") as file:
+            rows = [dict(row) for row in csv.DictReader(file)]
+        for row in rows:
+            row["id"] = int(row["id"])
+    else:
+        with duckdb.connect() as connection:
+            cursor = connection.execute("SELECT * FROM read_parquet(?)", [str(path)])
+            names = [column[0] for column in cursor.description]
+            rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+    return sorted(rows, key=lambda row: row["id"])
+
+
+def parquet_type(path: Path, column: str) -> str:
+    with duckdb.connect() as connection:
+        described = connection.execute("DESCRIBE SELECT * FROM read_parquet(?)", [str(path)]).fetchall()
+    return next(str(row[1]) for row in described if row[0] == column)
+
+
+@pytest.mark.parametrize("fmt", list(ExportFormat))
+def test_each_format_holds_every_result_with_its_id(tmp_path: Path, fmt: ExportFormat) -> None:
+    spec = job_with_outputs(tmp_path)
+    out = tmp_path / "export" / f"results.{fmt}"
+    report = export_results(spec, out, fmt)
+    assert (report.out, report.rows, report.failures_out) == (out, 5, None)
+    rows = read_rows(out, fmt)
+    assert list(rows[0]) == COLUMNS
+    assert [row["id"] for row in rows] == DONE_IDS
+    for row in rows:
+        # jsonl nests the object; csv and parquet carry its text (parquet typed as JSON)
+        extracted = row["extracted"] if fmt is ExportFormat.JSONL else orjson.loads(row["extracted"])
+        assert extracted == {
+            "title": f"Title {row['id']}",
+            "skills": ["SQL", "Python"],
+            "years": row["id"],
+            "low": 1,
+            "high": 2,
+        }
+        assert (row["model"], str(row["attempts"]), row["finish_reason"]) == ("test-model", "1", "stop")
+        assert str(row["completion_tokens"]) == "40" and str(row["reasoning_tokens"]) == "10"
+    if fmt is ExportFormat.PARQUET:
+        assert parquet_type(out, "extracted") == "JSON"
+    assert sorted(path.name for path in out.parent.iterdir()) == [out.name]  # no temporary file left
+
+
+def test_only_ids_still_in_the_source_under_the_source_id_name(tmp_path: Path) -> None:
+    query = "SELECT id AS posting_id, title, description FROM postings WHERE id <> 9"
+    spec = job_with_outputs(tmp_path, source={"table": None, "query": query, "id_column": "posting_id"})
+    out = tmp_path / "out.jsonl"
+    assert export_results(spec, out, ExportFormat.JSONL).rows == 4
+    rows = [orjson.loads(line) for line in out.read_bytes().splitlines()]
+    assert sorted(row["posting_id"] for row in rows) == [0, 8, 10, 11]
+    assert all("id" not in row for row in rows)
+
+
+def test_include_failures_writes_them_beside_the_results(tmp_path: Path) -> None:
+    spec = job_with_outputs(tmp_path)
+    out = tmp_path / "results.parquet"
+    report = export_results(spec, out, ExportFormat.PARQUET, include_failures=True)
+    assert report.failures_out == tmp_path / "results.failures.parquet"
+    assert (report.rows, report.failure_rows) == (5, 7)
+    with duckdb.connect() as connection:
+        failures = connection.execute(
+            "SELECT id, failure_class, attempts, message, length(last_raw_output) FROM read_parquet(?) "
+            "ORDER BY id",
+            [str(report.failures_out)],
+        ).fetchall()
+    assert [(row[0], row[1]) for row in failures] == [
+        (1, "invalid_json"),
+        (2, "invalid_json"),
+        (3, "invalid_json"),
+        (4, "truncated"),
+        (5, "schema_invalid"),
+        (6, "schema_invalid"),
+        (7, "permanent"),
+    ]
+    assert failures[0][4] > 500  # the whole raw output, not an excerpt
+    assert failures[6][3] == "HTTP 400: the prompt is longer than the context window"
+
+
+def test_formats_from_extensions_and_failure_paths() -> None:
+    assert export_format(Path("a.PARQUET"), None) is ExportFormat.PARQUET
+    assert export_format(Path("a.ndjson"), None) is ExportFormat.JSONL
+    assert export_format(Path("a.txt"), "csv") is ExportFormat.CSV
+    with pytest.raises(ConfigError, match=r"^a\.xlsx: cannot tell the export format .* '\.xlsx'"):
+        export_format(Path("a.xlsx"), None)
+    with pytest.raises(
+        ConfigError, match=r"^out: unknown export format 'xml'; use --format parquet\|jsonl\|csv"
+    ):
+        export_format(Path("out"), "xml")
+    assert failures_path(Path("/x/r.csv"), ExportFormat.CSV) == Path("/x/r.failures.csv")
+    assert failures_path(Path("/x/r.ndjson"), ExportFormat.JSONL) == Path("/x/r.failures.ndjson")
+    assert failures_path(Path("/x/dump"), ExportFormat.PARQUET) == Path("/x/dump.failures.parquet")
+
+
+def test_the_export_gets_at_least_a_gigabyte(tmp_path: Path) -> None:
+    assert export_memory_limit(make_job(tmp_path, records=0)) == "1GB"
+    assert export_memory_limit(make_job(tmp_path, records=0, duckdb_memory_limit="2GiB")) == "2GiB"
+
+
+def test_a_failed_export_keeps_the_old_file_and_leaves_no_temporary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = job_with_outputs(tmp_path)
+    out = tmp_path / "export" / "results.jsonl"
+    out.parent.mkdir()
+    out.write_text("the previous export\n")
+
+    def failing(spec: JobSpec) -> str:
+        # The results file is written in full before the failures' COPY fails. (An error() raised
+        # midway through a parallel COPY can deadlock DuckDB 2.0's task executor, so none here.)
+        return "SELECT * FROM the_disk_is_gone"
+
+    monkeypatch.setattr(export_module, "_failures_sql", failing)
+    with pytest.raises(ConfigError, match=r"results\.failures\.jsonl: export failed \(.*the_disk_is_gone"):
+        export_results(spec, out, ExportFormat.JSONL, include_failures=True)
+    assert out.read_text() == "the previous export\n"
+    assert [path.name for path in out.parent.iterdir()] == ["results.jsonl"]
+
+
+def test_a_path_with_quotes_is_passed_safely(tmp_path: Path) -> None:
+    spec = job_with_outputs(tmp_path)
+    out = tmp_path / "it's a \"test\"'); DROP TABLE results; --" / "out.csv"
+    assert export_results(spec, out, ExportFormat.CSV).rows == 5
+    assert [row["id"] for row in read_rows(out, ExportFormat.CSV)] == DONE_IDS
+
+
+def test_cli_prints_one_line_and_takes_the_format_from_the_path(tmp_path: Path) -> None:
+    spec = job_with_outputs(tmp_path)
+    out = tmp_path / "results.ndjson"
+    code, stdout, _ = export_cli(str(spec.source_file), "--out", str(out), "--include-failures")
+    assert code == 0
+    assert stdout == (
+        f"exported 5 results to {out} (jsonl), 7 failures to {tmp_path / 'results.failures.ndjson'}\n"
+    )
+    assert [row["id"] for row in read_rows(out, ExportFormat.JSONL)] == DONE_IDS
+    dump = tmp_path / "dump"
+    code, stdout, _ = export_cli(str(spec.source_file), "--out", str(dump), "--format", "csv")
+    assert (code, stdout) == (0, f"exported 5 results to {dump} (csv)\n")
+    assert read_rows(dump, ExportFormat.CSV)[0]["id"] == 0
+
+
+def test_cli_unknown_format_or_extension_exits_2_naming_the_path(tmp_path: Path) -> None:
+    spec = job_with_outputs(tmp_path)
+    out = tmp_path / "results.xlsx"
+    code, stdout, stderr = export_cli(str(spec.source_file), "--out", str(out))
+    assert code == 2 and stdout == "" and len(stderr.splitlines()) == 1
+    assert stderr.startswith(f"error: {out}: cannot tell the export format from the extension '.xlsx'")
+    code, _, stderr = export_cli(str(spec.source_file), "--out", str(out), "--format", "excel")
+    assert code == 2 and stderr.startswith(f"error: {out}: unknown export format 'excel'")
+    assert not out.exists()
+
+
+def test_cli_missing_database_or_results_exit_2(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=0)
+    out = tmp_path / "exports" / "out.parquet"
+    code, _, stderr = export_cli(str(spec.source_file), "--out", str(out))
+    assert code == 2 and len(stderr.splitlines()) == 1 and "does not exist yet" in stderr
+    make_job(tmp_path, records=3)  # a source, but no run yet
+    code, _, stderr = export_cli(str(spec.source_file), "--out", str(out))
+    assert code == 2 and stderr.startswith(f"error: {spec.database}: no table 'results' yet")
+    assert not out.parent.exists()
+
+
+def test_an_id_column_named_like_an_exported_column_is_refused(tmp_path: Path) -> None:
+    query = "SELECT id AS model, title, description FROM postings"
+    spec = make_job(tmp_path, records=0, source={"table": None, "query": query, "id_column": "model"})
+    with pytest.raises(ConfigError, match=r"job\.yaml: key 'source\.id_column': 'model' is also the name"):
+        export_results(spec, tmp_path / "out.csv", ExportFormat.CSV)
+
+
+def test_a_database_held_by_a_run_exits_3(tmp_path: Path) -> None:
+    spec = job_with_outputs(tmp_path)
+    out = tmp_path / "out.parquet"
+    with database_held_by_another_process(spec.database):
+        with pytest.raises(DatabaseLockedError):
+            export_results(spec, out, ExportFormat.PARQUET)
+        code, stdout, stderr = export_cli(str(spec.source_file), "--out", str(out))
+    assert code == 3 and stdout == ""
+    assert len(stderr.splitlines()) == 1 and stderr.startswith(f"error: {spec.database}: ")
+    assert not any(path.name.startswith(("out", ".out")) for path in tmp_path.iterdir())

@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pipeline.errors import ConfigError
+from pipeline.reports.status import job_status
+from pipeline.run.runner import RunOptions, run_job
+from tests.support.fakes import ScriptedServer, completion, good_completion, respond
+from tests.support.jobs import make_job
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_status_counts_failures_by_class_and_pending(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=12, retry={"reasks": 0})
+    server = ScriptedServer([respond(good_completion())] * 8 + [respond(completion("nope"))])
+    await run_job(spec, RunOptions(transport=server.transport, limit=10))
+    report = job_status(spec)
+    assert (report.source_records, report.done, report.pending) == (12, 8, 2)
+    assert report.failed == {"invalid_json": 2}
+    assert report.last_run is not None and report.last_run["status"] == "completed_with_failures"
+    assert report.rate_per_min is not None and report.rate_per_min > 0
+    assert report.eta_s is not None
+    assert report.live is None
+
+
+def test_status_before_any_run(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=5)
+    report = job_status(spec)
+    assert (report.source_records, report.done, report.pending, report.last_run) == (5, 0, 5, None)
+
+
+def test_status_without_a_database(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=0)
+    with pytest.raises(ConfigError, match="does not exist yet"):
+        job_status(spec)
+
+
+async def test_a_killed_run_shows_as_abandoned(tmp_path: Path) -> None:
+    import duckdb
+
+    spec = make_job(tmp_path, records=3)
+    await run_job(spec, RunOptions(transport=ScriptedServer([respond(good_completion())]).transport, limit=1))
+    with duckdb.connect(str(spec.database)) as connection:
+        connection.execute("UPDATE runs SET status = 'running'")  # what kill -9 leaves behind
+    report = job_status(spec)
+    assert report.last_run is not None and report.last_run["status"] == "abandoned"

@@ -1,0 +1,93 @@
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import anyio
+import pytest
+from rich.console import Console
+from structlog.testing import capture_logs
+
+from pipeline.cli.logs import configure_logging
+from pipeline.run.progress import LiveProgress, LogProgress, format_duration
+from pipeline.run.stats import RunStats
+from pipeline.store.snapshot import read_snapshot, write_snapshot
+
+pytestmark = pytest.mark.anyio
+
+
+def busy_stats() -> RunStats:
+    stats = RunStats(
+        pending_at_start=1000, concurrency=256, clock=lambda: 1060.0, started=1000.0
+    )  # a minute in
+    stats.done, stats.failed, stats.output_tokens, stats.timeouts = 290, 10, 60_000, 2
+    for _ in range(256):
+        stats.request_sent()
+    return stats
+
+
+def test_live_bar_shows_counts_rates_and_eta() -> None:
+    out = io.StringIO()
+    bar = LiveProgress(Console(file=out, force_terminal=True, width=200))
+    bar.close(busy_stats())
+    text = out.getvalue()
+    for expected in (
+        "done 290",
+        "failed 10",
+        "in flight 256",
+        "300.0 rec/min",
+        "1,000 tok/s",
+        "ETA 2:20",
+        "timeouts 2",
+    ):
+        assert expected in text
+
+
+async def test_log_progress_emits_periodic_lines() -> None:
+    stats = busy_stats()
+    waits: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        if len(waits) > 3:
+            await anyio.sleep_forever()
+
+    with capture_logs() as logs:
+        with anyio.move_on_after(0.1):
+            await LogProgress(interval_s=30, sleep=sleep).run(stats)
+        LogProgress().close(stats)
+    assert waits == [30, 30, 30, 30]
+    lines = [entry for entry in logs if entry["event"] == "progress"]
+    assert len(lines) == 4
+    assert lines[-1]["done"] == 290 and lines[-1]["in_flight"] == 256 and lines[-1]["eta_s"] == 140
+
+
+def test_snapshot_round_trip(tmp_path: Path) -> None:
+    database = tmp_path / "x.duckdb"
+    assert read_snapshot(database) is None
+    write_snapshot(database, 4, busy_stats().snapshot(), "running")
+    snapshot = read_snapshot(database)
+    assert snapshot is not None
+    assert (snapshot["run_id"], snapshot["status"], snapshot["done"]) == (4, "running", 290)
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_format_duration() -> None:
+    assert format_duration(None) == "--:--"
+    assert format_duration(65) == "1:05"
+    assert format_duration(3 * 3600 + 61) == "3:01:01"
+
+
+def test_json_log_lines() -> None:
+    stream = io.StringIO()
+    configure_logging(json_lines=True, level="info", stream=stream)
+    import structlog
+
+    structlog.get_logger("t").info("hello", record_id=3)
+    structlog.get_logger("t").debug("hidden")
+    event = json.loads(stream.getvalue())
+    assert event["event"] == "hello" and event["record_id"] == 3 and event["level"] == "info"
+    assert "timestamp" in event
+    assert len(stream.getvalue().splitlines()) == 1
+    structlog.reset_defaults()

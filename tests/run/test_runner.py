@@ -1,0 +1,362 @@
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import duckdb
+import httpx2
+import orjson
+import pytest
+from structlog.testing import capture_logs
+
+from pipeline.errors import FatalRunError
+from pipeline.reports.status import job_status
+from pipeline.run.runner import RunOptions, RunStatus, run_job
+from pipeline.servers.endpoint import Endpoint
+from pipeline.source.db import open_database
+from pipeline.source.reader import SourceReader
+from pipeline.store import opening as store_module
+from tests.support.fakes import GOOD_ITEM, ScriptedServer, completion, error, good_completion, respond
+from tests.support.jobs import make_job, table_rows
+from tests.support.runs import QuietProgress, options
+
+pytestmark = pytest.mark.anyio
+
+
+def title_of(request: httpx2.Request) -> str:
+    return str(orjson.loads(request.content)["messages"][1]["content"].split("\n")[0])
+
+
+class WaveServer:
+    """Holds every request until ``concurrency`` are waiting (or all that can still come), then answers
+    them together. If the pipeline ever failed to refill a free slot, the wave would never fill."""
+
+    def __init__(self, concurrency: int, total: int) -> None:
+        self.concurrency, self.total = concurrency, total
+        self.waiting: list[asyncio.Event] = []
+        self.answered = 0
+        self.in_flight = 0
+        self.peak = 0
+        self.waves = 0
+
+    async def __call__(self, request: httpx2.Request) -> httpx2.Response:
+        if request.url.path.endswith("/models"):
+            return respond({"data": [{"id": "test-model"}]})
+        self.in_flight += 1
+        self.peak = max(self.peak, self.in_flight)
+        released = asyncio.Event()
+        self.waiting.append(released)
+        if len(self.waiting) == min(self.concurrency, self.total - self.answered):
+            self.waves += 1
+            for event in self.waiting:
+                event.set()
+            self.waiting = []
+        await released.wait()
+        self.in_flight -= 1
+        self.answered += 1
+        return respond(good_completion(title=title_of(request)))
+
+
+async def test_slots_are_kept_full_and_never_exceeded(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=500, concurrency=16)
+    server = WaveServer(concurrency=16, total=500)
+    with anyio.fail_after(30):
+        summary = await run_job(spec, options(httpx2.MockTransport(server)))
+    assert server.peak == 16
+    assert server.waves == 32  # 31 full waves of 16, then the last 4
+    assert summary.status is RunStatus.COMPLETED and summary.exit_code == 0
+    assert (summary.done, summary.failed, summary.pending_at_start) == (500, 0, 500)
+    rows = table_rows(
+        spec.database,
+        "SELECT count(*), count(DISTINCT record_id), min(record_id), max(record_id) FROM results",
+    )
+    assert rows == [(500, 500, 0, 499)]
+    mapped = table_rows(
+        spec.database, "SELECT extracted->>'title' = 'Title: Title ' || record_id FROM results"
+    )
+    assert all(row[0] for row in mapped)  # each result belongs to its record
+    assert table_rows(spec.database, "SELECT status, done, failed FROM runs") == [("completed", 500, 0)]
+
+
+async def test_failures_are_recorded_and_retried_only_when_asked(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=20)
+    fixed = False
+
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        if request.url.path.endswith("/models"):
+            return respond({"data": [{"id": "test-model"}]})
+        if title_of(request).endswith(("3", "7")) and not fixed:
+            return respond(completion("this is not JSON"))
+        return respond(good_completion())
+
+    summary = await run_job(spec, options(httpx2.MockTransport(answer)))
+    assert summary.status is RunStatus.COMPLETED_WITH_FAILURES and summary.exit_code == 1
+    assert (summary.done, summary.failed) == (16, 4)
+    failures = table_rows(spec.database, "SELECT record_id, failure_class, attempts FROM failures ORDER BY 1")
+    assert failures == [
+        (3, "invalid_json", 3),
+        (7, "invalid_json", 3),
+        (13, "invalid_json", 3),
+        (17, "invalid_json", 3),
+    ]
+
+    again = await run_job(spec, options(httpx2.MockTransport(answer)))
+    assert again.status is RunStatus.NOTHING_TO_DO and again.exit_code == 0
+
+    fixed = True
+    retried = await run_job(spec, options(httpx2.MockTransport(answer), retry_failed=True))
+    assert (retried.done, retried.failed) == (4, 0)
+    assert table_rows(spec.database, "SELECT count(*) FROM failures") == [(0,)]
+    assert table_rows(spec.database, "SELECT count(*) FROM results") == [(20,)]
+
+
+async def test_transient_failures_are_retried_by_a_plain_rerun(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=5, retry={"transient_retries": 1})
+    server = ScriptedServer([respond(good_completion())] * 3 + [error(503)])
+    first = await run_job(spec, options(server.transport, limit=5))
+    assert first.failed == 2
+    second = await run_job(spec, options(ScriptedServer([respond(good_completion())]).transport))
+    assert (second.pending_at_start, second.done) == (2, 2)
+
+
+async def test_limit_then_resume_extracts_each_record_once(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=100)
+    server = ScriptedServer([respond(good_completion())])
+    first = await run_job(spec, options(server.transport, limit=30))
+    assert first.done == 30
+    second = await run_job(spec, options(server.transport))
+    assert (second.pending_at_start, second.done) == (70, 70)
+    assert len(server.bodies) == 100
+    assert table_rows(spec.database, "SELECT count(*), count(DISTINCT record_id) FROM results") == [
+        (100, 100)
+    ]
+    assert table_rows(spec.database, "SELECT run_id, count(*) FROM results GROUP BY 1 ORDER BY 1") == [
+        (1, 30),
+        (2, 70),
+    ]
+
+
+async def test_auto_starts_at_the_knee_an_earlier_run_found_and_keeps_the_new_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`concurrency: auto` ramps from 8 only the first time: a run stores each server's knee and the
+    next starts there (waves of 24 fill only if 24 are sent at once)."""
+    spec = make_job(tmp_path, records=120, concurrency="auto")
+    await run_job(spec, options(ScriptedServer([respond(good_completion())]).transport, limit=24))
+    key = spec.endpoint_configs()[0].knee_key
+    with duckdb.connect(str(spec.database)) as connection:
+        connection.execute("UPDATE runs SET knees = ?", [orjson.dumps({key: 24, "other m": 5}).decode()])
+    server = WaveServer(concurrency=24, total=96)
+    monkeypatch.setattr(Endpoint, "found_knee", property(lambda endpoint: 30))
+    with capture_logs() as logs, anyio.fail_after(30):
+        summary = await run_job(spec, options(httpx2.MockTransport(server)))
+    assert summary.done == 96 and server.peak == 24
+    started = [entry for entry in logs if entry["event"].startswith("concurrency auto starts")]
+    assert [entry["level"] for entry in started] == [24]
+    stored = table_rows(spec.database, "SELECT knees FROM runs ORDER BY run_id")
+    assert [orjson.loads(row[0]) for row in stored] == [{key: 24, "other m": 5}, {key: 30}]
+
+
+async def test_nothing_to_do_contacts_no_server(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=3)
+    await run_job(spec, options(ScriptedServer([respond(good_completion())]).transport))
+
+    def refuse(request: httpx2.Request) -> httpx2.Response:
+        raise AssertionError("no request expected")
+
+    summary = await run_job(spec, options(httpx2.MockTransport(refuse)))
+    assert summary.status is RunStatus.NOTHING_TO_DO and summary.run_id is None
+
+
+async def test_fatal_error_mid_run_keeps_finished_results(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=200, concurrency=4)
+    server = ScriptedServer([respond(good_completion())] * 50 + [error(401, "bad key")])
+    with pytest.raises(FatalRunError, match="refused the request"):
+        await run_job(spec, options(server.transport))
+    done = table_rows(spec.database, "SELECT count(*) FROM results")[0][0]
+    assert 46 <= done <= 50  # everything answered before the 401 was committed (less what was in flight)
+    run = table_rows(spec.database, "SELECT status, done, message FROM runs")
+    assert run[0][0] == "aborted" and run[0][1] == done and "refused" in run[0][2]
+
+
+async def test_a_failed_content_count_aborts_the_run_with_its_message(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The count of changed records runs beside the stream: its error (DuckDB out of memory under a
+    small duckdb_memory_limit) ends the run as aborted, one error, not a group escaping the run."""
+    spec = make_job(tmp_path, records=60)
+    server = ScriptedServer([respond(good_completion())])
+    await run_job(spec, options(server.transport, limit=20))
+
+    async def out_of_memory(self: SourceReader) -> int:
+        raise FatalRunError("cannot read the pending records (Out of Memory Error)")
+
+    monkeypatch.setattr(SourceReader, "count_content", out_of_memory)
+    with pytest.raises(FatalRunError, match="Out of Memory"):
+        await run_job(spec, options(server.transport))
+    assert table_rows(spec.database, "SELECT status FROM runs ORDER BY run_id") == [
+        ("completed",),
+        ("aborted",),
+    ]
+    assert table_rows(spec.database, "SELECT count(*) FROM results")[0][0] >= 20
+
+
+async def test_server_down_from_the_start_is_fatal_before_any_record(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=5)
+
+    def refuse(request: httpx2.Request) -> httpx2.Response:
+        raise httpx2.ConnectError("[Errno 111] Connection refused")
+
+    with pytest.raises(FatalRunError, match="cannot connect to http://testserver/v1"):
+        await run_job(spec, options(httpx2.MockTransport(refuse)))
+    assert table_rows(spec.database, "SELECT count(*) FROM runs") == [(0,)]
+
+
+async def test_model_not_served_is_fatal(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=5, model="gpt-oss-120b")
+    with pytest.raises(
+        FatalRunError,
+        match="job.yaml: key 'model': .* does not serve model 'gpt-oss-120b'; it serves: test-model",
+    ):
+        await run_job(spec, options(ScriptedServer([respond(good_completion())]).transport))
+
+
+async def test_sigint_stops_cleanly_and_saves_what_finished(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=300, concurrency=8)
+    answered = 0
+
+    async def answer(request: httpx2.Request) -> httpx2.Response:
+        nonlocal answered
+        if request.url.path.endswith("/models"):
+            return respond({"data": [{"id": "test-model"}]})
+        answered += 1
+        if answered == 40:
+            os.kill(os.getpid(), signal.SIGINT)
+        await anyio.lowlevel.checkpoint()
+        return respond(good_completion())
+
+    summary = await run_job(spec, options(httpx2.MockTransport(answer), handle_signals=True))
+    assert summary.status is RunStatus.INTERRUPTED and summary.exit_code == 130
+    saved = table_rows(spec.database, "SELECT count(*) FROM results")[0][0]
+    assert saved == summary.done and 30 <= saved < 300
+    assert table_rows(spec.database, "SELECT status FROM runs") == [("interrupted",)]
+    resumed = await run_job(spec, options(ScriptedServer([respond(good_completion())]).transport))
+    assert resumed.done == 300 - saved
+    assert table_rows(spec.database, "SELECT count(*), count(DISTINCT record_id) FROM results") == [
+        (300, 300)
+    ]
+
+
+async def test_progress_reporter_and_snapshot(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=10)
+    progress = QuietProgress()
+    opts = RunOptions(transport=ScriptedServer([respond(good_completion())]).transport, progress=progress)
+    await run_job(spec, opts)
+    assert progress.closed_with is not None and progress.closed_with["done"] == 10
+    snapshot = orjson.loads(spec.database.with_name(spec.database.name + ".progress.json").read_bytes())
+    assert snapshot["status"] == "completed" and snapshot["done"] == 10 and snapshot["run_id"] == 1
+
+
+async def test_logs_never_contain_record_text_or_the_api_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TEST_SECRET_KEY", "sk-very-secret")
+    spec = make_job(tmp_path, records=0, endpoint={"api_key_env": "TEST_SECRET_KEY"})
+    with duckdb.connect(str(spec.database)) as connection:
+        connection.execute(
+            "CREATE TABLE postings AS SELECT i AS id, 'CONFIDENTIAL-' || i AS title, "
+            "'PRIVATE-BODY' AS description FROM range(6) t(i)"
+        )
+
+    def echo_record(request: httpx2.Request) -> httpx2.Response:
+        if request.url.path.endswith("/models"):
+            return respond({"data": [{"id": "test-model"}]})
+        assert request.headers["authorization"] == "Bearer sk-very-secret"
+        title = title_of(request)
+        if title.endswith(("1", "2")):  # schema-invalid output that quotes the record
+            return respond(completion(orjson.dumps({"title": title, "skills": title}).decode()))
+        if title.endswith("3"):
+            return error(400, "context too long")
+        return respond(good_completion())
+
+    with capture_logs() as logs:
+        summary = await run_job(spec, options(httpx2.MockTransport(echo_record)))
+    assert summary.failed == 3
+    text = orjson.dumps(logs).decode()
+    assert "record failed" in text
+    assert "CONFIDENTIAL" not in text and "PRIVATE-BODY" not in text and "sk-very-secret" not in text
+
+
+async def test_duckdb_is_never_called_on_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[str] = []
+
+    class Guarded:
+        def __init__(self, inner: Any) -> None:
+            self._inner = inner
+
+        def __getattr__(self, name: str) -> Any:
+            attribute = getattr(self._inner, name)
+            if not callable(attribute):
+                return attribute
+
+            def guarded(*args: Any, **kwargs: Any) -> Any:
+                try:
+                    asyncio.get_running_loop()
+                except RuntimeError:
+                    calls.append(name)
+                    result = attribute(*args, **kwargs)
+                    return Guarded(result) if name == "cursor" else result
+                raise AssertionError(f"DuckDB {name}() called on the event loop thread")
+
+            return guarded
+
+    monkeypatch.setattr(store_module, "open_database", lambda *a, **k: Guarded(open_database(*a, **k)))
+    spec = make_job(tmp_path, records=50)
+    summary = await run_job(spec, options(ScriptedServer([respond(good_completion())]).transport))
+    assert summary.done == 50
+    assert {"execute", "begin", "commit", "appender", "close"} <= set(calls)
+
+
+async def test_short_timeout_at_high_concurrency_is_warned(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=2, concurrency=256, request_timeout_s=180)
+    with capture_logs() as logs:
+        await run_job(spec, options(ScriptedServer([respond(good_completion())]).transport))
+    assert any("timeout is short" in entry["event"] for entry in logs)
+
+
+async def test_result_json_is_the_validated_model(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=1)
+    duplicate_skills = {**GOOD_ITEM, "years": None}
+    await run_job(
+        spec,
+        options(ScriptedServer([respond(completion(orjson.dumps(duplicate_skills).decode()))]).transport),
+    )
+    stored = orjson.loads(table_rows(spec.database, "SELECT extracted FROM results")[0][0])
+    assert stored == duplicate_skills
+
+
+async def test_grounded_values_are_located_and_stored_with_the_result(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=0, schema="tests.support.schemas:GroundedItem")
+    with duckdb.connect(str(spec.database)) as connection:
+        connection.execute(
+            "CREATE TABLE postings AS SELECT 1 AS id, 'Analyst' AS title, "
+            "'You know  sql and Excel.' AS description"
+        )
+    server = ScriptedServer([respond(good_completion(skills=["SQL", "Excel", "Python"]))])
+    await run_job(spec, options(server.transport))
+    stored = orjson.loads(table_rows(spec.database, "SELECT grounding FROM results")[0][0])
+    assert [(item["value"], item["match"], item["source_field"]) for item in stored] == [
+        ("SQL", "normalised", "description"),
+        ("Excel", "exact", "description"),
+        ("Python", "none", None),
+    ]
+    sql = stored[0]
+    assert "You know  sql and Excel."[sql["start"] : sql["end"]] == "sql"
+    assert job_status(spec).grounding == {"skills": {"found": 2, "values": 3, "share": 2 / 3}}

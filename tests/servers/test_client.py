@@ -1,0 +1,362 @@
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import anyio
+import httpx2
+import pytest
+
+from pipeline.errors import (
+    ConfigError,
+    ConnectionLostError,
+    EndpointUnreachableError,
+    FatalRunError,
+    ModelNotServedError,
+    PermanentRecordError,
+    ServerUnreachableError,
+    StructuredOutputRejectedError,
+    TransientError,
+)
+from pipeline.servers.client import (
+    KEEPALIVE_EXPIRY_S,
+    ChatRequest,
+    ClientSettings,
+    LLMClient,
+    build_http_client,
+    retry_after_seconds,
+)
+from pipeline.sim import Faults, SimConfig, SimServer
+from pipeline.sim.http import serve
+from tests.support.fakes import ScriptedServer, completion, error, good_completion, respond
+
+pytestmark = pytest.mark.anyio
+
+REQUEST = ChatRequest(
+    messages=({"role": "system", "content": "Extract."}, {"role": "user", "content": "A posting."}),
+    max_tokens=300,
+)
+
+
+def settings(**overrides: object) -> ClientSettings:
+    values: dict[str, object] = {
+        "base_url": "http://testserver/v1",
+        "model": "test-model",
+        "concurrency": 256,
+        "request_timeout_s": 900.0,
+    }
+    values.update(overrides)
+    return ClientSettings(**values)  # type: ignore[arg-type]
+
+
+async def call(server: ScriptedServer, **overrides: object) -> object:
+    async with LLMClient(settings(**overrides), transport=server.transport) as client:
+        return await client.complete(REQUEST)
+
+
+async def test_request_body_carries_job_options() -> None:
+    server = ScriptedServer([respond(good_completion())])
+    response_format = {"type": "json_schema", "json_schema": {"name": "Item", "schema": {}, "strict": True}}
+    await call(
+        server,
+        temperature=0.2,
+        reasoning_effort="low",
+        response_format=response_format,
+        extra_body={"top_k": 5},
+    )
+    body = server.bodies[0]
+    assert body["model"] == "test-model"
+    assert body["max_tokens"] == 300
+    assert body["reasoning_effort"] == "low"  # a top-level field, not inside extra_body
+    assert body["temperature"] == 0.2
+    assert body["response_format"] == response_format
+    assert body["top_k"] == 5
+    assert [m["role"] for m in body["messages"]] == ["system", "user"]
+
+
+async def test_optional_fields_are_left_out() -> None:
+    server = ScriptedServer([respond(good_completion())])
+    await call(server, temperature=None, reasoning_effort=None, response_format=None)
+    assert not {"temperature", "reasoning_effort", "response_format"} & set(server.bodies[0])
+
+
+async def test_reply_fields_and_both_reasoning_names() -> None:
+    for field in ("reasoning", "reasoning_content"):
+        body = completion('{"a": 1}', reasoning="thinking...", reasoning_field=field, completion_tokens=55)
+        reply = await call(ScriptedServer([respond(body)]))
+        assert reply.content == '{"a": 1}'  # type: ignore[attr-defined]
+        assert reply.reasoning == "thinking..."  # type: ignore[attr-defined]
+        assert reply.completion_tokens == 55  # type: ignore[attr-defined]
+        assert reply.reasoning_tokens == 10  # type: ignore[attr-defined]
+        assert reply.finish_reason == "stop"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("status", [408, 409, 425, 429, 500, 502, 503, 504])
+async def test_retryable_statuses_are_transient(status: int) -> None:
+    with pytest.raises(TransientError, match=f"HTTP {status}"):
+        await call(ScriptedServer([error(status, "busy")]))
+
+
+async def test_retry_after_is_read() -> None:
+    with pytest.raises(TransientError) as caught:
+        await call(ScriptedServer([error(429, headers={"retry-after": "7"})]))
+    assert caught.value.retry_after == 7.0
+
+
+@pytest.mark.parametrize("status", [400, 413, 422])
+async def test_client_errors_are_permanent_for_the_record(status: int) -> None:
+    message = "This model's maximum context length is 4096 tokens."
+    with pytest.raises(PermanentRecordError, match="maximum context length"):
+        await call(ScriptedServer([error(status, message)]))
+
+
+@pytest.mark.parametrize(
+    ("status", "message"),
+    [
+        (401, "refused the request"),
+        (403, "refused the request"),
+        (404, "model 'test-model' or its chat completions route"),
+    ],
+)
+async def test_auth_and_missing_model_are_fatal(status: int, message: str) -> None:
+    with pytest.raises(FatalRunError, match=message):
+        await call(ScriptedServer([error(status)]))
+
+
+async def test_401_names_the_key_variable_and_whether_it_is_set() -> None:
+    with pytest.raises(FatalRunError, match="environment variable MY_KEY .*which is not set"):
+        await call(ScriptedServer([error(401)]), api_key_env="MY_KEY", api_key=None)
+
+
+async def test_connection_refused_is_unreachable_and_at_preflight_it_stops_the_run() -> None:
+    """Whether that ends the run is the router's call (another endpoint may answer)."""
+    refused = httpx2.ConnectError("[Errno 111] Connection refused")
+    server = ScriptedServer([refused])
+    with pytest.raises(
+        ServerUnreachableError,
+        match=r"cannot connect to http://testserver/v1: \[Errno 111\] Connection refused",
+    ):
+        await call(server)
+
+    def models_refused(request: httpx2.Request) -> httpx2.Response:
+        raise refused
+
+    async with LLMClient(settings(), transport=httpx2.MockTransport(models_refused)) as client:
+        with pytest.raises(EndpointUnreachableError, match="cannot connect to http://testserver/v1"):
+            await client.check_server()
+
+
+async def test_a_refused_response_format_is_told_apart_from_a_bad_record() -> None:
+    server = ScriptedServer([error(400, "response_format is not supported by this server")])
+    with pytest.raises(StructuredOutputRejectedError, match="does not take response_format"):
+        await call(server)
+    server = ScriptedServer([error(400, "This model's maximum context length is 8192 tokens")])
+    with pytest.raises(PermanentRecordError):
+        await call(server)
+
+
+async def test_without_structured_output_the_schema_goes_in_the_system_prompt() -> None:
+    server = ScriptedServer([respond(good_completion())])
+    fallback = "Extract the posting.\n\nReply with ... schema"
+    with_format = settings(response_format={"type": "json_schema"}, system_with_schema=fallback)
+    async with LLMClient(with_format, transport=server.transport) as client:
+        request = ChatRequest(
+            ({"role": "system", "content": "Extract the posting."}, REQUEST.messages[-1]), 64
+        )
+        await client.complete(request)
+        client.without_structured_output()
+        await client.complete(request)
+    first, second = server.bodies
+    assert "response_format" in first and "response_format" not in second
+    assert first["messages"][0]["content"] == "Extract the posting."
+    assert second["messages"][0]["content"] == fallback
+    assert request.messages[0]["content"] == "Extract the posting."  # the caller's list is untouched
+
+
+@pytest.mark.parametrize("failure", [httpx2.ReadError("reset by peer"), httpx2.RemoteProtocolError("closed")])
+async def test_resets_are_transient(failure: Exception) -> None:
+    with pytest.raises(TransientError, match="connection to http://testserver/v1 failed"):
+        await call(ScriptedServer([failure]))
+
+
+async def test_read_timeout_is_transient_and_marked() -> None:
+    with pytest.raises(TransientError, match=r"no reply within 900 s \(request_timeout_s\)") as caught:
+        await call(ScriptedServer([httpx2.ReadTimeout("timed out")]))
+    assert caught.value.timed_out
+
+
+async def test_overall_deadline_is_the_request_timeout() -> None:
+    async def never(request: httpx2.Request) -> httpx2.Response:
+        await anyio.Event().wait()
+        raise AssertionError("unreachable")
+
+    async with LLMClient(settings(request_timeout_s=0.01), transport=httpx2.MockTransport(never)) as client:
+        with pytest.raises(TransientError) as caught:
+            await client.complete(REQUEST)
+    assert caught.value.timed_out
+
+
+@pytest.mark.parametrize("body", ["not json", '{"choices": []}', '{"no": "choices"}'])
+async def test_malformed_body_is_transient(body: str) -> None:
+    with pytest.raises(TransientError, match="malformed"):
+        await call(ScriptedServer([respond(body)]))
+
+
+async def test_check_server_accepts_a_served_model() -> None:
+    async with LLMClient(settings(), transport=ScriptedServer([]).transport) as client:
+        await client.check_server()
+
+
+async def test_check_server_rejects_an_unserved_model() -> None:
+    server = ScriptedServer([], models=["other-a", "other-b"])
+    async with LLMClient(settings(), transport=server.transport) as client:
+        with pytest.raises(
+            ModelNotServedError, match="does not serve model 'test-model'; it serves: other-a, other-b"
+        ) as caught:
+            await client.check_server()
+    assert isinstance(caught.value, ConfigError)  # exit code 2: the job names the wrong model
+
+
+async def test_check_server_gives_up_within_the_preflight_timeout_on_a_silent_server() -> None:
+    async def never_answer(request: httpx2.Request) -> httpx2.Response:
+        await anyio.sleep_forever()
+        raise AssertionError
+
+    settings_ = settings(preflight_timeout_s=0.2)
+    async with LLMClient(settings_, transport=httpx2.MockTransport(never_answer)) as client:
+        with anyio.fail_after(5), pytest.raises(FatalRunError, match="did not answer within 0.2 s"):
+            await client.check_server()
+
+
+async def test_check_server_fails_fast_on_a_real_socket_that_accepts_and_never_answers() -> None:
+    """The aiohttp transport, as in production: a listener that takes the connection and says nothing."""
+    async with await anyio.create_tcp_listener(local_host="127.0.0.1") as listener:
+        port = listener.extra(anyio.abc.SocketAttribute.local_port)
+        async with anyio.create_task_group() as group:
+            group.start_soon(listener.serve, _hold_silently)
+            client = LLMClient(settings(base_url=f"http://127.0.0.1:{port}/v1", preflight_timeout_s=0.3))
+            async with client:
+                started = anyio.current_time()
+                with pytest.raises(FatalRunError, match="did not answer"):
+                    await client.check_server()
+                assert anyio.current_time() - started < 3
+            group.cancel_scope.cancel()
+
+
+async def _hold_silently(stream: anyio.abc.SocketStream) -> None:
+    async with stream:
+        await anyio.sleep_forever()
+
+
+async def test_probe_is_true_for_any_http_answer_and_false_for_no_answer() -> None:
+    async with LLMClient(settings(), transport=ScriptedServer([]).transport) as client:
+        assert await client.probe()
+
+    def unavailable(request: httpx2.Request) -> httpx2.Response:
+        return error(503, "loading")
+
+    async with LLMClient(settings(), transport=httpx2.MockTransport(unavailable)) as client:
+        assert await client.probe()
+
+    def refuse(request: httpx2.Request) -> httpx2.Response:
+        raise httpx2.ConnectError("Connection refused")
+
+    async with LLMClient(settings(), transport=httpx2.MockTransport(refuse)) as client:
+        assert not await client.probe()
+
+
+async def test_check_server_refused_connection_is_fatal() -> None:
+    def refuse(request: httpx2.Request) -> httpx2.Response:
+        raise httpx2.ConnectError("Connection refused")
+
+    async with LLMClient(settings(), transport=httpx2.MockTransport(refuse)) as client:
+        with pytest.raises(FatalRunError, match="cannot connect"):
+            await client.check_server()
+
+
+async def test_check_server_tolerates_a_server_without_a_model_list() -> None:
+    def no_models(request: httpx2.Request) -> httpx2.Response:
+        return error(404, "no route")
+
+    async with LLMClient(settings(), transport=httpx2.MockTransport(no_models)) as client:
+        await client.check_server()
+
+
+@contextlib.asynccontextmanager
+async def sim(**faults: float) -> AsyncIterator[str]:
+    """The simulator in this event loop, on a real 127.0.0.1 socket: the production HTTP stack."""
+    server = await serve(
+        SimServer(SimConfig(model="test-model", faults=Faults(**faults))).handle, "127.0.0.1", 0
+    )
+    async with server:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1"
+
+
+async def test_client_has_no_sdk_retries_and_a_pool_for_the_concurrency(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    timeouts: list[aiohttp.ClientTimeout] = []
+    request = aiohttp.ClientSession.request
+
+    def spy(session: aiohttp.ClientSession, *args: Any, **kwargs: Any) -> Any:
+        timeouts.append(kwargs["timeout"])
+        return request(session, *args, **kwargs)
+
+    monkeypatch.setattr(aiohttp.ClientSession, "request", spy)
+    async with (
+        sim() as url,
+        LLMClient(settings(base_url=url, concurrency=300, request_timeout_s=1200.0)) as client,
+    ):
+        reply = await client.complete(REQUEST)
+        assert reply.finish_reason == "stop"
+        assert client._openai.max_retries == 0
+        connector = client._http._transport.client.connector  # type: ignore[attr-defined]
+        assert connector.limit >= 300 and connector.limit_per_host == 0
+        assert connector._keepalive_timeout == KEEPALIVE_EXPIRY_S < 5.0  # below vLLM's 5 s keep-alive
+    # Per request: a read timeout as long as the job's, and no total (aiohttp's session default is
+    # 5 minutes, shorter than one request at c=256).
+    assert [(t.total, t.sock_read) for t in timeouts] == [(None, 1200.0)]
+
+
+async def test_wire_errors_through_aiohttp_are_told_apart() -> None:
+    async with LLMClient(settings(base_url="http://127.0.0.1:9/v1")) as client:
+        with pytest.raises(ServerUnreachableError, match="cannot connect to http://127.0.0.1:9/v1"):
+            await client.complete(REQUEST)  # refused: never reached a server
+    async with sim(reset=1.0) as url, LLMClient(settings(base_url=url)) as client:
+        with pytest.raises(
+            ConnectionLostError, match="connection to .* failed: ServerDisconnectedError"
+        ) as caught:
+            await client.complete(REQUEST)  # a server that hangs up is not a timeout
+        assert not caught.value.timed_out
+
+
+def test_http_client_timeouts() -> None:
+    client = build_http_client(settings(request_timeout_s=600.0))
+    assert client.timeout.read == 600.0
+    assert client.timeout.pool == 600.0
+
+
+def test_retry_after_formats() -> None:
+    assert retry_after_seconds(httpx2.Headers({"retry-after": "3"})) == 3.0
+    assert retry_after_seconds(httpx2.Headers({"retry-after-ms": "1500"})) == 1.5
+    assert retry_after_seconds(httpx2.Headers({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"})) == 0.0
+    assert retry_after_seconds(httpx2.Headers({"retry-after": "soon"})) is None
+    assert retry_after_seconds(httpx2.Headers({})) is None
+
+
+async def test_request_is_json_with_the_bearer_key() -> None:
+    seen: list[httpx2.Request] = []
+
+    def capture(request: httpx2.Request) -> httpx2.Response:
+        seen.append(request)
+        return respond(good_completion())
+
+    async with LLMClient(settings(api_key="sk-x"), transport=httpx2.MockTransport(capture)) as client:
+        await client.complete(REQUEST)
+    request = seen[0]
+    assert request.method == "POST" and request.url.path == "/v1/chat/completions"
+    assert request.headers["content-type"] == "application/json"
+    assert request.headers["authorization"] == "Bearer sk-x"
+    assert request.headers["x-stainless-retry-count"] == "0"

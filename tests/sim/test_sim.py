@@ -1,0 +1,349 @@
+from __future__ import annotations
+
+import functools
+import random
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import httpx2
+import orjson
+import pytest
+
+from pipeline.extraction.prompt import response_format_for
+from pipeline.sim import Faults, SimConfig, SimServer
+from pipeline.sim.http import HttpRequest, serve
+from pipeline.sim.instances import InstanceGenerator
+from schemas.linkedin import JobPosting
+from tests.support.schemas import Item
+
+pytestmark = pytest.mark.anyio
+
+
+async def start(config: SimConfig) -> tuple[Any, str, SimServer]:
+    sim = SimServer(config)
+    server = await serve(sim.handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    return server, f"http://127.0.0.1:{port}", sim
+
+
+@pytest.fixture
+async def sim_url() -> AsyncIterator[str]:
+    server, url, _ = await start(SimConfig(model="m"))
+    async with server:
+        yield url
+
+
+def chat(schema: type[Any] = Item, **overrides: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": "m",
+        "messages": [{"role": "system", "content": "Extract."}, {"role": "user", "content": "A posting."}],
+        "max_tokens": 2048,
+        "response_format": response_format_for(schema),
+        "reasoning_effort": "low",
+    }
+    body.update(overrides)
+    return body
+
+
+async def test_answers_are_valid_instances_of_the_requested_schema(sim_url: str) -> None:
+    async with httpx2.AsyncClient(base_url=sim_url) as client:
+        for schema in (Item, JobPosting):
+            response = await client.post("/v1/chat/completions", json=chat(schema))
+            body = response.json()
+            choice = body["choices"][0]
+            assert choice["finish_reason"] == "stop"
+            schema.model_validate_json(choice["message"]["content"])
+            assert choice["message"]["reasoning"]
+            usage = body["usage"]
+            assert usage["completion_tokens_details"]["reasoning_tokens"] == 64
+            assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+
+
+async def test_reasoning_shares_the_token_budget(sim_url: str) -> None:
+    async with httpx2.AsyncClient(base_url=sim_url) as client:
+        starved = (await client.post("/v1/chat/completions", json=chat(max_tokens=32))).json()
+        choice = starved["choices"][0]
+        assert choice["finish_reason"] == "length"
+        assert choice["message"]["content"] is None
+        assert choice["message"]["reasoning"]
+        tight = (await client.post("/v1/chat/completions", json=chat(JobPosting, max_tokens=100))).json()
+        assert tight["choices"][0]["finish_reason"] == "length"
+        assert tight["choices"][0]["message"]["content"]
+        with pytest.raises(orjson.JSONDecodeError):
+            orjson.loads(tight["choices"][0]["message"]["content"])
+        high = (await client.post("/v1/chat/completions", json=chat(reasoning_effort="high"))).json()
+        assert high["usage"]["completion_tokens_details"]["reasoning_tokens"] == 1024
+
+
+async def test_models_health_metrics_and_errors(sim_url: str) -> None:
+    async with httpx2.AsyncClient(base_url=sim_url) as client:
+        assert (await client.get("/health")).status_code == 200
+        assert (await client.get("/v1/models")).json()["data"][0]["id"] == "m"
+        await client.post("/v1/chat/completions", json=chat())
+        metrics = (await client.get("/metrics")).text
+        assert 'vllm:num_requests_running{model_name="m"} 0' in metrics
+        assert "vllm:generation_tokens_total" in metrics
+        missing = await client.post("/v1/chat/completions", json=chat(model="other"))
+        assert missing.status_code == 404 and "does not exist" in missing.json()["error"]["message"]
+        assert (await client.post("/v1/chat/completions", content=b"{")).status_code == 400
+        assert (await client.get("/nowhere")).status_code == 404
+
+
+async def test_context_length_and_api_key() -> None:
+    server, url, _ = await start(SimConfig(model="m", max_model_len=1000, api_key="k"))
+    async with server, httpx2.AsyncClient(base_url=url) as client:
+        assert (await client.post("/v1/chat/completions", json=chat())).status_code == 401
+        headers = {"authorization": "Bearer k"}
+        too_long = await client.post("/v1/chat/completions", json=chat(max_tokens=2000), headers=headers)
+        assert too_long.status_code == 400
+        assert "maximum context length is 1000 tokens" in too_long.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("fault", "check"),
+    [
+        ("server_error", lambda r: r.status_code in (500, 503)),
+        ("context_length", lambda r: r.status_code == 400),
+        ("invalid_json", lambda r: r.status_code == 200 and not _parses(r)),
+        ("schema_invalid", lambda r: r.status_code == 200 and "unexpected_field" in _content(r)),
+        ("length", lambda r: r.json()["choices"][0]["finish_reason"] == "length"),
+    ],
+)
+async def test_each_fault(fault: str, check: Any) -> None:
+    server, url, sim = await start(SimConfig(model="m", faults=Faults(**{fault: 1.0})))
+    async with server, httpx2.AsyncClient(base_url=url) as client:
+        response = await client.post("/v1/chat/completions", json=chat())
+        assert check(response)
+    assert sim.metrics.faults == {fault: 1}
+
+
+async def test_reset_fault_drops_the_connection() -> None:
+    server, url, _ = await start(SimConfig(model="m", faults=Faults(reset=1.0)))
+    async with server, httpx2.AsyncClient(base_url=url) as client:
+        with pytest.raises(httpx2.RemoteProtocolError):
+            await client.post("/v1/chat/completions", json=chat())
+
+
+async def test_hang_fault_is_cancelled_when_the_client_leaves() -> None:
+    server, url, sim = await start(SimConfig(model="m", faults=Faults(hang=1.0)))
+    async with server, httpx2.AsyncClient(base_url=url, timeout=0.2) as client:
+        with pytest.raises(httpx2.ReadTimeout):
+            await client.post("/v1/chat/completions", json=chat())
+        for _ in range(100):
+            if sim.metrics.running == 0:
+                break
+            await anyio.sleep(0.01)
+        assert sim.metrics.running == 0  # the disconnect aborted the request
+
+
+async def test_keep_alive_serves_many_requests_on_one_connection(sim_url: str) -> None:
+    limits = httpx2.Limits(max_connections=1)
+    async with httpx2.AsyncClient(base_url=sim_url, limits=limits) as client:
+        for _ in range(20):
+            assert (await client.post("/v1/chat/completions", json=chat())).status_code == 200
+
+
+async def test_seeded_draws_are_reproducible() -> None:
+    config = SimConfig(model="m", seed=7, faults=Faults(invalid_json=0.5))
+    outcomes = []
+    for _ in range(2):
+        server, url, sim = await start(config)
+        async with server, httpx2.AsyncClient(base_url=url) as client:
+            for _ in range(20):
+                await client.post("/v1/chat/completions", json=chat())
+        outcomes.append(sim.metrics.faults)
+    assert outcomes[0] == outcomes[1] and 0 < outcomes[0]["invalid_json"] < 20
+
+
+def record_chat(posting: str, *extra: dict[str, str]) -> dict[str, Any]:
+    """A record's request: the shared system prompt, the record's prompt, then any re-ask messages."""
+    messages = [{"role": "system", "content": "Extract."}, {"role": "user", "content": posting}, *extra]
+    return chat(messages=messages)
+
+
+async def answer_of(sim: SimServer, body: dict[str, Any]) -> str:
+    request = HttpRequest("POST", "/v1/chat/completions", {}, orjson.dumps(body))
+    response = await sim.handle(request)
+    assert response.status == 200
+    return str(orjson.loads(response.body)["choices"][0]["message"]["content"])
+
+
+async def test_a_record_gets_the_same_content_on_every_run_retry_and_reask() -> None:
+    postings = [f"Posting {n}: we need a {n}-year engineer." for n in range(20)]
+    first, second = SimServer(SimConfig(model="m", seed=5)), SimServer(SimConfig(model="m", seed=5))
+    answers = [await answer_of(first, record_chat(posting)) for posting in postings]
+    # Another server, other requests in between and the records in reverse order: same content.
+    for posting in ("unrelated", *reversed(postings)):
+        await answer_of(second, record_chat(posting))
+    assert [await answer_of(second, record_chat(posting)) for posting in postings] == answers
+    reask = (
+        {"role": "assistant", "content": '{"title": '},
+        {"role": "user", "content": "Your answer was not valid JSON. Answer again."},
+    )
+    assert await answer_of(second, record_chat(postings[3], *reask)) == answers[3]
+    assert len(set(answers)) >= 15  # different records: different content, but for rare collisions
+    Item.model_validate_json(answers[0])
+    other_seed = SimServer(SimConfig(model="m", seed=6))
+    elsewhere = [await answer_of(other_seed, record_chat(posting)) for posting in postings]
+    assert sum(a != b for a, b in zip(answers, elsewhere, strict=True)) >= 15
+
+
+async def test_faults_stay_drawn_per_request_and_spoil_the_records_content() -> None:
+    clean = await answer_of(SimServer(SimConfig(model="m")), record_chat("A posting."))
+    for fault in ("invalid_json", "schema_invalid", "length"):
+        sim = SimServer(SimConfig(model="m", faults=Faults(**{fault: 1.0})))
+        spoiled = await answer_of(sim, record_chat("A posting."))
+        assert spoiled != clean and sim.metrics.faults == {fault: 1}
+        if fault != "schema_invalid":
+            assert clean.startswith(spoiled.removesuffix(' "'))  # a cut of the record's own answer
+    half = SimServer(SimConfig(model="m", faults=Faults(invalid_json=0.5)))
+    same_record = [await answer_of(half, record_chat("A posting.")) for _ in range(40)]
+    assert 5 < same_record.count(clean) < 35  # the fault is drawn per request, not per record
+
+
+async def test_schema_from_the_system_prompt_when_no_response_format(sim_url: str) -> None:
+    from pipeline.extraction.prompt import SCHEMA_INSTRUCTION
+
+    system = f"Extract.\n\n{SCHEMA_INSTRUCTION}\n{orjson.dumps(Item.model_json_schema()).decode()}"
+    body = chat(
+        response_format=None,
+        messages=[{"role": "system", "content": system}, {"role": "user", "content": "x"}],
+    )
+    async with httpx2.AsyncClient(base_url=sim_url) as client:
+        response = await client.post("/v1/chat/completions", json=body)
+    Item.model_validate_json(_content(response))
+
+
+def test_instances_respect_bounds_and_validators() -> None:
+    rng = random.Random(1)
+    for _ in range(200):
+        JobPosting.model_validate(InstanceGenerator(JobPosting.model_json_schema(), rng).generate())
+        Item.model_validate(InstanceGenerator(Item.model_json_schema(), rng).generate())
+
+
+def _content(response: httpx2.Response) -> str:
+    return str(response.json()["choices"][0]["message"]["content"])
+
+
+def _parses(response: httpx2.Response) -> bool:
+    try:
+        orjson.loads(_content(response))
+    except orjson.JSONDecodeError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("pattern", [r"^[A-Z]{3}$", r"^\d{2,4}-[a-z]+$", r"^(GBP|EUR)$", r"^x?y*\w$"])
+def test_strings_for_patterns(pattern: str) -> None:
+    import re
+
+    rng = random.Random(3)
+    for _ in range(20):
+        value = InstanceGenerator({"type": "string", "pattern": pattern}, rng).generate()
+        assert re.fullmatch(pattern, value)
+
+
+async def test_streaming_with_the_openai_sdk() -> None:
+    import openai
+
+    server, url, _ = await start(SimConfig(model="m", profile="gpt-oss-120b", speed=200))
+    async with server:
+        client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0)
+        stream = await client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hello"}], max_tokens=300, stream=True,
+            stream_options={"include_usage": True}, extra_body={"ignore_eos": True}, reasoning_effort="low",
+        )  # fmt: skip
+        chunks = [chunk async for chunk in stream]
+        await client.close()
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert chunks[-2].choices[0].finish_reason == "length"  # ignore_eos: exactly max_tokens
+    usage = chunks[-1].usage
+    assert usage is not None and usage.completion_tokens == 300
+    assert (
+        usage.completion_tokens_details is not None and usage.completion_tokens_details.reasoning_tokens == 96
+    )
+
+
+async def test_engine_timing_queueing_and_prefix_cache_in_metrics() -> None:
+    config = SimConfig(model="m", profile="nemotron-nano-9b", speed=100, max_num_seqs=2)
+    server, url, sim = await start(config)
+    body = chat(Item, max_tokens=1000, response_format=None, ignore_eos=True)
+    async with server, httpx2.AsyncClient(base_url=url, timeout=30) as client:
+        async with anyio.create_task_group() as group:
+            for _ in range(6):
+                group.start_soon(functools.partial(client.post, "/v1/chat/completions", json=body))
+            await anyio.sleep(0.05)
+            metrics = (await client.get("/metrics")).text
+        assert 'vllm:num_requests_running{model_name="m"} 2' in metrics
+        assert 'vllm:num_requests_waiting{model_name="m"} 4' in metrics
+        after = (await client.get("/metrics")).text
+    assert sim.engine is not None and sim.engine.metrics.prefix_hits > 0  # one shared system prompt
+    assert "vllm:prefix_cache_hits_total" in after
+    assert sim.metrics.generation_tokens == 6 * 1000
+
+
+async def test_stream_disconnect_aborts_the_sequence() -> None:
+    server, url, sim = await start(SimConfig(model="m", profile="nemotron-nano-9b", speed=1))
+    body = chat(max_tokens=5000, response_format=None, ignore_eos=True, stream=True)
+    async with server:
+        async with (
+            httpx2.AsyncClient(base_url=url) as client,
+            client.stream("POST", "/v1/chat/completions", json=body) as response,
+        ):
+            async for _ in response.aiter_bytes():
+                break  # first event received, then leave
+        for _ in range(100):
+            if sim.engine is not None and sim.engine.metrics.aborted:
+                break
+            await anyio.sleep(0.01)
+    assert sim.engine is not None and sim.engine.metrics.aborted == 1 and sim.engine.metrics.running == 0
+
+
+async def test_requests_in_flight_count_faulted_and_streamed_requests() -> None:
+    config = SimConfig(model="m", latency_s=0.2, faults=Faults(server_error=0.5), seed=4)
+    server, url, sim = await start(config)
+    async with server, httpx2.AsyncClient(base_url=url, timeout=30) as client:
+        async with anyio.create_task_group() as group:
+            for index in range(6):
+                body = chat(stream=index % 2 == 0, stream_options={"include_usage": True})
+                group.start_soon(functools.partial(client.post, "/v1/chat/completions", json=body))
+            await anyio.sleep(0.1)
+            assert (
+                sim.metrics.in_flight == 6 and sim.metrics.running < 6
+            )  # the faulted ones are in flight too
+        metrics = (await client.get("/metrics")).text
+    assert 'pipeline_sim:peak_requests_in_flight{model_name="m"} 6' in metrics
+    assert 'pipeline_sim:requests_in_flight{model_name="m"} 0' in metrics  # streams counted until done
+
+
+async def test_metrics_count_every_chat_request_the_largest_prompt_and_each_fault() -> None:
+    config = SimConfig(model="m", seed=2, faults=Faults(server_error=0.3, context_length=0.3))
+    server, url, sim = await start(config)
+    short = chat(messages=[{"role": "user", "content": "x" * 40}])
+    long = chat(messages=[{"role": "user", "content": "x" * 400}, {"role": "user", "content": "y" * 40}])
+    async with server, httpx2.AsyncClient(base_url=url, timeout=30) as client:
+        for body in (short, long, *[short] * 18):
+            await client.post("/v1/chat/completions", json=body)
+        metrics = (await client.get("/metrics")).text
+    assert 'pipeline_sim:chat_requests_total{model_name="m"} 20' in metrics  # faulted ones included
+    assert f'pipeline_sim:requests_total{{model_name="m"}} {sim.metrics.requests}' in metrics
+    assert sim.metrics.requests < 20
+    assert 'pipeline_sim:max_prompt_tokens{model_name="m"} 118' in metrics  # (400 + 40) / 4 + 4 x 2
+    assert 'pipeline_sim:max_messages{model_name="m"} 2' in metrics
+    for fault in ("server_error", "context_length", "reset", "hang"):
+        count = sim.metrics.faults.get(fault, 0)
+        assert f'pipeline_sim:faults_total{{model_name="m",fault="{fault}"}} {count}\n' in metrics
+    assert sim.metrics.faults["server_error"] > 0 and sim.metrics.faults["context_length"] > 0
+
+
+async def test_a_restarted_server_binds_the_same_port_at_once() -> None:
+    """SO_REUSEADDR: connections the old server closed (TIME_WAIT) must not block the new one."""
+    server, url, _ = await start(SimConfig(model="m"))
+    async with server, httpx2.AsyncClient(base_url=url, timeout=30) as client:
+        for _ in range(3):  # the server closes these connections: its side waits in TIME_WAIT
+            await client.get("/health", headers={"connection": "close"})
+    port = int(url.rsplit(":", 1)[1])
+    again = await serve(SimServer(SimConfig(model="m")).handle, "127.0.0.1", port)
+    async with again, httpx2.AsyncClient(base_url=url, timeout=30) as client:
+        assert (await client.get("/health")).status_code == 200

@@ -1,0 +1,240 @@
+"""What a run takes: new records, retried failures, changed content, stale results on request, a
+seeded sample, a limit over both phases. Rows are written by the real store writer and the source is
+edited with SQL, as a newer export would."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import duckdb
+import orjson
+import pytest
+
+from pipeline.errors import FailureClass
+from pipeline.extraction.outcomes import Extracted, Failed, Outcome, Usage
+from pipeline.job.spec import JobSpec
+from pipeline.servers.client import Reply
+from pipeline.source.pending import PendingQueries, Selection
+from pipeline.source.reader import SourceReader, SourceRecord
+from pipeline.source.versions import JOB_CAUSES, StaleCause, version_of
+from pipeline.store.opening import prepare_database
+from pipeline.store.writer import RunStart, StoreWriter
+from tests.support.jobs import make_job
+
+pytestmark = pytest.mark.anyio
+
+REPLY = Reply("{}", None, "stop", 10, 5, 1, 0.1)
+
+
+async def fetch(spec: JobSpec, ids: Sequence[int]) -> dict[int, SourceRecord]:
+    """The records as a run would fetch them (with their content hash)."""
+    connection = await anyio.to_thread.run_sync(prepare_database, spec)
+    queries = PendingQueries(spec, version_of(spec))
+    sql = queries.records_sql()
+    rows = connection.execute(sql, {"variant": spec.variant, "ids": list(ids)}).fetchall()
+    connection.close()
+    names = spec.source.fields
+    return {
+        row[0]: SourceRecord(row[0], dict(zip(names, row[1:3], strict=True)), row[3], row[4]) for row in rows
+    }
+
+
+async def write(spec: JobSpec, make: Any, ids: Sequence[int]) -> None:
+    """Outcomes made by ``spec`` for ``ids`` (``make(record) -> Outcome``), through the real writer."""
+    records = await fetch(spec, ids)
+    connection = await anyio.to_thread.run_sync(prepare_database, spec)
+    writer = StoreWriter(connection, spec, version_of(spec))
+    await writer.begin_run(RunStart("h", spec.model, "http://x/v1", 1, len(ids)))
+    await writer.write([make(records[record_id]) for record_id in ids])
+    connection.close()
+
+
+def done(record: SourceRecord) -> Outcome:
+    return Extracted(
+        record.id, orjson.dumps({"n": record.id}).decode(), 1, REPLY, Usage(), 256, record.content_hash
+    )
+
+
+def failing(failure_class: FailureClass, max_tokens: int = 256) -> Any:
+    def make(record: SourceRecord) -> Outcome:
+        return Failed(record.id, failure_class, "x", 1, None, Usage(), max_tokens, record.content_hash)
+
+    return make
+
+
+async def pending(spec: JobSpec, selection: Selection | None = None) -> tuple[list[Any], int]:
+    """The ids a run would take, in order, and the count it would report."""
+    connection = await anyio.to_thread.run_sync(prepare_database, spec)
+    reader = await SourceReader.open(
+        connection, PendingQueries(spec, version_of(spec), selection or Selection())
+    )
+    count = await reader.count_metadata() + await reader.count_content()
+    send, receive = anyio.create_memory_object_stream[SourceRecord](4)
+    ids: list[Any] = []
+    async with anyio.create_task_group() as group:
+        group.start_soon(reader.stream_pending, send)
+        async with receive:
+            ids.extend([record.id async for record in receive])
+    await reader.aclose()
+    connection.close()
+    return ids, count
+
+
+def edit(spec: JobSpec, sql: str) -> None:
+    with duckdb.connect(str(spec.database)) as connection:
+        connection.execute(sql)
+
+
+def with_prompt(spec: JobSpec, **changes: Any) -> JobSpec:
+    return spec.model_copy(update={"prompt": spec.prompt.model_copy(update=changes)})
+
+
+async def test_new_records_and_retried_failures(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=10)
+    await write(spec, done, [0, 1])
+    await write(spec, failing(FailureClass.SCHEMA_INVALID), [2])
+    await write(spec, failing(FailureClass.TRANSIENT), [3])
+    await write(spec, failing(FailureClass.PERMANENT), [4])
+    ids, count = await pending(spec)
+    assert (sorted(ids), count) == ([3, 5, 6, 7, 8, 9], 6)
+    retry_all = Selection(retry=frozenset(FailureClass))
+    assert sorted((await pending(spec, retry_all))[0]) == [2, 3, 4, 5, 6, 7, 8, 9]
+    schema_only = Selection(retry=frozenset({FailureClass.TRANSIENT, FailureClass.SCHEMA_INVALID}))
+    assert sorted((await pending(spec, schema_only))[0]) == [2, 3, 5, 6, 7, 8, 9]
+
+
+async def test_only_failed_takes_no_new_records(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=10)
+    await write(spec, failing(FailureClass.SCHEMA_INVALID), [2])
+    await write(spec, failing(FailureClass.TRUNCATED), [3])
+    await write(spec, failing(FailureClass.TRANSIENT), [4])
+    every = Selection(retry=frozenset(FailureClass), only_failed=True)
+    assert sorted((await pending(spec, every))[0]) == [2, 3, 4]
+    truncated = Selection(retry=frozenset({FailureClass.TRUNCATED}), only_failed=True)
+    assert await pending(spec, truncated) == ([3], 1)
+
+
+async def test_changed_content_is_redone_and_nothing_else(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=20)
+    await write(spec, done, list(range(20)))
+    assert await pending(spec) == ([], 0)
+    edit(spec, "UPDATE postings SET description = description || ' (edited)' WHERE id IN (3, 7, 11)")
+    edit(spec, "UPDATE postings SET title = title WHERE id = 12")  # written again, the same text
+    ids, count = await pending(spec)
+    assert (sorted(ids), count) == ([3, 7, 11], 3)
+
+
+async def test_a_failure_whose_content_changed_is_retried(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=5)
+    await write(spec, failing(FailureClass.PERMANENT), [1, 2])
+    edit(spec, "UPDATE postings SET description = 'shorter' WHERE id = 2")
+    ids, _ = await pending(spec)
+    assert sorted(ids) == [0, 2, 3, 4]
+
+
+async def test_a_field_the_prompt_does_not_use_is_not_content(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=5, prompt={"user": "{title}"})
+    await write(spec, done, list(range(5)))
+    edit(spec, "UPDATE postings SET description = 'new text' WHERE id = 1")
+    assert await pending(spec) == ([], 0)
+    edit(spec, "UPDATE postings SET title = 'new title' WHERE id = 1")
+    assert await pending(spec) == ([1], 1)
+
+
+async def test_a_prompt_edit_is_stale_but_only_redone_on_request(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=6)
+    await write(spec, done, list(range(6)))
+    edited = with_prompt(spec, system="A better system prompt.")
+    assert await pending(edited) == ([], 0)
+    ids, count = await pending(edited, Selection(redo=frozenset(JOB_CAUSES)))
+    assert (sorted(ids), count) == (list(range(6)), 6)
+    assert await pending(edited, Selection(redo=frozenset({StaleCause.SCHEMA}))) == ([], 0)
+    assert sorted((await pending(edited, Selection(redo=frozenset({StaleCause.PROMPT}))))[0]) == list(
+        range(6)
+    )
+
+
+async def test_the_template_reading_other_fields_is_a_prompt_change_not_content(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=4)
+    await write(spec, done, list(range(4)))
+    edited = with_prompt(spec, user="Only the title: {title}")
+    assert await pending(edited) == ([], 0)
+    assert len((await pending(edited, Selection(redo=frozenset({StaleCause.PROMPT}))))[0]) == 4
+
+
+async def test_model_and_settings_are_their_own_causes(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=3)
+    await write(spec, done, [0, 1, 2])
+    other_model = spec.model_copy(update={"model": "bigger-model"})
+    assert await pending(other_model, Selection(redo=frozenset({StaleCause.SETTINGS}))) == ([], 0)
+    assert len((await pending(other_model, Selection(redo=frozenset({StaleCause.MODEL}))))[0]) == 3
+    hotter = spec.model_copy(update={"temperature": 0.9})
+    assert len((await pending(hotter, Selection(redo=frozenset({StaleCause.SETTINGS}))))[0]) == 3
+
+
+async def test_a_record_that_failed_under_todays_job_is_not_redone_again(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=3)
+    await write(spec, done, [0, 1, 2])
+    edited = with_prompt(spec, system="Edited.")
+    await write(edited, failing(FailureClass.SCHEMA_INVALID), [1])  # the redo of 1 failed
+    redo = Selection(redo=frozenset(JOB_CAUSES))
+    assert sorted((await pending(edited, redo))[0]) == [0, 2]
+    retry = Selection(redo=frozenset(JOB_CAUSES), retry=frozenset(FailureClass))
+    assert sorted((await pending(edited, retry))[0]) == [0, 1, 2]
+
+
+async def test_results_without_a_version_key_are_unknown(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=3)
+    await write(spec, done, [0, 1, 2])
+    edit(spec, "UPDATE results SET content_hash = NULL WHERE record_id = 1")
+    edit(spec, "UPDATE postings SET description = 'edited' WHERE id = 1")  # unknowable: not content
+    assert await pending(spec) == ([], 0)
+    assert await pending(spec, Selection(redo=frozenset({StaleCause.PROMPT}))) == ([], 0)
+    assert await pending(spec, Selection(redo=frozenset({StaleCause.UNKNOWN}))) == ([1], 1)
+
+
+async def test_the_limit_holds_over_both_phases_new_records_first(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=10)
+    await write(spec, done, list(range(6)))
+    edit(spec, "UPDATE postings SET title = 'changed' WHERE id IN (0, 1, 2)")
+    ids, count = await pending(spec)
+    assert (ids[:4], sorted(ids[4:]), count) == ([6, 7, 8, 9], [0, 1, 2], 7)
+    ids, _ = await pending(spec, Selection(limit=5))
+    assert ids[:4] == [6, 7, 8, 9] and len(ids) == 5 and ids[4] in (0, 1, 2)
+    assert len((await pending(spec, Selection(limit=3)))[0]) == 3
+
+
+async def test_a_sample_is_the_same_records_for_every_variant_and_seed(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=200)
+    first, count = await pending(spec, Selection(sample=20, seed=7))
+    assert count == 20 and len(set(first)) == 20
+    other_variant = spec.model_copy(update={"variant": "b"})
+    assert sorted((await pending(other_variant, Selection(sample=20, seed=7)))[0]) == sorted(first)
+    assert sorted((await pending(spec, Selection(sample=20, seed=8)))[0]) != sorted(first)
+    await write(spec, done, sorted(first)[:15])  # a killed sample run resumes inside the same sample
+    rest, _ = await pending(spec, Selection(sample=20, seed=7))
+    assert sorted(rest) == sorted(first)[15:]
+
+
+async def test_variants_do_not_see_each_others_results(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=4)
+    await write(spec, done, [0, 1, 2, 3])
+    other = spec.model_copy(update={"variant": "b"})
+    assert sorted((await pending(other))[0]) == [0, 1, 2, 3]
+    await write(other, done, [0])
+    assert sorted((await pending(other))[0]) == [1, 2, 3]
+
+
+async def test_records_carry_their_content_hash_and_a_truncated_budget(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=3)
+    await write(spec, failing(FailureClass.TRUNCATED, max_tokens=1024), [1])
+    await write(spec, failing(FailureClass.SCHEMA_INVALID, max_tokens=2048), [2])
+    records = await fetch(spec, [0, 1, 2])
+    assert records[1].truncated_at_max_tokens == 1024
+    assert records[0].truncated_at_max_tokens is None and records[2].truncated_at_max_tokens is None
+    assert len({record.content_hash for record in records.values()}) == 3
+    edit(spec, "UPDATE postings SET description = 'x' WHERE id = 0")
+    assert (await fetch(spec, [0]))[0].content_hash != records[0].content_hash

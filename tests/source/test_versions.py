@@ -1,0 +1,121 @@
+"""The version key: which job changes make results stale, and for which cause."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+
+from pipeline.errors import ConfigError
+from pipeline.job.spec import JobSpec, load_job
+from pipeline.source.versions import JOB_CAUSES, StaleCause, content_hash_sql, parse_causes, version_of
+from tests.support.jobs import write_job
+
+
+def version_parts(tmp_path: Path, **overrides: Any) -> tuple[str, str, str, str, str]:
+    folder = tmp_path / str(len(list(tmp_path.iterdir())))
+    folder.mkdir()
+    version = version_of(load_job(write_job(folder, **overrides)))
+    return (
+        version.prompt_hash,
+        version.schema_hash,
+        version.model,
+        version.settings_hash,
+        version.content_fields,
+    )
+
+
+NOT_PART_OF_IT = [
+    {"concurrency": 3},
+    {"request_timeout_s": 5},
+    {"retry": {"reasks": 0, "transient_retries": 1, "max_tokens_ceiling": 99999}},
+    {"operations": {"shutdown_grace_s": 1, "stall_warning_s": 5}},
+    {"output": {"results_table": "other_results"}},
+    {"name": "renamed"},
+    {"database": "elsewhere.duckdb"},
+    {"endpoint": {"base_url": "http://elsewhere:9/v1", "api_key_env": "SOME_KEY"}},
+    {"source": {"batch_size": 7}},
+]
+
+
+@pytest.mark.parametrize("overrides", NOT_PART_OF_IT)
+def test_settings_that_do_not_shape_the_answer_change_nothing(tmp_path: Path, overrides: Any) -> None:
+    assert version_parts(tmp_path, **overrides) == version_parts(tmp_path)
+
+
+PART_OF_IT = [
+    ({"prompt": {"system": "Other."}}, 0),
+    ({"prompt": {"user": "{title}"}}, 0),
+    ({"prompt": {"include_schema": False}}, 0),
+    (
+        {
+            "prompt": {
+                "examples": [
+                    {
+                        "input": {"title": "T", "description": "D"},
+                        "output": {"title": "T", "skills": []},
+                    }
+                ]
+            }
+        },
+        0,
+    ),
+    ({"schema": "tests.support.schemas:Item2"}, 1),
+    ({"model": "other-model"}, 2),
+    ({"max_tokens": 999}, 3),
+    ({"temperature": 0.7}, 3),
+    ({"reasoning_effort": "high"}, 3),
+    ({"extra_body": {"top_k": 5}}, 3),
+    ({"endpoint": {"structured_output": False}}, 3),
+]
+
+
+@pytest.mark.parametrize(("overrides", "part"), PART_OF_IT)
+def test_each_change_moves_exactly_its_own_part(tmp_path: Path, overrides: Any, part: int) -> None:
+    base, changed = version_parts(tmp_path), version_parts(tmp_path, **overrides)
+    differing = [index for index in range(5) if base[index] != changed[index]]
+    expected = [part, 4] if overrides.get("prompt", {}).get("user") == "{title}" else [part]
+    assert differing == expected
+
+
+def test_content_fields_are_the_template_fields_in_order_once(tmp_path: Path) -> None:
+    spec = load_job(write_job(tmp_path, prompt={"user": "{description} / {title} / {description}"}))
+    assert spec.content_fields() == ("description", "title")
+    assert version_of(spec).content_fields == "description,title"
+
+
+def test_the_content_hash_is_stable_and_separates_fields() -> None:
+    connection = duckdb.connect()
+    connection.execute("CREATE TABLE t (id INT, a VARCHAR, b VARCHAR)")
+    connection.execute("INSERT INTO t VALUES (1, 'ab', 'c'), (2, 'a', 'bc'), (3, NULL, 'c'), (4, '', 'c')")
+    hashes = dict(connection.execute(f"SELECT id, {content_hash_sql(['a', 'b'])} FROM t s").fetchall())
+    assert hashes[1] != hashes[2]  # the text cannot shift from one field into the next
+    assert hashes[3] == hashes[4]  # NULL is sent as an empty string
+    # the lower 64 bits of md5("2:ab1:c"): the same value in every DuckDB version, unlike DuckDB's hash()
+    assert hashes[1] == int.from_bytes(hashlib.md5(b"2:ab1:c").digest()[8:], "little")
+
+
+def test_redo_causes_parse(tmp_path: Path) -> None:
+    assert parse_causes([], "--redo-stale") == frozenset(JOB_CAUSES)
+    assert parse_causes(["prompt,schema"], "--redo-stale") == {StaleCause.PROMPT, StaleCause.SCHEMA}
+    assert parse_causes(["prompt", "unknown"], "--redo-stale") == {StaleCause.PROMPT, StaleCause.UNKNOWN}
+    with pytest.raises(ConfigError, match="'content': not a cause to redo .content changes are always"):
+        parse_causes(["content"], "--redo-stale")
+    with pytest.raises(ConfigError, match="--redo-stale 'promt': not a cause to redo; use prompt, schema"):
+        parse_causes(["promt"], "--redo-stale")
+
+
+def test_a_job_file_cannot_set_the_variant_directly(tmp_path: Path) -> None:
+    path = write_job(tmp_path, variant="other")
+    with pytest.raises(ConfigError, match="key 'variant': unknown key"):
+        load_job(path)
+
+
+def test_version_is_not_cached_across_copies(tmp_path: Path) -> None:
+    spec: JobSpec = load_job(write_job(tmp_path))
+    before = version_of(spec)
+    assert version_of(spec.with_overrides(model="other")).model == "other"
+    assert version_of(spec) == before
