@@ -5,7 +5,7 @@
     .venv/bin/python benchmarks/adaptive_concurrency.py --duration 1800 --speed 100   # real time, 100x
 
 For each case (a profile of `pipeline sim`, one with a KV cache far too small for its max-num-seqs),
-runs the closed-loop harness of tests/support/closed_loop.py at each fixed level of a sweep and once
+runs the closed-loop harness of pipeline/bench/closed_loop.py at each fixed level of a sweep and once
 under AdaptiveLimit, for the same duration, with /metrics scraped every 5 s as the endpoint will. Time
 is virtual by default (the event loop's clock jumps to its next timer: no real waiting, deterministic);
 `--speed` runs in real time instead, compressed that much. All numbers are in the model's seconds.
@@ -24,13 +24,9 @@ import argparse
 import bisect
 import math
 import os
-import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: tests.support
 
 from pipeline.bench.closed_loop import LoadResult, Scenario, run_load
 

@@ -1,4 +1,7 @@
-"""pipeline: concurrency-first batch LLM extraction — DuckDB in, validated JSON out, resumable."""
+"""pipeline: concurrency-first batch LLM extraction — DuckDB in, validated JSON out, resumable.
+
+The public API is the names below (pinned by tests/test_public_api.py); docs/architecture.md shows
+the packages behind them."""
 
 from pipeline.errors import (
     BadOutputError,
@@ -18,7 +21,7 @@ from pipeline.errors import (
 )
 from pipeline.job.spec import JobSpec, load_job
 from pipeline.reports.status import JobStatus, job_status
-from pipeline.run.runner import RunOptions, RunStatus, RunSummary, run_job
+from pipeline.run.runner import RunOptions, RunStatus, RunSummary, run_job, run_job_locally
 from pipeline.source.loader import LoadReport, load_file
 
 __all__ = [
@@ -46,4 +49,5 @@ __all__ = [
     "load_file",
     "load_job",
     "run_job",
+    "run_job_locally",
 ]

@@ -29,6 +29,7 @@ def test_public_api_is_pinned() -> None:
         "load_file",
         "load_job",
         "run_job",
+        "run_job_locally",
     ]
     for name in pipeline.__all__:
         assert getattr(pipeline, name) is not None
