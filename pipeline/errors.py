@@ -47,6 +47,16 @@ class FailureClass(StrEnum):
     PERMANENT = "permanent"
 
 
+#: Exit codes of the ``pipeline`` command, for cron and systemd (README "Exit codes"): the one place
+#: they are decided (:func:`exit_code_for`, :attr:`pipeline.run.options.RunSummary.exit_code`).
+EXIT_FAILURES = 1  # completed, but some records failed (see `pipeline failures`)
+EXIT_CONFIG = 2  # the job, an input or the model name is wrong: nothing was sent
+EXIT_ABORTED = 3  # the run stopped early (server down, database error): run again to resume
+EXIT_ALREADY_RUNNING = 4  # another `pipeline run` of this job holds it
+EXIT_STALLED = 5  # the stall watchdog ended the run (operations.stall_abort_s)
+EXIT_INTERRUPTED = 130  # SIGINT/SIGTERM: finished records were saved
+
+
 #: Failure classes a plain re-run does not retry (``--retry-failed`` does). Transient failures are
 #: not in here: they say nothing about the record, so the next run tries them again.
 PERMANENT_FAILURE_CLASSES: frozenset[FailureClass] = frozenset(FailureClass) - {FailureClass.TRANSIENT}
@@ -171,3 +181,14 @@ def first_error(group: BaseExceptionGroup[T]) -> T:
     """The first error of a (nested) exception group: the one the run reports."""
     error: T | BaseExceptionGroup[T] = group.exceptions[0]
     return first_error(error) if isinstance(error, BaseExceptionGroup) else error
+
+
+def exit_code_for(error: FatalRunError) -> int:
+    """The exit code of a run (or a command) that ``error`` ended."""
+    if isinstance(error, ConfigError):
+        return EXIT_CONFIG
+    if isinstance(error, AlreadyRunningError):
+        return EXIT_ALREADY_RUNNING
+    if isinstance(error, StalledRunError):
+        return EXIT_STALLED
+    return EXIT_ABORTED

@@ -14,8 +14,8 @@ from pipeline.bench.load import BenchOptions, RequestResult, run_level
 from pipeline.bench.observer import ServerObservation, watch
 from pipeline.bench.report import (
     COLUMNS,
-    Knee,
     LevelSummary,
+    SweepKnee,
     diagnose,
     find_knee,
     format_table,
@@ -30,9 +30,9 @@ from pipeline.servers.scrape import metrics_url, parse_metrics
 __all__ = [
     "COLUMNS",
     "BenchOptions",
-    "Knee",
     "LevelSummary",
     "RequestResult",
+    "SweepKnee",
     "SweepResult",
     "format_table",
     "parse_metrics",
@@ -45,7 +45,7 @@ __all__ = [
 @dataclass(frozen=True, slots=True)
 class SweepResult:
     levels: list[LevelSummary]
-    knee: Knee | None
+    knee: SweepKnee | None
     diagnostics: list[str]
 
 

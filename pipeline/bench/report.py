@@ -85,12 +85,14 @@ def with_scaling(levels: list[LevelSummary]) -> list[LevelSummary]:
 
 
 @dataclass(frozen=True, slots=True)
-class Knee:
+class SweepKnee:
+    """Where a sweep peaked: the best level, and the first higher one whose throughput fell past it."""
+
     best: int
     regresses_at: int | None
 
 
-def find_knee(levels: list[LevelSummary], drop: float = 0.05) -> Knee | None:
+def find_knee(levels: list[LevelSummary], drop: float = 0.05) -> SweepKnee | None:
     """The best aggregate, and the first higher concurrency where it falls by more than ``drop``."""
     if not levels:
         return None
@@ -100,7 +102,7 @@ def find_knee(levels: list[LevelSummary], drop: float = 0.05) -> Knee | None:
         (level.concurrency for level in after if level.aggregate_tok_s < best.aggregate_tok_s * (1 - drop)),
         None,
     )
-    return Knee(best.concurrency, regress)
+    return SweepKnee(best.concurrency, regress)
 
 
 def diagnose(levels: list[LevelSummary], timeout_s: float, max_tokens: int) -> list[str]:
@@ -179,7 +181,7 @@ def _fmt(value: float | None, spec: str = ".1f") -> str:
     return "-" if value is None else format(value, spec)
 
 
-def table_rows(levels: list[LevelSummary], knee: Knee | None) -> list[list[str]]:
+def table_rows(levels: list[LevelSummary], knee: SweepKnee | None) -> list[list[str]]:
     rows = []
     for level in levels:
         mark = ""
@@ -208,7 +210,7 @@ def table_rows(levels: list[LevelSummary], knee: Knee | None) -> list[list[str]]
 
 
 def write_outputs(
-    levels: list[LevelSummary], knee: Knee | None, notes: list[str], folder: Path
+    levels: list[LevelSummary], knee: SweepKnee | None, notes: list[str], folder: Path
 ) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     csv_path, json_path, png_path = folder / "bench.csv", folder / "bench.json", folder / "bench.png"
@@ -236,7 +238,7 @@ def plotting_available() -> bool:
     return importlib.util.find_spec("matplotlib") is not None
 
 
-def _plot(levels: list[LevelSummary], knee: Knee | None, path: Path) -> None:
+def _plot(levels: list[LevelSummary], knee: SweepKnee | None, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")

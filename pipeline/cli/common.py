@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -13,16 +12,8 @@ import typer
 from typer.core import TyperGroup
 
 from pipeline.cli.logs import configure_logging
-from pipeline.errors import AlreadyRunningError, ConfigError, FatalRunError, StalledRunError
+from pipeline.errors import EXIT_CONFIG, ConfigError
 from pipeline.job.spec import JobSpec, load_job
-
-# Exit codes, for cron and systemd (README "Exit codes").
-EXIT_FAILURES = 1  # completed, but some records failed (see `pipeline failures`)
-EXIT_CONFIG = 2  # the job, an input or the model name is wrong: nothing was sent
-EXIT_ABORTED = 3  # the run stopped early (server down, database error): run again to resume
-EXIT_ALREADY_RUNNING = 4  # another `pipeline run` of this job holds it
-EXIT_STALLED = 5  # the stall watchdog ended the run (operations.stall_abort_s)
-EXIT_INTERRUPTED = 130  # SIGINT/SIGTERM: finished records were saved
 
 #: Options whose value may be left out, and what they mean then: ``--redo-stale`` alone redoes every
 #: job cause, ``--redo-stale prompt,schema`` only those (click has no optional option values).
@@ -104,16 +95,6 @@ def fail(error: Exception, code: int) -> typer.Exit:
     return typer.Exit(code)
 
 
-def exit_code_for(error: FatalRunError) -> int:
-    if isinstance(error, ConfigError):
-        return EXIT_CONFIG
-    if isinstance(error, AlreadyRunningError):
-        return EXIT_ALREADY_RUNNING
-    if isinstance(error, StalledRunError):
-        return EXIT_STALLED
-    return EXIT_ABORTED
-
-
 def load_job_or_exit(job: Path, database: Path | None = None, variant: str | None = None) -> JobSpec:
     """The job file, as ``variant`` makes it, on ``database`` if given; exit 2 on any problem."""
     try:
@@ -123,8 +104,3 @@ def load_job_or_exit(job: Path, database: Path | None = None, variant: str | Non
         return spec.with_overrides(database=database.resolve() if database else None)
     except ConfigError as error:
         raise fail(error, EXIT_CONFIG) from error
-
-
-def causes_text(counts: Mapping[str, int]) -> str:
-    """``prompt 12, schema 3`` from stale counts by cause (the ``total`` and zero counts left out)."""
-    return ", ".join(f"{cause} {count:,}" for cause, count in counts.items() if count and cause != "total")

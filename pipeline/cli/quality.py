@@ -10,17 +10,8 @@ from typing import Annotated, TypeVar
 import orjson
 import typer
 
-from pipeline.cli.common import (
-    EXIT_ABORTED,
-    EXIT_CONFIG,
-    DatabaseOption,
-    JobArgument,
-    VariantOption,
-    app,
-    fail,
-    load_job_or_exit,
-)
-from pipeline.errors import ConfigError, DatabaseLockedError
+from pipeline.cli.common import DatabaseOption, JobArgument, VariantOption, app, fail, load_job_or_exit
+from pipeline.errors import EXIT_ABORTED, EXIT_CONFIG, ConfigError, DatabaseLockedError
 from pipeline.job.spec import JobSpec
 from pipeline.quality.review_page import ReviewPage, write_review
 from pipeline.reports import (

@@ -10,17 +10,8 @@ from typing import Annotated, Any, TypeVar
 import orjson
 import typer
 
-from pipeline.cli.common import (
-    EXIT_ABORTED,
-    EXIT_CONFIG,
-    DatabaseOption,
-    JobArgument,
-    VariantOption,
-    app,
-    fail,
-    load_job_or_exit,
-)
-from pipeline.errors import ConfigError, DatabaseLockedError, FailureClass
+from pipeline.cli.common import DatabaseOption, JobArgument, VariantOption, app, fail, load_job_or_exit
+from pipeline.errors import EXIT_ABORTED, EXIT_CONFIG, ConfigError, DatabaseLockedError, FailureClass
 from pipeline.reports.export import FORMAT_BY_EXTENSION, ExportReport, export_format, export_results
 from pipeline.reports.failures import FailureReport, failure_report, parse_failure_classes
 
@@ -110,33 +101,39 @@ def _failures_text(report: FailureReport, asked: list[FailureClass], retry_comma
     return "\n".join(lines)
 
 
+ExportOutOption = Annotated[Path, typer.Option("--out", help="The file to write; replaced if it exists.")]
+ExportFormatOption = Annotated[
+    str | None,
+    typer.Option(
+        "--format",
+        metavar="parquet|jsonl|csv",
+        help=f"Default: from --out's extension ({', '.join(FORMAT_BY_EXTENSION)}).",
+    ),
+]
+IncludeFailuresOption = Annotated[
+    bool,
+    typer.Option(
+        help="Also write the failures (same format) beside --out: "
+        "results.parquet -> results.failures.parquet."
+    ),
+]
+HistoryOption = Annotated[
+    bool,
+    typer.Option(
+        "--history",
+        help="Also write the results that redos replaced beside --out: "
+        "results.parquet -> results.history.parquet (with superseded_at, superseded_by_run).",
+    ),
+]
+
+
 @app.command("export")
 def export_command(
     job: JobArgument,
-    out: Annotated[Path, typer.Option("--out", help="The file to write; replaced if it exists.")],
-    file_format: Annotated[
-        str | None,
-        typer.Option(
-            "--format",
-            metavar="parquet|jsonl|csv",
-            help=f"Default: from --out's extension ({', '.join(FORMAT_BY_EXTENSION)}).",
-        ),
-    ] = None,
-    include_failures: Annotated[
-        bool,
-        typer.Option(
-            help="Also write the failures (same format) beside --out: "
-            "results.parquet -> results.failures.parquet."
-        ),
-    ] = False,
-    history: Annotated[
-        bool,
-        typer.Option(
-            "--history",
-            help="Also write the results that redos replaced beside --out: "
-            "results.parquet -> results.history.parquet (with superseded_at, superseded_by_run).",
-        ),
-    ] = False,
+    out: ExportOutOption,
+    file_format: ExportFormatOption = None,
+    include_failures: IncludeFailuresOption = False,
+    history: HistoryOption = False,
     database: DatabaseOption = None,
     variant: VariantOption = None,
 ) -> None:

@@ -1,4 +1,4 @@
-"""Commands that serve or measure: sim, serve-local, bench."""
+"""Commands that serve or measure a real server: serve-local, bench (``sim`` is :mod:`pipeline.cli.sim`)."""
 
 from __future__ import annotations
 
@@ -12,104 +12,20 @@ from typing import TYPE_CHECKING, Annotated
 import anyio
 import typer
 
-from pipeline.cli.common import (
+from pipeline.cli.common import LogFormat, LogFormatOption, app, fail, load_job_or_exit, setup_logging
+from pipeline.cli.logs import configure_logging
+from pipeline.errors import (
     EXIT_ABORTED,
     EXIT_CONFIG,
     EXIT_INTERRUPTED,
-    LogFormat,
-    LogFormatOption,
-    app,
+    ConfigError,
+    FatalRunError,
     exit_code_for,
-    fail,
-    load_job_or_exit,
-    setup_logging,
 )
-from pipeline.cli.logs import configure_logging
-from pipeline.errors import ConfigError, FatalRunError
 from pipeline.local import LocalServer, LocalServerOptions, vllm_launch
 
 if TYPE_CHECKING:  # the bench's modules (prometheus parser, matplotlib) load only for `bench`:
     from pipeline.bench import BenchOptions, SweepResult  # `run` starts faster without them
-
-
-@app.command()
-def sim(
-    port: Annotated[int, typer.Option(help="0 picks a free port.")] = 8000,
-    host: Annotated[str, typer.Option()] = "127.0.0.1",
-    model: Annotated[str, typer.Option(help="The model name it serves.")] = "sim-model",
-    profile: Annotated[
-        str | None,
-        typer.Option(help="Calibrated engine: gpt-oss-120b, nemotron-super-49b, nemotron-nano-9b."),
-    ] = None,
-    speed: Annotated[
-        float, typer.Option(min=0.001, help="Time compression of the engine (50: 50x faster).")
-    ] = 1.0,
-    max_num_seqs: Annotated[
-        int | None, typer.Option(min=1, help="Override the profile's --max-num-seqs.")
-    ] = None,
-    kv_cache_tokens: Annotated[
-        int | None, typer.Option(min=1, help="Override the profile's KV cache.")
-    ] = None,
-    latency: Annotated[float, typer.Option(help="Without a profile: seconds per request.")] = 0.0,
-    seconds_per_token: Annotated[float, typer.Option(help="Without a profile: seconds per token.")] = 0.0,
-    jitter: Annotated[float, typer.Option(min=0, max=1, help="± fraction of the fixed delay.")] = 0.0,
-    seed: Annotated[int, typer.Option()] = 0,
-    max_model_len: Annotated[int, typer.Option()] = 131072,
-    api_key: Annotated[str | None, typer.Option(help="Require this bearer key.")] = None,
-    reasoning_field: Annotated[
-        str, typer.Option(help="reasoning (vLLM ≥ 0.10) or reasoning_content.")
-    ] = "reasoning",
-    fault_server_error: Annotated[float, typer.Option(min=0, max=1)] = 0.0,
-    fault_reset: Annotated[float, typer.Option(min=0, max=1)] = 0.0,
-    fault_hang: Annotated[float, typer.Option(min=0, max=1)] = 0.0,
-    fault_invalid_json: Annotated[float, typer.Option(min=0, max=1)] = 0.0,
-    fault_schema_invalid: Annotated[float, typer.Option(min=0, max=1)] = 0.0,
-    fault_length: Annotated[float, typer.Option(min=0, max=1)] = 0.0,
-    fault_context_length: Annotated[float, typer.Option(min=0, max=1)] = 0.0,
-    reject_response_format: Annotated[
-        bool,
-        typer.Option(help="Answer a request with response_format with HTTP 400, as a server without it."),
-    ] = False,
-) -> None:
-    """Serve a vLLM-like OpenAI-compatible simulator (for tests, benchmarks and dry runs)."""
-    import asyncio
-
-    from pipeline.sim import Faults, SimConfig, run_sim
-    from pipeline.sim.profiles import PROFILES
-
-    faults = Faults(
-        server_error=fault_server_error,
-        reset=fault_reset,
-        hang=fault_hang,
-        invalid_json=fault_invalid_json,
-        schema_invalid=fault_schema_invalid,
-        length=fault_length,
-        context_length=fault_context_length,
-    )
-    if profile is not None and profile not in PROFILES:
-        raise fail(ConfigError(f"--profile {profile!r}: one of {', '.join(PROFILES)}"), EXIT_CONFIG)
-    config = SimConfig(
-        model=model,
-        profile=profile,
-        speed=speed,
-        max_num_seqs=max_num_seqs,
-        kv_cache_tokens=kv_cache_tokens,
-        latency_s=latency,
-        seconds_per_token=seconds_per_token,
-        jitter=jitter,
-        seed=seed,
-        max_model_len=max_model_len,
-        api_key=api_key,
-        reasoning_field=reasoning_field,
-        faults=faults,
-        reject_response_format=reject_response_format,
-    )
-
-    def ready(url: str) -> None:
-        typer.echo(f"serving {model} at {url}")
-        sys.stdout.flush()
-
-    asyncio.run(run_sim(config, host, port, on_ready=ready))
 
 
 @app.command("serve-local")
@@ -140,48 +56,56 @@ async def _serve_until_signal(options: LocalServerOptions) -> None:
                 return
 
 
+BenchEndpointOption = Annotated[str | None, typer.Option(help="Base URL, e.g. http://gpu-box:8000/v1.")]
+BenchModelOption = Annotated[str | None, typer.Option(help="Model name on the server.")]
+BenchLocalOption = Annotated[bool, typer.Option(help="Start the bundled local vLLM server and sweep it.")]
+LevelsOption = Annotated[str, typer.Option(help="Comma-separated levels.")]
+PromptTokensOption = Annotated[int, typer.Option(min=8)]
+OutputTokensOption = Annotated[int, typer.Option(min=1)]
+PrefixOption = Annotated[bool, typer.Option(help="Share the system prompt (prefix cache) or not.")]
+StructuredOption = Annotated[bool, typer.Option(help="Ask for JSON with the LinkedIn schema.")]
+RoundsOption = Annotated[int, typer.Option(min=1, help="Requests each worker sends per level.")]
+WarmupOption = Annotated[bool, typer.Option(help="Send one unmeasured request first.")]
+BenchTimeoutOption = Annotated[float, typer.Option(min=1, help="Client timeout per request, seconds.")]
+ReasoningEffortOption = Annotated[str | None, typer.Option(help="Sent as reasoning_effort.")]
+ApiKeyEnvOption = Annotated[str | None, typer.Option(help="Environment variable holding the API key.")]
+BenchJobOption = Annotated[
+    Path | None,
+    typer.Option(help="Send this job's own requests (prompt, schema, settings, sampled records)."),
+]
+RecordsOption = Annotated[int, typer.Option(min=1, help="With --job: how many records to sample.")]
+BenchOutOption = Annotated[Path, typer.Option(help="Folder for bench.csv, bench.json and bench.png.")]
+
+
 @app.command()
 def bench(
-    endpoint: Annotated[str | None, typer.Option(help="Base URL, e.g. http://gpu-box:8000/v1.")] = None,
-    model: Annotated[str | None, typer.Option(help="Model name on the server.")] = None,
-    local: Annotated[bool, typer.Option(help="Start the bundled local vLLM server and sweep it.")] = False,
-    concurrency: Annotated[str, typer.Option(help="Comma-separated levels.")] = "1,2,4,8,16,32,64,128,256",
-    prompt_tokens: Annotated[int, typer.Option(min=8)] = 1500,
-    output_tokens: Annotated[int, typer.Option(min=1)] = 400,
-    prefix: Annotated[bool, typer.Option(help="Share the system prompt (prefix cache) or not.")] = True,
-    structured: Annotated[bool, typer.Option(help="Ask for JSON with the LinkedIn schema.")] = False,
-    rounds: Annotated[int, typer.Option(min=1, help="Requests each worker sends per level.")] = 3,
-    warmup: Annotated[bool, typer.Option(help="Send one unmeasured request first.")] = True,
-    timeout: Annotated[float, typer.Option(min=1, help="Client timeout per request, seconds.")] = 900.0,
-    reasoning_effort: Annotated[str | None, typer.Option(help="Sent as reasoning_effort.")] = "low",
-    api_key_env: Annotated[str | None, typer.Option(help="Environment variable holding the API key.")] = None,
-    job: Annotated[
-        Path | None,
-        typer.Option(help="Send this job's own requests (prompt, schema, settings, sampled records)."),
-    ] = None,
-    records: Annotated[int, typer.Option(min=1, help="With --job: how many records to sample.")] = 200,
-    out: Annotated[Path, typer.Option(help="Folder for bench.csv, bench.json and bench.png.")] = Path(
-        "bench-out"
-    ),
+    endpoint: BenchEndpointOption = None,
+    model: BenchModelOption = None,
+    local: BenchLocalOption = False,
+    concurrency: LevelsOption = "1,2,4,8,16,32,64,128,256",
+    prompt_tokens: PromptTokensOption = 1500,
+    output_tokens: OutputTokensOption = 400,
+    prefix: PrefixOption = True,
+    structured: StructuredOption = False,
+    rounds: RoundsOption = 3,
+    warmup: WarmupOption = True,
+    timeout: BenchTimeoutOption = 900.0,
+    reasoning_effort: ReasoningEffortOption = "low",
+    api_key_env: ApiKeyEnvOption = None,
+    job: BenchJobOption = None,
+    records: RecordsOption = 200,
+    out: BenchOutOption = Path("bench-out"),
 ) -> None:
     """Concurrency sweep: aggregate and per-sequence tok/s, TTFT, the server's queue, the knee."""
     from pipeline.bench import BenchOptions
 
     configure_logging(json_lines=not sys.stderr.isatty(), level="warning")
-    try:
-        levels = tuple(int(part) for part in concurrency.split(",") if part.strip())
-    except ValueError as error:
-        raise fail(
-            ConfigError(f"--concurrency {concurrency!r}: expected numbers like 1,2,4"), EXIT_CONFIG
-        ) from error
-    if not levels or min(levels) < 1:
-        raise fail(ConfigError(f"--concurrency {concurrency!r}: expected numbers >= 1"), EXIT_CONFIG)
     if not local and job is None and (endpoint is None or model is None):
         raise fail(ConfigError("bench needs --endpoint and --model, --job, or --local"), EXIT_CONFIG)
     options = BenchOptions(
         base_url=endpoint or "",
         model=model or "",
-        concurrency=levels,
+        concurrency=_levels(concurrency),
         prompt_tokens=prompt_tokens,
         output_tokens=output_tokens,
         shared_prefix=prefix,
@@ -192,15 +116,29 @@ def bench(
         reasoning_effort=reasoning_effort,
         api_key=os.environ.get(api_key_env) if api_key_env else None,
     )
-    if job is not None:
-        options = _with_job(options, job, records)
+    _print_bench(_sweep(options if job is None else _with_job(options, job, records), local), out)
+
+
+def _levels(concurrency: str) -> tuple[int, ...]:
+    """``--concurrency 1,2,4``: the levels of the sweep (exit 2 on anything else)."""
     try:
-        result = anyio.run(_bench, options, local)
+        levels = tuple(int(part) for part in concurrency.split(",") if part.strip())
+    except ValueError as error:
+        raise fail(
+            ConfigError(f"--concurrency {concurrency!r}: expected numbers like 1,2,4"), EXIT_CONFIG
+        ) from error
+    if not levels or min(levels) < 1:
+        raise fail(ConfigError(f"--concurrency {concurrency!r}: expected numbers >= 1"), EXIT_CONFIG)
+    return levels
+
+
+def _sweep(options: BenchOptions, local: bool) -> SweepResult:
+    try:
+        return anyio.run(_bench, options, local)
     except FatalRunError as error:
         raise fail(error, EXIT_ABORTED) from error
     except KeyboardInterrupt:
         raise typer.Exit(EXIT_INTERRUPTED) from None
-    _print_bench(result, out)
 
 
 def _with_job(options: BenchOptions, job: Path, records: int) -> BenchOptions:

@@ -96,7 +96,19 @@ async def vllm_launch(options: LocalServerOptions) -> ServerLaunch:
     cache = options.cache_dir or cache_root()
     model = await ensure_model(cache)
     port = options.port or free_port(options.host)
-    argv = [
+    return ServerLaunch(
+        argv=_vllm_argv(model, options, port),
+        model=SERVED_MODEL_NAME,
+        port=port,
+        host=options.host,
+        env=_vllm_env(options),
+        log_path=cache / "logs" / f"local-server-{port}.log",
+        startup_timeout_s=options.startup_timeout_s,
+    )
+
+
+def _vllm_argv(model: Path, options: LocalServerOptions, port: int) -> list[str]:
+    return [
         sys.executable,
         "-m",
         "vllm.entrypoints.openai.api_server",
@@ -120,22 +132,17 @@ async def vllm_launch(options: LocalServerOptions) -> ServerLaunch:
         "--structured-outputs-config",
         json.dumps({"backend": "xgrammar", "disable_any_whitespace": True}),
     ]
-    env = {
+
+
+def _vllm_env(options: LocalServerOptions) -> dict[str, str]:
+    """Offline (the model comes from a registry package, never a hub), quiet, and the KV cache size."""
+    return {
         "VLLM_CPU_KVCACHE_SPACE": f"{options.kv_cache_gib:g}",
         "HF_HUB_OFFLINE": "1",
         "VLLM_NO_USAGE_STATS": "1",
         "DO_NOT_TRACK": "1",
         "TOKENIZERS_PARALLELISM": "false",
     }
-    return ServerLaunch(
-        argv=argv,
-        model=SERVED_MODEL_NAME,
-        port=port,
-        host=options.host,
-        env=env,
-        log_path=cache / "logs" / f"local-server-{port}.log",
-        startup_timeout_s=options.startup_timeout_s,
-    )
 
 
 @dataclass(frozen=True, slots=True)

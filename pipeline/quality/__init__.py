@@ -5,22 +5,20 @@ reads the results and calls these.
 * :mod:`~pipeline.quality.fields`: what a schema's fields are (kinds, sub-fields, grounded paths);
 * :mod:`~pipeline.quality.normalize`: the one text normalisation everything compares with;
 * :mod:`~pipeline.quality.matching`: whether two values match (settings, keys, one-to-one lists);
-* :mod:`~pipeline.quality.agreement`: field-by-field agreement, its report and its table;
+* :mod:`~pipeline.quality.agreement`: measuring field-by-field agreement;
+* :mod:`~pipeline.quality.scores`: what it reports, as JSON and as a table;
 * :mod:`~pipeline.quality.gold`: reading a gold file;
-* :mod:`~pipeline.quality.grounding`: locating values in the record text.
+* :mod:`~pipeline.quality.grounding`: locating values in the record text;
+* :mod:`~pipeline.quality.review_page`: the self-contained HTML review page;
+* :mod:`~pipeline.quality.skillspan`: the SkillSpan gold set, converted to records and a gold file
+  (``python -m pipeline.quality.skillspan``).
+
+May import: :mod:`pipeline.errors` only.
 """
 
 from __future__ import annotations
 
-from pipeline.quality.agreement import (
-    AgreementReport,
-    FieldDifference,
-    FieldScore,
-    RecordAgreement,
-    format_table,
-    measure_agreement,
-    record_key,
-)
+from pipeline.quality.agreement import measure_agreement, record_key
 from pipeline.quality.fields import (
     FieldKind,
     FieldSpec,
@@ -39,6 +37,13 @@ from pipeline.quality.normalize import (
     NormalizedText,
     normalize_text,
     normalize_with_offsets,
+)
+from pipeline.quality.scores import (
+    AgreementReport,
+    FieldDifference,
+    FieldScore,
+    RecordAgreement,
+    format_table,
 )
 
 __all__ = [

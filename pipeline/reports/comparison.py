@@ -244,25 +244,30 @@ def _variant_lines(report: CompareReport) -> list[str]:
         )
         for row in rows
     ]
-    lines.append(f"failures, {FAILURES_BASE.format(n=report.attempted)}:")
+    return lines + _failure_lines(report) + _grounding_lines(report)
+
+
+def _failure_lines(report: CompareReport) -> list[str]:
+    lines = [f"failures, {FAILURES_BASE.format(n=report.attempted)}:"]
     for summary in report.variants:
         counts = ", ".join(f"{name} {count:,}" for name, count in summary.failures.items())
         lines.append(
             f"  {summary.name}: {sum(summary.failures.values()):,}" + (f" ({counts})" if counts else "")
         )
+    return lines
+
+
+def _grounding_lines(report: CompareReport) -> list[str]:
     shares = [(summary.name, summary.grounding) for summary in report.variants]
-    if shares[0][1].shares:
-        lines.append("grounding (values of grounded fields found in the record text, same records):")
-        for index, share in enumerate(shares[0][1].shares):
-            per_variant = " · ".join(
-                f"{name} {grounding.shares[index].describe()}" for name, grounding in shares
-            )
-            lines.append(f"  {share.path}: {per_variant}")
-        for name, grounding in shares:
-            if grounding.without_grounding:
-                lines.append(
-                    f"  ({name}: {grounding.without_grounding:,} results were stored without grounding)"
-                )
+    if not shares[0][1].shares:
+        return []
+    lines = ["grounding (values of grounded fields found in the record text, same records):"]
+    for index, share in enumerate(shares[0][1].shares):
+        per_variant = " · ".join(f"{name} {grounding.shares[index].describe()}" for name, grounding in shares)
+        lines.append(f"  {share.path}: {per_variant}")
+    for name, grounding in shares:
+        if grounding.without_grounding:
+            lines.append(f"  ({name}: {grounding.without_grounding:,} results were stored without grounding)")
     return lines
 
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import anyio
 import httpx2
 
-from pipeline.errors import PERMANENT_FAILURE_CLASSES, FailureClass
+from pipeline.errors import EXIT_FAILURES, EXIT_INTERRUPTED, PERMANENT_FAILURE_CLASSES, FailureClass
 from pipeline.run.progress import ProgressReporter
 from pipeline.source.pending import Selection
 from pipeline.source.versions import StaleCause
@@ -92,7 +92,10 @@ class RunSummary:
 
     @property
     def exit_code(self) -> int:
-        return {RunStatus.INTERRUPTED: 130, RunStatus.COMPLETED_WITH_FAILURES: 1}.get(self.status, 0)
+        return {
+            RunStatus.INTERRUPTED: EXIT_INTERRUPTED,
+            RunStatus.COMPLETED_WITH_FAILURES: EXIT_FAILURES,
+        }.get(self.status, 0)
 
     @property
     def records_per_s(self) -> float:

@@ -122,7 +122,7 @@ def change_words(base: float, throughput: float) -> str:
 
 
 @dataclass(slots=True)
-class Knee:
+class KneeSearch:
     """The search: the best level, its last throughput, and the nearest worse levels around it."""
 
     best: int

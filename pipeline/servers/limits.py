@@ -54,7 +54,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pipeline.servers.knee_search import DEFAULT_TUNING, Knee, ServerLoad, Tuning, Window
+from pipeline.servers.knee_search import DEFAULT_TUNING, KneeSearch, ServerLoad, Tuning, Window
 
 DEFAULT_INITIAL = 8
 
@@ -92,7 +92,7 @@ class AdaptiveLimit:
         self._limit = min(maximum, max(minimum, DEFAULT_INITIAL if start is None else start))
         smallest, largest = math.log1p(tuning.min_step), math.log(tuning.growth)
         reach_up = largest if known_knee is None else smallest
-        self._knee = Knee(self._limit, smallest, largest, reach_up=reach_up, reach_down=smallest)
+        self._knee = KneeSearch(self._limit, smallest, largest, reach_up=reach_up, reach_down=smallest)
         self._ceiling: int | None = None
         self._ceiling_left = 0
         self._at_knee = False

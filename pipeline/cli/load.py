@@ -1,0 +1,69 @@
+"""``pipeline load``: a file of records into the job's DuckDB source table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from pipeline.cli.common import DatabaseOption, app, fail, load_job_or_exit
+from pipeline.errors import EXIT_CONFIG, PERMANENT_FAILURE_CLASSES, ConfigError, FatalRunError, exit_code_for
+from pipeline.reports.failures import class_names
+from pipeline.source.db import open_database
+from pipeline.source.loader import LoadReport, load_file
+
+# Transient failures are retried by every run, so --class takes only the others.
+FAILURE_CLASSES = class_names(PERMANENT_FAILURE_CLASSES)
+
+
+def _parse_renames(pairs: list[str]) -> dict[str, str]:
+    renames = {}
+    for pair in pairs:
+        old, sep, new = pair.partition("=")
+        if not sep or not old or not new:
+            raise fail(ConfigError(f"--rename {pair!r}: expected FILE_COLUMN=NAME"), EXIT_CONFIG)
+        renames[old] = new
+    return renames
+
+
+@app.command()
+def load(
+    file: Annotated[Path, typer.Argument(help="CSV, TSV, JSONL/NDJSON, JSON or Parquet file.")],
+    job: Annotated[Path, typer.Option("--job", help="The job whose database and source table to fill.")],
+    table: Annotated[str | None, typer.Option(help="Target table (default: the job's source.table).")] = None,
+    rename: Annotated[
+        list[str] | None, typer.Option(help="Rename a column: FILE_COLUMN=NAME (repeatable).")
+    ] = None,
+    replace: Annotated[
+        bool, typer.Option(help="Make the table equal to the file (ids not in it are removed).")
+    ] = False,
+    file_format: Annotated[str | None, typer.Option("--format", help="Override the file type.")] = None,
+    database: DatabaseOption = None,
+) -> None:
+    """Load records into the job's DuckDB source table: new ids are added, changed rows updated."""
+    spec = load_job_or_exit(job, database)
+    renames = _parse_renames(rename or [])
+    try:
+        connection = open_database(spec.database, memory_limit=spec.duckdb_memory_limit)
+        try:
+            report = load_file(
+                connection, spec, file, table=table, rename=renames, replace=replace, file_format=file_format
+            )
+        finally:
+            connection.close()
+    except FatalRunError as error:
+        raise fail(error, exit_code_for(error)) from error
+    typer.echo(_load_text(report, file, spec.database, replace))
+
+
+def _load_text(report: LoadReport, file: Path, database: Path, replace: bool) -> str:
+    text = (
+        f"loaded {report.rows_in_file:,} records from {file} into table {report.table} of {database}: "
+        f"{report.inserted:,} new, {report.updated:,} updated, {report.unchanged:,} unchanged"
+    )
+    if replace and report.removed:
+        text += (
+            f", {report.removed:,} removed (their results stay; `pipeline status` counts them as orphaned)"
+        )
+    return text

@@ -1,0 +1,270 @@
+"""``pipeline run``: its options, turned into a job spec and :class:`RunOptions`, and its summary."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import anyio
+import typer
+
+from pipeline.cli.common import (
+    DatabaseOption,
+    Display,
+    JobArgument,
+    LogFormat,
+    LogFormatOption,
+    LogLevelOption,
+    VariantOption,
+    app,
+    event_loop_options,
+    fail,
+    load_job_or_exit,
+    setup_logging,
+)
+from pipeline.errors import (
+    EXIT_CONFIG,
+    EXIT_INTERRUPTED,
+    PERMANENT_FAILURE_CLASSES,
+    ConfigError,
+    FailureClass,
+    FatalRunError,
+    exit_code_for,
+)
+from pipeline.job.spec import JobSpec
+from pipeline.job.variants import prompt_file_changes
+from pipeline.reports.failures import class_names, parse_failure_classes
+from pipeline.run.progress import LiveProgress, LogProgress, ProgressReporter, format_duration
+from pipeline.run.runner import RunOptions, RunSummary, run_job, run_job_locally
+from pipeline.source.versions import StaleCause, parse_causes
+
+# Transient failures are retried by every run, so --class takes only the others.
+FAILURE_CLASSES = class_names(PERMANENT_FAILURE_CLASSES)
+
+LimitOption = Annotated[int | None, typer.Option(min=1, help="Extract at most this many records.")]
+ConcurrencyOption = Annotated[
+    str | None,
+    typer.Option(help="Override the concurrency of every endpoint: a number, or auto (adaptive)."),
+]
+RetryFailedOption = Annotated[bool, typer.Option(help="Also retry records that failed permanently.")]
+OnlyFailedOption = Annotated[
+    bool, typer.Option(help="Retry failed records (all, or --class) and take no new ones.")
+]
+RetryClassOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--class",
+        help=f"With --retry-failed or --only-failed: only this failure class (repeatable): "
+        f"{', '.join(FAILURE_CLASSES)}.",
+    ),
+]
+RedoStaleOption = Annotated[
+    str | None,
+    typer.Option(
+        metavar="[CAUSES]",
+        help="Also redo results made by an older version of the job: every cause, or only "
+        "those listed (prompt,schema,model,settings,unknown). Changed content is always redone.",
+    ),
+]
+SampleOption = Annotated[
+    int | None, typer.Option(min=1, help="Only records of a fixed random sample of N source records.")
+]
+SeedOption = Annotated[int, typer.Option(help="The seed of --sample: the same seed, the same records.")]
+EndpointOption = Annotated[str | None, typer.Option(help="Override endpoint.base_url.")]
+ModelOption = Annotated[str | None, typer.Option(help="Override the model name.")]
+PromptFileOption = Annotated[
+    Path | None,
+    typer.Option(
+        help="Override prompt keys from a YAML file (system, user, examples...), or the "
+        "system prompt from any other file's text."
+    ),
+]
+TimeoutOption = Annotated[float | None, typer.Option(min=1, help="Override request_timeout_s.")]
+GraceOption = Annotated[
+    float | None, typer.Option(min=0, help="Seconds requests in flight get after SIGINT/SIGTERM.")
+]
+StallWarningOption = Annotated[
+    float | None, typer.Option(min=1, help="Warn after this many seconds without an answer.")
+]
+StallAbortOption = Annotated[
+    float | None, typer.Option(min=1, help="End the run (exit 5) after this many seconds without one.")
+]
+MetricsPortOption = Annotated[
+    int | None, typer.Option(min=0, max=65535, help="Serve Prometheus metrics on this port.")
+]
+MetricsTextfileOption = Annotated[
+    Path | None, typer.Option(help="Keep a Prometheus textfile here (node_exporter).")
+]
+LocalOption = Annotated[bool, typer.Option(help="Start the bundled local vLLM server for this run.")]
+ProgressOption = Annotated[Display, typer.Option(help="auto: a live bar on a terminal, log lines otherwise.")]
+
+
+@dataclass(frozen=True, slots=True)
+class _Overrides:
+    """The options that change the job as it runs (``None``: keep the job's)."""
+
+    concurrency: str | None
+    base_url: str | None
+    model: str | None
+    prompt: Path | None
+    request_timeout_s: float | None
+    shutdown_grace_s: float | None
+    stall_warning_s: float | None
+    stall_abort_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Selection:
+    """The options that choose which records the run takes."""
+
+    limit: int | None
+    retry_failed: bool
+    retry_class: list[str] | None
+    only_failed: bool
+    redo_stale: str | None
+    sample: int | None
+    seed: int
+
+
+@app.command()
+def run(
+    job: JobArgument,
+    limit: LimitOption = None,
+    concurrency: ConcurrencyOption = None,
+    retry_failed: RetryFailedOption = False,
+    only_failed: OnlyFailedOption = False,
+    retry_class: RetryClassOption = None,
+    redo_stale: RedoStaleOption = None,
+    sample: SampleOption = None,
+    seed: SeedOption = 0,
+    variant: VariantOption = None,
+    endpoint: EndpointOption = None,
+    model: ModelOption = None,
+    prompt_file: PromptFileOption = None,
+    timeout: TimeoutOption = None,
+    grace: GraceOption = None,
+    stall_warning: StallWarningOption = None,
+    stall_abort: StallAbortOption = None,
+    metrics_port: MetricsPortOption = None,
+    metrics_textfile: MetricsTextfileOption = None,
+    local: LocalOption = False,
+    database: DatabaseOption = None,
+    progress: ProgressOption = Display.AUTO,
+    log_format: LogFormatOption = LogFormat.AUTO,
+    log_level: LogLevelOption = "info",
+) -> None:
+    """Extract every record not done yet; safe to interrupt and run again."""
+    setup_logging(log_format, log_level)
+    changes = _Overrides(
+        concurrency, endpoint, model, prompt_file, timeout, grace, stall_warning, stall_abort
+    )
+    spec = _run_spec(job, database, variant, changes)
+    selection = _Selection(limit, retry_failed, retry_class, only_failed, redo_stale, sample, seed)
+    options = _run_options(selection, _reporter(progress), metrics_port, metrics_textfile)
+    summary = _run_or_exit(run_job_locally if local or spec.endpoint.is_local else run_job, spec, options)
+    _print_summary(summary, job)
+    raise typer.Exit(summary.exit_code)
+
+
+def _reporter(progress: Display) -> ProgressReporter:
+    bar = progress is Display.BAR or (progress is Display.AUTO and sys.stderr.isatty())
+    return LiveProgress() if bar else LogProgress()
+
+
+def _run_options(
+    selection: _Selection, reporter: ProgressReporter, metrics_port: int | None, metrics_textfile: Path | None
+) -> RunOptions:
+    return RunOptions(
+        limit=selection.limit,
+        retry_failed=selection.retry_failed or bool(selection.retry_class),
+        retry_classes=_failure_classes(selection.retry_class or [], selection.only_failed),
+        only_failed=selection.only_failed,
+        redo_stale=_redo_causes(selection.redo_stale, selection.only_failed),
+        sample=selection.sample,
+        seed=selection.seed,
+        handle_signals=True,
+        progress=reporter,
+        metrics_port=metrics_port,
+        metrics_textfile=metrics_textfile,
+    )
+
+
+def _run_or_exit(runner: Any, spec: JobSpec, options: RunOptions) -> RunSummary:
+    try:
+        summary: RunSummary = anyio.run(runner, spec, options, backend_options=event_loop_options())
+    except FatalRunError as error:
+        raise fail(error, exit_code_for(error)) from error
+    except KeyboardInterrupt:
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    return summary
+
+
+def _run_spec(job: Path, database: Path | None, variant: str | None, changes: _Overrides) -> JobSpec:
+    """The job as the variant and the command-line options make it (exit 2 on a bad one)."""
+    spec = load_job_or_exit(job, database, variant)
+    try:
+        overrides: dict[str, Any] = {name: getattr(changes, name) for name in changes.__slots__}
+        if changes.prompt is not None:
+            overrides["prompt"] = prompt_file_changes(changes.prompt)
+        return spec.with_overrides(**overrides)
+    except ConfigError as error:
+        raise fail(error, EXIT_CONFIG) from error
+
+
+def _redo_causes(value: str | None, only_failed: bool) -> frozenset[StaleCause]:
+    if value is None:
+        return frozenset()
+    if only_failed:
+        error = ConfigError("--only-failed retries failures and nothing else: drop --redo-stale or it")
+        raise fail(error, EXIT_CONFIG)
+    try:
+        return parse_causes([] if value == "all" else [value], "--redo-stale")
+    except ConfigError as error:
+        raise fail(error, EXIT_CONFIG) from error
+
+
+def _failure_classes(names: list[str], only_failed: bool) -> frozenset[FailureClass]:
+    # A plain run retries transient failures anyway; --only-failed may ask for them alone.
+    allowed = frozenset(FailureClass) if only_failed else PERMANENT_FAILURE_CLASSES
+    try:
+        return frozenset(parse_failure_classes(names, allowed=allowed))
+    except ConfigError as error:
+        raise fail(error, EXIT_CONFIG) from error
+
+
+def _print_summary(summary: RunSummary, job: Path) -> None:
+    if summary.run_id is None:
+        typer.echo(f"nothing to do: every record is done or failed permanently ({summary.database})")
+        _print_stale_kept(summary, job)
+        return
+    minutes = summary.records_per_s * 60
+    tokens = summary.output_tokens / summary.elapsed_s if summary.elapsed_s else 0.0
+    typer.echo(
+        f"run {summary.run_id} {summary.status}: {summary.done:,} done, {summary.failed:,} failed "
+        f"of {summary.pending_at_start:,} in {format_duration(summary.elapsed_s)} "
+        f"({minutes:,.1f} records/min, {tokens:,.0f} output tok/s)"
+    )
+    typer.echo(f"results:  table {summary.results_table} in {summary.database}")
+    if summary.failed:
+        typer.echo(f"failures: table {summary.failures_table} (`pipeline run --retry-failed` retries them)")
+    _print_stale_kept(summary, job)
+    query = f"SELECT record_id, extracted FROM {summary.results_table} LIMIT 5"
+    typer.echo(
+        'look:     python -c "import duckdb; '
+        f"duckdb.connect('{summary.database}', read_only=True).sql('{query}').show()\""
+    )
+
+
+def _print_stale_kept(summary: RunSummary, job: Path) -> None:
+    if not summary.stale_kept:
+        return
+    total = summary.stale_kept.get("total", 0)
+    causes = ", ".join(
+        f"{cause} {count:,}" for cause, count in summary.stale_kept.items() if cause != "total"
+    )
+    typer.echo(
+        f"stale:    {total:,} results were made by an older version of the job ({causes}); "
+        f"kept as they are: `pipeline run {job} --redo-stale` redoes them"
+    )

@@ -1,0 +1,100 @@
+"""``pipeline sim``: the vLLM-like simulator, served until Ctrl-C."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from pipeline.cli.common import app, fail
+from pipeline.errors import EXIT_CONFIG, ConfigError
+
+if TYPE_CHECKING:  # the simulator loads only for `sim`
+    from pipeline.sim import SimConfig
+
+Probability = Annotated[float, typer.Option(min=0, max=1)]
+PortOption = Annotated[int, typer.Option(help="0 picks a free port.")]
+HostOption = Annotated[str, typer.Option()]
+SimModelOption = Annotated[str, typer.Option(help="The model name it serves.")]
+ProfileOption = Annotated[
+    str | None,
+    typer.Option(help="Calibrated engine: gpt-oss-120b, nemotron-super-49b, nemotron-nano-9b."),
+]
+SpeedOption = Annotated[
+    float, typer.Option(min=0.001, help="Time compression of the engine (50: 50x faster).")
+]
+MaxNumSeqsOption = Annotated[int | None, typer.Option(min=1, help="Override the profile's --max-num-seqs.")]
+KvCacheTokensOption = Annotated[int | None, typer.Option(min=1, help="Override the profile's KV cache.")]
+LatencyOption = Annotated[float, typer.Option(help="Without a profile: seconds per request.")]
+SecondsPerTokenOption = Annotated[float, typer.Option(help="Without a profile: seconds per token.")]
+JitterOption = Annotated[float, typer.Option(min=0, max=1, help="± fraction of the fixed delay.")]
+SeedOption = Annotated[int, typer.Option()]
+MaxModelLenOption = Annotated[int, typer.Option()]
+ApiKeyOption = Annotated[str | None, typer.Option(help="Require this bearer key.")]
+ReasoningFieldOption = Annotated[str, typer.Option(help="reasoning (vLLM ≥ 0.10) or reasoning_content.")]
+RejectFormatOption = Annotated[
+    bool, typer.Option(help="Answer a request with response_format with HTTP 400, as a server without it.")
+]
+_FAULT = "fault_"
+_ADDRESS = ("host", "port")
+
+
+@app.command()
+def sim(
+    ctx: typer.Context,
+    port: PortOption = 8000,
+    host: HostOption = "127.0.0.1",
+    model: SimModelOption = "sim-model",
+    profile: ProfileOption = None,
+    speed: SpeedOption = 1.0,
+    max_num_seqs: MaxNumSeqsOption = None,
+    kv_cache_tokens: KvCacheTokensOption = None,
+    latency: LatencyOption = 0.0,
+    seconds_per_token: SecondsPerTokenOption = 0.0,
+    jitter: JitterOption = 0.0,
+    seed: SeedOption = 0,
+    max_model_len: MaxModelLenOption = 131072,
+    api_key: ApiKeyOption = None,
+    reasoning_field: ReasoningFieldOption = "reasoning",
+    fault_server_error: Probability = 0.0,
+    fault_reset: Probability = 0.0,
+    fault_hang: Probability = 0.0,
+    fault_invalid_json: Probability = 0.0,
+    fault_schema_invalid: Probability = 0.0,
+    fault_length: Probability = 0.0,
+    fault_context_length: Probability = 0.0,
+    reject_response_format: RejectFormatOption = False,
+) -> None:
+    """Serve a vLLM-like OpenAI-compatible simulator (for tests, benchmarks and dry runs)."""
+    import asyncio
+
+    from pipeline.sim import run_sim
+
+    config = sim_config(ctx.params)
+
+    def ready(url: str) -> None:
+        typer.echo(f"serving {model} at {url}")
+        sys.stdout.flush()
+
+    asyncio.run(run_sim(config, host, port, on_ready=ready))
+
+
+def sim_config(options: Mapping[str, Any]) -> SimConfig:
+    """The simulator's settings from ``sim``'s options, by name: each option but the address is a
+    field of :class:`SimConfig` (``latency``: ``latency_s``), each ``--fault-*`` a field of its
+    :class:`Faults`; so an option without a field (or the reverse) fails here, not silently."""
+    from pipeline.sim import Faults, SimConfig
+    from pipeline.sim.profiles import PROFILES
+
+    profile = options.get("profile")
+    if profile is not None and profile not in PROFILES:
+        raise fail(ConfigError(f"--profile {profile!r}: one of {', '.join(PROFILES)}"), EXIT_CONFIG)
+    faults = {name.removeprefix(_FAULT): value for name, value in options.items() if name.startswith(_FAULT)}
+    settings = {
+        ("latency_s" if name == "latency" else name): value
+        for name, value in options.items()
+        if not name.startswith(_FAULT) and name not in _ADDRESS
+    }
+    return SimConfig(**settings, faults=Faults(**faults))

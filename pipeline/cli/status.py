@@ -1,0 +1,123 @@
+"""``pipeline status``: done, failed, pending and stale, tokens and grounding, the last run; or the
+live numbers of a run that holds the database."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import orjson
+import typer
+
+from pipeline.cli.common import DatabaseOption, JobArgument, VariantOption, app, fail, load_job_or_exit
+from pipeline.errors import EXIT_CONFIG, ConfigError
+from pipeline.reports.status import JobStatus, job_status
+from pipeline.run.progress import format_duration
+
+
+@app.command()
+def status(
+    job: JobArgument,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    database: DatabaseOption = None,
+    variant: VariantOption = None,
+) -> None:
+    """Done / failed / pending, and the rate and ETA of the last run."""
+    spec = load_job_or_exit(job, database, variant)
+    try:
+        report = job_status(spec)
+    except ConfigError as error:
+        raise fail(error, EXIT_CONFIG) from error
+    if as_json:
+        typer.echo(orjson.dumps(_status_dict(report), default=str).decode())
+        return
+    typer.echo(_status_text(report))
+
+
+def _status_dict(report: JobStatus) -> dict[str, Any]:
+    return {
+        "database": report.database,
+        "variant": report.variant,
+        "source_records": report.source_records,
+        "done": report.done,
+        "failed": report.failed,
+        "pending": report.pending,
+        "content_changed": report.content_changed,
+        "stale": report.stale,
+        "orphaned": report.orphaned,
+        "tokens_per_done": report.tokens_per_done,
+        "grounding": report.grounding,
+        "last_run": report.last_run,
+        "rate_per_min": report.rate_per_min,
+        "eta_s": report.eta_s,
+        "live": report.live,
+    }
+
+
+def _endpoint_lines(endpoints: object) -> str:
+    """One line per endpoint of a live run (with several, or an adaptive one)."""
+    if not isinstance(endpoints, dict) or not endpoints:
+        return ""
+    lines = []
+    for name, numbers in endpoints.items():
+        state = "up" if numbers.get("up") else "held (gone or stalled)"
+        lines.append(
+            f"\n  {name}: {state}, limit {numbers.get('limit')}, in flight {numbers.get('in_flight')}, "
+            f"{numbers.get('answers')} answers, {numbers.get('outages')} outages"
+        )
+    return "".join(lines)
+
+
+def _stale_lines(report: JobStatus) -> list[str]:
+    lines = []
+    if report.stale.get("total"):
+        causes = ", ".join(
+            f"{cause} {count}" for cause, count in report.stale.items() if count and cause != "total"
+        )
+        lines.append(f"stale:    {report.stale['total']} ({causes}; `pipeline run --redo-stale` redoes them)")
+    if report.orphaned:
+        lines.append(f"orphaned: {report.orphaned} results whose record is no longer in the source")
+    for path, share in report.grounding.items():
+        lines.append(
+            f"grounded: {path}: {share['found']:,.0f} of {share['values']:,.0f} values found in the text "
+            f"({share['share']:.0%})"
+        )
+    tokens = report.tokens_per_done
+    if tokens:
+        lines.append(
+            f"tokens:   {tokens['prompt']:,.0f} prompt + {tokens['completion']:,.0f} output "
+            f"({tokens['reasoning']:,.0f} reasoning) per done record, every attempt counted"
+        )
+    return lines
+
+
+def _status_text(report: JobStatus) -> str:
+    if report.live is not None:
+        live = report.live
+        return (
+            f"{report.database} is held by a running `pipeline run` "
+            f"(pid {live.get('pid')}, run {live.get('run_id')}):\n"
+            f"  done {live.get('done')}, failed {live.get('failed')}, in flight {live.get('in_flight')}, "
+            f"remaining {live.get('remaining')}\n"
+            f"  {live.get('records_per_min')} records/min, {live.get('output_tokens_per_s')} output tok/s, "
+            f"ETA {format_duration(live.get('eta_s'))}" + _endpoint_lines(live.get("endpoints"))
+        )
+    failed_total = sum(report.failed.values())
+    failed_detail = ", ".join(f"{name} {count}" for name, count in report.failed.items())
+    changed = f" ({report.content_changed} with changed content)" if report.content_changed else ""
+    lines = [
+        f"database: {report.database}" + (f" (variant {report.variant})" if report.variant != "main" else ""),
+        f"records:  {report.source_records}",
+        f"done:     {report.done}",
+        f"failed:   {failed_total}" + (f" ({failed_detail})" if failed_detail else ""),
+        f"pending:  {report.pending}{changed}",
+        *_stale_lines(report),
+    ]
+    run = report.last_run
+    if run:
+        rate = report.rate_per_min
+        lines.append(
+            f"last run: #{run['run_id']} {run['status']}, started {run['started_at']:%Y-%m-%d %H:%M:%S %Z}, "
+            f"{run['done']} done, {run['failed']} failed"
+            + (f", {rate:,.1f} records/min, ETA for pending {format_duration(report.eta_s)}" if rate else "")
+        )
+    return "\n".join(lines)

@@ -1,0 +1,23 @@
+from __future__ import annotations
+
+import typer.main
+
+import pipeline.cli as cli
+from pipeline.cli.sim import sim_config
+from pipeline.sim import Faults, SimConfig
+
+
+def sim_defaults() -> dict[str, object]:
+    command = typer.main.get_command(cli.app).commands["sim"]  # type: ignore[attr-defined]
+    return {param.name: param.default for param in command.params}
+
+
+def test_every_sim_option_is_a_setting_of_the_simulator() -> None:
+    assert sim_config(sim_defaults()) == SimConfig()
+
+
+def test_options_map_by_name_to_the_settings_and_the_faults() -> None:
+    options = {**sim_defaults(), "latency": 2.5, "fault_hang": 0.25, "fault_context_length": 0.5, "seed": 7}
+    config = sim_config(options)
+    assert (config.latency_s, config.seed) == (2.5, 7)
+    assert config.faults == Faults(hang=0.25, context_length=0.5)
