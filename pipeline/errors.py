@@ -8,6 +8,7 @@
     │   │   └── ModelNotServedError  the server does not serve the job's model
     │   ├── DatabaseLockedError  another process holds the job's database
     │   │   └── AlreadyRunningError  another ``pipeline run`` of the same job is running
+    │   ├── DatabaseError        DuckDB failed a statement (out of memory, a missing table, I/O...)
     │   ├── StalledRunError      requests in flight, none answered for too long (the stall watchdog)
     │   ├── ServerDownError      the server stayed unreachable past operations.server_down_abort_s
     │   └── LocalServerError     the embedded vLLM server cannot be installed, started or reached
@@ -23,12 +24,14 @@
         └── PermanentRecordError record the failure, do not retry (400, e.g. context length)
 
 Library errors (openai, httpx2, pydantic, duckdb) are translated into these once, at the boundary
-where they are caught, with ``raise ... from``. Messages never contain record text or API keys.
+where they are caught (DuckDB's in :mod:`pipeline.source.db`, the server's in
+:mod:`pipeline.servers.client`), with ``raise ... from``. Messages never contain record text or API keys.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
+from pathlib import Path
 from typing import TypeVar
 
 from pydantic import ValidationError
@@ -76,6 +79,29 @@ class ConfigError(FatalRunError):
 
 class DatabaseLockedError(FatalRunError):
     """Another process (usually a running ``pipeline run``) holds the database's write lock."""
+
+
+class DatabaseFailure(StrEnum):
+    """How a DuckDB statement failed, for the caller that words the error."""
+
+    OUT_OF_MEMORY = "out_of_memory"  # past duckdb_memory_limit
+    MISSING = "missing"  # a table, column or function that does not exist
+    IO = "io"  # the file could not be read or written
+    INVALID = "invalid"  # SQL DuckDB cannot parse or bind
+    OTHER = "other"
+
+
+class DatabaseError(FatalRunError):
+    """DuckDB failed a statement. Raised only by :mod:`pipeline.source.db`, the one place DuckDB's own
+    exceptions are caught; ``reason`` is DuckDB's message in one line, without record text."""
+
+    def __init__(self, reason: str, *, kind: DatabaseFailure, database: Path | None = None) -> None:
+        where = f"{database}: " if database is not None else ""
+        hint = "; raise duckdb_memory_limit in the job" if kind is DatabaseFailure.OUT_OF_MEMORY else ""
+        super().__init__(f"{where}DuckDB failed ({reason}){hint}")
+        self.reason = reason
+        self.kind = kind
+        self.database = database
 
 
 class ModelNotServedError(ConfigError):
@@ -187,6 +213,8 @@ def exit_code_for(error: FatalRunError) -> int:
     """The exit code of a run (or a command) that ``error`` ended."""
     if isinstance(error, ConfigError):
         return EXIT_CONFIG
+    if isinstance(error, DatabaseError) and error.kind is DatabaseFailure.OUT_OF_MEMORY:
+        return EXIT_CONFIG  # the job's duckdb_memory_limit is too small for what it asks
     if isinstance(error, AlreadyRunningError):
         return EXIT_ALREADY_RUNNING
     if isinstance(error, StalledRunError):

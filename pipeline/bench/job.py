@@ -11,7 +11,7 @@ from pipeline.errors import ConfigError
 from pipeline.extraction.prompt import PromptBuilder, client_settings
 from pipeline.job.spec import JobSpec
 from pipeline.servers.client import LLMClient
-from pipeline.source.db import bind, quote
+from pipeline.source.db import quote
 from pipeline.source.pending import sample_sql
 from pipeline.source.relation import source_relation
 from pipeline.store.opening import open_for_reading
@@ -28,7 +28,7 @@ def job_requests(spec: JobSpec, records: int) -> list[dict[str, Any]]:
     )
     connection = open_for_reading(spec)
     try:
-        rows = connection.execute(sql, bind(sql, {"seed": SAMPLE_SEED, "sample": records})).fetchall()
+        rows = connection.rows(sql, {"seed": SAMPLE_SEED, "sample": records})
     finally:
         connection.close()
     if not rows:

@@ -4,15 +4,23 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 from typer.core import TyperGroup
 
 from pipeline.cli.logs import configure_logging
-from pipeline.errors import EXIT_CONFIG, ConfigError
+from pipeline.errors import (
+    EXIT_ABORTED,
+    EXIT_CONFIG,
+    ConfigError,
+    DatabaseLockedError,
+    FatalRunError,
+    exit_code_for,
+)
 from pipeline.job.spec import JobSpec, load_job
 
 #: Options whose value may be left out, and what they mean then: ``--redo-stale`` alone redoes every
@@ -38,6 +46,8 @@ class _Commands(TyperGroup):
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         return super().parse_args(ctx, with_optional_values(args))
 
+
+T = TypeVar("T")
 
 app = typer.Typer(
     cls=_Commands,
@@ -104,3 +114,14 @@ def load_job_or_exit(job: Path, database: Path | None = None, variant: str | Non
         return spec.with_overrides(database=database.resolve() if database else None)
     except ConfigError as error:
         raise fail(error, EXIT_CONFIG) from error
+
+
+def read_or_exit(read: Callable[[], T]) -> T:
+    """``read()``, a command's reading of the job's database; any fatal error is one line and its exit
+    code, and a database a run holds is exit 3 (a reader is not the run that is already running)."""
+    try:
+        return read()
+    except DatabaseLockedError as error:  # a `pipeline run` holds the database; DuckDB allows one process
+        raise fail(error, EXIT_ABORTED) from error
+    except FatalRunError as error:
+        raise fail(error, exit_code_for(error)) from error

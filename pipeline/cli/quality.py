@@ -3,15 +3,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, TypeVar
 
 import orjson
 import typer
 
-from pipeline.cli.common import DatabaseOption, JobArgument, VariantOption, app, fail, load_job_or_exit
-from pipeline.errors import EXIT_ABORTED, EXIT_CONFIG, ConfigError, DatabaseLockedError
+from pipeline.cli.common import (
+    DatabaseOption,
+    JobArgument,
+    VariantOption,
+    app,
+    fail,
+    load_job_or_exit,
+    read_or_exit,
+)
+from pipeline.errors import EXIT_CONFIG, ConfigError
 from pipeline.job.spec import JobSpec
 from pipeline.quality.review_page import ReviewPage, write_review
 from pipeline.reports import (
@@ -50,15 +57,6 @@ SampleOption = Annotated[
 SeedOption = Annotated[int, typer.Option(help="The seed of --sample: the same seed, the same records.")]
 
 
-def _read_or_exit(read: Callable[[], T]) -> T:
-    try:
-        return read()
-    except DatabaseLockedError as error:  # a `pipeline run` holds the database; DuckDB allows one process
-        raise fail(error, EXIT_ABORTED) from error
-    except ConfigError as error:
-        raise fail(error, EXIT_CONFIG) from error
-
-
 def _variant_names(spec: JobSpec, text: str, *, least: int) -> tuple[str, ...]:
     names = parse_variants(text, least=least)
     for name in names:
@@ -69,7 +67,7 @@ def _variant_names(spec: JobSpec, text: str, *, least: int) -> tuple[str, ...]:
 def _write_page(page: ReviewPage | None, path: Path | None, *, to_stderr: bool = False) -> None:
     if page is None or path is None:
         return
-    written = _read_or_exit(lambda: write_review(page, path))
+    written = read_or_exit(lambda: write_review(page, path))
     typer.echo(f"wrote {written} ({len(page.records):,} records)", err=to_stderr)
 
 
@@ -102,7 +100,7 @@ def eval_command(
     Also: how many grounded values were found in the record text, and every gold record without a result (failed, with its class; not extracted yet; not in the source). The exit code is 0 whatever the scores.
     """  # noqa: E501  (Typer keeps a docstring's line breaks: one paragraph, one line)
     spec = load_job_or_exit(job, database, variant)
-    settings = _read_or_exit(
+    settings = read_or_exit(
         lambda: EvalSettings(
             parse_fields(fields),
             fuzzy,
@@ -111,7 +109,7 @@ def eval_command(
             sample=Sample(sample, seed) if sample else None,
         )
     )
-    report = _read_or_exit(lambda: evaluate(spec, gold, settings))
+    report = read_or_exit(lambda: evaluate(spec, gold, settings))
     typer.echo(orjson.dumps(report.to_json(), default=str).decode() if as_json else format_eval(report))
     _write_page(report.review, html, to_stderr=as_json)
 
@@ -135,13 +133,13 @@ def compare(
     Failures are counted over the records both variants attempted. Temperature 0 on vLLM is not deterministic: compare a variant with a re-run of itself to see the noise floor.
     """  # noqa: E501
     spec = load_job_or_exit(job, database)
-    reference, candidate = _read_or_exit(lambda: _variant_names(spec, variants, least=2))
+    reference, candidate = read_or_exit(lambda: _variant_names(spec, variants, least=2))
     settings = CompareSettings(
         sample=Sample(sample, seed) if sample is not None else None,
         fuzzy_threshold=fuzzy,
         review=html is not None,
     )
-    report = _read_or_exit(lambda: compare_variants(spec, reference, candidate, settings))
+    report = read_or_exit(lambda: compare_variants(spec, reference, candidate, settings))
     if as_json:
         typer.echo(orjson.dumps(report.to_json(show), default=str).decode())
     else:
@@ -175,9 +173,7 @@ def review(
         raise fail(ConfigError("give --variant or --variants, not both"), EXIT_CONFIG)
     spec = load_job_or_exit(job, database, variant)
     names = (
-        (spec.variant,)
-        if variants is None
-        else _read_or_exit(lambda: _variant_names(spec, variants, least=1))
+        (spec.variant,) if variants is None else read_or_exit(lambda: _variant_names(spec, variants, least=1))
     )
-    page = _read_or_exit(lambda: review_page(spec, names, Sample(sample, seed)))
+    page = read_or_exit(lambda: review_page(spec, names, Sample(sample, seed)))
     _write_page(page, html)

@@ -3,28 +3,25 @@
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import orjson
 import typer
 
-from pipeline.cli.common import DatabaseOption, JobArgument, VariantOption, app, fail, load_job_or_exit
-from pipeline.errors import EXIT_ABORTED, EXIT_CONFIG, ConfigError, DatabaseLockedError, FailureClass
+from pipeline.cli.common import (
+    DatabaseOption,
+    JobArgument,
+    VariantOption,
+    app,
+    load_job_or_exit,
+    read_or_exit,
+)
+from pipeline.errors import FailureClass
 from pipeline.reports.export import FORMAT_BY_EXTENSION, ExportReport, export_format, export_results
 from pipeline.reports.failures import FailureReport, failure_report, parse_failure_classes
 
 T = TypeVar("T")
-
-
-def _read_or_exit(read: Callable[[], T]) -> T:
-    try:
-        return read()
-    except DatabaseLockedError as error:  # a `pipeline run` holds the database; DuckDB allows one process
-        raise fail(error, EXIT_ABORTED) from error
-    except ConfigError as error:
-        raise fail(error, EXIT_CONFIG) from error
 
 
 @app.command()
@@ -41,8 +38,8 @@ def failures(
 ) -> None:
     """Failures by class, largest first, with a few examples each and how to retry them."""
     spec = load_job_or_exit(job, database, variant)
-    classes = _read_or_exit(lambda: parse_failure_classes(failure_classes or []))
-    report = _read_or_exit(lambda: failure_report(spec, classes, examples))
+    classes = read_or_exit(lambda: parse_failure_classes(failure_classes or []))
+    report = read_or_exit(lambda: failure_report(spec, classes, examples))
     if as_json:
         typer.echo(orjson.dumps(_failures_dict(report), default=str).decode())
         return
@@ -146,8 +143,8 @@ def export_command(
     The file is written beside --out and renamed into place: an interrupted export leaves no half file.
     """  # noqa: E501  (Typer keeps a docstring's line breaks: one paragraph, one line)
     spec = load_job_or_exit(job, database, variant)
-    fmt = _read_or_exit(lambda: export_format(out, file_format))
-    report = _read_or_exit(
+    fmt = read_or_exit(lambda: export_format(out, file_format))
+    report = read_or_exit(
         lambda: export_results(spec, out, fmt, include_failures=include_failures, history=history)
     )
     typer.echo(_export_text(report))

@@ -8,8 +8,14 @@ from typing import Annotated, Any
 import orjson
 import typer
 
-from pipeline.cli.common import DatabaseOption, JobArgument, VariantOption, app, fail, load_job_or_exit
-from pipeline.errors import EXIT_CONFIG, ConfigError
+from pipeline.cli.common import (
+    DatabaseOption,
+    JobArgument,
+    VariantOption,
+    app,
+    load_job_or_exit,
+    read_or_exit,
+)
 from pipeline.reports.status import JobStatus, job_status
 from pipeline.run.progress import format_duration
 
@@ -23,10 +29,7 @@ def status(
 ) -> None:
     """Done / failed / pending, and the rate and ETA of the last run."""
     spec = load_job_or_exit(job, database, variant)
-    try:
-        report = job_status(spec)
-    except ConfigError as error:
-        raise fail(error, EXIT_CONFIG) from error
+    report = read_or_exit(lambda: job_status(spec))
     if as_json:
         typer.echo(orjson.dumps(_status_dict(report), default=str).decode())
         return

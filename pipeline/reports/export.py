@@ -16,11 +16,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-import duckdb
-
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, DatabaseError
 from pipeline.job.spec import JobSpec
-from pipeline.source.db import bind, quote
+from pipeline.source.db import Database, quote
 from pipeline.source.relation import source_relation
 from pipeline.store.opening import open_job_output
 from pipeline.store.tables import history_table
@@ -210,7 +208,7 @@ def _failures_sql(spec: JobSpec) -> str:
 
 
 def _copy(
-    connection: duckdb.DuckDBPyConnection,
+    connection: Database,
     variant: str,
     fmt: ExportFormat,
     sql: str,
@@ -225,9 +223,9 @@ def _copy(
     try:
         # DuckDB >= 2.0 takes the file name as a parameter: no quoting of the path in the SQL.
         copy = f"COPY ({sql}) TO $path ({_COPY_OPTIONS[fmt]})"
-        row = connection.execute(copy, bind(copy, {"path": str(temporary), "variant": variant})).fetchone()
-    except duckdb.Error as exc:
-        raise ConfigError(f"{final}: export failed ({' '.join(str(exc).split())})") from exc
+        row = connection.row(copy, {"path": str(temporary), "variant": variant})
+    except DatabaseError as error:
+        raise ConfigError(f"{final}: export failed ({error.reason})") from error
     return int(row[0]) if row else 0
 
 

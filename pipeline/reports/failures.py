@@ -10,11 +10,9 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import duckdb
-
 from pipeline.errors import ConfigError, FailureClass
 from pipeline.job.spec import JobSpec
-from pipeline.source.db import quote
+from pipeline.source.db import Database, quote
 from pipeline.store.opening import open_job_output
 
 MESSAGE_CHARS = 200
@@ -99,7 +97,7 @@ def _class_filter(variant: str, classes: Sequence[FailureClass]) -> tuple[str, l
 
 
 def _class_counts(
-    connection: duckdb.DuckDBPyConnection, table: str, variant: str, classes: Sequence[FailureClass]
+    connection: Database, table: str, variant: str, classes: Sequence[FailureClass]
 ) -> list[tuple[str, int]]:
     where, parameters = _class_filter(variant, classes)
     rows = connection.execute(
@@ -110,7 +108,7 @@ def _class_counts(
 
 
 def _examples(
-    connection: duckdb.DuckDBPyConnection,
+    connection: Database,
     table: str,
     variant: str,
     classes: Sequence[FailureClass],

@@ -17,7 +17,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-import duckdb
 import orjson
 
 from pipeline.errors import ConfigError
@@ -25,7 +24,7 @@ from pipeline.extraction.prompt import as_sent
 from pipeline.job.spec import JobSpec
 from pipeline.quality import record_key
 from pipeline.quality.review_page import GroundedSpan
-from pipeline.source.db import bind, quote
+from pipeline.source.db import Database, quote
 from pipeline.source.pending import sample_sql
 from pipeline.source.relation import source_relation
 from pipeline.store.opening import open_job_output
@@ -117,14 +116,14 @@ class StoredFailure:
 class JobOutput:
     """A job's output tables and source, open read-only (see :func:`open_output`)."""
 
-    def __init__(self, connection: duckdb.DuckDBPyConnection, spec: JobSpec) -> None:
+    def __init__(self, connection: Database, spec: JobSpec) -> None:
         self.connection = connection
         self.spec = spec
         self.results_table = quote(spec.output.results_table)
         self.failures_table = quote(spec.output.failures_table)
 
     def _rows(self, sql: str, parameters: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-        return self.connection.execute(sql, bind(sql, parameters)).fetchall()
+        return self.connection.rows(sql, parameters)
 
     def variants_with_results(self) -> list[str]:
         rows = self._rows(f"SELECT DISTINCT variant FROM {self.results_table} ORDER BY 1", {})

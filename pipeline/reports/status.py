@@ -12,14 +12,12 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
-import duckdb
-
 from pipeline.errors import DatabaseLockedError
 from pipeline.job.spec import JobSpec
-from pipeline.source.db import bind, quote, table_names
+from pipeline.source.db import Database, quote
 from pipeline.source.pending import PendingQueries
 from pipeline.source.relation import source_relation
-from pipeline.source.versions import JOB_CAUSES, StaleCause, read_counts, read_stale_counts, version_of
+from pipeline.source.versions import JOB_CAUSES, StaleCause, read_stale_counts, version_of
 from pipeline.store.opening import open_for_reading
 from pipeline.store.snapshot import read_snapshot
 
@@ -67,28 +65,23 @@ def job_status(spec: JobSpec) -> JobStatus:
         connection.close()
 
 
-def _scalar(connection: duckdb.DuckDBPyConnection, sql: str, parameters: dict[str, Any] | None = None) -> int:
-    row = connection.execute(sql, bind(sql, parameters or {})).fetchone()
-    return int(row[0]) if row and row[0] is not None else 0
-
-
-def _read_status(connection: duckdb.DuckDBPyConnection, spec: JobSpec) -> JobStatus:
+def _read_status(connection: Database, spec: JobSpec) -> JobStatus:
     out = spec.output
-    tables = table_names(connection)
+    tables = connection.table_names()
     source_known = spec.source.query is not None or (spec.source.table or "").lower() in tables
     base = JobStatus(database=str(spec.database), variant=spec.variant, done=0)
     if out.results_table.lower() not in tables or not source_known:
-        total = _scalar(connection, f"SELECT count(*) FROM {source_relation(spec)}") if source_known else None
+        total = connection.scalar(f"SELECT count(*) FROM {source_relation(spec)}") if source_known else None
         return dataclasses.replace(base, source_records=total, pending=total)
     queries = PendingQueries(spec, version_of(spec))
     parameters = queries.parameters()
-    metadata = _scalar(connection, f"SELECT count(*) FROM ({queries.ids_sql('metadata')})", parameters)
-    content = _scalar(connection, f"SELECT count(*) FROM ({queries.ids_sql('content')})", parameters)
+    metadata = connection.scalar(f"SELECT count(*) FROM ({queries.ids_sql('metadata')})", parameters)
+    content = connection.scalar(f"SELECT count(*) FROM ({queries.ids_sql('content')})", parameters)
     counts = _stale_counts(connection, queries, parameters)
     results, orphaned = counts.pop("results"), counts.pop("orphaned")
     return dataclasses.replace(
         base,
-        source_records=_scalar(connection, f"SELECT count(*) FROM {source_relation(spec)}"),
+        source_records=connection.scalar(f"SELECT count(*) FROM {source_relation(spec)}"),
         done=results - orphaned,
         orphaned=orphaned,
         failed=_failed(connection, spec),
@@ -102,10 +95,10 @@ def _read_status(connection: duckdb.DuckDBPyConnection, spec: JobSpec) -> JobSta
 
 
 def _stale_counts(
-    connection: duckdb.DuckDBPyConnection, queries: PendingQueries, parameters: dict[str, Any]
+    connection: Database, queries: PendingQueries, parameters: dict[str, Any]
 ) -> dict[str, int]:
     values = read_stale_counts(connection, queries.spec, queries.version)
-    changed = read_counts(connection, queries.changed_count_sql(), parameters)
+    changed = connection.counts(queries.changed_count_sql(), parameters)
     return {
         "results": values["results"],
         "orphaned": values["orphaned"],
@@ -115,16 +108,16 @@ def _stale_counts(
     }
 
 
-def _failed(connection: duckdb.DuckDBPyConnection, spec: JobSpec) -> dict[str, int]:
-    rows = connection.execute(
+def _failed(connection: Database, spec: JobSpec) -> dict[str, int]:
+    rows = connection.rows(
         f"SELECT failure_class, count(*) FROM {quote(spec.output.failures_table)} "
         "WHERE variant = ? GROUP BY ALL ORDER BY ALL",
         [spec.variant],
-    ).fetchall()
+    )
     return {str(name): int(count) for name, count in rows}
 
 
-def _tokens_per_done(connection: duckdb.DuckDBPyConnection, spec: JobSpec) -> dict[str, float] | None:
+def _tokens_per_done(connection: Database, spec: JobSpec) -> dict[str, float] | None:
     """What a finished record costs, failures and retries included: the runs' totals over their done."""
     row = connection.execute(
         "SELECT sum(done), sum(prompt_tokens), sum(completion_tokens), sum(reasoning_tokens) "
@@ -137,7 +130,7 @@ def _tokens_per_done(connection: duckdb.DuckDBPyConnection, spec: JobSpec) -> di
     return {"prompt": row[1] / done, "completion": row[2] / done, "reasoning": (row[3] or 0) / done}
 
 
-def _grounding(connection: duckdb.DuckDBPyConnection, spec: JobSpec) -> dict[str, dict[str, float]]:
+def _grounding(connection: Database, spec: JobSpec) -> dict[str, dict[str, float]]:
     """Per grounded path, how many extracted values were found in their record's text."""
     rows = connection.execute(
         "SELECT g.path, count(*), count(*) FILTER (WHERE g.match <> 'none') FROM (SELECT unnest("
@@ -152,7 +145,7 @@ def _grounding(connection: duckdb.DuckDBPyConnection, spec: JobSpec) -> dict[str
     }
 
 
-def _last_run(connection: duckdb.DuckDBPyConnection, spec: JobSpec) -> dict[str, Any] | None:
+def _last_run(connection: Database, spec: JobSpec) -> dict[str, Any] | None:
     cursor = connection.execute(
         f"SELECT * FROM {quote(spec.output.runs_table)} WHERE variant = ? ORDER BY run_id DESC LIMIT 1",
         [spec.variant],
@@ -160,8 +153,7 @@ def _last_run(connection: duckdb.DuckDBPyConnection, spec: JobSpec) -> dict[str,
     row = cursor.fetchone()
     if row is None:
         return None
-    names = [column[0] for column in cursor.description]
-    run = {name: _plain(value) for name, value in zip(names, row, strict=True)}
+    run = {name: _plain(value) for name, value in zip(cursor.columns, row, strict=True)}
     if run["status"] == "running":
         # We could open the database, so no process holds it: that run was killed without a trace.
         run["status"] = "abandoned"

@@ -8,13 +8,11 @@ committed, which the next run redoes.
 from __future__ import annotations
 
 import anyio
-import duckdb
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from pipeline.errors import FatalRunError
+from pipeline.errors import DatabaseError, FatalRunError
 from pipeline.extraction.outcomes import Failed, Outcome
 from pipeline.run.stats import RunStats
-from pipeline.source.db import duckdb_reason
 from pipeline.store.writer import StoreWriter
 
 FLUSH_INTERVAL_S = 0.5
@@ -48,10 +46,8 @@ async def _commit(batch: list[Outcome], writer: StoreWriter, stats: RunStats) ->
     with anyio.CancelScope(shield=True):
         try:
             await writer.write(batch)
-        except duckdb.Error as exc:
-            raise FatalRunError(
-                f"{writer.spec.database}: cannot write results ({duckdb_reason(exc)})"
-            ) from exc
+        except DatabaseError as error:
+            raise FatalRunError(f"{writer.spec.database}: cannot write results ({error.reason})") from error
     for outcome in batch:
         if isinstance(outcome, Failed):
             stats.failed += 1

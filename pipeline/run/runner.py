@@ -25,7 +25,6 @@ import functools
 from typing import TYPE_CHECKING
 
 import anyio
-import duckdb
 import structlog
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
 
@@ -53,6 +52,7 @@ from pipeline.run.stats import RunStats
 from pipeline.run.watchdog import StallWatchdog
 from pipeline.servers.config import LOCAL_ENDPOINT
 from pipeline.servers.router import Router
+from pipeline.source.db import Database
 from pipeline.source.lock import RunLock
 from pipeline.source.reader import SourceReader, SourceRecord
 from pipeline.store.opening import known_knees, prepare_database
@@ -120,7 +120,7 @@ async def run_job_locally(
 
 
 async def _run_with_reader(
-    context: RunContext, options: RunOptions, connection: duckdb.DuckDBPyConnection, reader: SourceReader
+    context: RunContext, options: RunOptions, connection: Database, reader: SourceReader
 ) -> RunSummary:
     spec = context.spec
     pending = _capped(await reader.count_metadata(), options.limit)
@@ -164,7 +164,7 @@ async def _run_with_reader(
 async def _run_on(
     context: RunContext,
     options: RunOptions,
-    connection: duckdb.DuckDBPyConnection,
+    connection: Database,
     reader: SourceReader,
     router: Router,
     pending: int,

@@ -1,21 +1,45 @@
-"""The DuckDB boundary: opening a database, quoting identifiers, listing tables, and saying what
-DuckDB said in one line. Every module that touches DuckDB goes through these."""
+"""The DuckDB boundary: the one module that imports DuckDB (an import-linter contract holds it).
+
+Every read and write of the package goes through a :class:`Database`: a connection (or a cursor of
+one) whose every call translates DuckDB's exceptions once, here, into :class:`DatabaseError` with
+DuckDB's reason in one line and without record text, the way httpx maps its transport's exceptions
+in one place. Callers that know what the statement was for catch ``DatabaseError`` (never a DuckDB
+class) and say so: "cannot load into table ...", "key duckdb_memory_limit: ...". Opening a database,
+quoting identifiers and binding named parameters live here too.
+
+All calls block: the callers run them in worker threads, one connection per owner.
+"""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import duckdb
 
-from pipeline.errors import ConfigError, DatabaseLockedError
+from pipeline.errors import ConfigError, DatabaseError, DatabaseFailure, DatabaseLockedError
 from pipeline.job.spec import DEFAULT_MEMORY_LIMIT
 from pipeline.source.lock import already_running, lock_holder
 
 # Timestamps are stored as plain TIMESTAMP in UTC: TIMESTAMPTZ values need pytz to be read in Python.
 UTC_NOW = "timezone('UTC', now())"
+
+Parameters = Mapping[str, Any] | Sequence[Any] | None
+Row = tuple[Any, ...]
+AppendAction = Literal["upsert", "delete"]
+
+_REASON_LIMIT = 400
+_CONVERTED_VALUE = re.compile(r'convert string "(?:[^"\\]|\\.)*"')
+_KINDS: tuple[tuple[type[duckdb.Error], DatabaseFailure], ...] = (
+    (duckdb.OutOfMemoryException, DatabaseFailure.OUT_OF_MEMORY),
+    (duckdb.CatalogException, DatabaseFailure.MISSING),
+    (duckdb.IOException, DatabaseFailure.IO),
+    (duckdb.ParserException, DatabaseFailure.INVALID),
+    (duckdb.BinderException, DatabaseFailure.INVALID),
+)
 
 
 def quote(name: str) -> str:
@@ -23,14 +47,143 @@ def quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def duckdb_reason(exc: BaseException) -> str:
-    """DuckDB's message squeezed to one line."""
-    return " ".join(str(exc).split())
+def bind(sql: str, values: Mapping[str, Any]) -> dict[str, Any]:
+    """The named parameters ``sql`` uses (``$name``): DuckDB refuses a parameter the query does not use."""
+    used = set(re.findall(r"\$([A-Za-z_][A-Za-z0-9_]*)", sql))
+    return {name: value for name, value in values.items() if name in used}
+
+
+def reason(exc: BaseException, limit: int = _REASON_LIMIT) -> str:
+    """DuckDB's message in one line: without the echoed query, its suggestions, its sniffer settings,
+    the "Original Line" of a file or the value it could not convert (record text, and often not even
+    the line at fault)."""
+    text = re.split(r"\n\s*\n|\nLINE \d+:|\nPossible [Ss]olution", str(exc), maxsplit=1)[0]
+    kept = [line for line in text.splitlines() if not line.startswith("Original Line:")]
+    said = " ".join(" ".join(kept).split())
+    said = _CONVERTED_VALUE.sub("convert a value", said)  # the value is record text
+    if re.search(r"utf-?8|unicode", said, re.IGNORECASE):
+        said += "; the file must be UTF-8 (convert it, e.g. iconv -f latin1 -t utf-8)"
+    return said if len(said) <= limit else said[: limit - 3] + "..."
+
+
+def translated_error(exc: duckdb.Error, database: Path | None) -> DatabaseError:
+    kind = next((kind for cls, kind in _KINDS if isinstance(exc, cls)), DatabaseFailure.OTHER)
+    return DatabaseError(reason(exc), kind=kind, database=database)
+
+
+@contextmanager
+def _translated(database: Path | None) -> Iterator[None]:
+    try:
+        yield
+    except duckdb.Error as exc:
+        raise translated_error(exc, database) from exc
+
+
+def statement_kinds(sql: str) -> list[str]:
+    """The kind of each statement in ``sql`` (``SELECT``, ``DELETE``...), without running any."""
+    with _translated(None):
+        return [statement.type.name for statement in duckdb.extract_statements(sql)]
+
+
+class Result:
+    """The rows of one executed statement, fetched through the boundary."""
+
+    def __init__(self, cursor: duckdb.DuckDBPyConnection, database: Path) -> None:
+        self._cursor = cursor
+        self._database = database
+
+    def fetchone(self) -> Row | None:
+        with _translated(self._database):
+            return self._cursor.fetchone()
+
+    def fetchall(self) -> list[Row]:
+        with _translated(self._database):
+            return self._cursor.fetchall()
+
+    @property
+    def columns(self) -> list[str]:
+        return [column[0] for column in self._cursor.description or ()]
+
+
+class Database:
+    """One DuckDB connection, or a cursor of one: the only way the package runs a statement."""
+
+    def __init__(self, connection: duckdb.DuckDBPyConnection, path: Path) -> None:
+        self._connection = connection
+        self.path = path
+
+    def execute(self, sql: str, parameters: Parameters = None) -> Result:
+        """Run ``sql``; named parameters (a mapping) are bound by name, those it does not use dropped."""
+        values = bind(sql, parameters) if isinstance(parameters, Mapping) else parameters
+        with _translated(self.path):
+            return Result(self._connection.execute(sql, values), self.path)
+
+    def rows(self, sql: str, parameters: Parameters = None) -> list[Row]:
+        return self.execute(sql, parameters).fetchall()
+
+    def row(self, sql: str, parameters: Parameters = None) -> Row | None:
+        return self.execute(sql, parameters).fetchone()
+
+    def scalar(self, sql: str, parameters: Parameters = None) -> int:
+        """The first column of the first row as an integer; NULL or no row reads as 0."""
+        row = self.row(sql, parameters)
+        return int(row[0]) if row and row[0] is not None else 0
+
+    def counts(self, sql: str, parameters: Parameters = None) -> dict[str, int]:
+        """The one row of a counting query, by column name (NULL reads as 0)."""
+        result = self.execute(sql, parameters)
+        row = result.fetchone() or ()
+        return {name: int(value or 0) for name, value in zip(result.columns, row, strict=False)}
+
+    def cursor(self) -> Database:
+        """Another cursor of the same database: its own statements, for another owner (thread)."""
+        with _translated(self.path):
+            return Database(self._connection.cursor(), self.path)
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """One transaction for the block: committed at its end, rolled back by any exception."""
+        with _translated(self.path):
+            self._connection.begin()
+        try:
+            yield
+            with _translated(self.path):
+                self._connection.commit()
+        except BaseException:
+            with _translated(self.path):
+                self._connection.rollback()
+            raise
+
+    def append(
+        self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], action: AppendAction
+    ) -> None:
+        """Rows into ``table`` through DuckDB's appender: ``upsert`` (each row holds ``columns``, then
+        its ``created_at``) or ``delete`` (each row is a key of ``columns``)."""
+        with _translated(self.path):
+            if action == "delete":  # a delete appender buffers exactly its key columns
+                appender = self._connection.appender(table, action=action, key=list(columns))
+            else:
+                appender = self._connection.appender(table, columns=[*columns, "created_at"], action=action)
+            appender.append_rows(rows)
+            appender.flush()
+
+    def table_names(self) -> set[str]:
+        """The database's tables, lower-cased (DuckDB matches table names case-insensitively)."""
+        rows = self.rows("SELECT table_name FROM duckdb_tables() WHERE NOT temporary")
+        return {str(row[0]).lower() for row in rows}
+
+    def column_names(self, table: str) -> list[str]:
+        """A table's columns, lower-cased, in order."""
+        return [str(row[0]).lower() for row in self.rows(f"DESCRIBE {quote(table)}")]
+
+    def close(self) -> None:
+        with _translated(self.path):
+            self._connection.close()
 
 
 def open_database(
     path: Path, *, read_only: bool = False, memory_limit: str = DEFAULT_MEMORY_LIMIT
-) -> duckdb.DuckDBPyConnection:
+) -> Database:
     """Connect, translating "locked by another process" and unreadable files into one clear line."""
     if read_only and not path.exists():
         raise ConfigError(f"{path}: database does not exist yet (run `pipeline load` or `pipeline run`)")
@@ -39,33 +192,16 @@ def open_database(
             path.parent.mkdir(parents=True, exist_ok=True)
         connection = duckdb.connect(str(path), read_only=read_only)
     except duckdb.IOException as exc:
-        text = duckdb_reason(exc)
-        if "lock" in text.lower():
+        said = reason(exc)
+        if "lock" in said.lower():
             if (pid := lock_holder(path)) is not None:
                 raise already_running(path, pid) from exc
-            raise DatabaseLockedError(f"{path}: database is in use by another process ({text})") from exc
-        raise ConfigError(f"{path}: cannot open database ({text})") from exc
+            raise DatabaseLockedError(f"{path}: database is in use by another process ({said})") from exc
+        raise ConfigError(f"{path}: cannot open database ({said})") from exc
     except (duckdb.Error, OSError) as exc:
-        raise ConfigError(f"{path}: cannot open database ({duckdb_reason(exc)})") from exc
+        raise ConfigError(f"{path}: cannot open database ({reason(exc)})") from exc
+    database = Database(connection, path)
     # DuckDB's default buffer pool is 80% of RAM and fills with cached result blocks as a run goes
     # on; a bounded pool keeps the process small (it spills to disk if a query needs more).
-    connection.execute(f"SET memory_limit = '{memory_limit}'")
-    return connection
-
-
-def table_names(connection: duckdb.DuckDBPyConnection) -> set[str]:
-    """The database's tables, lower-cased (DuckDB matches table names case-insensitively). Blocking."""
-    rows = connection.execute("SELECT table_name FROM duckdb_tables() WHERE NOT temporary").fetchall()
-    return {str(row[0]).lower() for row in rows}
-
-
-def column_names(connection: duckdb.DuckDBPyConnection, table: str) -> list[str]:
-    """A table's columns, lower-cased, in order. Blocking."""
-    rows = connection.execute(f"DESCRIBE {quote(table)}").fetchall()
-    return [str(row[0]).lower() for row in rows]
-
-
-def bind(sql: str, values: Mapping[str, Any]) -> dict[str, Any]:
-    """The named parameters ``sql`` uses (``$name``): DuckDB refuses a parameter the query does not use."""
-    used = set(re.findall(r"\$([A-Za-z_][A-Za-z0-9_]*)", sql))
-    return {name: value for name, value in values.items() if name in used}
+    database.execute(f"SET memory_limit = '{memory_limit}'")
+    return database

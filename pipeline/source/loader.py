@@ -14,11 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import duckdb
-
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, DatabaseError
 from pipeline.job.spec import JobSpec
-from pipeline.source.db import column_names, quote, table_names
+from pipeline.source.db import Database, quote
 
 _SQL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")  # as the job spec's table names
 
@@ -61,19 +59,8 @@ def _reader_sql(path: Path, file_format: str | None) -> str:
     return template.format(path="'" + str(path).replace("'", "''") + "'")
 
 
-def _one_line(exc: BaseException, limit: int = 400) -> str:
-    """DuckDB's reason in one line: without its sniffer settings, suggestions, echoed query or the
-    "Original Line" (record text, and often not even the line at fault)."""
-    text = re.split(r"\n\s*\n|\nLINE \d+:|\nPossible [Ss]olution", str(exc), maxsplit=1)[0]
-    kept = [line for line in text.splitlines() if not line.startswith("Original Line:")]
-    reason = " ".join(" ".join(kept).split())
-    if re.search(r"utf-?8|unicode", reason, re.IGNORECASE):
-        reason += "; the file must be UTF-8 (convert it, e.g. iconv -f latin1 -t utf-8)"
-    return reason if len(reason) <= limit else reason[: limit - 3] + "..."
-
-
 def load_file(
-    connection: duckdb.DuckDBPyConnection,
+    connection: Database,
     spec: JobSpec,
     path: Path,
     *,
@@ -95,23 +82,24 @@ def load_file(
     renames = ", ".join(f"{quote(old)} AS {quote(new)}" for old, new in (rename or {}).items())
     incoming = f"SELECT *{f' RENAME ({renames})' if renames else ''} FROM {_reader_sql(path, file_format)}"
     try:
-        columns = [str(row[0]) for row in connection.execute(f"DESCRIBE {incoming}").fetchall()]
-    except duckdb.Error as exc:
-        raise ConfigError(f"{path}: cannot read ({_one_line(exc)})") from exc
+        columns = [str(row[0]) for row in connection.rows(f"DESCRIBE {incoming}")]
+    except DatabaseError as error:
+        raise ConfigError(f"{path}: cannot read ({error.reason})") from error
     _check_columns(path, spec, columns)
-    connection.begin()
     try:
-        connection.execute(f"CREATE OR REPLACE TEMP TABLE pipeline_incoming AS {incoming}")
-        _check_ids(connection, path, spec.source.id_column)
-        report = _insert(connection, path, target, spec.source.id_column, replace)
-        connection.execute("DROP TABLE pipeline_incoming")
-        connection.commit()
-    except duckdb.Error as exc:
-        connection.rollback()
-        raise ConfigError(f"{path}: cannot load into table '{target}' ({_one_line(exc)})") from exc
-    except BaseException:
-        connection.rollback()
-        raise
+        with connection.transaction():
+            return _load(connection, path, incoming, target, spec.source.id_column, replace)
+    except DatabaseError as error:
+        raise ConfigError(f"{path}: cannot load into table '{target}' ({error.reason})") from error
+
+
+def _load(
+    connection: Database, path: Path, incoming: str, table: str, id_column: str, replace: bool
+) -> LoadReport:
+    connection.execute(f"CREATE OR REPLACE TEMP TABLE pipeline_incoming AS {incoming}")
+    _check_ids(connection, path, id_column)
+    report = _insert(connection, path, table, id_column, replace)
+    connection.execute("DROP TABLE pipeline_incoming")
     return report
 
 
@@ -125,41 +113,36 @@ def _check_columns(path: Path, spec: JobSpec, columns: list[str]) -> None:
         )
 
 
-def _check_ids(connection: duckdb.DuckDBPyConnection, path: Path, id_column: str) -> None:
+def _check_ids(connection: Database, path: Path, id_column: str) -> None:
     column = quote(id_column)
-    nulls = connection.execute(f"SELECT count(*) FROM pipeline_incoming WHERE {column} IS NULL").fetchone()
-    if nulls and nulls[0]:
-        raise ConfigError(f"{path}: {nulls[0]} rows have no value in the id column '{id_column}'")
-    duplicates = connection.execute(
+    nulls = connection.scalar(f"SELECT count(*) FROM pipeline_incoming WHERE {column} IS NULL")
+    if nulls:
+        raise ConfigError(f"{path}: {nulls} rows have no value in the id column '{id_column}'")
+    duplicates = connection.rows(
         f"SELECT {column} FROM pipeline_incoming GROUP BY ALL HAVING count(*) > 1 LIMIT 5"
-    ).fetchall()
+    )
     if duplicates:
         shown = ", ".join(repr(row[0]) for row in duplicates)
         raise ConfigError(f"{path}: id column '{id_column}' has duplicate values (e.g. {shown})")
 
 
-def _insert(
-    connection: duckdb.DuckDBPyConnection, path: Path, table: str, id_column: str, replace: bool
-) -> LoadReport:
-    row = connection.execute("SELECT count(*) FROM pipeline_incoming").fetchone()
-    rows_in_file = int(row[0]) if row else 0
-    if table.lower() not in table_names(connection):
+def _insert(connection: Database, path: Path, table: str, id_column: str, replace: bool) -> LoadReport:
+    rows_in_file = connection.scalar("SELECT count(*) FROM pipeline_incoming")
+    if table.lower() not in connection.table_names():
         connection.execute(f"CREATE TABLE {quote(table)} AS SELECT * FROM pipeline_incoming")
         return LoadReport(path, table, rows_in_file, rows_in_file)
     shared = _shared_columns(connection, table, id_column)
     if replace:
         return _replace(connection, path, table, id_column, shared, rows_in_file)
     column = quote(id_column)
-    updated = _scalar(
-        connection,
+    updated = connection.scalar(
         f"UPDATE {quote(table)} t SET {', '.join(f'{name} = i.{name}' for name in shared)} "
         f"FROM pipeline_incoming i WHERE t.{column} = i.{column} AND ({_differs(shared)})"
         if shared
         else "SELECT 0",
     )
     listed = ", ".join([column, *shared])
-    inserted = _scalar(
-        connection,
+    inserted = connection.scalar(
         f"INSERT INTO {quote(table)} ({listed}) SELECT {listed} FROM pipeline_incoming i "
         f"WHERE NOT EXISTS (SELECT 1 FROM {quote(table)} t WHERE t.{column} = i.{column})",
     )
@@ -167,7 +150,7 @@ def _insert(
 
 
 def _replace(
-    connection: duckdb.DuckDBPyConnection,
+    connection: Database,
     path: Path,
     table: str,
     id_column: str,
@@ -177,31 +160,26 @@ def _replace(
     """The table becomes the file (its columns too); the counts compare it with what it was."""
     column, target = quote(id_column), quote(table)
     changed = _differs(shared) if shared else "false"
-    counts = connection.execute(
+    counts = connection.row(
         f"SELECT count(*) FILTER (WHERE t.{column} IS NULL), "
         f"count(*) FILTER (WHERE t.{column} IS NOT NULL AND ({changed})), "
         f"(SELECT count(*) FROM {target} WHERE {column} NOT IN (SELECT {column} FROM pipeline_incoming)) "
         f"FROM pipeline_incoming i LEFT JOIN {target} t ON t.{column} = i.{column}"
-    ).fetchone()
+    )
     inserted, updated, removed = (int(value) for value in counts) if counts else (0, 0, 0)
     connection.execute(f"CREATE OR REPLACE TABLE {target} AS SELECT * FROM pipeline_incoming")
     return LoadReport(path, table, rows_in_file, inserted, updated, removed)
 
 
-def _shared_columns(connection: duckdb.DuckDBPyConnection, table: str, id_column: str) -> list[str]:
+def _shared_columns(connection: Database, table: str, id_column: str) -> list[str]:
     """The file's columns the table has too, quoted, without the id."""
-    target = {name.lower() for name in column_names(connection, table)}
+    target = {name.lower() for name in connection.column_names(table)}
     return [
         quote(name)
-        for name in column_names(connection, "pipeline_incoming")
+        for name in connection.column_names("pipeline_incoming")
         if name in target and name != id_column.lower()
     ]
 
 
 def _differs(columns: list[str]) -> str:
     return " OR ".join(f"t.{name} IS DISTINCT FROM i.{name}" for name in columns)
-
-
-def _scalar(connection: duckdb.DuckDBPyConnection, sql: str) -> int:
-    row = connection.execute(sql).fetchone()
-    return int(row[0]) if row and row[0] is not None else 0

@@ -17,11 +17,10 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import anyio
-import duckdb
 from anyio.abc import ObjectSendStream
 
-from pipeline.errors import FatalRunError
-from pipeline.source.db import bind, duckdb_reason
+from pipeline.errors import DatabaseError, FatalRunError
+from pipeline.source.db import Database
 from pipeline.source.pending import PendingQueries
 from pipeline.source.versions import JOB_CAUSES, read_stale_counts
 
@@ -46,29 +45,28 @@ class SourceRecord:
 class _Cursor:
     """One DuckDB cursor and the thread it runs in, one call at a time."""
 
-    def __init__(self, cursor: duckdb.DuckDBPyConnection) -> None:
+    def __init__(self, cursor: Database) -> None:
         self.cursor = cursor
         self._limiter = anyio.CapacityLimiter(1)
 
     async def call(self, function: Callable[..., T], *args: object) -> T:
         try:
             return await anyio.to_thread.run_sync(function, *args, limiter=self._limiter)
-        except duckdb.Error as exc:  # e.g. out of memory: finished records are saved, the run stops
+        except DatabaseError as error:  # e.g. out of memory: finished records are saved, the run stops
             raise FatalRunError(
-                f"cannot read the pending records ({duckdb_reason(exc)}); "
+                f"cannot read the pending records ({error.reason}); "
                 "if DuckDB ran out of memory, raise duckdb_memory_limit in the job"
-            ) from exc
+            ) from error
 
     async def scalar(self, sql: str, parameters: dict[str, Any]) -> int:
-        row = await self.call(lambda: self.cursor.execute(sql, bind(sql, parameters)).fetchone())
-        return int(row[0]) if row and row[0] is not None else 0
+        return await self.call(self.cursor.scalar, sql, parameters)
 
 
 class SourceReader:
     """Counts and streams one run's pending records. It owns three cursors of ``connection``: the
     metadata ids, the content ids (a temporary table lives on it) and the record fetches."""
 
-    def __init__(self, cursors: tuple[duckdb.DuckDBPyConnection, ...], queries: PendingQueries) -> None:
+    def __init__(self, cursors: tuple[Database, ...], queries: PendingQueries) -> None:
         self._queries = queries
         self._parameters = queries.parameters()
         self._ids, self._content, self._fetcher = (_Cursor(cursor) for cursor in cursors)
@@ -77,7 +75,7 @@ class SourceReader:
         self._content_lock = anyio.Lock()
 
     @classmethod
-    async def open(cls, connection: duckdb.DuckDBPyConnection, queries: PendingQueries) -> SourceReader:
+    async def open(cls, connection: Database, queries: PendingQueries) -> SourceReader:
         cursors = await anyio.to_thread.run_sync(lambda: tuple(connection.cursor() for _ in range(3)))
         return cls(cursors, queries)
 
@@ -92,7 +90,7 @@ class SourceReader:
         The ids go into a temporary table that the stream then reads: the query's hash tables (every
         result's id) are freed at once instead of being held for as long as the phase streams."""
         sql = f"CREATE OR REPLACE TEMP TABLE {_METADATA_TABLE} AS {self._queries.ids_sql('metadata')}"
-        await self._ids.call(lambda: self._ids.cursor.execute(sql, bind(sql, self._parameters)))
+        await self._ids.call(self._ids.cursor.execute, sql, self._parameters)
         self._metadata_count = await self._ids.scalar(f"SELECT count(*) FROM {_METADATA_TABLE}", {})
         return self._metadata_count
 
@@ -120,16 +118,14 @@ class SourceReader:
         )
         cursor = self._content.cursor
         for sql in (changed, pending):
-            await self._content.call(lambda sql=sql: cursor.execute(sql, bind(sql, self._parameters)))
+            await self._content.call(cursor.execute, sql, self._parameters)
         return await self._content.scalar(f"SELECT count(*) FROM {_CONTENT_TABLE}", {})
 
     async def any_stale(self) -> bool:
         """Whether some result of this variant is stale because the job changed: one scan of small
         columns that stops at the first, where the full count joins and groups every result."""
         sql = self._queries.any_stale_sql()
-        row = await self._ids.call(
-            lambda: self._ids.cursor.execute(sql, bind(sql, self._parameters)).fetchone()
-        )
+        row = await self._ids.call(self._ids.cursor.row, sql, self._parameters)
         return row is not None
 
     async def count_stale(self) -> dict[str, int]:
@@ -172,11 +168,11 @@ class SourceReader:
         fields_sql = self._queries.records_sql()
         page = f"SELECT rowid, * FROM {table} WHERE rowid > $after ORDER BY rowid LIMIT {batch_size}"
         sent, after = 0, -1
-        while ids_batch := await ids.call(_fetch, ids.cursor, page, {"after": after}):
+        while ids_batch := await ids.call(ids.cursor.rows, page, {"after": after}):
             after = ids_batch[-1][0]
             wanted = [row[1] for row in ids_batch][: None if limit is None else limit - sent]
-            parameters = bind(fields_sql, {**self._parameters, "ids": wanted})
-            rows = await self._fetcher.call(_fetch, self._fetcher.cursor, fields_sql, parameters)
+            parameters = {**self._parameters, "ids": wanted}
+            rows = await self._fetcher.call(self._fetcher.cursor.rows, fields_sql, parameters)
             for row in rows:
                 values = dict(zip(names, row[1 : 1 + len(names)], strict=True))
                 content_hash, truncated_at = row[1 + len(names)], row[2 + len(names)]
@@ -185,7 +181,3 @@ class SourceReader:
             if limit is not None and sent >= limit:
                 break
         return sent
-
-
-def _fetch(cursor: duckdb.DuckDBPyConnection, sql: str, parameters: dict[str, Any]) -> list[tuple[Any, ...]]:
-    return cursor.execute(sql, parameters).fetchall()

@@ -6,11 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import duckdb
-
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, DatabaseError, DatabaseFailure
 from pipeline.job.spec import JobSpec
-from pipeline.source.db import quote
+from pipeline.source.db import Database, quote, statement_kinds
 
 
 def source_relation(spec: JobSpec) -> str:
@@ -28,12 +26,11 @@ def single_select(spec: JobSpec) -> str:
     query = spec.source.query.strip().rstrip(";").rstrip()
     where = f"{spec.source_file}: key source.query"
     try:
-        statements = duckdb.extract_statements(query)
-    except duckdb.Error as exc:
-        raise ConfigError(f"{where} fails: {' '.join(str(exc).split())}") from exc
-    if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
-        kinds = ", ".join(statement.type.name for statement in statements) or "nothing"
-        raise ConfigError(f"{where} must be one SELECT statement, not: {kinds}")
+        kinds = statement_kinds(query)
+    except DatabaseError as error:
+        raise ConfigError(f"{where} fails: {error.reason}") from error
+    if kinds != ["SELECT"]:
+        raise ConfigError(f"{where} must be one SELECT statement, not: {', '.join(kinds) or 'nothing'}")
     return query
 
 
@@ -43,22 +40,20 @@ class SourceShape:
     columns: tuple[str, ...]
 
 
-def describe_source(connection: duckdb.DuckDBPyConnection, spec: JobSpec) -> SourceShape:
+def describe_source(connection: Database, spec: JobSpec) -> SourceShape:
     """Check the source has the id column and every prompt field, with usable ids. Blocking."""
     where = f"{spec.source_file}: source in {spec.database}"
     try:
-        described = connection.execute(f"DESCRIBE SELECT * FROM {source_relation(spec)}").fetchall()
-    except duckdb.CatalogException as exc:
-        if spec.source.table is None:
-            raise ConfigError(f"{where}: key source.query fails: {' '.join(str(exc).split())}") from exc
-        raise ConfigError(
-            f"{where}: table '{spec.source.table}' does not exist (key source.table); "
-            f"load records with `pipeline load FILE --job {spec.source_file}`"
-        ) from exc
-    except duckdb.OutOfMemoryException:
-        raise  # not the query's fault: the caller names duckdb_memory_limit
-    except duckdb.Error as exc:
-        raise ConfigError(f"{where}: key source.query fails: {' '.join(str(exc).split())}") from exc
+        described = connection.rows(f"DESCRIBE SELECT * FROM {source_relation(spec)}")
+    except DatabaseError as error:
+        if error.kind is DatabaseFailure.OUT_OF_MEMORY:
+            raise  # not the query's fault: the caller names duckdb_memory_limit
+        if error.kind is DatabaseFailure.MISSING and spec.source.table is not None:
+            raise ConfigError(
+                f"{where}: table '{spec.source.table}' does not exist (key source.table); "
+                f"load records with `pipeline load FILE --job {spec.source_file}`"
+            ) from error
+        raise ConfigError(f"{where}: key source.query fails: {error.reason}") from error
     types = {str(row[0]).lower(): str(row[1]) for row in described}
     missing = [name for name in (spec.source.id_column, *spec.source.fields) if name.lower() not in types]
     if missing:
@@ -70,15 +65,15 @@ def describe_source(connection: duckdb.DuckDBPyConnection, spec: JobSpec) -> Sou
     return SourceShape(id_type=types[spec.source.id_column.lower()], columns=tuple(types))
 
 
-def _check_ids(connection: duckdb.DuckDBPyConnection, spec: JobSpec, where: str) -> None:
+def _check_ids(connection: Database, spec: JobSpec, where: str) -> None:
     id_column = quote(spec.source.id_column)
     relation = source_relation(spec)
-    row = connection.execute(f"SELECT count(*) FROM {relation} WHERE {id_column} IS NULL").fetchone()
-    if row is not None and row[0]:
-        raise ConfigError(f"{where}: {row[0]} records have a NULL id in column {spec.source.id_column}")
-    duplicates = connection.execute(
+    nulls = connection.scalar(f"SELECT count(*) FROM {relation} WHERE {id_column} IS NULL")
+    if nulls:
+        raise ConfigError(f"{where}: {nulls} records have a NULL id in column {spec.source.id_column}")
+    duplicates = connection.rows(
         f"SELECT {id_column} FROM {relation} GROUP BY ALL HAVING count(*) > 1 LIMIT 5"
-    ).fetchall()
+    )
     if duplicates:
         shown = ", ".join(repr(dup[0]) for dup in duplicates)
         raise ConfigError(f"{where}: ids are not unique in column {spec.source.id_column} (e.g. {shown})")

@@ -25,17 +25,15 @@ hashed (hex strings did not), and a missed edit would take a 2^-64 coincidence.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 
-import duckdb
 import orjson
 
 from pipeline.errors import ConfigError
 from pipeline.job.spec import JobSpec
-from pipeline.source.db import bind, quote
+from pipeline.source.db import Database, quote
 from pipeline.source.relation import source_relation
 
 
@@ -200,20 +198,7 @@ def stale_counts_sql(spec: JobSpec) -> str:
     )
 
 
-def read_stale_counts(
-    connection: duckdb.DuckDBPyConnection, spec: JobSpec, version: JobVersion
-) -> dict[str, int]:
+def read_stale_counts(connection: Database, spec: JobSpec, version: JobVersion) -> dict[str, int]:
     """The variant's results counted as :func:`stale_counts_sql` does: ``results``, ``orphaned``,
     ``stale`` and one count per job cause, every one present. Blocking."""
-    sql = stale_counts_sql(spec)
-    return read_counts(connection, sql, {**version.parameters(), "variant": spec.variant})
-
-
-def read_counts(
-    connection: duckdb.DuckDBPyConnection, sql: str, parameters: Mapping[str, Any]
-) -> dict[str, int]:
-    """The one row of a counting query, by column name (NULL reads as 0). Blocking."""
-    cursor = connection.execute(sql, bind(sql, parameters))
-    row = cursor.fetchone() or ()
-    names = [column[0] for column in cursor.description or ()]
-    return {name: int(value or 0) for name, value in zip(names, row, strict=False)}
+    return connection.counts(stale_counts_sql(spec), {**version.parameters(), "variant": spec.variant})

@@ -6,21 +6,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import duckdb
 import orjson
 import structlog
 
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, DatabaseError, DatabaseFailure
 from pipeline.job.spec import JobSpec
-from pipeline.source.db import duckdb_reason, open_database, quote, table_names
+from pipeline.source.db import Database, open_database, quote
 from pipeline.source.loader import load_file
 from pipeline.source.relation import describe_source
 from pipeline.store.tables import create_output_tables, needs_upgrade
 
-log = structlog.get_logger("pipeline.store.writer")
+log = structlog.get_logger("pipeline.store.opening")
 
 
-def prepare_database(spec: JobSpec) -> duckdb.DuckDBPyConnection:
+def prepare_database(spec: JobSpec) -> Database:
     """Open the job's database, load the seed file into an absent source table, check the source and
     create (or bring up to date) the output tables. Blocking; raises :class:`ConfigError` before any
     request is sent."""
@@ -30,7 +29,7 @@ def prepare_database(spec: JobSpec) -> duckdb.DuckDBPyConnection:
         raise ConfigError(f"{spec.source_file}: key 'database': {error}") from error
     try:
         table, seed = spec.source.table, spec.source.seed_file
-        if table is not None and seed is not None and table.lower() not in table_names(connection):
+        if table is not None and seed is not None and table.lower() not in connection.table_names():
             try:
                 report = load_file(connection, spec, seed)
             except ConfigError as error:
@@ -42,34 +41,33 @@ def prepare_database(spec: JobSpec) -> duckdb.DuckDBPyConnection:
         # (also when this run then finds nothing to do and records no run of its own).
         runs = quote(spec.output.runs_table)
         connection.execute(f"UPDATE {runs} SET status = 'abandoned' WHERE status = 'running'")
-    except duckdb.Error as exc:
+    except DatabaseError as error:
         connection.close()
-        raise _setup_error(spec, exc) from exc
+        raise _setup_error(spec, error) from error
     except BaseException:
         connection.close()
         raise
     return connection
 
 
-def _setup_error(spec: JobSpec, exc: duckdb.Error) -> ConfigError:
+def _setup_error(spec: JobSpec, error: DatabaseError) -> ConfigError:
     """DuckDB failed while the database was opened and checked, before any request: one line naming
     the database, or the job's key when DuckDB ran out of memory (a memory limit of a few KB)."""
-    reason = duckdb_reason(exc)
-    if isinstance(exc, duckdb.OutOfMemoryException):
+    if error.kind is DatabaseFailure.OUT_OF_MEMORY:
         return ConfigError(
             f"{spec.source_file}: key 'duckdb_memory_limit': {spec.duckdb_memory_limit} is too small "
-            f"for {spec.database} ({reason})"
+            f"for {spec.database} ({error.reason})"
         )
-    return ConfigError(f"{spec.database}: cannot check the database ({reason})")
+    return ConfigError(f"{spec.database}: cannot check the database ({error.reason})")
 
 
-def known_knees(connection: duckdb.DuckDBPyConnection, spec: JobSpec) -> dict[str, int]:
+def known_knees(connection: Database, spec: JobSpec) -> dict[str, int]:
     """The latest knee found on each server (keyed by :attr:`EndpointConfig.knee_key`) by the job's
     runs, any variant's: the knee is the server's and the model's, and prompts of one job are alike."""
-    rows = connection.execute(
+    rows = connection.rows(
         f"SELECT knees FROM {quote(spec.output.runs_table)} WHERE knees IS NOT NULL "
         "ORDER BY run_id DESC LIMIT 100"
-    ).fetchall()
+    )
     knees: dict[str, int] = {}
     for (text,) in rows:
         for key, level in orjson.loads(text).items():
@@ -78,7 +76,7 @@ def known_knees(connection: duckdb.DuckDBPyConnection, spec: JobSpec) -> dict[st
     return knees
 
 
-def open_for_reading(spec: JobSpec, *, memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
+def open_for_reading(spec: JobSpec, *, memory_limit: str | None = None) -> Database:
     """The job's database, read-only (a run may be writing it: then ``DatabaseLockedError``).
 
     A database written by an earlier version is brought up to date first, which needs it writable
@@ -87,9 +85,9 @@ def open_for_reading(spec: JobSpec, *, memory_limit: str | None = None) -> duckd
     connection = open_database(spec.database, read_only=True, memory_limit=limit)
     try:
         outdated = needs_upgrade(connection, spec)
-    except duckdb.Error as exc:
+    except DatabaseError as error:
         connection.close()
-        raise _setup_error(spec, exc) from exc
+        raise _setup_error(spec, error) from error
     except BaseException:
         connection.close()
         raise
@@ -100,16 +98,14 @@ def open_for_reading(spec: JobSpec, *, memory_limit: str | None = None) -> duckd
     return open_database(spec.database, read_only=True, memory_limit=limit)
 
 
-def open_job_output(
-    spec: JobSpec, tables: Sequence[str], *, memory_limit: str | None = None
-) -> duckdb.DuckDBPyConnection:
+def open_job_output(spec: JobSpec, tables: Sequence[str], *, memory_limit: str | None = None) -> Database:
     """Open the job's database read-only and check the output ``tables`` exist. Blocking.
 
     Raises :class:`ConfigError` (no database, no tables yet) or ``DatabaseLockedError`` (a run holds it).
     """
     connection = open_for_reading(spec, memory_limit=memory_limit)
     try:
-        existing = table_names(connection)
+        existing = connection.table_names()
         missing = [table for table in tables if table.lower() not in existing]
         if missing:
             raise ConfigError(

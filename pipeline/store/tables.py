@@ -18,11 +18,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import duckdb
 import structlog
 
 from pipeline.job.spec import JobSpec
-from pipeline.source.db import UTC_NOW, column_names, quote, table_names
+from pipeline.source.db import UTC_NOW, Database, quote
 from pipeline.source.versions import VERSION_COLUMNS
 
 log = structlog.get_logger("pipeline.store.tables")
@@ -122,41 +121,36 @@ def _tables(spec: JobSpec) -> list[_Table]:
     ]
 
 
-def create_output_tables(connection: duckdb.DuckDBPyConnection, spec: JobSpec, id_type: str) -> None:
+def create_output_tables(connection: Database, spec: JobSpec, id_type: str) -> None:
     """Create the job's output tables if missing, or bring older ones up to date, in one transaction.
 
     The record id keeps the source id's type (an existing table keeps its own)."""
-    existing = table_names(connection)
-    connection.begin()
-    try:
+    existing = connection.table_names()
+    with connection.transaction():
         for table in _tables(spec):
             if table.name.lower() not in existing:
                 connection.execute(table.ddl(id_type))
             else:
                 _upgrade(connection, table)
-        connection.commit()
-    except BaseException:
-        connection.rollback()
-        raise
 
 
-def needs_upgrade(connection: duckdb.DuckDBPyConnection, spec: JobSpec) -> bool:
+def needs_upgrade(connection: Database, spec: JobSpec) -> bool:
     """Whether some output tables exist but not all, or one lacks a column of this version."""
-    existing = table_names(connection)
+    existing = connection.table_names()
     present = [table.name.lower() in existing for table in _tables(spec)]
     if any(present) and not all(present):
         return True
     for table in _tables(spec):
         if table.name.lower() in existing:
-            columns = set(column_names(connection, table.name))
+            columns = set(connection.column_names(table.name))
             wanted = {name for name, _ in table.columns} | ({"variant"} if table.per_record else set())
             if wanted - columns:
                 return True
     return False
 
 
-def _upgrade(connection: duckdb.DuckDBPyConnection, table: _Table) -> None:
-    columns = column_names(connection, table.name)
+def _upgrade(connection: Database, table: _Table) -> None:
+    columns = connection.column_names(table.name)
     if table.per_record and "variant" not in columns:
         _rebuild_with_variant(connection, table, columns)
         return
@@ -166,18 +160,16 @@ def _upgrade(connection: duckdb.DuckDBPyConnection, table: _Table) -> None:
             connection.execute(f"ALTER TABLE {quote(table.name)} ADD COLUMN {name} {kind}")
 
 
-def _rebuild_with_variant(
-    connection: duckdb.DuckDBPyConnection, table: _Table, old_columns: list[str]
-) -> None:
+def _rebuild_with_variant(connection: Database, table: _Table, old_columns: list[str]) -> None:
     """A table keyed by record alone (before variants): copy it into the new layout as variant main."""
-    row = connection.execute(
+    row = connection.row(
         "SELECT data_type FROM duckdb_columns() "
         "WHERE lower(table_name) = lower(?) AND column_name = 'record_id'",
         [table.name],
-    ).fetchone()
+    )
     upgrading = f"{table.name}__upgrading"
     connection.execute(table.ddl(str(row[0]) if row else "VARCHAR", upgrading))
-    shared = ", ".join(name for name in column_names(connection, upgrading) if name in old_columns)
+    shared = ", ".join(name for name in connection.column_names(upgrading) if name in old_columns)
     connection.execute(
         f"INSERT INTO {quote(upgrading)} (variant, {shared}) SELECT 'main', {shared} FROM {quote(table.name)}"
     )

@@ -13,16 +13,15 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import anyio
-import duckdb
 import orjson
 import structlog
 
 from pipeline.extraction.outcomes import Extracted, Failed, Outcome
 from pipeline.job.spec import JobSpec
-from pipeline.source.db import UTC_NOW, quote
+from pipeline.source.db import UTC_NOW, Database, quote
 from pipeline.source.versions import JobVersion
 from pipeline.store.tables import (
     FAILURE_COLUMNS,
@@ -37,7 +36,6 @@ T = TypeVar("T")
 #: Chaos testing only: hold each batch's transaction open this long before committing, so a kill -9
 #: can be aimed at the middle of a commit (tests/integration/test_chaos.py).
 CHAOS_COMMIT_DELAY_ENV = "PIPELINE_CHAOS_COMMIT_DELAY_S"
-AppendAction = Literal["upsert", "delete"]
 
 
 @dataclass(slots=True)
@@ -74,7 +72,7 @@ class RunStart:
 class StoreWriter:
     """The single writer: owns one connection; every call runs in a worker thread, one at a time."""
 
-    def __init__(self, connection: duckdb.DuckDBPyConnection, spec: JobSpec, version: JobVersion) -> None:
+    def __init__(self, connection: Database, spec: JobSpec, version: JobVersion) -> None:
         self.connection = connection
         self.spec = spec
         self.version = version
@@ -112,10 +110,8 @@ class StoreWriter:
 
     def _insert_run(self, start: RunStart) -> int:
         table = quote(self.spec.output.runs_table)
-        con = self.connection
-        row = con.execute(f"SELECT coalesce(max(run_id), 0) + 1 FROM {table}").fetchone()
-        run_id = int(row[0]) if row else 1
-        con.execute(
+        run_id = self.connection.scalar(f"SELECT coalesce(max(run_id), 0) + 1 FROM {table}")
+        self.connection.execute(
             f"INSERT INTO {table} (run_id, job_name, variant, job_hash, model, base_url, concurrency, "
             f"started_at, updated_at, status, pending_at_start) "
             f"VALUES (?, ?, ?, ?, ?, ?, ?, {UTC_NOW}, {UTC_NOW}, 'running', ?)",
@@ -140,26 +136,23 @@ class StoreWriter:
             counts.add(outcome)
         con, out = self.connection, self.spec.output
         now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
-        con.begin()
-        try:
+        with con.transaction():
             if extracted:
                 ids = [o.record_id for o in extracted]
                 self._move_to_history(ids)
-                self._append(out.results_table, RESULT_COLUMNS, [self._result_row(o, now) for o in extracted])
+                con.append(
+                    out.results_table, RESULT_COLUMNS, [self._result_row(o, now) for o in extracted], "upsert"
+                )
                 # A record that failed before (transient, or --retry-failed) is no longer a failure.
                 keys = [[self.spec.variant, record_id] for record_id in ids]
-                self._append(out.failures_table, ["variant", "record_id"], keys, "delete")
+                con.append(out.failures_table, ["variant", "record_id"], keys, "delete")
             if failed:
                 rows = [self._failure_row(o, now) for o in failed]
-                self._append(out.failures_table, FAILURE_COLUMNS, rows, "upsert")
+                con.append(out.failures_table, FAILURE_COLUMNS, rows, "upsert")
             self._update_run(counts, status=None, message=None)
             if self._chaos_commit_delay_s:
                 log.warning("chaos: transaction open before commit", rows=len(outcomes))
                 time.sleep(self._chaos_commit_delay_s)
-            con.commit()
-        except BaseException:
-            con.rollback()
-            raise
         self.counts = counts
 
     def _move_to_history(self, ids: list[Any]) -> None:
@@ -171,16 +164,6 @@ class StoreWriter:
             "WHERE variant = ? AND record_id IN (SELECT unnest(?))",
             [self.run_id, self.spec.variant, ids],
         )
-
-    def _append(
-        self, table: str, columns: list[str], rows: list[list[Any]], action: AppendAction = "upsert"
-    ) -> None:
-        if action == "delete":  # a delete appender buffers exactly its key columns
-            appender = self.connection.appender(table, action=action, key=columns)
-        else:
-            appender = self.connection.appender(table, columns=[*columns, "created_at"], action=action)
-        appender.append_rows(rows)
-        appender.flush()
 
     def _result_row(self, outcome: Extracted, now: dt.datetime) -> list[Any]:
         reply, usage = outcome.reply, outcome.usage

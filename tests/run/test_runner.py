@@ -18,9 +18,7 @@ from pipeline.errors import FatalRunError
 from pipeline.reports.status import job_status
 from pipeline.run.runner import RunOptions, RunStatus, run_job
 from pipeline.servers.endpoint import Endpoint
-from pipeline.source.db import open_database
 from pipeline.source.reader import SourceReader
-from pipeline.store import opening as store_module
 from tests.support.fakes import GOOD_ITEM, ScriptedServer, completion, error, good_completion, respond
 from tests.support.jobs import make_job, table_rows
 from tests.support.runs import QuietProgress, options
@@ -312,16 +310,17 @@ async def test_duckdb_is_never_called_on_the_event_loop(
                 except RuntimeError:
                     calls.append(name)
                     result = attribute(*args, **kwargs)
-                    return Guarded(result) if name == "cursor" else result
+                    return Guarded(result) if name in ("cursor", "execute") else result
                 raise AssertionError(f"DuckDB {name}() called on the event loop thread")
 
             return guarded
 
-    monkeypatch.setattr(store_module, "open_database", lambda *a, **k: Guarded(open_database(*a, **k)))
     spec = make_job(tmp_path, records=50)
+    connect = duckdb.connect  # every connection the boundary makes is guarded, and every call on it
+    monkeypatch.setattr(duckdb, "connect", lambda *a, **k: Guarded(connect(*a, **k)))
     summary = await run_job(spec, options(ScriptedServer([respond(good_completion())]).transport))
     assert summary.done == 50
-    assert {"execute", "begin", "commit", "appender", "close"} <= set(calls)
+    assert {"execute", "fetchall", "begin", "commit", "appender", "close"} <= set(calls)
 
 
 async def test_short_timeout_at_high_concurrency_is_warned(tmp_path: Path) -> None:

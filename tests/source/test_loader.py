@@ -8,6 +8,7 @@ import pytest
 
 from pipeline.errors import ConfigError
 from pipeline.job.spec import JobSpec, load_job
+from pipeline.source.db import open_database
 from pipeline.source.loader import load_file
 from tests.support.datasets import ADZUNA
 from tests.support.jobs import table_rows, write_job
@@ -24,8 +25,11 @@ def write_jsonl(path: Path, rows: list[dict[str, object]]) -> Path:
 
 
 def load(spec: JobSpec, path: Path, **kwargs: object) -> object:
-    with duckdb.connect(str(spec.database)) as connection:
+    connection = open_database(spec.database)
+    try:
         return load_file(connection, spec, path, **kwargs)  # type: ignore[arg-type]
+    finally:
+        connection.close()
 
 
 ROWS = [{"id": i, "title": f"T{i}", "description": f"D{i}", "extra": i * 2} for i in range(5)]

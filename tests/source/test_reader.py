@@ -6,6 +6,7 @@ import duckdb
 import pytest
 
 from pipeline.errors import ConfigError
+from pipeline.source.db import open_database
 from pipeline.source.relation import describe_source
 from pipeline.store.opening import prepare_database
 from tests.support.jobs import make_job
@@ -28,10 +29,11 @@ from tests.support.jobs import make_job
 )
 def test_bad_sources_are_config_errors(tmp_path: Path, setup: str, message: str) -> None:
     spec = make_job(tmp_path, records=0)
-    with duckdb.connect(str(spec.database)) as connection:
-        connection.execute(setup)
-        with pytest.raises(ConfigError, match=message):
-            describe_source(connection, spec)
+    connection = open_database(spec.database)
+    connection.execute(setup)
+    with pytest.raises(ConfigError, match=message):
+        describe_source(connection, spec)
+    connection.close()
 
 
 def test_failing_query_is_a_config_error(tmp_path: Path) -> None:
@@ -39,21 +41,20 @@ def test_failing_query_is_a_config_error(tmp_path: Path) -> None:
     broken = spec.model_copy(
         update={"source": spec.source.model_copy(update={"table": None, "query": "SELEC nope"})}
     )
-    with (
-        duckdb.connect(str(spec.database)) as connection,
-        pytest.raises(ConfigError, match="key source.query fails"),
-    ):
+    connection = open_database(spec.database)
+    with pytest.raises(ConfigError, match="key source.query fails"):
         describe_source(connection, broken)
+    connection.close()
 
 
 def test_id_type_is_kept(tmp_path: Path) -> None:
     spec = make_job(tmp_path, records=0)
-    with duckdb.connect(str(spec.database)) as connection:
-        connection.execute(
-            "CREATE TABLE postings AS "
-            "SELECT 'a-' || i AS id, 't' AS title, 'd' AS description FROM range(3) t(i)"
-        )
-        assert describe_source(connection, spec).id_type == "VARCHAR"
+    connection = open_database(spec.database)
+    connection.execute(
+        "CREATE TABLE postings AS SELECT 'a-' || i AS id, 't' AS title, 'd' AS description FROM range(3) t(i)"
+    )
+    assert describe_source(connection, spec).id_type == "VARCHAR"
+    connection.close()
 
 
 def test_seed_file_is_loaded_once_and_named_when_broken(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ import duckdb
 import orjson
 import pytest
 
-from pipeline.errors import ConfigError, DatabaseLockedError, FailureClass
+from pipeline.errors import ConfigError, DatabaseError, DatabaseLockedError, FailureClass
 from pipeline.extraction.outcomes import Extracted, Failed, Usage
 from pipeline.job.spec import JobSpec
 from pipeline.servers.client import Reply
@@ -160,7 +160,7 @@ async def test_results_are_unique_per_record_and_a_redo_moves_the_old_one_to_his
         "superseded_at IS NOT NULL FROM results_history"
     ).fetchall()
     assert history == [("main", 1, '{"id":10}', 1, 1, 1, True)]
-    with pytest.raises(duckdb.ConstraintException):
+    with pytest.raises(DatabaseError, match="Constraint Error"):
         writer.connection.execute("INSERT INTO results (variant, record_id) VALUES ('main', 1)")
     writer.connection.close()
 
@@ -200,7 +200,7 @@ async def test_each_server_s_latest_knee_is_kept_across_runs_and_variants(spec: 
 async def test_a_failed_batch_leaves_nothing_behind(spec: JobSpec) -> None:
     writer = await started_writer(spec)
     writer.connection.execute("ALTER TABLE failures RENAME TO failures_away")  # the failure rows cannot land
-    with pytest.raises(duckdb.Error):
+    with pytest.raises(DatabaseError, match="failures"):
         await writer.write([extracted(1), failed(3)])
     assert writer.connection.execute("SELECT count(*) FROM results").fetchall() == [(0,)]
     assert writer.connection.execute("SELECT done FROM runs").fetchall() == [(0,)]

@@ -1,0 +1,94 @@
+"""The DuckDB boundary: every DuckDB error leaves pipeline.source.db as a DatabaseError of the right
+kind, its reason one line without record text."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pytest
+
+from pipeline.errors import EXIT_ABORTED, EXIT_CONFIG, DatabaseError, DatabaseFailure, exit_code_for
+from pipeline.source.db import Database, open_database, reason, statement_kinds
+
+
+@pytest.fixture
+def database(tmp_path: Path) -> Database:
+    connection = open_database(tmp_path / "test.duckdb")
+    connection.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, name VARCHAR)")
+    return connection
+
+
+@pytest.mark.parametrize(
+    ("sql", "kind"),
+    [
+        ("SELECT * FROM nowhere", DatabaseFailure.MISSING),
+        ("SELEC 1", DatabaseFailure.INVALID),
+        ("SELECT * FROM read_csv('/no/such/file.csv')", DatabaseFailure.IO),
+        ("INSERT INTO t VALUES (1, 'a'), (1, 'b')", DatabaseFailure.OTHER),
+    ],
+)
+def test_each_failure_leaves_as_a_database_error_of_its_kind(database: Database, sql: str, kind: str) -> None:
+    with pytest.raises(DatabaseError) as raised:
+        database.execute(sql)
+    error = raised.value
+    assert error.kind is kind and error.database == database.path
+    assert "\n" not in str(error) and str(error).startswith(f"{database.path}: DuckDB failed (")
+    assert exit_code_for(error) == EXIT_ABORTED
+
+
+def test_out_of_memory_names_the_job_key_and_is_a_configuration_error(database: Database) -> None:
+    database.execute("SET memory_limit = '1KB'")
+    with pytest.raises(DatabaseError) as raised:
+        database.rows("SELECT i, repeat('x', 100) FROM range(200000) t(i) ORDER BY i DESC")
+    assert raised.value.kind is DatabaseFailure.OUT_OF_MEMORY
+    assert "raise duckdb_memory_limit in the job" in str(raised.value)
+    assert exit_code_for(raised.value) == EXIT_CONFIG
+
+
+def test_a_bad_line_of_a_file_is_named_without_its_text(database: Database, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_text("id,name\n1,ok\nSECRET-RECORD-TEXT,b\n")
+    columns = "{'id': 'INTEGER', 'name': 'VARCHAR'}"
+    with pytest.raises(DatabaseError) as raised:
+        database.rows(f"SELECT * FROM read_csv('{bad}', header = true, columns = {columns})")
+    assert "SECRET-RECORD-TEXT" not in str(raised.value) and "\n" not in raised.value.reason
+    assert "Line: 3" in raised.value.reason and "convert a value to 'INTEGER'" in raised.value.reason
+
+
+def test_reason_is_one_line_without_the_echoed_query_or_suggestions() -> None:
+    said = reason(Exception("Parser Error: syntax error\n\nLINE 1: SELEC 1\n        ^\nPossible Solution: x"))
+    assert said == "Parser Error: syntax error"
+    assert reason(Exception("x" * 1000)).endswith("...") and len(reason(Exception("x" * 1000))) == 400
+
+
+def test_a_failed_transaction_leaves_nothing(database: Database) -> None:
+    def insert_twice() -> None:
+        with database.transaction():
+            database.execute("INSERT INTO t VALUES (1, 'a')")
+            database.execute("INSERT INTO t VALUES (1, 'again')")
+
+    with pytest.raises(DatabaseError):
+        insert_twice()
+    assert database.scalar("SELECT count(*) FROM t") == 0
+    with database.transaction():
+        database.execute("INSERT INTO t VALUES ($id, $name)", {"id": 2, "name": "b", "unused": 0})
+    assert database.rows("SELECT * FROM t") == [(2, "b")]
+
+
+def test_reads_through_the_boundary(database: Database) -> None:
+    database.execute("ALTER TABLE t ADD COLUMN created_at TIMESTAMP")
+    now = dt.datetime(2026, 11, 24)
+    database.append("t", ["id", "name"], [[3, "c", now], [4, None, now]], "upsert")
+    assert database.counts("SELECT count(*) AS n, count(name) AS named FROM t") == {"n": 2, "named": 1}
+    assert database.table_names() == {"t"} and database.column_names("t") == ["id", "name", "created_at"]
+    database.append("t", ["id"], [[3]], "delete")
+    assert database.rows("SELECT id FROM t") == [(4,)]
+    cursor = database.cursor()
+    assert cursor.scalar("SELECT max(id) FROM t") == 4 and cursor.row("SELECT 1 WHERE false") is None
+
+
+def test_statement_kinds() -> None:
+    assert statement_kinds("SELECT 1; DELETE FROM t") == ["SELECT", "DELETE"]
+    with pytest.raises(DatabaseError, match="syntax error"):
+        statement_kinds("SELEC (")
