@@ -9,7 +9,6 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING
 
 import anyio
-import httpx2
 import structlog
 
 from pipeline.errors import ModelNotServedError
@@ -30,7 +29,6 @@ log = structlog.get_logger("pipeline.run.fleet")
 async def open_fleet(
     context: RunContext,
     *,
-    transport: httpx2.AsyncBaseTransport | None = None,
     local: LocalServerOptions | None = None,
     sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
     knees: Mapping[str, int] | None = None,
@@ -47,21 +45,9 @@ async def open_fleet(
             address = await stack.enter_async_context(local_endpoint(local))
             context = context.running(spec.with_overrides(base_url=address.base_url, model=address.model))
             spec = context.spec
-        endpoints = []
-        for config in context.endpoints:
-            client = await stack.enter_async_context(
-                LLMClient(client_settings(spec, config), transport=transport)
-            )
-            endpoints.append(
-                Endpoint(
-                    config,
-                    client,
-                    abort_after_failures=spec.retry.abort_after_consecutive_failures,
-                    timeout_s=spec.request_timeout_s,
-                    known_knee=_known_knee(config, knees or {}),
-                    clock=anyio.current_time,
-                )
-            )
+        endpoints = [
+            await _open_endpoint(stack, context, config, knees or {}) for config in context.endpoints
+        ]
         router = Router(
             endpoints,
             give_up_after_s=spec.operations.server_down_abort_s,
@@ -73,6 +59,22 @@ async def open_fleet(
         except ModelNotServedError as error:
             raise ModelNotServedError(f"{spec.source_file}: key 'model': {error}") from error
         yield context, router
+
+
+async def _open_endpoint(
+    stack: AsyncExitStack, context: RunContext, config: EndpointConfig, knees: Mapping[str, int]
+) -> Endpoint:
+    """One server of the run: its client (closed with the fleet), its limit, its health."""
+    spec = context.spec
+    client = await stack.enter_async_context(LLMClient(client_settings(spec, config)))
+    return Endpoint(
+        config,
+        client,
+        abort_after_failures=spec.retry.abort_after_consecutive_failures,
+        timeout_s=spec.request_timeout_s,
+        known_knee=_known_knee(config, knees),
+        clock=anyio.current_time,
+    )
 
 
 def _known_knee(config: EndpointConfig, knees: Mapping[str, int]) -> int | None:

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import anyio
-import httpx2
 
 from pipeline.errors import EXIT_FAILURES, EXIT_INTERRUPTED, PERMANENT_FAILURE_CLASSES, FailureClass
 from pipeline.run.progress import ProgressReporter
@@ -44,7 +43,6 @@ class RunOptions:
     progress: ProgressReporter | None = None
     metrics_port: int | None = None
     metrics_textfile: Path | None = None
-    transport: httpx2.AsyncBaseTransport | None = None
     sleep: Callable[[float], Awaitable[None]] = anyio.sleep
     # With endpoint.base_url: local, how to start the bundled vLLM server (pipeline.local).
     local_server: LocalServerOptions | None = None

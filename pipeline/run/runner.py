@@ -139,9 +139,7 @@ async def _run_with_reader(
         return summary(run_id=None, status=RunStatus.NOTHING_TO_DO, stale_kept=await _stale_kept(reader))
     _warn_if_timeout_is_short(context)
     knees = await anyio.to_thread.run_sync(known_knees, connection, spec) if context.auto else {}
-    fleet = open_fleet(
-        context, transport=options.transport, local=options.local_server, sleep=options.sleep, knees=knees
-    )
+    fleet = open_fleet(context, local=options.local_server, sleep=options.sleep, knees=knees)
     async with fleet as (context, router):
         stats, run_id, status, fatal = await _run_on(context, options, connection, reader, router, pending)
     log.info("run ended", run_id=run_id, status=str(status), done=stats.done, failed=stats.failed)

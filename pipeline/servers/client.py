@@ -90,16 +90,14 @@ class ClientSettings:
     system_with_schema: str | None = field(default=None, repr=False)
 
 
-def build_http_client(
-    settings: ClientSettings, transport: httpx2.AsyncBaseTransport | None = None
-) -> httpx2.AsyncClient:
+def build_http_client(settings: ClientSettings) -> httpx2.AsyncClient:
     """A pool that never makes a request wait for a connection, with long read timeouts.
 
     Requests go through aiohttp under the SDK (openai's ``aiohttp`` extra): httpcore2's pool scans
     every pooled connection on each request and each close, which at 256 connections cost over twice
     the client CPU per request (benchmarks/compare_clients.py). Each request gets aiohttp timeouts
-    built from ``timeout`` with no total, so aiohttp's 5-minute session default never applies. An
-    explicit ``transport`` (tests' in-memory servers) runs on httpx2's own client instead."""
+    built from ``timeout`` with no total, so aiohttp's 5-minute session default never applies. There
+    is no other stack: tests reach their fake servers through this one, on 127.0.0.1."""
     limits = httpx2.Limits(
         max_connections=settings.concurrency + 16,  # headroom for the preflight and metrics scrapes
         max_keepalive_connections=settings.concurrency,
@@ -111,8 +109,6 @@ def build_http_client(
         write=CONNECT_TIMEOUT_S,
         pool=settings.request_timeout_s,
     )
-    if transport is not None:
-        return openai.DefaultAsyncHttpx2Client(limits=limits, timeout=timeout, transport=transport)
     return openai.DefaultAioHttpClient(limits=limits, timeout=timeout)
 
 
@@ -131,9 +127,9 @@ def openai_client(settings: ClientSettings, http: httpx2.AsyncClient) -> openai.
 class LLMClient:
     """Sends chat completions; :meth:`complete` returns a :class:`Reply` or raises a pipeline error."""
 
-    def __init__(self, settings: ClientSettings, *, transport: httpx2.AsyncBaseTransport | None = None):
+    def __init__(self, settings: ClientSettings):
         self.settings = settings
-        self._http = build_http_client(settings, transport)
+        self._http = build_http_client(settings)
         self._openai = openai_client(settings, self._http)
         self._system_override: str | None = None
 
@@ -278,25 +274,20 @@ def _transport_cause(exc: BaseException) -> tuple[str, BaseException | None]:
 
     aiohttp's errors reach us through the SDK's adapter, which turns every connection error (a refused
     connect, a server that hung up) into ``httpx2.ConnectTimeout``: the aiohttp error in the chain is
-    the one that tells them apart."""
+    the one that tells them apart. Without one, only the SDK's own timeout is left to recognise."""
     chain: list[BaseException] = []
     cause: BaseException | None = exc
     while cause is not None and len(chain) < 8:
         chain.append(cause)
         cause = cause.__cause__
     native = next((error for error in chain if isinstance(error, aiohttp.ClientError)), None)
-    if native is not None:
-        if isinstance(native, aiohttp.ClientConnectorError):
-            return "connect", native
-        if isinstance(native, aiohttp.ServerTimeoutError):
-            return "timeout", native
-        return "other", native
-    wire = chain[1] if len(chain) > 1 else None
-    if isinstance(wire, httpx2.ConnectError):
-        return "connect", wire
-    if isinstance(exc, openai.APITimeoutError):
-        return "timeout", wire
-    return "other", wire
+    if native is None:
+        return ("timeout" if isinstance(exc, openai.APITimeoutError) else "other"), chain[-1]
+    if isinstance(native, aiohttp.ClientConnectorError):
+        return "connect", native
+    if isinstance(native, aiohttp.ServerTimeoutError):
+        return "timeout", native
+    return "other", native
 
 
 def _translate_status(exc: openai.APIStatusError, url: str, model: str, key_hint: str) -> PipelineError:

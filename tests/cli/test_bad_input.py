@@ -7,6 +7,7 @@ database starts from one with the results of a previous run, and checks they are
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 from collections.abc import Iterator
@@ -22,10 +23,10 @@ import pipeline.cli as cli
 from pipeline.extraction.prompt import PromptBuilder
 from pipeline.job.spec import JobSpec, load_job
 from pipeline.run.progress import LogProgress
-from pipeline.run.runner import RunOptions, run_job
 from tests.support.fakes import ScriptedServer, good_completion, respond
 from tests.support.jobs import job_dict, make_source, table_rows, write_job
 from tests.support.processes import sim_server
+from tests.support.runs import run_served
 
 PREVIOUS_RECORDS = 6
 MAX_MODEL_LEN = 8192
@@ -77,8 +78,8 @@ def previous_database(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("previous")
     make_source(folder / "test.duckdb", PREVIOUS_RECORDS)
     server = ScriptedServer([respond(good_completion())])
-    options = RunOptions(transport=server.transport, progress=LogProgress(interval_s=3600))
-    summary = anyio.run(run_job, load_job(write_job(folder)), options)
+    spec = load_job(write_job(folder))
+    summary = anyio.run(functools.partial(run_served, spec, server, progress=LogProgress(interval_s=3600)))
     assert summary.done == PREVIOUS_RECORDS
     return folder / "test.duckdb"
 

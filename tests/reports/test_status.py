@@ -6,9 +6,9 @@ import pytest
 
 from pipeline.errors import ConfigError
 from pipeline.reports.status import job_status
-from pipeline.run.runner import RunOptions, run_job
 from tests.support.fakes import ScriptedServer, completion, good_completion, respond
 from tests.support.jobs import make_job
+from tests.support.runs import run_served
 
 pytestmark = pytest.mark.anyio
 
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.anyio
 async def test_status_counts_failures_by_class_and_pending(tmp_path: Path) -> None:
     spec = make_job(tmp_path, records=12, retry={"reasks": 0})
     server = ScriptedServer([respond(good_completion())] * 8 + [respond(completion("nope"))])
-    await run_job(spec, RunOptions(transport=server.transport, limit=10))
+    await run_served(spec, server, limit=10)
     report = job_status(spec)
     assert (report.source_records, report.done, report.pending) == (12, 8, 2)
     assert report.failed == {"invalid_json": 2}
@@ -42,7 +42,7 @@ async def test_a_killed_run_shows_as_abandoned(tmp_path: Path) -> None:
     import duckdb
 
     spec = make_job(tmp_path, records=3)
-    await run_job(spec, RunOptions(transport=ScriptedServer([respond(good_completion())]).transport, limit=1))
+    await run_served(spec, ScriptedServer([respond(good_completion())]), limit=1)
     with duckdb.connect(str(spec.database)) as connection:
         connection.execute("UPDATE runs SET status = 'running'")  # what kill -9 leaves behind
     report = job_status(spec)

@@ -16,12 +16,21 @@ from structlog.testing import capture_logs
 
 from pipeline.errors import FatalRunError
 from pipeline.reports.status import job_status
-from pipeline.run.runner import RunOptions, RunStatus, run_job
+from pipeline.run.runner import RunStatus, run_job
 from pipeline.servers.endpoint import Endpoint
 from pipeline.source.reader import SourceReader
-from tests.support.fakes import GOOD_ITEM, ScriptedServer, completion, error, good_completion, respond
+from tests.support.fakes import (
+    GOOD_ITEM,
+    LoopbackServer,
+    ScriptedServer,
+    completion,
+    dead_url,
+    error,
+    good_completion,
+    respond,
+)
 from tests.support.jobs import make_job, table_rows
-from tests.support.runs import QuietProgress, options
+from tests.support.runs import QuietProgress, options, run_served, served
 
 pytestmark = pytest.mark.anyio
 
@@ -64,7 +73,7 @@ async def test_slots_are_kept_full_and_never_exceeded(tmp_path: Path) -> None:
     spec = make_job(tmp_path, records=500, concurrency=16)
     server = WaveServer(concurrency=16, total=500)
     with anyio.fail_after(30):
-        summary = await run_job(spec, options(httpx2.MockTransport(server)))
+        summary = await run_served(spec, server)
     assert server.peak == 16
     assert server.waves == 32  # 31 full waves of 16, then the last 4
     assert summary.status is RunStatus.COMPLETED and summary.exit_code == 0
@@ -92,7 +101,7 @@ async def test_failures_are_recorded_and_retried_only_when_asked(tmp_path: Path)
             return respond(completion("this is not JSON"))
         return respond(good_completion())
 
-    summary = await run_job(spec, options(httpx2.MockTransport(answer)))
+    summary = await run_served(spec, answer)
     assert summary.status is RunStatus.COMPLETED_WITH_FAILURES and summary.exit_code == 1
     assert (summary.done, summary.failed) == (16, 4)
     failures = table_rows(spec.database, "SELECT record_id, failure_class, attempts FROM failures ORDER BY 1")
@@ -103,11 +112,11 @@ async def test_failures_are_recorded_and_retried_only_when_asked(tmp_path: Path)
         (17, "invalid_json", 3),
     ]
 
-    again = await run_job(spec, options(httpx2.MockTransport(answer)))
+    again = await run_served(spec, answer)
     assert again.status is RunStatus.NOTHING_TO_DO and again.exit_code == 0
 
     fixed = True
-    retried = await run_job(spec, options(httpx2.MockTransport(answer), retry_failed=True))
+    retried = await run_served(spec, answer, retry_failed=True)
     assert (retried.done, retried.failed) == (4, 0)
     assert table_rows(spec.database, "SELECT count(*) FROM failures") == [(0,)]
     assert table_rows(spec.database, "SELECT count(*) FROM results") == [(20,)]
@@ -116,18 +125,18 @@ async def test_failures_are_recorded_and_retried_only_when_asked(tmp_path: Path)
 async def test_transient_failures_are_retried_by_a_plain_rerun(tmp_path: Path) -> None:
     spec = make_job(tmp_path, records=5, retry={"transient_retries": 1})
     server = ScriptedServer([respond(good_completion())] * 3 + [error(503)])
-    first = await run_job(spec, options(server.transport, limit=5))
+    first = await run_served(spec, server, limit=5)
     assert first.failed == 2
-    second = await run_job(spec, options(ScriptedServer([respond(good_completion())]).transport))
+    second = await run_served(spec, ScriptedServer([respond(good_completion())]))
     assert (second.pending_at_start, second.done) == (2, 2)
 
 
 async def test_limit_then_resume_extracts_each_record_once(tmp_path: Path) -> None:
     spec = make_job(tmp_path, records=100)
     server = ScriptedServer([respond(good_completion())])
-    first = await run_job(spec, options(server.transport, limit=30))
+    first = await run_served(spec, server, limit=30)
     assert first.done == 30
-    second = await run_job(spec, options(server.transport))
+    second = await run_served(spec, server)
     assert (second.pending_at_start, second.done) == (70, 70)
     assert len(server.bodies) == 100
     assert table_rows(spec.database, "SELECT count(*), count(DISTINCT record_id) FROM results") == [
@@ -144,15 +153,22 @@ async def test_auto_starts_at_the_knee_an_earlier_run_found_and_keeps_the_new_on
 ) -> None:
     """`concurrency: auto` ramps from 8 only the first time: a run stores each server's knee and the
     next starts there (waves of 24 fill only if 24 are sent at once)."""
-    spec = make_job(tmp_path, records=120, concurrency="auto")
-    await run_job(spec, options(ScriptedServer([respond(good_completion())]).transport, limit=24))
+    first = LoopbackServer(ScriptedServer([respond(good_completion())]))
+    await first.start()
+    spec = served(make_job(tmp_path, records=120, concurrency="auto"), first)
+    await run_job(spec, options(limit=24))
+    await first.stop()
     key = spec.endpoint_configs()[0].knee_key
     with duckdb.connect(str(spec.database)) as connection:
         connection.execute("UPDATE runs SET knees = ?", [orjson.dumps({key: 24, "other m": 5}).decode()])
     server = WaveServer(concurrency=24, total=96)
     monkeypatch.setattr(Endpoint, "found_knee", property(lambda endpoint: 30))
+    same_address = LoopbackServer(server)  # the knee is the server's: the same address again
+    same_address.port = first.port
+    await same_address.start()
     with capture_logs() as logs, anyio.fail_after(30):
-        summary = await run_job(spec, options(httpx2.MockTransport(server)))
+        summary = await run_job(spec, options())
+    await same_address.stop()
     assert summary.done == 96 and server.peak == 24
     started = [entry for entry in logs if entry["event"].startswith("concurrency auto starts")]
     assert [entry["level"] for entry in started] == [24]
@@ -162,12 +178,12 @@ async def test_auto_starts_at_the_knee_an_earlier_run_found_and_keeps_the_new_on
 
 async def test_nothing_to_do_contacts_no_server(tmp_path: Path) -> None:
     spec = make_job(tmp_path, records=3)
-    await run_job(spec, options(ScriptedServer([respond(good_completion())]).transport))
+    await run_served(spec, ScriptedServer([respond(good_completion())]))
 
     def refuse(request: httpx2.Request) -> httpx2.Response:
         raise AssertionError("no request expected")
 
-    summary = await run_job(spec, options(httpx2.MockTransport(refuse)))
+    summary = await run_served(spec, refuse)
     assert summary.status is RunStatus.NOTHING_TO_DO and summary.run_id is None
 
 
@@ -175,7 +191,7 @@ async def test_fatal_error_mid_run_keeps_finished_results(tmp_path: Path) -> Non
     spec = make_job(tmp_path, records=200, concurrency=4)
     server = ScriptedServer([respond(good_completion())] * 50 + [error(401, "bad key")])
     with pytest.raises(FatalRunError, match="refused the request"):
-        await run_job(spec, options(server.transport))
+        await run_served(spec, server)
     done = table_rows(spec.database, "SELECT count(*) FROM results")[0][0]
     assert 46 <= done <= 50  # everything answered before the 401 was committed (less what was in flight)
     run = table_rows(spec.database, "SELECT status, done, message FROM runs")
@@ -189,14 +205,14 @@ async def test_a_failed_content_count_aborts_the_run_with_its_message(
     small duckdb_memory_limit) ends the run as aborted, one error, not a group escaping the run."""
     spec = make_job(tmp_path, records=60)
     server = ScriptedServer([respond(good_completion())])
-    await run_job(spec, options(server.transport, limit=20))
+    await run_served(spec, server, limit=20)
 
     async def out_of_memory(self: SourceReader) -> int:
         raise FatalRunError("cannot read the pending records (Out of Memory Error)")
 
     monkeypatch.setattr(SourceReader, "count_content", out_of_memory)
     with pytest.raises(FatalRunError, match="Out of Memory"):
-        await run_job(spec, options(server.transport))
+        await run_served(spec, server)
     assert table_rows(spec.database, "SELECT status FROM runs ORDER BY run_id") == [
         ("completed",),
         ("aborted",),
@@ -207,11 +223,9 @@ async def test_a_failed_content_count_aborts_the_run_with_its_message(
 async def test_server_down_from_the_start_is_fatal_before_any_record(tmp_path: Path) -> None:
     spec = make_job(tmp_path, records=5)
 
-    def refuse(request: httpx2.Request) -> httpx2.Response:
-        raise httpx2.ConnectError("[Errno 111] Connection refused")
-
-    with pytest.raises(FatalRunError, match="cannot connect to http://testserver/v1"):
-        await run_job(spec, options(httpx2.MockTransport(refuse)))
+    url = dead_url()
+    with pytest.raises(FatalRunError, match=f"cannot connect to {url}"):
+        await run_job(spec.with_overrides(base_url=url), options())
     assert table_rows(spec.database, "SELECT count(*) FROM runs") == [(0,)]
 
 
@@ -221,7 +235,7 @@ async def test_model_not_served_is_fatal(tmp_path: Path) -> None:
         FatalRunError,
         match="job.yaml: key 'model': .* does not serve model 'gpt-oss-120b'; it serves: test-model",
     ):
-        await run_job(spec, options(ScriptedServer([respond(good_completion())]).transport))
+        await run_served(spec, ScriptedServer([respond(good_completion())]))
 
 
 async def test_sigint_stops_cleanly_and_saves_what_finished(tmp_path: Path) -> None:
@@ -238,12 +252,12 @@ async def test_sigint_stops_cleanly_and_saves_what_finished(tmp_path: Path) -> N
         await anyio.lowlevel.checkpoint()
         return respond(good_completion())
 
-    summary = await run_job(spec, options(httpx2.MockTransport(answer), handle_signals=True))
+    summary = await run_served(spec, answer, handle_signals=True)
     assert summary.status is RunStatus.INTERRUPTED and summary.exit_code == 130
     saved = table_rows(spec.database, "SELECT count(*) FROM results")[0][0]
     assert saved == summary.done and 30 <= saved < 300
     assert table_rows(spec.database, "SELECT status FROM runs") == [("interrupted",)]
-    resumed = await run_job(spec, options(ScriptedServer([respond(good_completion())]).transport))
+    resumed = await run_served(spec, ScriptedServer([respond(good_completion())]))
     assert resumed.done == 300 - saved
     assert table_rows(spec.database, "SELECT count(*), count(DISTINCT record_id) FROM results") == [
         (300, 300)
@@ -253,8 +267,7 @@ async def test_sigint_stops_cleanly_and_saves_what_finished(tmp_path: Path) -> N
 async def test_progress_reporter_and_snapshot(tmp_path: Path) -> None:
     spec = make_job(tmp_path, records=10)
     progress = QuietProgress()
-    opts = RunOptions(transport=ScriptedServer([respond(good_completion())]).transport, progress=progress)
-    await run_job(spec, opts)
+    await run_served(spec, ScriptedServer([respond(good_completion())]), progress=progress)
     assert progress.closed_with is not None and progress.closed_with["done"] == 10
     snapshot = orjson.loads(spec.database.with_name(spec.database.name + ".progress.json").read_bytes())
     assert snapshot["status"] == "completed" and snapshot["done"] == 10 and snapshot["run_id"] == 1
@@ -283,7 +296,7 @@ async def test_logs_never_contain_record_text_or_the_api_key(
         return respond(good_completion())
 
     with capture_logs() as logs:
-        summary = await run_job(spec, options(httpx2.MockTransport(echo_record)))
+        summary = await run_served(spec, echo_record)
     assert summary.failed == 3
     text = orjson.dumps(logs).decode()
     assert "record failed" in text
@@ -318,7 +331,7 @@ async def test_duckdb_is_never_called_on_the_event_loop(
     spec = make_job(tmp_path, records=50)
     connect = duckdb.connect  # every connection the boundary makes is guarded, and every call on it
     monkeypatch.setattr(duckdb, "connect", lambda *a, **k: Guarded(connect(*a, **k)))
-    summary = await run_job(spec, options(ScriptedServer([respond(good_completion())]).transport))
+    summary = await run_served(spec, ScriptedServer([respond(good_completion())]))
     assert summary.done == 50
     assert {"execute", "fetchall", "begin", "commit", "appender", "close"} <= set(calls)
 
@@ -326,17 +339,14 @@ async def test_duckdb_is_never_called_on_the_event_loop(
 async def test_short_timeout_at_high_concurrency_is_warned(tmp_path: Path) -> None:
     spec = make_job(tmp_path, records=2, concurrency=256, request_timeout_s=180)
     with capture_logs() as logs:
-        await run_job(spec, options(ScriptedServer([respond(good_completion())]).transport))
+        await run_served(spec, ScriptedServer([respond(good_completion())]))
     assert any("timeout is short" in entry["event"] for entry in logs)
 
 
 async def test_result_json_is_the_validated_model(tmp_path: Path) -> None:
     spec = make_job(tmp_path, records=1)
     duplicate_skills = {**GOOD_ITEM, "years": None}
-    await run_job(
-        spec,
-        options(ScriptedServer([respond(completion(orjson.dumps(duplicate_skills).decode()))]).transport),
-    )
+    await run_served(spec, ScriptedServer([respond(completion(orjson.dumps(duplicate_skills).decode()))]))
     stored = orjson.loads(table_rows(spec.database, "SELECT extracted FROM results")[0][0])
     assert stored == duplicate_skills
 
@@ -349,7 +359,7 @@ async def test_grounded_values_are_located_and_stored_with_the_result(tmp_path: 
             "'You know  sql and Excel.' AS description"
         )
     server = ScriptedServer([respond(good_completion(skills=["SQL", "Excel", "Python"]))])
-    await run_job(spec, options(server.transport))
+    await run_served(spec, server)
     stored = orjson.loads(table_rows(spec.database, "SELECT grounding FROM results")[0][0])
     assert [(item["value"], item["match"], item["source_field"]) for item in stored] == [
         ("SQL", "normalised", "description"),

@@ -12,10 +12,10 @@ import anyio.lowlevel
 import httpx2
 import pytest
 
-from pipeline.run.runner import RunStatus, run_job
+from pipeline.run.runner import RunStatus
 from tests.support.fakes import ScriptedServer, good_completion, respond
 from tests.support.jobs import make_job, table_rows
-from tests.support.runs import options
+from tests.support.runs import run_served
 
 pytestmark = pytest.mark.anyio
 
@@ -65,7 +65,7 @@ async def test_first_signal_takes_no_new_records_and_lets_requests_in_flight_fin
 
     async with anyio.create_task_group() as group:
         group.start_soon(release_soon)
-        summary = await run_job(spec, options(httpx2.MockTransport(server), handle_signals=True))
+        summary = await run_served(spec, server, handle_signals=True)
     assert summary.status is RunStatus.INTERRUPTED and summary.exit_code == 130
     assert server.received < SIGNAL_AT_REQUEST + CONCURRENCY  # nothing taken after the signal
     assert summary.done == server.answered == server.received == saved(spec.database)  # none cancelled
@@ -84,10 +84,10 @@ async def test_second_signal_cancels_requests_in_flight_at_once(tmp_path: Path) 
     with anyio.fail_after(10):  # the grace period is 60 s: only the second signal ends this quickly
         async with anyio.create_task_group() as group:
             group.start_soon(signal_again)
-            summary = await run_job(spec, options(httpx2.MockTransport(server), handle_signals=True))
+            summary = await run_served(spec, server, handle_signals=True)
     assert summary.status is RunStatus.INTERRUPTED
     assert summary.done == server.answered == SIGNAL_AT_REQUEST - 1 == saved(spec.database)
-    resumed = await run_job(spec, options(ScriptedServer([respond(good_completion())]).transport))
+    resumed = await run_served(spec, ScriptedServer([respond(good_completion())]))
     assert resumed.done == RECORDS - summary.done
     assert table_rows(spec.database, "SELECT count(*), count(DISTINCT record_id) FROM results") == [
         (RECORDS, RECORDS)
@@ -98,10 +98,10 @@ async def test_the_grace_period_ends_requests_that_do_not_finish(tmp_path: Path)
     spec = make_job(tmp_path, records=RECORDS, concurrency=CONCURRENCY, operations={"shutdown_grace_s": 0.3})
     server = SignalServer(signal_at=SIGNAL_AT_REQUEST, hold_from=SIGNAL_AT_REQUEST)  # never released
     with anyio.fail_after(10):
-        summary = await run_job(spec, options(httpx2.MockTransport(server), handle_signals=True))
+        summary = await run_served(spec, server, handle_signals=True)
     assert summary.status is RunStatus.INTERRUPTED
     assert summary.done == SIGNAL_AT_REQUEST - 1 == saved(spec.database)
     pending = RECORDS - summary.done
     assert table_rows(spec.database, "SELECT count(*) FROM failures") == [(0,)]  # cancelled ≠ failed
-    resumed = await run_job(spec, options(ScriptedServer([respond(good_completion())]).transport))
+    resumed = await run_served(spec, ScriptedServer([respond(good_completion())]))
     assert resumed.pending_at_start == pending and resumed.done == pending

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -30,7 +31,18 @@ from pipeline.servers.client import (
 )
 from pipeline.sim import Faults, SimConfig, SimServer
 from pipeline.sim.http import serve
-from tests.support.fakes import ScriptedServer, completion, error, good_completion, respond
+from tests.support.fakes import (
+    DROP,
+    HANG,
+    Handler,
+    ScriptedServer,
+    completion,
+    dead_url,
+    error,
+    good_completion,
+    respond,
+    serving,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -51,8 +63,9 @@ def settings(**overrides: object) -> ClientSettings:
     return ClientSettings(**values)  # type: ignore[arg-type]
 
 
-async def call(server: ScriptedServer, **overrides: object) -> object:
-    async with LLMClient(settings(**overrides), transport=server.transport) as client:
+async def call(handler: Handler, **overrides: object) -> object:
+    """One completion from ``handler`` served on 127.0.0.1, through the production client."""
+    async with serving(handler) as server, LLMClient(settings(base_url=server.url, **overrides)) as client:
         return await client.complete(REQUEST)
 
 
@@ -132,19 +145,13 @@ async def test_401_names_the_key_variable_and_whether_it_is_set() -> None:
 
 async def test_connection_refused_is_unreachable_and_at_preflight_it_stops_the_run() -> None:
     """Whether that ends the run is the router's call (another endpoint may answer)."""
-    refused = httpx2.ConnectError("[Errno 111] Connection refused")
-    server = ScriptedServer([refused])
-    with pytest.raises(
-        ServerUnreachableError,
-        match=r"cannot connect to http://testserver/v1: \[Errno 111\] Connection refused",
-    ):
-        await call(server)
-
-    def models_refused(request: httpx2.Request) -> httpx2.Response:
-        raise refused
-
-    async with LLMClient(settings(), transport=httpx2.MockTransport(models_refused)) as client:
-        with pytest.raises(EndpointUnreachableError, match="cannot connect to http://testserver/v1"):
+    url = dead_url()
+    async with LLMClient(settings(base_url=url)) as client:
+        with pytest.raises(
+            ServerUnreachableError, match=rf"cannot connect to {re.escape(url)}: .*Connect call failed"
+        ):
+            await client.complete(REQUEST)
+        with pytest.raises(EndpointUnreachableError, match=f"cannot connect to {re.escape(url)}"):
             await client.check_server()
 
 
@@ -160,8 +167,11 @@ async def test_a_refused_response_format_is_told_apart_from_a_bad_record() -> No
 async def test_without_structured_output_the_schema_goes_in_the_system_prompt() -> None:
     server = ScriptedServer([respond(good_completion())])
     fallback = "Extract the posting.\n\nReply with ... schema"
-    with_format = settings(response_format={"type": "json_schema"}, system_with_schema=fallback)
-    async with LLMClient(with_format, transport=server.transport) as client:
+    async with serving(server) as served:
+        with_format = settings(
+            base_url=served.url, response_format={"type": "json_schema"}, system_with_schema=fallback
+        )
+        client = LLMClient(with_format)
         request = ChatRequest(
             ({"role": "system", "content": "Extract the posting."}, REQUEST.messages[-1]), 64
         )
@@ -175,15 +185,15 @@ async def test_without_structured_output_the_schema_goes_in_the_system_prompt() 
     assert request.messages[0]["content"] == "Extract the posting."  # the caller's list is untouched
 
 
-@pytest.mark.parametrize("failure", [httpx2.ReadError("reset by peer"), httpx2.RemoteProtocolError("closed")])
-async def test_resets_are_transient(failure: Exception) -> None:
-    with pytest.raises(TransientError, match="connection to http://testserver/v1 failed"):
-        await call(ScriptedServer([failure]))
+async def test_a_dropped_connection_is_a_lost_connection_not_a_timeout() -> None:
+    with pytest.raises(ConnectionLostError, match=r"connection to http://127.0.0.1:\d+/v1 failed") as caught:
+        await call(ScriptedServer([DROP]))
+    assert not caught.value.timed_out
 
 
 async def test_read_timeout_is_transient_and_marked() -> None:
-    with pytest.raises(TransientError, match=r"no reply within 900 s \(request_timeout_s\)") as caught:
-        await call(ScriptedServer([httpx2.ReadTimeout("timed out")]))
+    with pytest.raises(TransientError, match=r"no reply within 1 s \(request_timeout_s\)") as caught:
+        await call(ScriptedServer([HANG]), request_timeout_s=0.6)
     assert caught.value.timed_out
 
 
@@ -192,9 +202,8 @@ async def test_overall_deadline_is_the_request_timeout() -> None:
         await anyio.Event().wait()
         raise AssertionError("unreachable")
 
-    async with LLMClient(settings(request_timeout_s=0.01), transport=httpx2.MockTransport(never)) as client:
-        with pytest.raises(TransientError) as caught:
-            await client.complete(REQUEST)
+    with pytest.raises(TransientError) as caught:
+        await call(never, request_timeout_s=0.01)
     assert caught.value.timed_out
 
 
@@ -205,13 +214,13 @@ async def test_malformed_body_is_transient(body: str) -> None:
 
 
 async def test_check_server_accepts_a_served_model() -> None:
-    async with LLMClient(settings(), transport=ScriptedServer([]).transport) as client:
+    async with serving(ScriptedServer([])) as server, LLMClient(settings(base_url=server.url)) as client:
         await client.check_server()
 
 
 async def test_check_server_rejects_an_unserved_model() -> None:
-    server = ScriptedServer([], models=["other-a", "other-b"])
-    async with LLMClient(settings(), transport=server.transport) as client:
+    fake = ScriptedServer([], models=["other-a", "other-b"])
+    async with serving(fake) as server, LLMClient(settings(base_url=server.url)) as client:
         with pytest.raises(
             ModelNotServedError, match="does not serve model 'test-model'; it serves: other-a, other-b"
         ) as caught:
@@ -224,10 +233,11 @@ async def test_check_server_gives_up_within_the_preflight_timeout_on_a_silent_se
         await anyio.sleep_forever()
         raise AssertionError
 
-    settings_ = settings(preflight_timeout_s=0.2)
-    async with LLMClient(settings_, transport=httpx2.MockTransport(never_answer)) as client:
-        with anyio.fail_after(5), pytest.raises(FatalRunError, match="did not answer within 0.2 s"):
-            await client.check_server()
+    async with serving(never_answer) as server:
+        client = LLMClient(settings(base_url=server.url, preflight_timeout_s=0.2))
+        async with client:
+            with anyio.fail_after(5), pytest.raises(FatalRunError, match="did not answer within 0.2 s"):
+                await client.check_server()
 
 
 async def test_check_server_fails_fast_on_a_real_socket_that_accepts_and_never_answers() -> None:
@@ -251,27 +261,21 @@ async def _hold_silently(stream: anyio.abc.SocketStream) -> None:
 
 
 async def test_probe_is_true_for_any_http_answer_and_false_for_no_answer() -> None:
-    async with LLMClient(settings(), transport=ScriptedServer([]).transport) as client:
+    async with serving(ScriptedServer([])) as server, LLMClient(settings(base_url=server.url)) as client:
         assert await client.probe()
 
     def unavailable(request: httpx2.Request) -> httpx2.Response:
         return error(503, "loading")
 
-    async with LLMClient(settings(), transport=httpx2.MockTransport(unavailable)) as client:
+    async with serving(unavailable) as server, LLMClient(settings(base_url=server.url)) as client:
         assert await client.probe()
 
-    def refuse(request: httpx2.Request) -> httpx2.Response:
-        raise httpx2.ConnectError("Connection refused")
-
-    async with LLMClient(settings(), transport=httpx2.MockTransport(refuse)) as client:
+    async with LLMClient(settings(base_url=dead_url())) as client:
         assert not await client.probe()
 
 
 async def test_check_server_refused_connection_is_fatal() -> None:
-    def refuse(request: httpx2.Request) -> httpx2.Response:
-        raise httpx2.ConnectError("Connection refused")
-
-    async with LLMClient(settings(), transport=httpx2.MockTransport(refuse)) as client:
+    async with LLMClient(settings(base_url=dead_url())) as client:
         with pytest.raises(FatalRunError, match="cannot connect"):
             await client.check_server()
 
@@ -280,7 +284,7 @@ async def test_check_server_tolerates_a_server_without_a_model_list() -> None:
     def no_models(request: httpx2.Request) -> httpx2.Response:
         return error(404, "no route")
 
-    async with LLMClient(settings(), transport=httpx2.MockTransport(no_models)) as client:
+    async with serving(no_models) as server, LLMClient(settings(base_url=server.url)) as client:
         await client.check_server()
 
 
@@ -353,8 +357,7 @@ async def test_request_is_json_with_the_bearer_key() -> None:
         seen.append(request)
         return respond(good_completion())
 
-    async with LLMClient(settings(api_key="sk-x"), transport=httpx2.MockTransport(capture)) as client:
-        await client.complete(REQUEST)
+    await call(capture, api_key="sk-x")
     request = seen[0]
     assert request.method == "POST" and request.url.path == "/v1/chat/completions"
     assert request.headers["content-type"] == "application/json"

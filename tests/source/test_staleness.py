@@ -13,11 +13,11 @@ import pytest
 from pipeline.errors import FailureClass
 from pipeline.job.spec import JobSpec, load_job
 from pipeline.reports.status import job_status
-from pipeline.run.runner import RunOptions, RunStatus, RunSummary, run_job
+from pipeline.run.runner import RunStatus, RunSummary
 from pipeline.source.versions import JOB_CAUSES, StaleCause
 from tests.support.fakes import ScriptedServer, completion, good_completion, respond
 from tests.support.jobs import make_job, table_rows, write_job
-from tests.support.runs import no_sleep
+from tests.support.runs import run_served
 
 pytestmark = pytest.mark.anyio
 
@@ -28,7 +28,7 @@ def record_number(body: dict[str, Any]) -> int:
 
 
 async def run(spec: JobSpec, server: ScriptedServer, **options: Any) -> RunSummary:
-    return await run_job(spec, RunOptions(transport=server.transport, sleep=no_sleep, **options))
+    return await run_served(spec, server, **options)
 
 
 def good_server() -> ScriptedServer:

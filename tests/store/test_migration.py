@@ -10,11 +10,11 @@ import pytest
 from pipeline.reports.export import ExportFormat, export_results
 from pipeline.reports.failures import failure_report
 from pipeline.reports.status import job_status
-from pipeline.run.runner import RunOptions, run_job
 from pipeline.source.versions import JOB_CAUSES
 from tests.support.fakes import ScriptedServer, good_completion, respond
 from tests.support.jobs import make_job, table_rows
 from tests.support.previous_schema import write_previous_database
+from tests.support.runs import run_served
 
 pytestmark = pytest.mark.anyio
 
@@ -42,13 +42,11 @@ def test_status_reads_an_old_database_and_calls_its_results_unknown(previous) ->
 
 async def test_a_plain_run_does_only_the_new_records_and_redo_stale_replaces_the_old(previous) -> None:  # type: ignore[no-untyped-def]
     server = ScriptedServer([respond(good_completion())])
-    summary = await run_job(previous, RunOptions(transport=server.transport))
+    summary = await run_served(previous, server)
     assert (summary.done, len(server.bodies)) == (2, 2)
     assert summary.stale_kept == {"total": 6, "unknown": 6}
     server = ScriptedServer([respond(good_completion())])
-    summary = await run_job(
-        previous, RunOptions(transport=server.transport, redo_stale=frozenset(JOB_CAUSES))
-    )
+    summary = await run_served(previous, server, redo_stale=frozenset(JOB_CAUSES))
     # the six old results, and the two old failures: made by an unknown version of the job too
     assert (summary.done, len(server.bodies)) == (8, 8)
     history = table_rows(

@@ -1,4 +1,4 @@
-"""Endpoints and a running router over a fake transport, for unit tests of what sends requests."""
+"""Endpoints and a running router over fake servers, for unit tests of what sends requests."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 
 import anyio
-import httpx2
 
 from pipeline.errors import first_error
 from pipeline.extraction.prompt import client_settings
@@ -18,11 +17,11 @@ from pipeline.servers.router import Router
 from tests.support.runs import no_sleep
 
 
-def endpoint_for(
-    spec: JobSpec, transport: httpx2.AsyncBaseTransport, config: EndpointConfig | None = None
-) -> Endpoint:
+def endpoint_for(spec: JobSpec, config: EndpointConfig | None = None) -> Endpoint:
+    """An endpoint of ``spec`` (its first, or ``config``) with its own client: serve a fake first and
+    point the spec at it (:func:`tests.support.runs.served`)."""
     config = config or spec.endpoint_configs()[0]
-    client = LLMClient(client_settings(spec, config), transport=transport)
+    client = LLMClient(client_settings(spec, config))
     return Endpoint(
         config,
         client,

@@ -1,13 +1,25 @@
-"""A scripted fake network for unit tests: httpx2.MockTransport with recorded request bodies."""
+"""Fake servers for unit tests, reached through the production client.
+
+A fake is a function from an ``httpx2.Request`` to an answer: a response, or a fault on the wire
+(:data:`DROP`, :data:`HANG`). :func:`serving` puts it on a real socket on 127.0.0.1 (aiohttp's
+server), so every request goes through the SDK over aiohttp exactly as against vLLM: the same
+connection pool, the same errors. A refused connection is a real one: a stopped fake, or
+:func:`dead_url`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import asyncio
+import inspect
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 import httpx2
 import orjson
+from aiohttp import web
 
 GOOD_ITEM = {"title": "Data Engineer", "skills": ["SQL", "Python"], "years": 3, "low": 1, "high": 2}
 
@@ -56,7 +68,16 @@ def error(status: int, message: str = "boom", headers: dict[str, str] | None = N
     return respond({"error": {"message": message, "type": "Error", "code": status}}, status, headers)
 
 
-Step = httpx2.Response | Exception | Callable[[httpx2.Request], httpx2.Response]
+class WireFault(Enum):
+    DROP = "drop"  # the server drops the connection mid-request: a reset, a crash
+    HANG = "hang"  # the server never answers: only the client's timeout ends the request
+
+
+DROP = WireFault.DROP
+HANG = WireFault.HANG
+Answer = httpx2.Response | WireFault
+Handler = Callable[[httpx2.Request], Answer | Awaitable[Answer]]
+Step = Answer | Callable[[httpx2.Request], Answer]
 
 
 @dataclass
@@ -67,17 +88,76 @@ class ScriptedServer:
     models: Iterable[str] = ("test-model",)
     bodies: list[dict[str, Any]] = field(default_factory=list)
 
-    def __call__(self, request: httpx2.Request) -> httpx2.Response:
+    def __call__(self, request: httpx2.Request) -> Answer:
         if request.url.path.endswith("/models"):
             return respond({"object": "list", "data": [{"id": name} for name in self.models]})
         self.bodies.append(orjson.loads(request.content))
         step = self.steps[min(len(self.bodies) - 1, len(self.steps) - 1)]
-        if isinstance(step, Exception):
-            raise step
-        if callable(step) and not isinstance(step, httpx2.Response):
-            return step(request)
-        return step
+        if isinstance(step, httpx2.Response | WireFault):
+            return step
+        return step(request)
+
+
+class LoopbackServer:
+    """``handler`` listening on 127.0.0.1 (aiohttp's server). :meth:`stop` closes the listener and every
+    open connection, so the next connection is refused; :meth:`start` listens again on the same port:
+    a server restart."""
+
+    def __init__(self, handler: Handler) -> None:
+        self._handler = handler
+        self._runner: web.ServerRunner | None = None
+        self.port = 0
 
     @property
-    def transport(self) -> httpx2.MockTransport:
-        return httpx2.MockTransport(self)
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    async def start(self) -> None:
+        # A short shutdown: a request left hanging (HANG) must not hold up a test's end.
+        runner = web.ServerRunner(web.Server(self._answer), shutdown_timeout=0.02)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", self.port).start()
+        self._runner, self.port = runner, runner.addresses[0][1]
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            runner, self._runner = self._runner, None
+            await runner.cleanup()
+
+    async def _answer(self, request: web.BaseRequest) -> web.StreamResponse:
+        outgoing = httpx2.Request(
+            request.method, str(request.url), headers=dict(request.headers), content=await request.read()
+        )
+        answer = self._handler(outgoing)
+        if inspect.isawaitable(answer):
+            answer = await answer
+        if answer is DROP and request.transport is not None:
+            request.transport.abort()
+        if answer is HANG:
+            await asyncio.Event().wait()  # until the client gives up, or the server stops
+        if not isinstance(answer, httpx2.Response):
+            return web.Response(status=503)  # never sent: the connection is gone
+        headers = {name: value for name, value in answer.headers.items() if name not in _FRAMING}
+        return web.Response(status=answer.status_code, body=answer.content, headers=headers)
+
+
+_FRAMING = frozenset({"content-length", "transfer-encoding", "content-encoding", "connection"})
+
+
+@asynccontextmanager
+async def serving(handler: Handler) -> AsyncIterator[LoopbackServer]:
+    """``handler`` on a real socket on 127.0.0.1 for the block."""
+    server = LoopbackServer(handler)
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+def dead_url() -> str:
+    """A base URL where nothing listens: connecting is refused, as to a server that is down."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -16,10 +17,10 @@ import httpx2
 import orjson
 
 from pipeline.job.spec import JobSpec
-from pipeline.run.runner import RunOptions, RunSummary, run_job
+from pipeline.run.runner import RunSummary
 from tests.support.fakes import completion, error, good_completion, respond
 from tests.support.jobs import make_job
-from tests.support.runs import no_sleep
+from tests.support.runs import run_served
 
 #: Record number -> how the scripted server answers it; every other record gets a good answer.
 INVALID_JSON_RECORDS = (1, 2, 3)
@@ -51,8 +52,7 @@ def scripted_answer(request: httpx2.Request) -> httpx2.Response:
 
 
 def run_scripted(spec: JobSpec, **options: Any) -> RunSummary:
-    transport = httpx2.MockTransport(scripted_answer)
-    return anyio.run(run_job, spec, RunOptions(transport=transport, sleep=no_sleep, **options))
+    return anyio.run(functools.partial(run_served, spec, scripted_answer, **options))
 
 
 def job_with_outputs(folder: Path, records: int = 12, **overrides: Any) -> JobSpec:

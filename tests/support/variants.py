@@ -14,6 +14,7 @@ the text); record 8 truncated (a failure ``truncated``).
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -27,10 +28,10 @@ import pytest
 
 from pipeline.job.spec import JobSpec, load_job
 from pipeline.reports import Sample
-from pipeline.run.runner import RunOptions, RunSummary, run_job
-from tests.support.fakes import completion, respond
+from pipeline.run.runner import RunSummary
+from tests.support.fakes import Handler, completion, respond
 from tests.support.jobs import write_job
-from tests.support.runs import no_sleep
+from tests.support.runs import run_served
 
 SOURCE_IDS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 42)
 LATE_ID = 50
@@ -104,7 +105,7 @@ def record_number(body: Mapping[str, Any]) -> int:
     return int(str(user["content"]).split("\n")[0].rsplit(" ", 1)[1])
 
 
-def answering(answer: Answer) -> httpx2.MockTransport:
+def answering(answer: Answer) -> Handler:
     """A fake server that answers each record's attempts with ``answer``."""
     attempts: dict[int, int] = {}
 
@@ -115,13 +116,12 @@ def answering(answer: Answer) -> httpx2.MockTransport:
         attempts[number] = attempts.get(number, 0) + 1
         return answer(number, attempts[number])
 
-    return httpx2.MockTransport(handle)
+    return handle
 
 
 def run_variant(spec: JobSpec, variant: str, answer: Answer, **options: Any) -> RunSummary:
     """One real run of ``variant`` of the job against a server answering with ``answer``."""
-    run_options = RunOptions(transport=answering(answer), sleep=no_sleep, **options)
-    return anyio.run(run_job, spec.for_variant(variant), run_options)
+    return anyio.run(functools.partial(run_served, spec.for_variant(variant), answering(answer), **options))
 
 
 def make_postings(database: Path, ids: Iterable[int]) -> None:
