@@ -29,7 +29,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from clients.proc import server_metrics
+from clients.proc import build_source, server_metrics
 from run_scale import REPO, start_sim
 
 SIM_REQUESTS = "pipeline_sim:chat_requests"
@@ -90,11 +90,7 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             source = Path(tmp) / "source.duckdb"
-            subprocess.run(
-                [sys.executable, "-m", "tests.support.datasets", str(source), str(args.records)],
-                check=True,
-                cwd=REPO,
-            )
+            build_source(source, args.records)
             for count in (1, 2):
                 folder = Path(tmp) / f"endpoints-{count}"
                 folder.mkdir()

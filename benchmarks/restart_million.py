@@ -25,7 +25,7 @@ import duckdb
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from clients.proc import server_metrics, status_kb
+from clients.proc import build_source, server_metrics, status_kb
 from run_scale import REPO, print_table, start_sim, write_job
 
 from pipeline.job.spec import load_job
@@ -34,9 +34,7 @@ from pipeline.source.versions import content_hash_sql, version_of
 
 def prepare(folder: Path, url: str, rows: int, done: int) -> Path:
     database = folder / "bench.duckdb"
-    subprocess.run(
-        [sys.executable, "-m", "tests.support.datasets", str(database), str(rows)], check=True, cwd=REPO
-    )
+    build_source(database, rows)
     job = write_job(folder, url, concurrency=256)
     subprocess.run(  # creates runs/results/failures exactly as a real run does
         [sys.executable, "-m", "pipeline", "run", str(job), "--limit", "1", "--progress", "log"],

@@ -24,7 +24,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from clients.proc import status_kb
+from clients.proc import build_source, status_kb
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -119,11 +119,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         # In a child process, so this process stays small and its memory cannot blur the measurement.
-        subprocess.run(
-            [sys.executable, "-m", "tests.support.datasets", str(folder / "bench.duckdb"), str(args.records)],
-            check=True,
-            cwd=REPO,
-        )
+        build_source(folder / "bench.duckdb", args.records)
         sim, url = start_sim(args.latency)
         try:
             result = run_once(folder, url, args.records, args.concurrency)

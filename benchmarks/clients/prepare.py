@@ -2,7 +2,7 @@
 
     python -m clients.prepare FOLDER --records N --concurrency C --base-url URL --model M
 
-The source is the real Adzuna ads from ../shared, repeated under new ids (as tests.support.datasets
+The source is the real Adzuna ads from ../shared, repeated under new ids (as pipeline.bench.datasets
 does, plus company and location so the job's own user template applies). The prompt, schema and
 request parameters are those of jobs/linkedin.yaml; the request bodies are built by `pipeline`'s own
 code (PromptBuilder, LLMClient.request_body), so the other clients send byte-for-byte what it sends.

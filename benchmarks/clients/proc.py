@@ -1,8 +1,10 @@
-"""Reading a process (CPU, memory, children) from /proc, and the simulator's /metrics."""
+"""Reading a process (CPU, memory, children) from /proc, the simulator's /metrics, and the benchmarks' source."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import urllib.request
 from pathlib import Path
 
@@ -50,3 +52,14 @@ def descendants(pid: int) -> list[int]:
             found.extend(children)
             stack.extend(children)
     return found
+
+
+ADZUNA = Path(__file__).resolve().parents[3] / "shared" / "datasets" / "adzuna_uk_jobs_2499.csv"
+
+
+def build_source(database: Path, rows: int) -> None:
+    """The benchmarks' source: ``rows`` postings, the real Adzuna ads from ../shared repeated under new
+    ids (synthetic ones without them), built in a child process so this one stays small."""
+    ads = ["--ads", str(ADZUNA)] if ADZUNA.is_file() else []
+    command = [sys.executable, "-m", "pipeline.bench.datasets", str(database), str(rows), *ads]
+    subprocess.run(command, check=True)

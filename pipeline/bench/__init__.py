@@ -1,6 +1,14 @@
 """``pipeline bench``: a concurrency sweep against any OpenAI-compatible server (vLLM, the simulator,
 the local server), printing what the user's articles print: aggregate and per-sequence tok/s,
-scaling, TTFT, errors, the server's queue and caches, the knee, and what it means."""
+scaling, TTFT, errors, the server's queue and caches, the knee, and what it means.
+
+Also the closed loop that measures ``concurrency: auto`` against the simulator's engine
+(:mod:`~pipeline.bench.closed_loop`) and the large sources sweeps and scale runs read
+(:mod:`~pipeline.bench.datasets`), shared by tests and ``benchmarks/``.
+
+May import: :mod:`pipeline.servers`, :mod:`pipeline.sim`, and for ``--job`` :mod:`pipeline.store`,
+:mod:`pipeline.extraction`, :mod:`pipeline.source`, :mod:`pipeline.job`; never the run.
+"""
 
 from __future__ import annotations
 

@@ -1,12 +1,18 @@
-"""Reading a job's results for the quality commands: ``pipeline eval`` (a variant against a gold file),
-``pipeline compare`` (two variants) and ``pipeline review`` (the HTML review page). The measuring is
-:mod:`pipeline.quality`'s; this package reads the database for it, read-only and filtered in SQL.
+"""Reading a job's database: ``pipeline status``, ``failures`` and ``export``, and for the quality
+commands ``pipeline eval`` (a variant against a gold file), ``pipeline compare`` (two variants) and
+``pipeline review`` (the HTML review page). The measuring is :mod:`pipeline.quality`'s; this package
+reads the database for it, read-only and filtered in SQL, through the DuckDB boundary.
 
+* :mod:`~pipeline.reports.status`, :mod:`~pipeline.reports.failures`, :mod:`~pipeline.reports.export`:
+  the operational reads;
 * :mod:`~pipeline.reports.reading`: the queries (results, failures, record texts) and their scopes;
 * :mod:`~pipeline.reports.evaluation`: ``eval``;
 * :mod:`~pipeline.reports.comparison`: ``compare``;
 * :mod:`~pipeline.reports.review`: the review page of one or two variants;
 * :mod:`~pipeline.reports.shared`: grounded shares and how values are shown.
+
+May import: :mod:`pipeline.store`, :mod:`pipeline.extraction` (what a prompt carries),
+:mod:`pipeline.source`, :mod:`pipeline.job`, :mod:`pipeline.quality`, :mod:`pipeline.errors`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""A vLLM-like OpenAI-compatible server for tests, benchmarks and dry runs (``pipeline sim``)."""
+"""A vLLM-like OpenAI-compatible server for tests, benchmarks and dry runs (``pipeline sim``).
+
+May import nothing else of :mod:`pipeline`: a fake server shares no code with the client it fakes for.
+"""
 
 from __future__ import annotations
 
