@@ -1,4 +1,5 @@
-"""Reading a process (CPU, memory, children) from /proc, the simulator's /metrics, and the benchmarks' source."""
+"""Reading a process (CPU, memory, children) from /proc and the simulator's /metrics; building the
+benchmarks' source."""
 
 from __future__ import annotations
 
