@@ -28,14 +28,16 @@ and its F1 for a list (1 when both lists are empty), which ranks the records tha
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 from pipeline.errors import ConfigError
 from pipeline.quality.fields import FieldKind, FieldSpec, ScoredPath, raw_values_at, select_paths
 from pipeline.quality.matching import Matcher, MatchSettings, Scores, list_scores, object_key, value_key
 from pipeline.quality.scores import (
+    COLUMNS,
     LIST_KINDS,
     AgreementReport,
     FieldDifference,
@@ -102,13 +104,17 @@ class _Tally:
     reference_items: int = 0  # for a scalar, one per record on each side
     candidate_items: int = 0
     score_sums: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    # Each scored record's COLUMNS by its position among the records scored.
+    rows: dict[int, tuple[float, ...]] = field(default_factory=dict)
 
-    def add_scalar(self, exact: bool, matched: bool) -> float:
+    def add_scalar(self, record: int, exact: bool, matched: bool) -> float:
         self.exact += exact
-        self.add_list(int(matched), 1, 1)
+        self.add_list(record, int(matched), 1, 1, exact=exact)
         return 1.0 if matched else 0.0
 
-    def add_list(self, matched: int, reference_items: int, candidate_items: int) -> float:
+    def add_list(
+        self, record: int, matched: int, reference_items: int, candidate_items: int, *, exact: bool = False
+    ) -> float:
         self.scored += 1
         self.true_positives += matched
         self.reference_items += reference_items
@@ -116,7 +122,16 @@ class _Tally:
         scores = list_scores(matched, reference_items, candidate_items)
         precision, recall, f1 = self.score_sums
         self.score_sums = (precision + scores.precision, recall + scores.recall, f1 + scores.f1)
+        self.rows[record] = (1, matched, reference_items, candidate_items, exact, *_as_tuple(scores))
         return scores.f1
+
+    def columns(self, records: int) -> array[float]:
+        """Every record's COLUMNS, row after row; a record not scored for this path is zeros."""
+        width = len(COLUMNS)
+        values = array("f", bytes(4 * width * records))
+        for record, row in self.rows.items():
+            values[record * width : (record + 1) * width] = array("f", row)
+        return values
 
     def result(self) -> FieldScore:
         path, n, matched = self.path, self.scored, self.true_positives
@@ -137,25 +152,29 @@ class _Tally:
         )
 
 
+def _as_tuple(scores: Scores) -> tuple[float, float, float]:
+    return (scores.precision, scores.recall, scores.f1)
+
+
 class _Scorer:
     def __init__(self, settings: MatchSettings) -> None:
         self.matcher = Matcher(settings)
 
-    def score(self, path: ScoredPath, reference: Any, candidate: Any, tally: _Tally) -> float:
-        """The pair's agreement (0..1), added to ``tally``."""
+    def score(self, path: ScoredPath, reference: Any, candidate: Any, tally: _Tally, record: int) -> float:
+        """The pair's agreement (0..1), added to ``tally`` as record number ``record``'s."""
         matcher = self.matcher
         if path.kind not in LIST_KINDS:
             matched = matcher.matches(value_key(path.kind, reference), value_key(path.kind, candidate))
-            return tally.add_scalar(reference == candidate, matched)
+            return tally.add_scalar(record, reference == candidate, matched)
         if path.kind is FieldKind.OBJECT_LIST:
             reference_objects = [object_key(path.subfields, item) for item in _as_list(reference)]
             candidate_objects = [object_key(path.subfields, item) for item in _as_list(candidate)]
             count = matcher.count_matches(reference_objects, candidate_objects, matcher.object_score)
-            return tally.add_list(count, len(reference_objects), len(candidate_objects))
+            return tally.add_list(record, count, len(reference_objects), len(candidate_objects))
         reference_items = [value_key(path.item_kind, item) for item in _as_list(reference)]
         candidate_items = [value_key(path.item_kind, item) for item in _as_list(candidate)]
         count = matcher.count_matches(reference_items, candidate_items, matcher.score)
-        return tally.add_list(count, len(reference_items), len(candidate_items))
+        return tally.add_list(record, count, len(reference_items), len(candidate_items))
 
 
 def id_order(key: str) -> tuple[int, int, str]:
@@ -178,6 +197,7 @@ def _by_record_key(records: Mapping[Any, Mapping[str, Any]], side: str) -> dict[
 
 
 def _score_record(
+    index: int,
     record_id: str,
     reference: Mapping[str, Any],
     candidate: Mapping[str, Any],
@@ -192,7 +212,7 @@ def _score_record(
         if not given:
             continue
         candidate_value = _candidate_value(candidate, path)
-        agreement = scorer.score(path, reference_value, candidate_value, tally)
+        agreement = scorer.score(path, reference_value, candidate_value, tally, index)
         if path.in_overall:
             agreements.append(agreement)
             if agreement < 1.0:
@@ -221,7 +241,8 @@ def measure_agreement(
     numeric_tolerance: float = 0.0,
     fuzzy_threshold: float | None = None,
 ) -> AgreementReport:
-    """Agreement of ``candidate`` with ``reference`` (record id -> extraction), field by field.
+    """Agreement of ``candidate`` with ``reference`` (record id -> extraction), field by field
+    (:func:`pipeline.quality.intervals.with_intervals` adds an interval beside every score).
 
     Ids are matched by :func:`record_key`; records on one side only are listed in the report."""
     settings = MatchSettings(numeric_tolerance, fuzzy_threshold)
@@ -233,8 +254,12 @@ def measure_agreement(
     common = sorted(reference_by_key.keys() & candidate_by_key.keys(), key=id_order)
     records = [
         agreement
-        for key in common
-        if (agreement := _score_record(key, reference_by_key[key], candidate_by_key[key], tallies, scorer))
+        for index, key in enumerate(common)
+        if (
+            agreement := _score_record(
+                index, key, reference_by_key[key], candidate_by_key[key], tallies, scorer
+            )
+        )
     ]
     scores = tuple(tally.result() for tally in tallies.values())
     return AgreementReport(
@@ -245,6 +270,8 @@ def measure_agreement(
         only_in_candidate=tuple(sorted(candidate_by_key.keys() - reference_by_key.keys(), key=id_order)),
         records=tuple(sorted(records, key=lambda record: (-record.disagreement, id_order(record.record_id)))),
         settings=settings,
+        record_ids=tuple(common),
+        columns={path: tally.columns(len(common)) for path, tally in tallies.items()},
     )
 
 

@@ -5,14 +5,28 @@ and as a plain-text table."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from array import array
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from pipeline.quality.fields import FieldKind
 from pipeline.quality.matching import MatchSettings, Scores
 
+if TYPE_CHECKING:  # NumPy is imported only where intervals are drawn, not by every run
+    from pipeline.quality.bootstrap import Bootstrap
+
 LIST_KINDS = frozenset({FieldKind.LIST, FieldKind.OBJECT_LIST})
+
+#: A confidence interval: (low, high).
+Interval = tuple[float, float]
+
+#: The per-record columns of one scored path, in this order: whether the reference gives the field,
+#: the matched items (a scalar: 1 or 0), the reference's and the candidate's items (a scalar: 1 each),
+#: exact equality (scalars), and the record's own precision, recall and F1 (lists; a scalar: 1 or 0).
+#: Every score is a ratio of their sums, which is what :mod:`pipeline.quality.bootstrap` resamples.
+COLUMNS = ("scored", "tp", "reference", "candidate", "exact", "precision", "recall", "f1")
+SCORED, TP, REFERENCE, CANDIDATE, EXACT, PRECISION, RECALL, F1 = range(len(COLUMNS))
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +45,14 @@ class FieldScore:
     true_positives: int = 0
     false_positives: int = 0
     false_negatives: int = 0
+    # Bootstrap intervals by score name (agreement, accuracy, exact, precision, recall, f1,
+    # macro_precision, macro_recall, macro_f1); empty when none were drawn.
+    ci: Mapping[str, Interval] = field(default_factory=dict)
+
+    @property
+    def headline_metric(self) -> str:
+        """The name of the headline score: F1 for lists, accuracy for the rest."""
+        return "f1" if self.kind in LIST_KINDS else "accuracy"
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,15 +89,25 @@ class AgreementReport:
     only_in_candidate: tuple[str, ...]  # ids the reference lacks
     records: tuple[RecordAgreement, ...]  # the most disagreeing first
     settings: MatchSettings
+    # The scored records in the order of the columns below (id order).
+    record_ids: tuple[str, ...] = field(default=(), repr=False, compare=False)
+    # Per scored path, each record's COLUMNS, row after row (float32): what intervals and paired
+    # differences resample. A record the reference does not give the path for is zeros.
+    columns: Mapping[str, array[float]] = field(default_factory=dict, repr=False, compare=False)
+    bootstrap: Bootstrap | None = None  # how the intervals were drawn; None: no intervals
+    micro_ci: Mapping[str, Interval] = field(default_factory=dict)  # precision, recall, f1
+    macro_ci: Interval | None = None
 
     def to_json(self, *, disagreements: int = 20) -> dict[str, Any]:
         """The report as JSON-ready data; ``disagreements``: how many of the worst records to list."""
         return {
             "records": self.records_scored,
             "fields": {score.path: _field_json(score) for score in self.fields},
-            "micro": _scores_json(self.micro)
+            "micro": _with_ci(_scores_json(self.micro), self.micro_ci)
             | {"tp": self.true_positives, "fp": self.false_positives, "fn": self.false_negatives},
-            "macro": {"score": self.macro, "fields": self.macro_fields},
+            "macro": {"score": self.macro, "fields": self.macro_fields}
+            | ({"score_ci": list(self.macro_ci)} if self.macro_ci else {}),
+            "intervals": self.bootstrap.describe() if self.bootstrap else None,
             "missing": {
                 "reference_only": list(self.only_in_reference),
                 "candidate_only": list(self.only_in_candidate),
@@ -93,6 +125,17 @@ def _scores_json(scores: Scores | None) -> dict[str, float | None]:
     return {"precision": scores.precision, "recall": scores.recall, "f1": scores.f1}
 
 
+def _with_ci(scores: dict[str, Any], intervals: Mapping[str, Interval], prefix: str = "") -> dict[str, Any]:
+    """``scores`` with ``x_ci: [low, high]`` after each score ``x`` that has an interval."""
+    out: dict[str, Any] = {}
+    for name, value in scores.items():
+        out[name] = value
+        interval = intervals.get(prefix + name)
+        if interval is not None:
+            out[f"{name}_ci"] = list(interval)
+    return out
+
+
 def _field_json(score: FieldScore) -> dict[str, Any]:
     data: dict[str, Any] = {
         "kind": str(score.kind),
@@ -101,10 +144,9 @@ def _field_json(score: FieldScore) -> dict[str, Any]:
         "in_overall": score.in_overall,
     }
     if score.kind not in LIST_KINDS:
-        return data | {"accuracy": score.accuracy, "exact": score.exact}
-    return data | {
-        **_scores_json(score.micro),
-        "macro": _scores_json(score.macro),
+        return _with_ci(data | {"accuracy": score.accuracy, "exact": score.exact}, score.ci)
+    return _with_ci(data | _scores_json(score.micro), score.ci) | {
+        "macro": _with_ci(_scores_json(score.macro), score.ci, "macro_"),
         "tp": score.true_positives,
         "fp": score.false_positives,
         "fn": score.false_negatives,
@@ -138,24 +180,55 @@ def _table_row(score: FieldScore) -> tuple[str, ...]:
     return (*head, "", "", *(_number(value) for value in (micro.precision, micro.recall, micro.f1, macro_f1)))
 
 
+_TABLE_INTERVALS = {False: ("accuracy", "exact"), True: ("precision", "recall", "f1", "macro_f1")}
+
+
+def _interval(interval: Interval | None) -> str:
+    return "" if interval is None else f"{_number(interval[0])}-{_number(interval[1])}"
+
+
+def _interval_row(score: FieldScore) -> tuple[str, ...]:
+    """The intervals of a field's scores, in the columns of its scores."""
+    is_list = score.kind in LIST_KINDS
+    cells = [_interval(score.ci.get(name)) for name in _TABLE_INTERVALS[is_list]]
+    return ("", "", "", *(["", "", *cells] if is_list else [*cells, "", "", "", ""]))
+
+
 def _ids(ids: Sequence[str], limit: int = 10) -> str:
     shown = ", ".join(ids[:limit])
     return f" ({shown}{', …' if len(ids) > limit else ''})" if ids else ""
 
 
+def _with_interval(value: float | None, interval: Interval | None) -> str:
+    return _number(value) + (f" [{_interval(interval)}]" if interval else "")
+
+
 def _micro_line(report: AgreementReport) -> str:
     micro = report.micro or Scores(math.nan, math.nan, math.nan)
+    ci = report.micro_ci
     return (
-        f"micro P {_number(micro.precision)}  R {_number(micro.recall)}  F1 {_number(micro.f1)}  "
+        f"micro P {_with_interval(micro.precision, ci.get('precision'))}  "
+        f"R {_with_interval(micro.recall, ci.get('recall'))}  F1 {_with_interval(micro.f1, ci.get('f1'))}  "
         f"(pooled over every value: {report.true_positives:,} TP, {report.false_positives:,} FP, "
         f"{report.false_negatives:,} FN; a scalar counts once)"
     )
 
 
+def _bootstrap_line(report: AgreementReport) -> list[str]:
+    if report.bootstrap is None:
+        return []
+    return [f"{report.bootstrap.describe()} (the row under a field's scores; [low-high])"]
+
+
 def format_table(report: AgreementReport) -> str:
-    """The report as a plain-text table: one row per scored field, then the overall scores, the
-    matching rules and the records missing on either side (up to 10 ids each)."""
-    rows = [TABLE_HEADER, *(_table_row(score) for score in report.fields)]
+    """The report as a plain-text table: one row per scored field (with intervals, a second row of
+    them), then the overall scores, the matching rules and the records missing on either side (up to
+    10 ids each)."""
+    rows: list[tuple[str, ...]] = [TABLE_HEADER]
+    for score in report.fields:
+        rows.append(_table_row(score))
+        if score.ci:
+            rows.append(_interval_row(score))
     widths = [max(len(row[column]) for row in rows) for column in range(len(TABLE_HEADER))]
     lines = [
         "  ".join(
@@ -169,8 +242,9 @@ def format_table(report: AgreementReport) -> str:
         [
             *lines,
             _micro_line(report),
-            f"macro {_number(report.macro)}  (mean of each field's F1 or accuracy, {report.macro_fields} "
-            f"field{'' if report.macro_fields == 1 else 's'})",
+            f"macro {_with_interval(report.macro, report.macro_ci)}  (mean of each field's F1 or accuracy, "
+            f"{report.macro_fields} field{'' if report.macro_fields == 1 else 's'})",
+            *_bootstrap_line(report),
             report.settings.describe(),
             f"records: {report.records_scored} on both sides; "
             f"{len(missing_candidate)} only in the reference{_ids(missing_candidate)}; "

@@ -408,7 +408,16 @@ def test_bad_settings(options: dict[str, float], message: str) -> None:
 
 def test_to_json_keys_and_values() -> None:
     data = overall_case().to_json()
-    assert list(data) == ["records", "fields", "micro", "macro", "missing", "matching", "disagreements"]
+    assert list(data) == [
+        "records",
+        "fields",
+        "micro",
+        "macro",
+        "intervals",
+        "missing",
+        "matching",
+        "disagreements",
+    ]
     assert data["records"] == 2
     assert data["fields"]["title"] == {
         "kind": "text",
