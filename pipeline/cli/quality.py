@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import orjson
 import typer
@@ -20,6 +20,7 @@ from pipeline.cli.common import (
 )
 from pipeline.errors import EXIT_CONFIG, ConfigError
 from pipeline.job.spec import JobSpec
+from pipeline.quality.bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED, Bootstrap
 from pipeline.quality.review_page import ReviewPage, write_review
 from pipeline.reports import (
     DEFAULT_REVIEW_SAMPLE,
@@ -29,8 +30,10 @@ from pipeline.reports import (
     Sample,
     compare_variants,
     evaluate,
+    evaluate_pair,
     format_compare,
     format_eval,
+    format_paired_eval,
     parse_fields,
     parse_variants,
     review_page,
@@ -55,6 +58,12 @@ SampleOption = Annotated[
     typer.Option(min=1, help="Only records of the seeded sample of N source records (as `run --sample`)."),
 ]
 SeedOption = Annotated[int, typer.Option(help="The seed of --sample: the same seed, the same records.")]
+ResamplesOption = Annotated[
+    int, typer.Option(min=100, help="Bootstrap resamples over records for the 95% intervals.")
+]
+ResampleSeedOption = Annotated[
+    int, typer.Option(help="The seed of the bootstrap: the same seed, the same intervals.")
+]
 
 
 def _variant_names(spec: JobSpec, text: str, *, least: int) -> tuple[str, ...]:
@@ -81,6 +90,13 @@ def eval_command(
         ),
     ],
     variant: VariantOption = None,
+    variants: Annotated[
+        str | None,
+        typer.Option(
+            metavar="A,B",
+            help="Two variants on the gold records both have: B - A per field, its interval and a verdict.",
+        ),
+    ] = None,
     fields: Annotated[
         str | None,
         typer.Option(help="Only these fields, comma-separated (default: every field the gold file gives)."),
@@ -91,14 +107,19 @@ def eval_command(
     ] = 0.0,
     sample: SampleOption = None,
     seed: SeedOption = 0,
+    resamples: ResamplesOption = DEFAULT_RESAMPLES,
+    resample_seed: ResampleSeedOption = DEFAULT_SEED,
     as_json: JsonOption = False,
     html: HtmlOption = None,
     database: DatabaseOption = None,
 ) -> None:
-    """Measure a variant's results against a gold file: accuracy per field, precision/recall/F1 per list.
+    """Measure a variant's results against a gold file: accuracy per field, precision/recall/F1 per list, each with a 95% bootstrap interval.
 
-    Also: how many grounded values were found in the record text, and every gold record without a result (failed, with its class; not extracted yet; not in the source). The exit code is 0 whatever the scores.
+    Also: how many grounded values were found in the record text, and every gold record without a result (failed, with its class; not extracted yet; not in the source). With --variants A,B: whether B is better than A, per field. The exit code is 0 whatever the scores.
     """  # noqa: E501  (Typer keeps a docstring's line breaks: one paragraph, one line)
+    if variants is not None and (variant is not None or html is not None):
+        error = ConfigError("--variants compares two variants: give it without --variant and --html")
+        raise fail(error, EXIT_CONFIG)
     spec = load_job_or_exit(job, database, variant)
     settings = read_or_exit(
         lambda: EvalSettings(
@@ -107,11 +128,25 @@ def eval_command(
             tolerance,
             review=html is not None,
             sample=Sample(sample, seed) if sample else None,
+            bootstrap=Bootstrap(resamples, resample_seed),
         )
     )
+    if variants is not None:
+        _eval_pair(spec, gold, variants, settings, as_json)
+        return
     report = read_or_exit(lambda: evaluate(spec, gold, settings))
-    typer.echo(orjson.dumps(report.to_json(), default=str).decode() if as_json else format_eval(report))
+    typer.echo(_json(report.to_json()) if as_json else format_eval(report))
     _write_page(report.review, html, to_stderr=as_json)
+
+
+def _eval_pair(spec: JobSpec, gold: Path, variants: str, settings: EvalSettings, as_json: bool) -> None:
+    names = read_or_exit(lambda: _variant_names(spec, variants, least=2))
+    pair = read_or_exit(lambda: evaluate_pair(spec, gold, names, settings))
+    typer.echo(_json(pair.to_json()) if as_json else format_paired_eval(pair))
+
+
+def _json(data: dict[str, Any]) -> str:
+    return orjson.dumps(data, default=str).decode()
 
 
 @app.command()
@@ -126,11 +161,13 @@ def compare(
     as_json: JsonOption = False,
     html: HtmlOption = None,
     fuzzy: FuzzyOption = None,
+    resamples: ResamplesOption = DEFAULT_RESAMPLES,
+    resample_seed: ResampleSeedOption = DEFAULT_SEED,
     database: DatabaseOption = None,
 ) -> None:
-    """Compare two variants on the records both extracted: agreement per field (A as the reference), tokens and latency per record, failures, grounding, and the records that differ most.
+    """Compare two variants on the records both extracted: agreement per field (A as the reference) with 95% intervals, tokens and latency per record, failures, grounding, and the records that differ most.
 
-    Failures are counted over the records both variants attempted. Temperature 0 on vLLM is not deterministic: compare a variant with a re-run of itself to see the noise floor.
+    Failures are counted over the records both variants attempted. Temperature 0 on vLLM is not deterministic: with a re-run of A (`pipeline run JOB --variant A --rerun`), each field's A-vs-B agreement is set beside A-vs-rerun, and the fields beyond that noise are flagged.
     """  # noqa: E501
     spec = load_job_or_exit(job, database)
     reference, candidate = read_or_exit(lambda: _variant_names(spec, variants, least=2))
@@ -138,10 +175,11 @@ def compare(
         sample=Sample(sample, seed) if sample is not None else None,
         fuzzy_threshold=fuzzy,
         review=html is not None,
+        bootstrap=read_or_exit(lambda: Bootstrap(resamples, resample_seed)),
     )
     report = read_or_exit(lambda: compare_variants(spec, reference, candidate, settings))
     if as_json:
-        typer.echo(orjson.dumps(report.to_json(show), default=str).decode())
+        typer.echo(_json(report.to_json(show)))
     else:
         database_text = str(database) if database is not None else None
         typer.echo(format_compare(report, job=str(job), show=show, database=database_text))

@@ -33,8 +33,8 @@ from pipeline.errors import (
     FatalRunError,
     exit_code_for,
 )
-from pipeline.job.spec import JobSpec
-from pipeline.job.variants import prompt_file_changes
+from pipeline.job.spec import MAIN_VARIANT, JobSpec
+from pipeline.job.variants import prompt_file_changes, rerun_name
 from pipeline.reports.failures import class_names, parse_failure_classes
 from pipeline.run.progress import LiveProgress, LogProgress, ProgressReporter, format_duration
 from pipeline.run.runner import RunOptions, RunSummary, run_job, run_job_locally
@@ -98,6 +98,13 @@ MetricsTextfileOption = Annotated[
     Path | None, typer.Option(help="Keep a Prometheus textfile here (node_exporter).")
 ]
 LocalOption = Annotated[bool, typer.Option(help="Start the bundled local vLLM server for this run.")]
+RerunOption = Annotated[
+    bool,
+    typer.Option(
+        help="Run the variant again with exactly its settings, on the records it has a current result "
+        "for, stored as VARIANT~rerun: the noise floor `pipeline compare` measures against."
+    ),
+]
 ProgressOption = Annotated[Display, typer.Option(help="auto: a live bar on a terminal, log lines otherwise.")]
 
 
@@ -140,6 +147,7 @@ def run(
     sample: SampleOption = None,
     seed: SeedOption = 0,
     variant: VariantOption = None,
+    rerun: RerunOption = False,
     endpoint: EndpointOption = None,
     model: ModelOption = None,
     prompt_file: PromptFileOption = None,
@@ -160,7 +168,7 @@ def run(
     changes = _Overrides(
         concurrency, endpoint, model, prompt_file, timeout, grace, stall_warning, stall_abort
     )
-    spec = _run_spec(job, database, variant, changes)
+    spec = _run_spec(job, database, rerun_name(variant or MAIN_VARIANT) if rerun else variant, changes)
     selection = _Selection(limit, retry_failed, retry_class, only_failed, redo_stale, sample, seed)
     options = _run_options(selection, _reporter(progress), metrics_port, metrics_textfile)
     summary = _run_or_exit(run_job_locally if local or spec.endpoint.is_local else run_job, spec, options)

@@ -37,8 +37,25 @@ ReasoningFieldOption = Annotated[str, typer.Option(help="reasoning (vLLM ≥ 0.1
 RejectFormatOption = Annotated[
     bool, typer.Option(help="Answer a request with response_format with HTTP 400, as a server without it.")
 ]
+AnswerNoiseOption = Annotated[
+    float,
+    typer.Option(
+        min=0, max=1, help="Chance that a field of an answer is drawn afresh (temperature-0 non-determinism)."
+    ),
+]
+PromptSensitiveOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--prompt-sensitive", help="A field whose answer depends on the system prompt too (repeatable)."
+    ),
+]
+EmptyFieldOption = Annotated[
+    list[str] | None,
+    typer.Option("--empty-field", help='A field always answered empty: null, [] or "" (repeatable).'),
+]
 _FAULT = "fault_"
 _ADDRESS = ("host", "port")
+_LISTS = ("prompt_sensitive", "empty_fields")
 
 
 @app.command()
@@ -66,6 +83,9 @@ def sim(
     fault_length: Probability = 0.0,
     fault_context_length: Probability = 0.0,
     reject_response_format: RejectFormatOption = False,
+    answer_noise: AnswerNoiseOption = 0.0,
+    prompt_sensitive: PromptSensitiveOption = None,
+    empty_fields: EmptyFieldOption = None,
 ) -> None:
     """Serve a vLLM-like OpenAI-compatible simulator (for tests, benchmarks and dry runs)."""
     import asyncio
@@ -92,8 +112,8 @@ def sim_config(options: Mapping[str, Any]) -> SimConfig:
     if profile is not None and profile not in PROFILES:
         raise fail(ConfigError(f"--profile {profile!r}: one of {', '.join(PROFILES)}"), EXIT_CONFIG)
     faults = {name.removeprefix(_FAULT): value for name, value in options.items() if name.startswith(_FAULT)}
-    settings = {
-        ("latency_s" if name == "latency" else name): value
+    settings: dict[str, Any] = {
+        ("latency_s" if name == "latency" else name): tuple(value or ()) if name in _LISTS else value
         for name, value in options.items()
         if not name.startswith(_FAULT) and name not in _ADDRESS
     }

@@ -26,6 +26,7 @@ from pipeline.job.variants import (
     VariantSpec,
     is_variant_name,
     merge_changes,
+    rerun_of,
     variant_changes,
 )
 from pipeline.servers.config import (
@@ -229,6 +230,9 @@ class JobSpec(_Strict):
             return self
         if not is_variant_name(name):
             raise ConfigError(f"variant {name!r}: a variant name has {VARIANT_NAME_RULE}")
+        rerun = rerun_of(name)
+        if rerun is not None:  # the variant it re-runs, exactly, its results stored apart
+            return self.for_variant(rerun).model_copy(update={"variant": name})
         declared = self.variants.get(name)
         data = self._as_data()
         if declared is not None:

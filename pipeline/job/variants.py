@@ -26,8 +26,24 @@ VariantName = Annotated[str, Field(pattern=VARIANT_NAME_PATTERN)]
 VARIANT_NAME_RULE = "letters, digits, '_', '.' and '-', at most 64, not starting with a symbol"
 
 
+#: A re-run of variant A is stored as variant ``A~rerun``: A's settings exactly, its results kept apart,
+#: to measure how much A differs from itself (the noise floor of ``pipeline compare``). ``~`` is not
+#: allowed in a declared name, so a re-run's name never clashes with a variant's.
+RERUN_SUFFIX = "~rerun"
+
+
+def rerun_name(variant: str) -> str:
+    return f"{variant}{RERUN_SUFFIX}"
+
+
+def rerun_of(name: str) -> str | None:
+    """The variant ``name`` re-runs (``A`` for ``A~rerun``), or None for any other name."""
+    return name.removesuffix(RERUN_SUFFIX) if name.endswith(RERUN_SUFFIX) else None
+
+
 def is_variant_name(name: str) -> bool:
-    return re.match(VARIANT_NAME_PATTERN, name) is not None
+    """A variant's name, or a re-run's (``A~rerun``)."""
+    return re.match(VARIANT_NAME_PATTERN, rerun_of(name) or name) is not None
 
 
 MERGED_KEYS = ("prompt", "endpoint")

@@ -81,6 +81,24 @@ class Bootstrap:
             sums[start : start + size] = weights.astype(np.float32) @ values
         return sums
 
+    def swapped_sums(self, first: npt.ArrayLike, second: npt.ArrayLike) -> tuple[Array, Array]:
+        """The column sums of ``first`` and ``second`` (records x columns each, paired by row) when each
+        record's two rows trade places with probability 1/2, in every resample: what a paired
+        comparison looks like when the two sides are interchangeable (no difference between them)."""
+        import numpy as np
+
+        a, b = (np.asarray(side, dtype=np.float32) for side in (first, second))
+        records = a.shape[0]
+        delta = b - a
+        moved = np.zeros((self.resamples, a.shape[1]), dtype=np.float64)
+        rng = np.random.default_rng([self.seed, 1])  # not the resamples' stream
+        block = max(1, min(self.resamples, _BLOCK_CELLS // max(records, 1)))
+        for start in range(0, self.resamples if records else 0, block):
+            size = min(block, self.resamples - start)
+            flips = rng.integers(0, 2, size=(size, records)).astype(np.float32)
+            moved[start : start + size] = flips @ delta
+        return a.sum(axis=0) + moved, b.sum(axis=0) - moved
+
     def interval(self, values: Array) -> Interval | None:
         """The percentile interval of resampled scores; None when most resamples have no score (no
         record scored)."""
@@ -96,7 +114,16 @@ class Bootstrap:
     @property
     def z(self) -> float:
         """The normal quantile of the two-sided level (1.96 at 95%)."""
-        return NormalDist().inv_cdf(1 - (1 - self.confidence) / 2)
+        return two_sided_z(self.confidence)
+
+    def simultaneous(self, count: int) -> float:
+        """The level each of ``count`` intervals needs for all of them to cover together at
+        :attr:`confidence` (Bonferroni)."""
+        return 1 - (1 - self.confidence) / max(count, 1)
+
+
+def two_sided_z(level: float) -> float:
+    return NormalDist().inv_cdf(1 - (1 - level) / 2)
 
 
 def _ratio(numerator: Array, denominator: Array) -> Array:
@@ -139,13 +166,13 @@ _MACRO = {"precision": PRECISION, "recall": RECALL, "f1": F1}
 
 
 def records_to_detect(
-    records: int, difference: float, interval: Interval, z: float, power: float = 0.8
+    records: int, difference: float, standard_error: float, z: float, power: float = 0.8
 ) -> int | None:
-    """About how many records an interval needs to tell ``difference`` from 0 with the given power, from
-    the standard error ``interval`` implies at ``records`` (it shrinks as 1/√n). None for no difference."""
-    if records <= 0 or difference == 0 or not math.isfinite(difference):
+    """About how many records it takes to tell ``difference`` from 0 (an interval of ±z standard errors
+    that excludes it) with the given power, from the standard error at ``records`` (it shrinks as
+    1/√n). None for no difference."""
+    if records <= 0 or difference == 0 or not math.isfinite(difference) or not math.isfinite(standard_error):
         return None
-    standard_error = (interval[1] - interval[0]) / (2 * z)
     if standard_error <= 0:
         return records
     needed = records * ((z + NormalDist().inv_cdf(power)) * standard_error / abs(difference)) ** 2

@@ -7,12 +7,19 @@ noise floor, A against a re-run of itself (``compare``). The resampling is
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from pipeline.quality.bootstrap import Bootstrap, list_ratios, path_scores, records_to_detect
+from pipeline.quality.bootstrap import (
+    Bootstrap,
+    list_ratios,
+    path_scores,
+    records_to_detect,
+    two_sided_z,
+)
 from pipeline.quality.scores import (
     CANDIDATE,
     COLUMNS,
@@ -43,33 +50,62 @@ class Resampled:
     macro: Array
 
 
-def resample(reports: Sequence[AgreementReport], bootstrap: Bootstrap) -> list[Resampled]:
-    """The scores of every report in the same resamples of their records (which must be the same
-    records, in the same order: that is what pairs them)."""
+def _columns(report: AgreementReport) -> Array:
+    """The report's per-record columns, every scored path side by side (records x 8·paths)."""
     import numpy as np
 
+    records, width = len(report.record_ids), len(COLUMNS)
+    blocks = [
+        np.frombuffer(report.columns[score.path], dtype=np.float32).reshape(records, width)
+        for score in report.fields
+    ]
+    return np.hstack(blocks) if blocks else np.zeros((records, 0), dtype=np.float32)
+
+
+def _scored(report: AgreementReport, sums: Array) -> Resampled:
+    """A report's scores from its column sums in every resample (resamples x 8·paths)."""
+    import numpy as np
+
+    width = len(COLUMNS)
+    paths: dict[str, dict[str, Array]] = {}
+    pooled = np.zeros((sums.shape[0], width))
+    for index, score in enumerate(report.fields):
+        path_sums = sums[:, index * width : (index + 1) * width]
+        paths[score.path] = path_scores(path_sums, score.kind in LIST_KINDS)
+        if score.in_overall:
+            pooled += path_sums
+    return Resampled(paths, _micro(pooled), _macro(report, paths, sums.shape[0]))
+
+
+def _paired(reports: Sequence[AgreementReport]) -> None:
     ids = reports[0].record_ids
     if any(report.record_ids != ids for report in reports):
         raise ValueError("paired reports must score the same records in the same order")
-    width = len(COLUMNS)
-    blocks = [
-        np.frombuffer(report.columns[score.path], dtype=np.float32).reshape(len(ids), width)
-        for report in reports
-        for score in report.fields
-    ]
-    sums = bootstrap.resampled_sums(np.hstack(blocks) if blocks else np.zeros((len(ids), 0)))
+
+
+def resample(reports: Sequence[AgreementReport], bootstrap: Bootstrap) -> list[Resampled]:
+    """The scores of every report in the same bootstrap resamples of their records (which must be the
+    same records, in the same order: that is what pairs them)."""
+    import numpy as np
+
+    _paired(reports)
+    columns = [_columns(report) for report in reports]
+    sums = bootstrap.resampled_sums(np.hstack(columns))
     resampled, offset = [], 0
-    for report in reports:
-        paths: dict[str, dict[str, Array]] = {}
-        pooled = np.zeros((bootstrap.resamples, width))
-        for score in report.fields:
-            path_sums = sums[:, offset : offset + width]
-            offset += width
-            paths[score.path] = path_scores(path_sums, score.kind in LIST_KINDS)
-            if score.in_overall:
-                pooled += path_sums
-        resampled.append(Resampled(paths, _micro(pooled), _macro(report, paths, bootstrap.resamples)))
+    for report, block in zip(reports, columns, strict=True):
+        resampled.append(_scored(report, sums[:, offset : offset + block.shape[1]]))
+        offset += block.shape[1]
     return resampled
+
+
+def swapped(
+    first: AgreementReport, second: AgreementReport, bootstrap: Bootstrap
+) -> tuple[Resampled, Resampled]:
+    """Both reports' scores when each record's two candidates trade places at random: the paired
+    comparison as it looks when the two are interchangeable."""
+    _paired([first, second])
+    first_sums, second_sums = bootstrap.swapped_sums(_columns(first), _columns(second))
+    return _scored(first, first_sums), _scored(second, second_sums)
 
 
 def _micro(pooled: Array) -> dict[str, Array]:
@@ -119,6 +155,7 @@ class Difference:
     verdict: Verdict
     records: int  # the records both were scored on
     records_needed: int | None  # about how many would tell a difference this size from 0
+    level: float = 0.95  # of this interval alone (simultaneous intervals: above the family's level)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -128,6 +165,7 @@ class Difference:
             "verdict": str(self.verdict),
             "records": self.records,
             "records_needed": self.records_needed,
+            "level": self.level,
         }
 
     def describe(self) -> str:
@@ -140,21 +178,39 @@ class Difference:
         return f"{self.value:+.3f}{ci} {self.verdict}{needed}"
 
 
+#: How the interval of a paired difference is made, in words (reports print it).
+DIFFERENCE_RULE = (
+    "intervals of a difference: simultaneous over the {count} differences shown ({level:.1%} each, so "
+    "all cover together at {family:.0%}), ± z standard errors, the larger of the paired bootstrap's and "
+    "a sign-flip randomization's (which stays honest when only a few records differ)"
+)
+
+
 def difference(
-    metric: str, a: float | None, b: float | None, resampled: Array, records: int, bootstrap: Bootstrap
+    metric: str,
+    a: float | None,
+    b: float | None,
+    spread: tuple[Array, Array],
+    records: int,
+    level: float,
 ) -> Difference:
-    """``b - a`` with the interval of its resampled values (``resampled``: B's minus A's)."""
+    """``b - a`` with its interval: ``b - a`` ± z standard errors at ``level``, the larger of those of
+    ``spread`` (the difference in the bootstrap resamples, and when the two sides are swapped at random)."""
+    import numpy as np
+
     if a is None or b is None:
-        return Difference(metric, None, None, Verdict.NONE, records, None)
+        return Difference(metric, None, None, Verdict.NONE, records, None, level)
     value = b - a
-    ci = bootstrap.interval(resampled)
-    verdict = Verdict.NONE
-    if ci is not None and ci[0] > 0:
-        verdict = Verdict.BETTER
-    elif ci is not None and ci[1] < 0:
-        verdict = Verdict.WORSE
-    needed = records_to_detect(records, value, ci, bootstrap.z) if ci else None
-    return Difference(metric, value, ci, verdict, records, needed)
+    deviations = [float(np.nanstd(values)) for values in spread if np.isfinite(values).any()]
+    standard_error = max(deviations, default=math.nan)
+    if not math.isfinite(standard_error):
+        return Difference(metric, value, None, Verdict.NONE, records, None, level)
+    z = two_sided_z(level)
+    # Scores are shares (0..1), so their difference is within ±1 whatever the normal tails say.
+    ci = (max(-1.0, value - z * standard_error), min(1.0, value + z * standard_error))
+    verdict = Verdict.BETTER if ci[0] > 0 else Verdict.WORSE if ci[1] < 0 else Verdict.NONE
+    needed = records_to_detect(records, value, standard_error, z)
+    return Difference(metric, value, ci, verdict, records, needed, level)
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,26 +219,36 @@ class PairedComparison:
 
     fields: dict[str, Difference]  # per path, of its headline score (F1 or accuracy)
     micro_f1: Difference
+    rule: str  # how the intervals were made (DIFFERENCE_RULE)
 
 
 def paired_differences(a: AgreementReport, b: AgreementReport, bootstrap: Bootstrap) -> PairedComparison:
     """Per field, B's headline score minus A's, with its paired interval and verdict; and the overall
-    micro F1's. ``a`` and ``b`` must score the same records against the same reference."""
+    micro F1's. ``a`` and ``b`` must score the same records against the same reference. The intervals
+    are simultaneous over the fields and the overall score, so a verdict is not one of twenty chances."""
     resampled_a, resampled_b = resample([a, b], bootstrap)
+    swapped_a, swapped_b = swapped(a, b, bootstrap)
+    count = len(a.fields) + 1
+    level = bootstrap.simultaneous(count)
     records = a.records_scored
     fields = {}
     for score_a, score_b in zip(a.fields, b.fields, strict=True):
-        metric = score_a.headline_metric
-        delta = resampled_b.paths[score_b.path]["agreement"] - resampled_a.paths[score_a.path]["agreement"]
-        fields[score_a.path] = difference(
-            metric, score_a.agreement, score_b.agreement, delta, records, bootstrap
+        path = score_a.path
+        spread = (
+            resampled_b.paths[path]["agreement"] - resampled_a.paths[path]["agreement"],
+            swapped_b.paths[path]["agreement"] - swapped_a.paths[path]["agreement"],
         )
-    micro_a = a.micro.f1 if a.micro else None
-    micro_b = b.micro.f1 if b.micro else None
-    micro = difference(
-        "f1", micro_a, micro_b, resampled_b.micro["f1"] - resampled_a.micro["f1"], records, bootstrap
+        fields[path] = difference(
+            score_a.headline_metric, score_a.agreement, score_b.agreement, spread, records, level
+        )
+    micro_a, micro_b = (side.micro.f1 if side.micro else None for side in (a, b))
+    spread = (
+        resampled_b.micro["f1"] - resampled_a.micro["f1"],
+        swapped_b.micro["f1"] - swapped_a.micro["f1"],
     )
-    return PairedComparison(fields, micro)
+    micro = difference("f1", micro_a, micro_b, spread, records, level)
+    rule = DIFFERENCE_RULE.format(count=count, level=level, family=bootstrap.confidence)
+    return PairedComparison(fields, micro, rule)
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,24 +266,25 @@ def noise_floor(
     versus: AgreementReport, rerun: AgreementReport, bootstrap: Bootstrap
 ) -> dict[str, NoiseFloor]:
     """Per field: whether B disagrees with A by more than A disagrees with its own re-run, beyond the
-    interval of that gap. Both reports take A as the reference over the same records."""
+    (simultaneous) interval of that gap. Both reports take A as the reference over the same records."""
     resampled_versus, resampled_rerun = resample([versus, rerun], bootstrap)
+    swapped_versus, swapped_rerun = swapped(versus, rerun, bootstrap)
+    level = bootstrap.simultaneous(len(versus.fields))
     floors = {}
     for score, noise in zip(versus.fields, rerun.fields, strict=True):
-        agreement_vs = resampled_versus.paths[score.path]["agreement"]
-        agreement_noise = resampled_rerun.paths[noise.path]["agreement"]
-        gap = difference(
-            score.headline_metric,
-            score.agreement,
-            noise.agreement,
-            agreement_noise - agreement_vs,
-            versus.records_scored,
-            bootstrap,
+        path = score.path
+        noise_resampled = resampled_rerun.paths[path]["agreement"]
+        spread = (
+            noise_resampled - resampled_versus.paths[path]["agreement"],
+            swapped_rerun.paths[path]["agreement"] - swapped_versus.paths[path]["agreement"],
         )
-        floors[score.path] = NoiseFloor(
+        gap = difference(
+            score.headline_metric, score.agreement, noise.agreement, spread, versus.records_scored, level
+        )
+        floors[path] = NoiseFloor(
             agreement=score.agreement,
             noise_agreement=noise.agreement,
-            noise_agreement_ci=bootstrap.interval(agreement_noise),
+            noise_agreement_ci=bootstrap.interval(noise_resampled),
             gap=gap,
             beyond_noise=gap.verdict is Verdict.BETTER,
         )

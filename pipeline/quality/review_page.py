@@ -79,6 +79,17 @@ class ReviewRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class ScoreRow:
+    """One score shown in the page's score table (``pipeline eval --html``), with its interval."""
+
+    path: str  # a scored path, or "overall"
+    metric: str  # "accuracy", "f1", "micro f1", ...
+    value: float | None
+    interval: tuple[float, float] | None  # the 95% interval (None: not drawn)
+    records: int  # the records it is over
+
+
+@dataclass(frozen=True, slots=True)
 class ReviewPage:
     job: str
     variants: Sequence[str]  # 1 or 2 names, reference first
@@ -87,6 +98,7 @@ class ReviewPage:
     records: Sequence[ReviewRecord]
     generated_at: str  # ISO time, shown in the header
     notes: Sequence[str] = ()  # e.g. "sample of 50 of 1,234 records, seed 0"
+    scores: Sequence[ScoreRow] = ()  # eval's scores against the gold file, shown above the records
 
 
 def render_review(page: ReviewPage) -> str:
@@ -122,6 +134,16 @@ def page_data(page: ReviewPage) -> dict[str, Any]:
         "groundedPaths": list(page.grounded_paths),
         "generatedAt": page.generated_at,
         "notes": list(page.notes),
+        "scores": [
+            {
+                "path": row.path,
+                "metric": row.metric,
+                "value": _finite(row.value),
+                "interval": [_finite(bound) for bound in row.interval] if row.interval else None,
+                "records": row.records,
+            }
+            for row in page.scores
+        ],
         "records": [_record_data(record, page.variants) for record in page.records],
     }
 

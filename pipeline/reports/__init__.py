@@ -6,8 +6,9 @@ reads the database for it, read-only and filtered in SQL, through the DuckDB bou
 * :mod:`~pipeline.reports.status`, :mod:`~pipeline.reports.failures`, :mod:`~pipeline.reports.export`:
   the operational reads;
 * :mod:`~pipeline.reports.reading`: the queries (results, failures, record texts) and their scopes;
-* :mod:`~pipeline.reports.evaluation`: ``eval``;
-* :mod:`~pipeline.reports.comparison`: ``compare``;
+* :mod:`~pipeline.reports.evaluation`: ``eval``; :mod:`~pipeline.reports.paired_evaluation`: ``eval
+  --variants A,B`` (the paired difference and its verdict);
+* :mod:`~pipeline.reports.comparison`: ``compare``; :mod:`~pipeline.reports.noise`: its noise floor;
 * :mod:`~pipeline.reports.review`: the review page of one or two variants;
 * :mod:`~pipeline.reports.shared`: grounded shares and how values are shown.
 
@@ -24,10 +25,11 @@ from pipeline.reports.comparison import (
     VariantSummary,
     compare_variants,
     format_compare,
-    noise_floor_hint,
     parse_variants,
 )
 from pipeline.reports.evaluation import EvalReport, EvalSettings, evaluate, format_eval, parse_fields
+from pipeline.reports.noise import NoiseReport, noise_floor_hint
+from pipeline.reports.paired_evaluation import PairedEvalReport, evaluate_pair, format_paired_eval
 from pipeline.reports.reading import JobOutput, Sample, Scope, StoredFailure, StoredResult, open_output
 from pipeline.reports.review import DEFAULT_REVIEW_SAMPLE, review_page
 from pipeline.reports.shared import GroundingShare, GroundingSummary
@@ -42,6 +44,8 @@ __all__ = [
     "GroundingShare",
     "GroundingSummary",
     "JobOutput",
+    "NoiseReport",
+    "PairedEvalReport",
     "Sample",
     "Scope",
     "StoredFailure",
@@ -49,8 +53,10 @@ __all__ = [
     "VariantSummary",
     "compare_variants",
     "evaluate",
+    "evaluate_pair",
     "format_compare",
     "format_eval",
+    "format_paired_eval",
     "noise_floor_hint",
     "open_output",
     "parse_fields",

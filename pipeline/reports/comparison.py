@@ -5,24 +5,28 @@
   the grounded share of each grounded path;
 * failures, counted over the records *both variants attempted* (each has a result or a failure for
   them), so that a variant is not charged for records the other never tried;
-* the records that disagree most, field by field.
+* the records that disagree most, field by field;
+* the noise floor (:mod:`pipeline.reports.noise`): per field, A-vs-B agreement beside A against a
+  re-run of itself, and whether B is beyond that noise; without a re-run, the commands that make one.
 
-With ``--sample N`` only the records of the seeded sample are read (the sample of ``pipeline run
---sample``: the same records for every variant). Temperature 0 on vLLM is not deterministic across
-batches, so the report says how to measure the noise floor: a variant against a re-run of itself.
+Every agreement has a bootstrap interval. With ``--sample N`` only the records of the seeded sample are
+read (the sample of ``pipeline run --sample``: the same records for every variant).
 """
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.errors import ConfigError
 from pipeline.job.spec import JobSpec
+from pipeline.job.variants import rerun_name
 from pipeline.quality import AgreementReport, RecordAgreement, format_table, grounded_paths
+from pipeline.quality.bootstrap import Bootstrap
+from pipeline.quality.intervals import with_intervals
 from pipeline.quality.review_page import ReviewPage
+from pipeline.reports.noise import NoiseReport, measure_noise, noise_floor_hint, noise_lines
 from pipeline.reports.reading import JobOutput, Sample, Scope, StoredResult, open_output, sample_scope
 from pipeline.reports.review import (
     DISAGREEMENT_NOTE,
@@ -41,7 +45,6 @@ from pipeline.reports.shared import (
 
 DEFAULT_SHOWN = 5
 FAILURES_BASE = "over the {n:,} records both variants attempted (each has a result or a failure for them)"
-RERUN_SUFFIX = "-rerun"
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +52,7 @@ class CompareSettings:
     sample: Sample | None = None
     fuzzy_threshold: float | None = None
     review: bool = False  # also build the review page of both variants
+    bootstrap: Bootstrap = field(default_factory=Bootstrap)  # the intervals of every agreement
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +88,7 @@ class CompareReport:
     agreement: AgreementReport  # B against A, over the records both extracted
     variants: tuple[VariantSummary, VariantSummary]  # A, B
     attempted: int  # records both attempted: what the failure counts are over
+    noise: NoiseReport | None = None  # None: A has no re-run (A~rerun) to measure the noise floor with
     review: ReviewPage | None = None
 
     def disagreements(self, show: int) -> list[RecordAgreement]:
@@ -97,9 +102,14 @@ class CompareReport:
             "candidate": self.candidate,
             "sample": {"size": self.sample.size, "seed": self.sample.seed} if self.sample else None,
             "records": self.agreement.records_scored,
-            "fields": agreement["fields"],
+            "fields": {
+                path: data | (self.noise.field_json(path) if self.noise else {})
+                for path, data in agreement["fields"].items()
+            },
             "micro": agreement["micro"],
             "macro": agreement["macro"],
+            "intervals": agreement["intervals"],
+            "noise": self.noise.to_json() if self.noise else None,
             "matching": agreement["matching"],
             "variants": {summary.name: summary.to_json() for summary in self.variants},
             "failures_over": {"records": self.attempted, "rule": FAILURES_BASE.format(n=self.attempted)},
@@ -142,8 +152,12 @@ def compare_variants(
         attempted = Scope.all_of(sampled, output.attempted_by_all(names))
         failures = output.failures(names, attempted)
         attempted_count = output.count_attempted(names, attempted)
+        rerun = _rerun_results(output, names, sampled)
         review = _review(spec, output, names, attempted) if settings.review else None
     agreement = variant_agreement(spec, results[reference], results[candidate], settings.fuzzy_threshold)
+    agreement = with_intervals(agreement, settings.bootstrap)
+    noise_settings = (settings.fuzzy_threshold, settings.bootstrap)
+    noise = measure_noise(spec, results, names, rerun, noise_settings) if rerun is not None else None
     paths = grounded_paths(spec.schema_class)
     summaries = [
         _summary(name, results[name], class_counts(f.failure_class for f in failures[name].values()), paths)
@@ -156,8 +170,20 @@ def compare_variants(
         agreement=agreement,
         variants=(summaries[0], summaries[1]),
         attempted=attempted_count,
+        noise=noise,
         review=review,
     )
+
+
+def _rerun_results(
+    output: JobOutput, names: tuple[str, str], sampled: Scope
+) -> dict[str, StoredResult] | None:
+    """The re-run of A's results on the records A, B and it all extracted; None when it has none."""
+    rerun = rerun_name(names[0])
+    if rerun not in output.variants_with_results():
+        return None
+    scope = Scope.all_of(sampled, output.extracted_by_all([*names, rerun]))
+    return output.results([rerun], scope)[rerun]
 
 
 def _mean(values: Sequence[float]) -> float | None:
@@ -213,7 +239,7 @@ def format_compare(
         "",
         *_disagreement_lines(report, show),
         "",
-        noise_floor_hint(report, job, database),
+        *noise_lines(report.noise, noise_floor_hint(a, b, report.sample, job, database)),
     ]
     return "\n".join(lines)
 
@@ -286,22 +312,3 @@ def _disagreement_lines(report: CompareReport, show: int) -> list[str]:
             a, b = shown_value(difference.reference), shown_value(difference.candidate)
             lines.append(f"    {difference.path}: {a} | {b}")
     return lines
-
-
-def noise_floor_hint(report: CompareReport, job: str, database: str | None = None) -> str:
-    """How to tell a real difference from run-to-run noise."""
-    a, b = report.reference, report.candidate
-    if b == f"{a}{RERUN_SUFFIX}" or a == f"{b}{RERUN_SUFFIX}":
-        return (
-            "noise floor: this compares a variant with a re-run of itself; a difference between two "
-            "variants means something only above these numbers"
-        )
-    size = report.sample.size if report.sample else max(report.agreement.records_scored, 1)
-    rerun = f"{a}{RERUN_SUFFIX}"
-    on = ["--database", database] if database else []
-    run = shlex.join(["pipeline", "run", job, "--variant", rerun, "--sample", str(size), *on])
-    compare = shlex.join(["pipeline", "compare", job, "--variants", f"{a},{rerun}", *on])
-    return (
-        "noise floor: temperature 0 on vLLM is not deterministic across batches, so a difference means "
-        f"something only above how much {a} differs from a re-run of itself: `{run}` then `{compare}`"
-    )

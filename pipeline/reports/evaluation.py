@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -23,8 +23,18 @@ from pipeline.quality import (
     read_gold,
     schema_fields,
 )
-from pipeline.quality.review_page import ReviewPage, VariantView
-from pipeline.reports.reading import JobOutput, Sample, StoredResult, keys_scope, open_output, sample_scope
+from pipeline.quality.bootstrap import Bootstrap
+from pipeline.quality.intervals import with_intervals
+from pipeline.quality.review_page import ReviewPage, ScoreRow, VariantView
+from pipeline.reports.reading import (
+    JobOutput,
+    Sample,
+    StoredFailure,
+    StoredResult,
+    keys_scope,
+    open_output,
+    sample_scope,
+)
 from pipeline.reports.review import ViewBuilder, page, review_records
 from pipeline.reports.shared import GroundingSummary, grounding_lines, grounding_summary, ids_text
 
@@ -39,6 +49,7 @@ class EvalSettings:
     numeric_tolerance: float = 0.0
     review: bool = False  # also build the review page (gold beside the variant)
     sample: Sample | None = None  # only the gold records of this sample of the source (as run --sample)
+    bootstrap: Bootstrap = field(default_factory=Bootstrap)  # how the intervals beside every score are drawn
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,43 +76,76 @@ class EvalReport:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class GoldFound:
+    """What one variant has for the gold records: results, failures, and where the rest are."""
+
+    results: dict[str, StoredResult]
+    failures: dict[str, StoredFailure]
+    in_source: set[str]  # of the gold records with neither
+
+
 def evaluate(spec: JobSpec, gold_path: Path, settings: EvalSettings = EvalSettings()) -> EvalReport:
     """Measure ``spec.variant``'s results against the gold file. Raises :class:`ConfigError` for a bad
     gold file, an unknown field or a variant without results; ``DatabaseLockedError`` while a run
     holds the database."""
     gold = read_gold(gold_path, spec.source.id_column, spec.schema_class)
-    variant = spec.variant
     with open_output(spec) as output:
-        output.require_results(variant)
-        if settings.sample is not None:
-            in_sample = output.source_keys(sample_scope(spec, settings.sample))
-            records = {key: value for key, value in gold.records.items() if key in in_sample}
-            gold = dataclasses.replace(gold, records=records)
-        scope = keys_scope(gold.records)
-        results = _only(output.results([variant], scope)[variant], gold.records)
-        failures = _only(output.failures([variant], scope)[variant], gold.records)
-        unaccounted = [key for key in gold.records if key not in results and key not in failures]
-        in_source = output.source_keys(keys_scope(unaccounted)) if unaccounted else set()
-        agreement = measure_agreement(
-            gold.records,
-            {key: result.extracted for key, result in results.items()},
-            schema_fields(spec.schema_class),
-            fields=settings.fields,
-            numeric_tolerance=settings.numeric_tolerance,
-            fuzzy_threshold=settings.fuzzy_threshold,
-        )
-        review = _review(spec, output, gold, results, agreement) if settings.review else None
-    scored = [results[key] for key in gold.records if key in results]
+        output.require_results(spec.variant)
+        gold = gold_in_sample(output, spec, gold, settings.sample)
+        found = find_in_gold(output, spec.variant, gold)
+        agreement = measure_against_gold(spec, gold.records, found, settings)
+        review = _review(spec, output, gold, found.results, agreement) if settings.review else None
+    return eval_report(spec, gold, found, agreement, review)
+
+
+def gold_in_sample(output: JobOutput, spec: JobSpec, gold: Gold, sample: Sample | None) -> Gold:
+    if sample is None:
+        return gold
+    in_sample = output.source_keys(sample_scope(spec, sample))
+    return dataclasses.replace(gold, records={k: v for k, v in gold.records.items() if k in in_sample})
+
+
+def find_in_gold(output: JobOutput, variant: str, gold: Gold) -> GoldFound:
+    scope = keys_scope(gold.records)
+    results = _only(output.results([variant], scope)[variant], gold.records)
+    failures = _only(output.failures([variant], scope)[variant], gold.records)
+    unaccounted = [key for key in gold.records if key not in results and key not in failures]
+    in_source = output.source_keys(keys_scope(unaccounted)) if unaccounted else set()
+    return GoldFound(results, failures, in_source)
+
+
+def measure_against_gold(
+    spec: JobSpec, gold: Mapping[str, Any], found: GoldFound, settings: EvalSettings
+) -> AgreementReport:
+    agreement = measure_agreement(
+        gold,
+        {key: result.extracted for key, result in found.results.items()},
+        schema_fields(spec.schema_class),
+        fields=settings.fields,
+        numeric_tolerance=settings.numeric_tolerance,
+        fuzzy_threshold=settings.fuzzy_threshold,
+    )
+    return with_intervals(agreement, settings.bootstrap)
+
+
+def eval_report(
+    spec: JobSpec, gold: Gold, found: GoldFound, agreement: AgreementReport, review: ReviewPage | None = None
+) -> EvalReport:
+    results, failures = found.results, found.failures
+    unaccounted = [key for key in gold.records if key not in results and key not in failures]
     return EvalReport(
-        variant=variant,
+        variant=spec.variant,
         gold=gold,
         agreement=agreement,
-        grounding=grounding_summary(grounded_paths(spec.schema_class), scored),
+        grounding=grounding_summary(
+            grounded_paths(spec.schema_class), [results[key] for key in agreement.record_ids]
+        ),
         failed={
             key: failures[key].failure_class for key in gold.records if key in failures and key not in results
         },
-        not_extracted=tuple(key for key in unaccounted if key in in_source),
-        not_in_source=tuple(key for key in unaccounted if key not in in_source),
+        not_extracted=tuple(key for key in unaccounted if key in found.in_source),
+        not_in_source=tuple(key for key in unaccounted if key not in found.in_source),
         review=review,
     )
 
@@ -135,7 +179,26 @@ def _review(
         "each gold record gives",
         *builder.note(),
     ]
-    return page(spec, [gold_name, spec.variant], review_records(texts, views, agreement), notes)
+    records = review_records(texts, views, agreement)
+    return page(spec, [gold_name, spec.variant], records, notes, score_rows(agreement))
+
+
+def score_rows(agreement: AgreementReport) -> list[ScoreRow]:
+    """The page's score table: every field's scores with their intervals, then the overall ones."""
+    rows = []
+    for score in agreement.fields:
+        values = (
+            {"precision": score.micro.precision, "recall": score.micro.recall, "f1": score.micro.f1}
+            if score.micro
+            else {"accuracy": score.accuracy}
+        )
+        for name, value in values.items():
+            rows.append(ScoreRow(score.path, name, value, score.ci.get(name), score.scored))
+    micro_f1 = agreement.micro.f1 if agreement.micro else None
+    scored = agreement.records_scored
+    rows.append(ScoreRow("overall", "micro f1", micro_f1, agreement.micro_ci.get("f1"), scored))
+    rows.append(ScoreRow("overall", "macro", agreement.macro, agreement.macro_ci, scored))
+    return rows
 
 
 def format_eval(report: EvalReport) -> str:

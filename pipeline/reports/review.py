@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pipeline.job.spec import JobSpec
 from pipeline.quality import AgreementReport, ground, grounded_paths, measure_agreement, schema_fields
 from pipeline.quality.agreement import id_order
-from pipeline.quality.review_page import GroundedSpan, ReviewPage, ReviewRecord, VariantView
+from pipeline.quality.review_page import GroundedSpan, ReviewPage, ReviewRecord, ScoreRow, VariantView
 from pipeline.reports.reading import (
     Sample,
     Scope,
@@ -158,7 +158,11 @@ def prompt_fields(spec: JobSpec, variants: Sequence[str]) -> tuple[str, ...]:
 
 
 def page(
-    spec: JobSpec, variants: Sequence[str], records: Sequence[ReviewRecord], notes: Sequence[str]
+    spec: JobSpec,
+    variants: Sequence[str],
+    records: Sequence[ReviewRecord],
+    notes: Sequence[str],
+    scores: Sequence[ScoreRow] = (),
 ) -> ReviewPage:
     return ReviewPage(
         job=spec.name,
@@ -168,6 +172,7 @@ def page(
         records=tuple(records),
         generated_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         notes=tuple(notes),
+        scores=tuple(scores),
     )
 
 

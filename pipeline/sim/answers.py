@@ -1,15 +1,18 @@
 """What the simulated model says: a valid instance of the requested JSON schema (or filler text),
 reasoning that shares ``max_tokens`` with the answer, and the faults that spoil an answer.
 
-The instance depends only on the seed and the record's prompt (:func:`record_rng`), as a model at
-temperature 0 would answer: a re-ask, a retry or a second run gets the same content for a record.
+Each top-level field of the instance depends only on the seed, the record's prompt and the field's name
+(:class:`Draws`), as a model at temperature 0 would answer: a re-ask, a retry or a second run gets the
+same content for a record. :class:`Variation` makes answers vary as a real server's do: some noise per
+request (vLLM at temperature 0 is not deterministic across batches), fields that depend on the system
+prompt (another prompt, another answer), and fields a changed source leaves empty.
 """
 
 from __future__ import annotations
 
 import hashlib
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -36,17 +39,53 @@ def prompt_tokens(messages: list[dict[str, Any]]) -> int:
     return sum(len(str(m.get("content") or "")) for m in messages) // CHARS_PER_TOKEN + 4 * len(messages)
 
 
-def record_rng(seed: int, messages: list[dict[str, Any]]) -> random.Random:
-    """A generator for one record's answer, seeded by ``seed`` and the first user message (the
-    record's prompt: re-asks append their messages after it, so they draw the same content)."""
-    first = next((m.get("content") for m in messages if m.get("role") == "user"), None)
-    text = first if isinstance(first, str) else orjson.dumps(first).decode()
-    digest = hashlib.blake2b(f"{seed}\n{text}".encode(), digest_size=8).digest()
+@dataclass(frozen=True, slots=True)
+class Variation:
+    """How answers vary besides the record."""
+
+    noise: float = 0.0  # the chance that a top-level field is drawn afresh for a request
+    prompt_sensitive: frozenset[str] = field(default_factory=frozenset)  # depend on the system prompt too
+    empty: frozenset[str] = field(default_factory=frozenset)  # always answered empty: null, [] or ""
+
+
+def _first(messages: list[dict[str, Any]], role: str) -> str:
+    first = next((m.get("content") for m in messages if m.get("role") == role), None)
+    return first if isinstance(first, str) else orjson.dumps(first).decode()
+
+
+def _seeded(text: str) -> random.Random:
+    digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
     return random.Random(int.from_bytes(digest, "big"))
 
 
+class Draws:
+    """Where an answer's values come from: per top-level field, a generator seeded by the seed, the
+    record's prompt (the first user message: re-asks append theirs after it, so they draw the same
+    content) and the field's name, and for a prompt-sensitive field the system prompt too; with noise,
+    now and then the request's own generator instead."""
+
+    def __init__(
+        self, seed: int, messages: list[dict[str, Any]], variation: Variation, request: random.Random
+    ) -> None:
+        self._seed = seed
+        self._record = _first(messages, "user")
+        self._system = _first(messages, "system") if variation.prompt_sensitive else ""
+        self.variation = variation
+        self._request = request
+
+    def whole(self) -> random.Random:
+        """For an answer that is not an object of fields."""
+        return _seeded(f"{self._seed}\n{self._record}")
+
+    def field(self, name: str) -> random.Random:
+        if self.variation.noise and self._request.random() < self.variation.noise:
+            return random.Random(self._request.getrandbits(64))
+        system = self._system if name in self.variation.prompt_sensitive else ""
+        return _seeded(f"{self._seed}\n{name}\n{system}\n{self._record}")
+
+
 def plan_answer(
-    body: dict[str, Any], rng: random.Random, fault: str | None, reasoning_table: dict[str, int]
+    body: dict[str, Any], draws: Draws, fault: str | None, reasoning_table: dict[str, int]
 ) -> Answer:
     max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 1024)
     effort = str(body.get("reasoning_effort") or DEFAULT_EFFORT)
@@ -57,12 +96,26 @@ def plan_answer(
             : filler_tokens * CHARS_PER_TOKEN
         ]
         return spend_budget(text, reasoning_tokens, max_tokens, force_length=False, exact=True)
-    return spend_budget(answer_text(body, rng, fault), reasoning_tokens, max_tokens, fault == "length")
+    text = answer_text(body, draws, fault)
+    return spend_budget(text, reasoning_tokens, max_tokens, fault == "length")
 
 
-def answer_text(body: dict[str, Any], rng: random.Random, fault: str | None) -> str:
+def answer_value(schema: dict[str, Any], draws: Draws) -> Any:
+    """A valid instance of ``schema``, each top-level field from its own draws (``empty`` ones empty)."""
+    generator = InstanceGenerator(schema, draws.whole())
+    properties = generator.top_level_properties()
+    if properties is None:
+        return generator.generate()
+    empty = draws.variation.empty
+    return {
+        name: generator.empty(sub) if name in empty else generator.value_with(sub, draws.field(name))
+        for name, sub in properties.items()
+    }
+
+
+def answer_text(body: dict[str, Any], draws: Draws, fault: str | None) -> str:
     schema = requested_schema(body)
-    value = InstanceGenerator(schema, rng).generate() if schema else {"answer": "simulated"}
+    value = answer_value(schema, draws) if schema else {"answer": "simulated"}
     if fault == "schema_invalid" and isinstance(value, dict) and value:
         value.pop(next(iter(value)))
         value["unexpected_field"] = 1

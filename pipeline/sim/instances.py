@@ -49,6 +49,29 @@ class InstanceGenerator:
     def generate(self) -> Any:
         return self._value(self._root, depth=0)
 
+    def top_level_properties(self) -> dict[str, Any] | None:
+        """The root object's properties (None when the root is not an object of fields)."""
+        root = self._resolve(self._root)
+        properties = root.get("properties")
+        return properties if root.get("type", "object") == "object" and isinstance(properties, dict) else None
+
+    def value_with(self, schema: dict[str, Any], rng: random.Random) -> Any:
+        """A value of a top-level field's ``schema`` drawn from ``rng``."""
+        self._rng = rng
+        return self._value(schema, depth=1)
+
+    def empty(self, schema: dict[str, Any]) -> Any:
+        """The empty value of a field: null if it may be null, else [] for a list and "" for text."""
+        schema = self._resolve(schema)
+        options = [self._resolve(option) for option in schema.get("anyOf", schema.get("oneOf", []))]
+        kinds = schema.get("type")
+        kinds = kinds if isinstance(kinds, list) else [kinds]
+        if "null" in kinds or any(option.get("type") == "null" for option in options):
+            return None
+        if "array" in kinds:
+            return []
+        return "" if "string" in kinds else None
+
     def _resolve(self, schema: dict[str, Any]) -> dict[str, Any]:
         while "$ref" in schema:
             reference = str(schema["$ref"])

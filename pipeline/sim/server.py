@@ -4,7 +4,7 @@ Timing comes either from a calibrated engine (``profile``: continuous batching, 
 prefix cache, KV cache; see :mod:`pipeline.sim.engine`) or from a fixed latency per request. Answers
 are valid instances of the request's JSON schema; reasoning shares ``max_tokens`` with the answer
 (:mod:`pipeline.sim.answers`); an answer's content depends only on the seed and the record's prompt.
-Faults are drawn per request from a seeded generator. Streaming
+Faults (and answer noise) are drawn per request from a seeded generator. Streaming
 (``stream: true``) sends server-sent events: the first at the first token, for TTFT.
 """
 
@@ -20,7 +20,14 @@ from typing import Any
 
 import orjson
 
-from pipeline.sim.answers import DEFAULT_REASONING_TOKENS, Answer, plan_answer, prompt_tokens, record_rng
+from pipeline.sim.answers import (
+    DEFAULT_REASONING_TOKENS,
+    Answer,
+    Draws,
+    Variation,
+    plan_answer,
+    prompt_tokens,
+)
 from pipeline.sim.engine import Engine, Sequence
 from pipeline.sim.http import HttpRequest, HttpResponse
 from pipeline.sim.profiles import PROFILES
@@ -59,6 +66,14 @@ class SimConfig:
     faults: Faults = field(default_factory=Faults)
     # Like a server without guided decoding: a request with response_format is a 400 naming it.
     reject_response_format: bool = False
+    # How answers vary (answers.Variation): per-request noise, prompt-sensitive and empty fields.
+    answer_noise: float = 0.0
+    prompt_sensitive: tuple[str, ...] = ()
+    empty_fields: tuple[str, ...] = ()
+
+    @property
+    def variation(self) -> Variation:
+        return Variation(self.answer_noise, frozenset(self.prompt_sensitive), frozenset(self.empty_fields))
 
 
 @dataclass(slots=True)
@@ -211,7 +226,8 @@ class SimServer:
         failure = await self._failure(fault)
         if failure is not None:
             return failure
-        answer = plan_answer(body, record_rng(self.config.seed, messages), fault, self._reasoning)
+        draws = Draws(self.config.seed, messages, self.config.variation, self._rng)
+        answer = plan_answer(body, draws, fault, self._reasoning)
         sequence = self._sequence(messages, prompt, answer)
         if body.get("stream"):
             stream = self._stream(body, sequence, answer, prompt)

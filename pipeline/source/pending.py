@@ -8,6 +8,9 @@ A source record is *pending* for a variant when
 * with ``--redo-stale``: its result (or failure) was made by an older version of the job, for one of
   the causes asked for; a record that already failed under today's version is not redone again.
 
+A re-run (variant ``A~rerun``) takes only records that have a current result of ``A`` (made by the
+version of the job it repeats): it measures how much ``A`` differs from itself, on ``A``'s records.
+
 The first four need no record text and are found by one join over ids and version columns (phase
 *metadata*). Content changes need every record's text hashed (phase *content*): that query runs while
 the first requests are already out, so resuming a large job is as quick as before.
@@ -21,6 +24,7 @@ from typing import Any
 
 from pipeline.errors import FailureClass
 from pipeline.job.spec import JobSpec
+from pipeline.job.variants import rerun_of
 from pipeline.source.db import quote
 from pipeline.source.relation import source_relation
 from pipeline.source.versions import JOB_CAUSES, JobVersion, StaleCause, content_hash_sql, stale_conditions
@@ -67,6 +71,7 @@ class PendingQueries:
             "retry_classes": sorted(str(name) for name in selection.retry),
             "seed": selection.seed,
             "sample": selection.sample,
+            "rerun_of": rerun_of(self.spec.variant),
         }
 
     def _joined(self, relation: str) -> str:
@@ -95,9 +100,17 @@ class PendingQueries:
             conditions.append("(r.record_id IS NULL AND f.record_id IS NOT NULL AND f.stale)")
         return "(" + " OR ".join(conditions) + ")"
 
-    def _sampled(self) -> str:
+    def _restricted(self) -> str:
+        """The sample's condition, and a re-run's: only records with a current result of what it repeats."""
         id_column = quote(self.spec.source.id_column)
-        return f" AND s.{id_column} IN ({sample_sql(self.spec)})" if self.selection.sample else ""
+        sql = f" AND s.{id_column} IN ({sample_sql(self.spec)})" if self.selection.sample else ""
+        if rerun_of(self.spec.variant) is not None:
+            stale = " OR ".join(stale_conditions("o").values())
+            sql += (
+                f" AND s.{id_column} IN (SELECT record_id FROM {quote(self.spec.output.results_table)} o "
+                f"WHERE o.variant = $rerun_of AND NOT ({stale}))"
+            )
+        return sql
 
     def changed_sql(self) -> str:
         """Ids (as ``source.id_column``) whose result or failure was made from other text in the same
@@ -126,7 +139,7 @@ class PendingQueries:
             relation = changed or f"({self.changed_sql()})"
             condition = f"NOT coalesce({self._metadata_condition()}, false)"
         limit = self.selection.limit
-        return f"SELECT s.{id_column} {self._joined(relation)} WHERE {condition}{self._sampled()}" + (
+        return f"SELECT s.{id_column} {self._joined(relation)} WHERE {condition}{self._restricted()}" + (
             f" LIMIT {int(limit)}" if limit is not None else ""
         )
 

@@ -16,7 +16,9 @@ from typer.testing import CliRunner
 from pipeline.cli import app
 from pipeline.job.spec import JobSpec
 from tests.support.browser import Element, dump_dom, parse_dom, require_browser
+from tests.support.jobs import table_rows
 from tests.support.outputs import database_held_by_another_process
+from tests.support.processes import sim_server
 from tests.support.variants import (
     PARTIAL_GOLD,
     SAMPLE,
@@ -69,13 +71,21 @@ def test_eval_prints_the_table_grounding_and_every_missing_gold_record(job: JobS
     assert (code, err) == (0, "")
     lines = out.splitlines()
     assert lines[0] == f"variant main against {gold} (6 gold records)"
-    assert "skills  list          3                       0.667   0.800  0.727     0.722" in lines
+    row = "skills  list          3" + " " * 34 + "0.667        0.800        0.727        0.722"
+    assert row in lines
+    # the row under a field's scores holds their 95% intervals (3 records: wide)
+    assert lines[lines.index(row) + 1].split() == ["0.500-1.000"] * 4
     # TP 7, FP 3, FN 2 and macro (1 + 8/11 + 2/3) / 3: see test_reports' partial gold test
     micro = (
-        "micro P 0.700  R 0.778  F1 0.737  (pooled over every value: 7 TP, 3 FP, 2 FN; a scalar counts once)"
+        "micro P 0.700 [0.333-1.000]  R 0.778 [0.500-1.000]  F1 0.737 [0.400-1.000]  "
+        "(pooled over every value: 7 TP, 3 FP, 2 FN; a scalar counts once)"
     )
-    macro = "macro 0.798  (mean of each field's F1 or accuracy, 3 fields)"
+    macro = "macro 0.798 [0.333-1.000]  (mean of each field's F1 or accuracy, 3 fields)"
     assert lines[lines.index(micro) + 1] == macro
+    assert lines[lines.index(micro) + 2] == (
+        "95% intervals: percentile bootstrap over records, 1,000 resamples, seed 0 "
+        "(the row under a field's scores; [low-high])"
+    )
     assert lines[-7:] == [
         "grounding of main over the 3 scored records (values of grounded fields found in the record text):",
         "  skills: 6 of 6 values found in the text (100%)",
@@ -140,6 +150,66 @@ def test_eval_html_puts_the_gold_beside_the_variant(job: JobSpec, gold: Path, tm
     assert card_ids(dom) == ["2", "1", "42"]  # by disagreement: 2/3, 1/4, 0
 
 
+def test_eval_html_shows_each_score_with_its_interval(job: JobSpec, gold: Path, tmp_path: Path) -> None:
+    html = tmp_path / "eval.html"
+    code, _, _ = cli("eval", job.source_file, "--gold", gold, "--html", html)
+    assert code == 0
+    table = opened(html).find(id="scores")
+    rows = {
+        (cells[0].text, cells[1].text): (cells[2].text, cells[3].text, cells[4].text)
+        for cells in (row.find_all("td") for row in table.find("tbody").find_all("tr"))
+    }
+    assert rows[("skills", "f1")] == ("0.727", "0.500 \u2013 1.000", "3")
+    assert rows[("years", "accuracy")] == ("0.667", "0.000 \u2013 1.000", "3")
+    assert rows[("overall", "micro f1")] == ("0.737", "0.400 \u2013 1.000", "3")
+
+
+def test_eval_two_variants_gives_the_paired_difference_and_a_verdict(job: JobSpec, gold: Path) -> None:
+    code, out, err = cli("eval", job.source_file, "--gold", gold, "--variants", "main,big", "--json")
+    assert (code, err) == (0, "")
+    data = orjson.loads(out)
+    # gold records with a result of both: 42, 1, 2 (9 failed for main, 50 not extracted, 77 not in source)
+    assert (data["variants"], data["records"]) == ({"a": "main", "b": "big"}, 3)
+    skills = data["fields"]["skills"]
+    # record 2: big says [SQL], the gold [SQL]: big's skills F1 is 2*4/(5+5) = 0.8 to main's 8/11
+    assert (skills["a"]["f1"], skills["b"]["f1"]) == (approx(8 / 11), approx(0.8))
+    difference = skills["difference"]
+    assert difference["metric"] == "f1" and difference["value"] == approx(0.8 - 8 / 11)
+    low, high = difference["ci"]
+    assert low < 0 < high and difference["verdict"] == "no detectable difference"
+    assert difference["records_needed"] > 3  # more gold would be needed to tell
+    assert data["fields"]["years"]["difference"]["metric"] == "accuracy"
+    assert data["micro"]["difference"]["verdict"] == "no detectable difference"
+    assert data["missing"]["a"]["failed"] == {"9": "schema_invalid"}
+    code, out, _ = cli("eval", job.source_file, "--gold", gold, "--variants", "main,big")
+    lines = out.splitlines()
+    assert (
+        code == 0
+        and lines[0]
+        == f"big (B) against main (A), both against {gold}, over the 3 gold records both have a result for"
+    )
+    assert lines[2].split() == ["field", "metric", "main", "big", "B", "-", "A", "verdict"]
+    assert any(line.startswith("skills  ") and line.endswith("no detectable difference") for line in lines)
+    assert (
+        "verdict: better or worse when the interval of B - A excludes 0, else no detectable difference"
+        in lines
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--variants", "main,big", "--variant", "big"], r"give it without --variant and --html"),
+        (["--variants", "main"], r"--variants 'main': give exactly 2 variant names"),
+        (["--variants", "main,nope"], r"variant 'nope' has no results"),
+        (["--resamples", "10"], r"--resamples"),
+    ],
+)
+def test_eval_variants_bad_input_exits_2(job: JobSpec, gold: Path, args: list[str], message: str) -> None:
+    code, out, err = cli("eval", job.source_file, "--gold", gold, *args)
+    assert code == 2 and out == "" and re.search(message, err) and "Traceback" not in err
+
+
 def test_eval_json_with_html_keeps_stdout_one_json_object(job: JobSpec, gold: Path, tmp_path: Path) -> None:
     html = tmp_path / "eval.html"
     result = CliRunner().invoke(
@@ -177,6 +247,19 @@ def test_eval_bad_input_exits_2_with_one_line(
         assert err.startswith("error: ") and err.count("\n") == 1
 
 
+def test_run_rerun_repeats_a_variant_on_its_own_records_as_a_variant_of_its_own(tmp_path: Path) -> None:
+    spec = variants_job(tmp_path)
+    run_variant(spec, "big", main_answer)
+    with sim_server("--model", "big-model") as url:
+        code, out, err = cli("run", spec.source_file, "--variant", "big", "--rerun", "--endpoint", url)
+    assert code == 0, err
+    assert out.startswith("run 2 completed: 9 done, 0 failed of 9")  # big's 9 results, not 10 records
+    models = table_rows(spec.database, "SELECT DISTINCT model FROM results WHERE variant = 'big~rerun'")
+    assert models == [("big-model",)]  # big's settings, exactly
+    code, out, _ = cli("compare", spec.source_file, "--variants", "big,big~rerun", "--json")
+    assert code == 0 and orjson.loads(out)["noise"]["rerun"] == "big~rerun"
+
+
 def test_a_job_that_never_ran_is_exit_2(tmp_path: Path) -> None:
     spec = variants_job(tmp_path)
     code, _, err = cli("compare", spec.source_file, "--variants", "main,big")
@@ -208,7 +291,8 @@ def test_compare_prints_agreement_per_variant_numbers_disagreements_and_the_nois
     assert (code, err) == (0, "")
     lines = out.splitlines()
     assert lines[0] == "big compared with main (the reference) over the 8 records both extracted"
-    assert "skills  list          8                       0.933   0.875  0.903     0.892" in lines
+    row = "skills  list          8" + " " * 34 + "0.933        0.875        0.903        0.892"
+    assert lines[lines.index(row) + 1].split() == ["0.824-1.000", "0.750-1.000", "0.800-0.970", "0.783-0.975"]
     start = lines.index("means per record over the 8 records both extracted:")
     assert lines[start + 1].split() == [
         "variant",
@@ -241,9 +325,10 @@ def test_compare_prints_agreement_per_variant_numbers_disagreements_and_the_nois
     ]
     job_file = str(job.source_file)
     assert lines[-1] == (
-        "noise floor: temperature 0 on vLLM is not deterministic across batches, so a difference means "
-        f"something only above how much main differs from a re-run of itself: `pipeline run {job_file} "
-        f"--variant main-rerun --sample 8` then `pipeline compare {job_file} --variants main,main-rerun`"
+        "noise floor: not measured (main~rerun has no results). Temperature 0 on vLLM is not deterministic "
+        "across batches, so a difference means something only above how much main differs from a re-run "
+        f"of itself: `pipeline run {job_file} --variant main --rerun` (re-runs main with its settings on "
+        f"the records it extracted), then `pipeline compare {job_file} --variants main,big`"
     )
 
 
@@ -292,11 +377,13 @@ def test_compare_sample_reads_only_the_sampled_records(job: JobSpec) -> None:
         "big compared with main (the reference) over the 3 records both extracted "
         "(sample of 4 source records (seed 7))"
     )
-    assert "--variant main-rerun --sample 4`" in out.splitlines()[-1]
+    # the hint keeps every option the comparison needs: the variant, the sample, its seed, the database
+    assert "--variant main --rerun --sample 4 --seed 7`" in out.splitlines()[-1]
     code, out, _ = cli("compare", job.source_file, *args, "--database", job.database)
     assert out.splitlines()[-1].endswith(
-        f"--sample 4 --database {job.database}` then "
-        f"`pipeline compare {job.source_file} --variants main,main-rerun --database {job.database}`"
+        f"--sample 4 --seed 7 --database {job.database}` (re-runs main with its settings on the records "
+        f"it extracted), then `pipeline compare {job.source_file} --variants main,big --sample 4 --seed 7 "
+        f"--database {job.database}`"
     )
 
 
@@ -331,19 +418,19 @@ def test_compare_bad_variants_exit_2_with_one_line(job: JobSpec, variants: str, 
 def test_compare_with_a_rerun_says_it_is_the_noise_floor(tmp_path: Path) -> None:
     spec = variants_job(tmp_path)
     run_variant(spec, "main", main_answer)
-    run_variant(spec, "main-rerun", main_answer)
-    code, out, _ = cli("compare", spec.source_file, "--variants", "main,main-rerun")
+    run_variant(spec, "main~rerun", main_answer)
+    code, out, _ = cli("compare", spec.source_file, "--variants", "main,main~rerun")
     lines = out.splitlines()
     # 9 records: 4 scalars (36 values) and 2 skills (18) each
     micro = (
-        "micro P 1.000  R 1.000  F1 1.000  (pooled over every value: 54 TP, 0 FP, 0 FN; a scalar counts once)"
+        "micro P 1.000 [1.000-1.000]  R 1.000 [1.000-1.000]  F1 1.000 [1.000-1.000]  "
+        "(pooled over every value: 54 TP, 0 FP, 0 FN; a scalar counts once)"
     )
     assert code == 0 and micro in lines
     assert "no record differs" in lines
-    assert lines[-1] == (
-        "noise floor: this compares a variant with a re-run of itself; a difference between two variants "
-        "means something only above these numbers"
-    )
+    # against its own re-run, the re-run is its noise: nothing is beyond it
+    assert lines[-1] == "beyond the noise (the gap's interval is above 0): no field"
+    assert "  skills  1.000   1.000 [1.000, 1.000]  +0.000 [+0.000, +0.000]  no" in lines
 
 
 # --- review -----------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -13,7 +14,14 @@ import pytest
 from pipeline.errors import ConfigError
 from pipeline.quality import AgreementReport, FieldScore, format_table, measure_agreement
 from pipeline.quality.bootstrap import Bootstrap, list_ratios, records_to_detect
-from pipeline.quality.intervals import Verdict, noise_floor, paired_differences, resample, with_intervals
+from pipeline.quality.intervals import (
+    Verdict,
+    noise_floor,
+    paired_differences,
+    resample,
+    swapped,
+    with_intervals,
+)
 from tests.support.quality_schemas import posting_fields
 
 SKILLS = [f"skill {index}" for index in range(40)]
@@ -160,15 +168,54 @@ def test_pairing_detects_a_small_difference_that_two_separate_intervals_would_no
     assert paired_differences(a, b, Bootstrap()).fields["level"].verdict is Verdict.BETTER
 
 
+def test_a_few_records_that_all_favour_b_are_not_a_detectable_difference() -> None:
+    # B fixes A's level on 4 of 300 records and changes nothing else. A percentile bootstrap alone
+    # calls that better (a resample misses all 4 only e^-4 = 1.8% of the time); 4 of 4 the same way
+    # happens 1 time in 8 by chance, which the sign-flip spread keeps in the interval.
+    gold, a_side = simulated(random.Random(9), 300, match=0.7, found=0.6)
+    b_side = {key: dict(value) for key, value in a_side.items()}
+    for key in [key for key in gold if a_side[key]["level"] != gold[key]["level"]][:4]:
+        b_side[key]["level"] = gold[key]["level"]
+    a, b = measured(gold, a_side), measured(gold, b_side)
+    (boot_a, boot_b) = resample([a, b], Bootstrap())
+    delta = boot_b.paths["level"]["agreement"] - boot_a.paths["level"]["agreement"]
+    assert Bootstrap().interval(delta)[0] > 0  # type: ignore[index]  # the bootstrap alone is too sure
+    level = paired_differences(a, b, Bootstrap()).fields["level"]
+    assert level.value == pytest.approx(4 / 300) and level.verdict is Verdict.NONE
+    assert level.ci is not None and level.ci[0] < 0 < level.ci[1]
+
+
+def test_intervals_of_differences_are_simultaneous_over_the_fields() -> None:
+    gold, a_side = simulated(random.Random(10), 300, match=0.7, found=0.6)
+    _, b_side = simulated(random.Random(11), 300, match=0.7, found=0.6)
+    a, b = measured(gold, a_side), measured(gold, b_side)
+    paired = paired_differences(a, b, Bootstrap())
+    # two fields and the overall micro F1: each at 1 - 0.05/3
+    for difference in [*paired.fields.values(), paired.micro_f1]:
+        assert difference.level == pytest.approx(1 - 0.05 / 3)
+    assert "simultaneous over the 3 differences shown (98.3% each" in paired.rule
+    # ± z standard errors: z of the simultaneous level, the larger of the two spreads' deviations
+    level = paired.fields["skills"]
+    boot_a, boot_b = resample([a, b], Bootstrap())
+    swap_a, swap_b = swapped(a, b, Bootstrap())
+    deviation = max(
+        float(np.std(boot_b.paths["skills"]["agreement"] - boot_a.paths["skills"]["agreement"])),
+        float(np.std(swap_b.paths["skills"]["agreement"] - swap_a.paths["skills"]["agreement"])),
+    )
+    z = NormalDist().inv_cdf(1 - 0.05 / 6)
+    assert level.ci is not None and level.value is not None
+    assert level.ci == pytest.approx((level.value - z * deviation, level.value + z * deviation))
+
+
 def test_records_needed_grows_as_the_difference_shrinks() -> None:
     z = Bootstrap().z
     assert z == pytest.approx(1.96, abs=0.001)
-    wide = records_to_detect(200, 0.02, (-0.03, 0.07), z)
-    narrow = records_to_detect(200, 0.04, (-0.01, 0.09), z)
+    wide = records_to_detect(200, 0.02, 0.025, z)
+    narrow = records_to_detect(200, 0.04, 0.025, z)
     assert wide is not None and narrow is not None and wide > narrow > 200
-    # (z + z_power)^2 * se^2 / d^2 * n with se = 0.1 / (2 z): 2.8016^2 * 0.02551^2 / 0.02^2 * 200
-    assert wide == math.ceil(200 * ((z + 0.8416212) * (0.1 / (2 * z)) / 0.02) ** 2)
-    assert records_to_detect(200, 0.0, (-0.01, 0.01), z) is None
+    # (z + z_power)^2 * se^2 / d^2 * n: (1.96 + 0.8416)^2 * 0.025^2 / 0.02^2 * 200
+    assert wide == math.ceil(200 * ((z + 0.8416212) * 0.025 / 0.02) ** 2)
+    assert records_to_detect(200, 0.0, 0.01, z) is None
 
 
 def test_the_noise_floor_flags_only_the_fields_beyond_it() -> None:

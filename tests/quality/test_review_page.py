@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import errno
 import hashlib
 import json
@@ -21,6 +22,7 @@ from pipeline.quality.review_page import (
     GroundedSpan,
     ReviewPage,
     ReviewRecord,
+    ScoreRow,
     VariantView,
     embed_json,
     page_data,
@@ -156,6 +158,7 @@ def test_embedded_json_round_trips_to_the_page_data() -> None:
         "groundedPaths": ["title"],
         "generatedAt": GENERATED_AT,
         "notes": ["a note"],
+        "scores": [],
         "records": [
             {
                 "id": "7",
@@ -322,6 +325,27 @@ def test_one_variant_header_counts_and_notes(one_variant_dom: Element) -> None:
     assert dom.find(id="shown-count").text == "3 of 3 records shown"
     assert card_ids(dom) == ["r1", "r2", "r3"]
     assert dom.find(id="field-label").text == "Ungrounded in" and "hidden" in dom.find(id="min-control").attrs
+
+
+def test_eval_scores_show_above_the_records_with_their_intervals(browser: str, tmp_path: Path) -> None:
+    scores = [
+        ScoreRow("explicit_skills", "f1", 0.6412, (0.6012, 0.6803), 200),
+        ScoreRow("seniority", "accuracy", 0.9, None, 200),
+        ScoreRow("overall", "micro f1", None, None, 0),
+    ]
+    page = dataclasses.replace(one_variant_page(), scores=scores)
+    table = open_page(tmp_path, page).find(id="scores")
+    assert "hidden" not in table.attrs
+    rows = [[cell.text for cell in row.find_all("td")] for row in table.find("tbody").find_all("tr")]
+    assert rows == [
+        ["explicit_skills", "f1", "0.641", "0.601 \u2013 0.680", "200"],
+        ["seniority", "accuracy", "0.900", "-", "200"],
+        ["overall", "micro f1", "-", "-", "0"],
+    ]
+
+
+def test_a_page_without_scores_hides_the_score_table(one_variant_dom: Element) -> None:
+    assert "hidden" in one_variant_dom.find(id="scores").attrs
 
 
 def test_one_variant_highlights_grounded_values_in_the_text(one_variant_dom: Element) -> None:

@@ -111,12 +111,19 @@ def test_eval_partial_gold_has_the_hand_computed_scores_and_accounts_for_every_r
     assert skills["agreement"] == approx(8 / 11)  # the headline is the micro F1
     assert (fields["years"]["scored"], fields["years"]["accuracy"]) == (3, approx(2 / 3))
     # macro: title accuracy 1, skills micro F1 8/11, years accuracy 2/3
-    assert data["macro"] == {"score": approx((1 + 8 / 11 + 2 / 3) / 3), "fields": 3}
+    assert data["macro"] == {
+        "score": approx((1 + 8 / 11 + 2 / 3) / 3),
+        "fields": 3,
+        "score_ci": [approx(1 / 3), 1.0],  # 3 records: a wide interval
+    }
     # micro: title TP 1; skills TP 4, FP 2, FN 1; years TP 2 and (3 for 2) FP 1, FN 1: TP 7, FP 3, FN 2
     assert data["micro"] == {
         "precision": approx(7 / 10),
+        "precision_ci": [approx(1 / 3), 1.0],
         "recall": approx(7 / 9),
+        "recall_ci": [0.5, 1.0],
         "f1": approx(14 / 19),
+        "f1_ci": [0.4, 1.0],
         "tp": 7,
         "fp": 3,
         "fn": 2,
@@ -232,10 +239,17 @@ def test_compare_agreement_tokens_failures_and_grounding(job: JobSpec) -> None:
     assert fields["skills"]["macro"]["f1"] == approx((5 + 2 * 2 / 3 + 0.8) / 8)
     assert (fields["years"]["accuracy"], fields["title"]["accuracy"]) == (0.875, 1.0)
     # macro: title 1, skills micro F1 28/31, years 7/8, low 1, high 1
-    assert data["macro"] == {"score": approx((1 + 28 / 31 + 0.875 + 1 + 1) / 5), "fields": 5}
+    assert data["macro"] | {"score_ci": None} == {
+        "score": approx((1 + 28 / 31 + 0.875 + 1 + 1) / 5),
+        "fields": 5,
+        "score_ci": None,
+    }
+    low, high = data["macro"]["score_ci"]
+    assert low < data["macro"]["score"] < high
     # micro: title, low, high 8 TP each, years 7 TP + 1 FP + 1 FN, skills 14 TP, 1 FP, 2 FN:
     # TP 45, FP 2, FN 3: P 45/47, R 45/48, F1 90/95
-    assert data["micro"] == {
+    micro = {name: value for name, value in data["micro"].items() if not name.endswith("_ci")}
+    assert micro == {
         "precision": approx(45 / 47),
         "recall": approx(45 / 48),
         "f1": approx(90 / 95),
@@ -243,6 +257,9 @@ def test_compare_agreement_tokens_failures_and_grounding(job: JobSpec) -> None:
         "fp": 2,
         "fn": 3,
     }
+    for name in ("precision", "recall", "f1"):  # each score has its 95% interval beside it
+        low, high = data["micro"][f"{name}_ci"]
+        assert low <= data["micro"][name] <= high and high - low < 0.2
     main, big = data["variants"]["main"], data["variants"]["big"]
     assert main["tokens_per_record"] == {"prompt": 100.0, "completion": 40.0, "reasoning": 10.0}
     # record 1 took big two attempts: (200 + 7 * 100) / 8 ...

@@ -189,6 +189,44 @@ async def test_a_record_gets_the_same_content_on_every_run_retry_and_reask() -> 
     assert sum(a != b for a, b in zip(answers, elsewhere, strict=True)) >= 15
 
 
+def prompted_chat(posting: str, system: str) -> dict[str, Any]:
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": posting}]
+    return chat(JobPosting, messages=messages)
+
+
+async def test_answer_noise_redraws_some_fields_per_request_and_keeps_the_rest() -> None:
+    postings = [f"Posting {n}: a role." for n in range(60)]
+    steady = SimServer(SimConfig(model="m", seed=1))
+    noisy = SimServer(SimConfig(model="m", seed=1, answer_noise=0.1))
+    clean = [orjson.loads(await answer_of(steady, prompted_chat(p, "Extract."))) for p in postings]
+    varied = [orjson.loads(await answer_of(noisy, prompted_chat(p, "Extract."))) for p in postings]
+    changed = [sum(a[name] != b[name] for name in a) for a, b in zip(clean, varied, strict=True)]
+    fields = len(clean[0])
+    # ~10% of the field values are redrawn (some redraws land on the same value): the rest agree
+    assert 0.03 * fields * 60 < sum(changed) < 0.2 * fields * 60
+    assert max(changed) < fields  # never a whole new answer
+    for answer in varied:
+        JobPosting.model_validate(answer)
+
+
+async def test_prompt_sensitive_fields_change_with_the_system_prompt_and_others_do_not() -> None:
+    sim = SimServer(SimConfig(model="m", seed=2, prompt_sensitive=("seniority", "explicit_skills")))
+    postings = [f"Posting {n}: a role." for n in range(30)]
+    first = [orjson.loads(await answer_of(sim, prompted_chat(p, "Extract."))) for p in postings]
+    other = [orjson.loads(await answer_of(sim, prompted_chat(p, "Extract, tersely."))) for p in postings]
+    differing = {name for a, b in zip(first, other, strict=True) for name in a if a[name] != b[name]}
+    assert differing == {"seniority", "explicit_skills"}
+    again = [orjson.loads(await answer_of(sim, prompted_chat(p, "Extract."))) for p in postings]
+    assert again == first  # the same prompt: the same answers
+
+
+async def test_an_empty_field_is_answered_empty_and_valid() -> None:
+    sim = SimServer(SimConfig(model="m", empty_fields=("salary", "explicit_skills", "title")))
+    answer = orjson.loads(await answer_of(sim, prompted_chat("A posting.", "Extract.")))
+    assert (answer["salary"], answer["explicit_skills"], answer["title"]) == (None, [], "")
+    assert answer["company"] is not None and answer["seniority"] is not None  # the others are answered
+
+
 async def test_faults_stay_drawn_per_request_and_spoil_the_records_content() -> None:
     clean = await answer_of(SimServer(SimConfig(model="m")), record_chat("A posting."))
     for fault in ("invalid_json", "schema_invalid", "length"):

@@ -238,3 +238,29 @@ async def test_records_carry_their_content_hash_and_a_truncated_budget(tmp_path:
     assert len({record.content_hash for record in records.values()}) == 3
     edit(spec, "UPDATE postings SET description = 'x' WHERE id = 0")
     assert (await fetch(spec, [0]))[0].content_hash != records[0].content_hash
+
+
+async def test_a_rerun_takes_only_the_records_its_variant_has_a_current_result_for(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=10)
+    await write(spec, done, [0, 1, 2, 3])
+    await write(spec, failing(FailureClass.SCHEMA_INVALID), [4])
+    rerun = spec.for_variant("main~rerun")
+    assert rerun.variant == "main~rerun" and version_of(rerun) == version_of(spec)
+    assert sorted((await pending(rerun))[0]) == [0, 1, 2, 3]  # not the failure, not the new records
+    sampled = Selection(sample=5, seed=3)
+    in_sample = set((await pending(spec, sampled))[0]) | {0, 1, 2, 3, 4}
+    assert set((await pending(rerun, sampled))[0]) <= in_sample & {0, 1, 2, 3}
+    await write(rerun, done, [0, 1])  # resumable: what the re-run has is not taken again
+    assert sorted((await pending(rerun))[0]) == [2, 3]
+    # results main made under another prompt are not what a re-run of today's main repeats
+    edited = with_prompt(spec, system="Another prompt.")
+    assert (await pending(edited.for_variant("main~rerun")))[0] == []
+
+
+async def test_a_rerun_of_a_declared_variant_repeats_that_variant(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=6, variants={"big": {"model": "big-model", "max_tokens": 512}})
+    big = spec.for_variant("big")
+    await write(big, done, [1, 2])
+    rerun = spec.for_variant("big~rerun")
+    assert (rerun.model, rerun.max_tokens, rerun.variant) == ("big-model", 512, "big~rerun")
+    assert sorted((await pending(rerun))[0]) == [1, 2]
