@@ -17,6 +17,7 @@ from __future__ import annotations
 import decimal
 import difflib
 import enum
+import re
 import types
 import typing
 from collections.abc import Iterable, Mapping, Sequence
@@ -246,6 +247,11 @@ def _list_subpaths(specs: Sequence[FieldSpec], prefix: str, top: str) -> list[Sc
             item_kind = spec.item_kind if spec.kind is FieldKind.LIST else spec.kind
             paths.append(ScoredPath(f"{prefix}{spec.name}", FieldKind.LIST, top, item_kind, in_overall=False))
     return paths
+
+
+def top_field(path: str) -> str:
+    """The top-level field of a path: ``salary.minimum`` and ``requirements[].text`` -> their first name."""
+    return re.split(r"[.\[]", path, maxsplit=1)[0]
 
 
 def did_you_mean(name: str, known: Iterable[str]) -> str:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pipeline.job.spec import JobSpec
 from pipeline.quality import AgreementReport, ground, grounded_paths, measure_agreement, schema_fields
 from pipeline.quality.agreement import id_order
+from pipeline.quality.fields import top_field
 from pipeline.quality.review_page import GroundedSpan, ReviewPage, ReviewRecord, ScoreRow, VariantView
 from pipeline.reports.reading import (
     Sample,
@@ -25,7 +26,7 @@ from pipeline.reports.reading import (
     open_output,
     sample_scope,
 )
-from pipeline.reports.shared import schema_extraction, top_field
+from pipeline.reports.shared import schema_extraction
 
 DEFAULT_REVIEW_SAMPLE = 100
 #: The threshold the run grounds with (:meth:`pipeline.quality.grounding.Grounder.for_schema`).

@@ -3,7 +3,6 @@ values are written in the text reports."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -66,12 +65,6 @@ def grounding_lines(summary: GroundingSummary, indent: str = "  ") -> list[str]:
     if summary.without_grounding:
         lines.append(f"{indent}({summary.without_grounding:,} results were stored without grounding)")
     return lines
-
-
-def top_field(path: str) -> str:
-    """The top-level field of a scored path: ``salary.minimum`` and ``requirements[].text`` -> their
-    first name."""
-    return re.split(r"[.\[]", path, maxsplit=1)[0]
 
 
 def ids_text(keys: Iterable[str], limit: int = SHOWN_IDS) -> str:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 from pipeline.errors import EXIT_FAILURES, EXIT_INTERRUPTED, PERMANENT_FAILURE_CLASSES, FailureClass
+from pipeline.quality.drift import Drift
 from pipeline.run.progress import ProgressReporter
 from pipeline.source.pending import Selection
 from pipeline.source.versions import StaleCause
@@ -87,6 +88,8 @@ class RunSummary:
     # --redo-stale redoes them).
     stale_kept: Mapping[str, int] = field(default_factory=dict)
     variant: str = "main"
+    # What moved in this run beyond its usual run-to-run variation (pipeline.quality.drift).
+    drift: tuple[Drift, ...] = ()
 
     @property
     def exit_code(self) -> int:

@@ -30,6 +30,7 @@ from anyio.abc import ObjectReceiveStream, ObjectSendStream
 
 from pipeline.errors import (
     ConfigError,
+    DatabaseError,
     FatalRunError,
     RecordError,
     StalledRunError,
@@ -40,6 +41,7 @@ from pipeline.extraction.outcomes import Outcome
 from pipeline.extraction.prompt import PromptBuilder
 from pipeline.extraction.retry import RetryKind, RetryPolicy
 from pipeline.job.spec import JobSpec
+from pipeline.quality.drift import BASELINE_RUNS, Drift, find_drift
 from pipeline.quality.grounding import Grounder
 from pipeline.run.committer import FLUSH_MAX_ROWS, commit_outcomes
 from pipeline.run.context import RunContext
@@ -47,6 +49,7 @@ from pipeline.run.fleet import open_fleet
 from pipeline.run.options import RunOptions, RunStatus, RunSummary
 from pipeline.run.progress import LogProgress
 from pipeline.run.prometheus import publish_metrics
+from pipeline.run.series import RunSeries
 from pipeline.run.shutdown import Shutdown
 from pipeline.run.stats import RunStats
 from pipeline.run.watchdog import StallWatchdog
@@ -141,7 +144,9 @@ async def _run_with_reader(
     knees = await anyio.to_thread.run_sync(known_knees, connection, spec) if context.auto else {}
     fleet = open_fleet(context, local=options.local_server, sleep=options.sleep, knees=knees)
     async with fleet as (context, router):
-        stats, run_id, status, fatal = await _run_on(context, options, connection, reader, router, pending)
+        stats, run_id, status, fatal, drift = await _run_on(
+            context, options, connection, reader, router, pending
+        )
     log.info("run ended", run_id=run_id, status=str(status), done=stats.done, failed=stats.failed)
     if fatal is not None:
         raise fatal
@@ -156,6 +161,7 @@ async def _run_with_reader(
         timeouts=stats.timeouts,
         elapsed_s=stats.elapsed_s(),
         stale_kept=await _stale_kept(reader),
+        drift=drift,
     )
 
 
@@ -166,7 +172,7 @@ async def _run_on(
     reader: SourceReader,
     router: Router,
     pending: int,
-) -> tuple[RunStats, int, RunStatus, FatalRunError | None]:
+) -> tuple[RunStats, int, RunStatus, FatalRunError | None, tuple[Drift, ...]]:
     spec = context.spec
     writer = StoreWriter(connection, spec, context.version)
     stats = RunStats(pending_at_start=pending, concurrency=router.most_in_flight)
@@ -189,7 +195,29 @@ async def _run_on(
     knees = {e.config.knee_key: e.found_knee for e in router.endpoints if e.found_knee is not None}
     await writer.finish_run(str(status), str(fatal) if fatal else None, knees)
     await anyio.to_thread.run_sync(write_snapshot, spec.database, run_id, stats.snapshot(), str(status))
-    return stats, run_id, status, fatal
+    run.series.sample()
+    return stats, run_id, status, fatal, await _profile_and_drift(writer, run.series)
+
+
+async def _profile_and_drift(writer: StoreWriter, series: RunSeries) -> tuple[Drift, ...]:
+    """Keep the run's series and profile, and say what drifted against the runs before it. The results
+    are committed already: a failure here is a warning, not the run's end."""
+    try:
+        await writer.save_series(series.points)
+        if writer.counts.done == 0:
+            return ()
+        await writer.profile_run()
+        runs = await writer.recent_runs(BASELINE_RUNS + 1)
+    except DatabaseError as error:
+        log.warning("the run's profile was not kept: no drift check", error=str(error))
+        return ()
+    drift = tuple(find_drift([(run["run_id"], run["profile"]) for run in runs]))
+    if drift:
+        log.warning(
+            "the run drifted: numbers moved beyond their usual run-to-run variation",
+            drift=[entry.describe() for entry in drift],
+        )
+    return drift
 
 
 async def _stale_kept(reader: SourceReader) -> dict[str, int]:
@@ -253,6 +281,7 @@ class _Run:
             on_abort=self._abort,
         )
         self._fatal: FatalRunError | None = None
+        self.series = RunSeries(stats, sleep=options.sleep)
 
     def _abort(self, error: FatalRunError) -> None:
         self._fatal = self._fatal or error
@@ -275,6 +304,7 @@ class _Run:
                 return RunStatus.ABORTED, error
             watchers.start_soon(self._progress.run, self._stats)
             watchers.start_soon(self._write_snapshots)
+            watchers.start_soon(self.series.run, self._writer.save_series)
             await watchers.start(self._router.run)
             watchers.start_soon(self._watchdog.run)
             if not self._reader.content_counted:

@@ -7,7 +7,8 @@
   same transaction as the new result, so nothing extracted is ever lost.
 * ``failures``: one row per (variant, record) that has no result from its last try, with the tokens
   that try spent and the version it was made under.
-* ``runs``: one row per run, with totals over every attempt.
+* ``runs``: one row per run, with totals over every attempt, the profile of what it produced and a
+  small time series of how it went.
 
 A database written by an earlier version opens without a manual step: tables keyed by record alone
 are rebuilt with the variant in their key (rows become variant ``main``), and missing columns are
@@ -80,6 +81,8 @@ _RUN_COLUMNS = [
     ("reasoning_tokens", "BIGINT DEFAULT 0"),
     ("message", "VARCHAR"),
     ("knees", "JSON"),  # {"base_url model": level}: where `concurrency: auto` found each server's knee
+    ("profile", "JSON"),  # what the run produced, field by field (store/profiles.py): drift's input
+    ("series", "JSON"),  # the run over time: records/min, in flight, each endpoint's limit (run/series.py)
 ]
 _HISTORY_EXTRA = [("superseded_at", "TIMESTAMP"), ("superseded_by_run", "INTEGER")]
 

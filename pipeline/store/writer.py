@@ -23,6 +23,7 @@ from pipeline.extraction.outcomes import Extracted, Failed, Outcome
 from pipeline.job.spec import JobSpec
 from pipeline.source.db import UTC_NOW, Database, quote
 from pipeline.source.versions import JobVersion
+from pipeline.store.profiles import run_profile, save_profile, save_series, stored_runs
 from pipeline.store.tables import (
     FAILURE_COLUMNS,
     RESULT_COLUMNS,
@@ -107,6 +108,24 @@ class StoreWriter:
         next run to start from (see :func:`known_knees`)."""
         found = orjson.dumps(knees).decode() if knees else None
         await self._call(lambda: self._update_run(self.counts, status=status, message=message, knees=found))
+
+    async def save_series(self, points: Sequence[Mapping[str, Any]]) -> None:
+        """The run's time series (run/series.py) in its row, replacing what was there."""
+        await self._call(lambda: save_series(self.connection, self.spec, self.run_id, points))
+
+    async def profile_run(self) -> dict[str, Any]:
+        """Profile what this run wrote (store/profiles.py), keep it in its row, and return it."""
+
+        def profile() -> dict[str, Any]:
+            found = run_profile(self.connection, self.spec, self.run_id)
+            save_profile(self.connection, self.spec, self.run_id, found)
+            return found
+
+        return await self._call(profile)
+
+    async def recent_runs(self, most: int) -> list[dict[str, Any]]:
+        """The variant's last ``most`` profiled runs, oldest first (:func:`stored_runs`)."""
+        return await self._call(lambda: stored_runs(self.connection, self.spec, most))
 
     def _insert_run(self, start: RunStart) -> int:
         table = quote(self.spec.output.runs_table)

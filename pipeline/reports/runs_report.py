@@ -1,0 +1,182 @@
+"""``pipeline report``: a job's runs side by side, their trends, and what drifted in the last one.
+
+Each run keeps a profile of what it produced and a small time series (:mod:`pipeline.store.profiles`,
+:mod:`pipeline.run.series`). This reads the last runs of a variant, read-only, and judges the last one
+against the runs before it (:mod:`pipeline.quality.drift`). ``--fail-on-drift`` turns a drift into
+exit 1 for a nightly cron line.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pipeline.errors import ConfigError
+from pipeline.job.spec import JobSpec
+from pipeline.quality.drift import BASELINE_RUNS, RULE, Drift, find_drift
+from pipeline.store.opening import open_job_output
+from pipeline.store.profiles import stored_runs
+
+DEFAULT_RUNS = 10
+_SPARKS = "▁▂▃▄▅▆▇█"
+
+
+@dataclass(frozen=True, slots=True)
+class RunsReport:
+    job: str
+    variant: str
+    runs: tuple[Mapping[str, Any], ...]  # stored_runs' rows, oldest first
+    drift: tuple[Drift, ...]  # of the last run
+
+    def to_json(self) -> dict[str, Any]:
+        last = self.runs[-1] if self.runs else None
+        series = last.get("series") if last else None
+        return {
+            "job": self.job,
+            "variant": self.variant,
+            "generated_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            "rule": RULE,
+            "runs": [_run_json(run) for run in self.runs],
+            "drift": [entry.to_json() for entry in self.drift],
+            "series": {"run_id": last["run_id"], "points": series} if last and series else None,
+        }
+
+
+def _run_json(run: Mapping[str, Any]) -> dict[str, Any]:
+    profile = run["profile"]
+    attempted = profile.get("attempted") or 0
+    return {
+        "run_id": run["run_id"],
+        "started_at": run["started_at"],
+        "ended_at": run["ended_at"],
+        "status": run["status"],
+        "model": run["model"],
+        "records": profile.get("records"),
+        "failed": profile.get("failed"),
+        "records_per_min": profile.get("records_per_min"),
+        "failure_rate": (profile.get("failed") or 0) / attempted if attempted else None,
+        "failures": profile.get("failures") or {},
+        "tokens_per_record": {
+            name: numbers.get("mean") for name, numbers in (profile.get("tokens") or {}).items()
+        },
+        "latency_s": profile.get("latency_s") or {},
+        "fields": {name: _field_json(data) for name, data in (profile.get("fields") or {}).items()},
+    }
+
+
+def _field_json(data: Mapping[str, Any]) -> dict[str, Any]:
+    grounded = data.get("grounded")
+    return {
+        "kind": data.get("kind"),
+        "fill_rate": data.get("fill_rate"),
+        "distinct": data.get("distinct"),
+        "mean_length": data.get("mean_length"),
+        "top": data.get("top") or [],
+        "grounded_share": grounded.get("share") if grounded else None,
+    }
+
+
+def runs_report(spec: JobSpec, runs: int = DEFAULT_RUNS) -> RunsReport:
+    """The last ``runs`` profiled runs of ``spec.variant`` and what drifted in the last one. Raises
+    :class:`ConfigError` when none has a profile; ``DatabaseLockedError`` while a run holds the database."""
+    if runs < 1:
+        raise ConfigError(f"--runs {runs}: give 1 or more")
+    tables = [spec.output.runs_table, spec.output.results_table]
+    connection = open_job_output(spec, tables)
+    try:
+        # The last run is judged against as many earlier runs as drift uses, however many are shown.
+        found = stored_runs(connection, spec, max(runs, BASELINE_RUNS + 1))
+    finally:
+        connection.close()
+    if not found:
+        raise ConfigError(
+            f"{spec.database}: no run of variant {spec.variant!r} has a profile yet "
+            f"(every run keeps one from this version on: `pipeline run {spec.source_file}`)"
+        )
+    drift = tuple(find_drift([(run["run_id"], run["profile"]) for run in found]))
+    return RunsReport(spec.name, spec.variant, tuple(found[-runs:]), drift)
+
+
+def _cell(value: Any, digits: int = 2) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}" if abs(value) < 1000 else f"{value:,.0f}"
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def sparkline(values: Sequence[float | None]) -> str:
+    """The values as a row of block characters (a gap for a missing one), lowest to highest."""
+    known = [value for value in values if value is not None]
+    if not known:
+        return ""
+    low, high = min(known), max(known)
+    span = high - low
+    return "".join(
+        " "
+        if value is None
+        else _SPARKS[0 if span == 0 else round((value - low) / span * (len(_SPARKS) - 1))]
+        for value in values
+    )
+
+
+def _rows(report: RunsReport) -> list[tuple[str, list[Any]]]:
+    """(label, one value per run) for the run numbers, then each field's fill rate and grounded share."""
+    runs = [_run_json(run) for run in report.runs]
+    rows: list[tuple[str, list[Any]]] = [
+        ("status", [run["status"] for run in runs]),
+        ("records", [run["records"] for run in runs]),
+        ("failure rate", [run["failure_rate"] for run in runs]),
+        ("records/min", [run["records_per_min"] for run in runs]),
+    ]
+    for name in ("prompt", "completion", "reasoning"):
+        rows.append((f"{name} tok/record", [run["tokens_per_record"].get(name) for run in runs]))
+    for name in ("p50", "p90"):
+        rows.append((f"latency {name} s", [run["latency_s"].get(name) for run in runs]))
+    fields = list(runs[-1]["fields"])
+    for name in fields:
+        rows.append((f"{name}: fill", [run["fields"].get(name, {}).get("fill_rate") for run in runs]))
+    for name in fields:
+        shares = [run["fields"].get(name, {}).get("grounded_share") for run in runs]
+        if any(share is not None for share in shares):
+            rows.append((f"{name}: grounded", shares))
+    return rows
+
+
+def format_runs_report(report: RunsReport) -> str:
+    """The runs as columns (oldest first), each number's trend, and the drift of the last run."""
+    header = ["run", *(str(run["run_id"]) for run in report.runs), "trend"]
+    table = [header]
+    for label, values in _rows(report):
+        numbers = [value if isinstance(value, int | float) else None for value in values]
+        table.append([label, *(_cell(value) for value in values), sparkline(numbers)])
+    widths = [max(len(row[column]) for row in table) for column in range(len(header))]
+    lines = [
+        f"{report.job}, variant {report.variant}: the last {len(report.runs)} runs with a profile, "
+        "oldest first",
+        "",
+        *(
+            "  ".join(
+                cell.ljust(width) if column in (0, len(header) - 1) else cell.rjust(width)
+                for column, (cell, width) in enumerate(zip(row, widths, strict=True))
+            ).rstrip()
+            for row in table
+        ),
+        "",
+        *drift_lines(report),
+    ]
+    return "\n".join(lines)
+
+
+def drift_lines(report: RunsReport) -> list[str]:
+    last = report.runs[-1]["run_id"]
+    if len(report.runs) < 2 and not report.drift:
+        return [f"drift: run {last} is the first with a profile; nothing to compare it with yet"]
+    rule = f"({RULE})"
+    if not report.drift:
+        return [f"no drift in run {last}: every number is within its usual run-to-run variation", rule]
+    lines = [f"drift in run {last}:"]
+    lines += [f"  {entry.describe()} (allowed ±{_cell(entry.threshold)})" for entry in report.drift]
+    return [*lines, rule]

@@ -1,0 +1,68 @@
+"""The run over time, kept small: a point every few seconds (records/min since the last point, requests
+in flight, each endpoint's limit), at most :data:`MOST_POINTS` of them. When the run outlasts that, every
+other point is dropped and the interval doubles, so a 32-hour run keeps its whole shape in the same
+few kilobytes as a 10-minute one. The points go into the run's row (``runs.series``) now and then and
+at the end, for ``pipeline report``'s pictures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+
+from pipeline.run.stats import RunStats
+
+FIRST_INTERVAL_S = 5.0
+MOST_POINTS = 600
+SAVE_EVERY_POINTS = 12  # about a minute at first: a killed run keeps most of its series
+
+
+class RunSeries:
+    def __init__(
+        self,
+        stats: RunStats,
+        *,
+        interval_s: float = FIRST_INTERVAL_S,
+        most: int = MOST_POINTS,
+        sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
+    ) -> None:
+        self._stats = stats
+        self.interval_s = interval_s
+        self._most = max(2, most)
+        self._sleep = sleep
+        self.points: list[dict[str, Any]] = []
+        self._last = (0.0, 0)  # (elapsed s, records finished) at the last point
+
+    def sample(self) -> dict[str, Any]:
+        """Add a point for now (and thin the series out when it is full)."""
+        stats = self._stats
+        elapsed, finished = stats.elapsed_s(), stats.finished
+        since_s, since_finished = self._last
+        span = elapsed - since_s
+        point = {
+            "t": round(elapsed, 2),
+            "done": stats.done,
+            "failed": stats.failed,
+            "records_per_min": round((finished - since_finished) * 60 / span, 2) if span > 0 else None,
+            "in_flight": stats.in_flight,
+            "limits": {name: numbers["limit"] for name, numbers in stats.endpoint_numbers().items()},
+        }
+        self.points.append(point)
+        self._last = (elapsed, finished)
+        if len(self.points) > self._most:
+            # Keep every other point (the last one too), and sample half as often from now on.
+            self.points = [*self.points[:-1:2], self.points[-1]]
+            self.interval_s *= 2
+        return point
+
+    async def run(self, save: Callable[[list[dict[str, Any]]], Awaitable[None]]) -> None:
+        """Sample until cancelled; hand the points to ``save`` every :data:`SAVE_EVERY_POINTS`."""
+        taken = 0
+        while True:
+            self.sample()
+            taken += 1
+            if taken % SAVE_EVERY_POINTS == 0:
+                await save(list(self.points))
+            await self._sleep(self.interval_s)

@@ -1,0 +1,153 @@
+"""A run's profile, read from what it wrote and kept in its row of the runs table (``profile``), and
+the profiles of a job's runs for drift (:mod:`pipeline.quality.drift`) and ``pipeline report``.
+
+The fields are profiled from the run's results (:func:`pipeline.quality.profile.profile_fields`); a
+run of more than :data:`PROFILED_RESULTS` results is profiled on a seeded sample of that many, which
+puts a share within about ±0.5 points. Tokens, latency and failures are counted in SQL over all of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from pipeline.job.spec import JobSpec
+from pipeline.quality.fields import schema_fields, top_field
+from pipeline.quality.profile import profile_fields
+from pipeline.source.db import Database, quote
+
+PROFILED_RESULTS = 50_000
+PROFILE_VERSION = 1
+_TOKENS = ("prompt", "completion", "reasoning")
+
+
+def run_profile(connection: Database, spec: JobSpec, run_id: int) -> dict[str, Any]:
+    """What run ``run_id`` of ``spec.variant`` produced. Blocking."""
+    parameters = {"variant": spec.variant, "run_id": run_id}
+    results = quote(spec.output.results_table)
+    rows = connection.rows(
+        f"SELECT extracted, grounding FROM (SELECT extracted, grounding FROM {results} "
+        "WHERE variant = $variant AND run_id = $run_id) "
+        f"USING SAMPLE reservoir({PROFILED_RESULTS} ROWS) REPEATABLE (0)",
+        parameters,
+    )
+    extractions = [_object(extracted) for extracted, _ in rows]
+    profile = _run_numbers(connection, spec, parameters)
+    profile["fields"] = profile_fields(
+        schema_fields(spec.schema_class), extractions, _grounded([grounding for _, grounding in rows])
+    )
+    profile["profiled"] = len(rows)
+    return profile
+
+
+def _object(text: Any) -> dict[str, Any]:
+    value = orjson.loads(text) if text else {}
+    return value if isinstance(value, dict) else {}
+
+
+def _grounded(stored: Sequence[Any]) -> dict[str, tuple[int, int]]:
+    """Per top-level field: (values found in the text, values checked), from stored grounding."""
+    counts: dict[str, tuple[int, int]] = {}
+    for text in stored:
+        for span in orjson.loads(text) if text else []:
+            field = top_field(str(span.get("path", "")))
+            found, checked = counts.get(field, (0, 0))
+            counts[field] = (found + (span.get("match") != "none"), checked + 1)
+    return counts
+
+
+def _run_numbers(connection: Database, spec: JobSpec, parameters: Mapping[str, Any]) -> dict[str, Any]:
+    """Records, failures by class, tokens per record (mean, sd), latency p50/p90 and records/min."""
+    results, failures = quote(spec.output.results_table), quote(spec.output.failures_table)
+    tokens = ", ".join(
+        f"avg(coalesce(total_{name}_tokens, {name}_tokens)), stddev_samp(coalesce(total_{name}_tokens, "
+        f"{name}_tokens))"
+        for name in _TOKENS
+    )
+    row = (
+        connection.row(
+            f"SELECT count(*), {tokens}, quantile_cont(latency_s, 0.5), quantile_cont(latency_s, 0.9) "
+            f"FROM {results} WHERE variant = $variant AND run_id = $run_id",
+            parameters,
+        )
+        or (0,) * 9
+    )
+    failed: dict[Any, Any] = dict(
+        connection.rows(
+            f"SELECT failure_class, count(*) FROM {failures} WHERE variant = $variant AND run_id = $run_id "
+            "GROUP BY 1 ORDER BY 2 DESC, 1",
+            parameters,
+        )
+    )
+    records = int(row[0])
+    return {
+        "version": PROFILE_VERSION,
+        "records": records,
+        "failed": sum(failed.values()),
+        "attempted": records + sum(failed.values()),
+        "failures": {str(name): int(count) for name, count in failed.items()},
+        "tokens": {
+            name: {"mean": _float(row[1 + 2 * index]), "sd": _float(row[2 + 2 * index])}
+            for index, name in enumerate(_TOKENS)
+        },
+        "latency_s": {"p50": _float(row[7]), "p90": _float(row[8])},
+        "records_per_min": _records_per_min(connection, spec, parameters),
+    }
+
+
+def _float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _records_per_min(connection: Database, spec: JobSpec, parameters: Mapping[str, Any]) -> float | None:
+    row = connection.row(
+        "SELECT (done + failed) * 60.0 / nullif(epoch(coalesce(ended_at, updated_at) - started_at), 0) "
+        f"FROM {quote(spec.output.runs_table)} WHERE run_id = $run_id",
+        {"run_id": parameters["run_id"]},
+    )
+    return _float(row[0]) if row else None
+
+
+def save_profile(connection: Database, spec: JobSpec, run_id: int, profile: Mapping[str, Any]) -> None:
+    connection.execute(
+        f"UPDATE {quote(spec.output.runs_table)} SET profile = ? WHERE run_id = ?",
+        [orjson.dumps(profile).decode(), run_id],
+    )
+
+
+def save_series(
+    connection: Database, spec: JobSpec, run_id: int, points: Sequence[Mapping[str, Any]]
+) -> None:
+    connection.execute(
+        f"UPDATE {quote(spec.output.runs_table)} SET series = ? WHERE run_id = ?",
+        [orjson.dumps(list(points)).decode(), run_id],
+    )
+
+
+def stored_runs(connection: Database, spec: JobSpec, most: int) -> list[dict[str, Any]]:
+    """The variant's last ``most`` runs with a profile, oldest first: their row (``run_id``,
+    ``started_at``, ``ended_at``, ``status``, ``model``, ``concurrency``), ``profile`` and ``series``
+    (None when the run kept none)."""
+    rows = connection.rows(
+        "SELECT run_id, started_at, ended_at, status, model, concurrency, profile, series "
+        f"FROM {quote(spec.output.runs_table)} WHERE variant = $variant AND profile IS NOT NULL "
+        "ORDER BY run_id DESC LIMIT $most",
+        {"variant": spec.variant, "most": most},
+    )
+    runs = []
+    for run_id, started, ended, status, model, concurrency, profile, series in reversed(rows):
+        runs.append(
+            {
+                "run_id": int(run_id),
+                "started_at": started.isoformat() if started else None,
+                "ended_at": ended.isoformat() if ended else None,
+                "status": status,
+                "model": model,
+                "concurrency": concurrency,
+                "profile": orjson.loads(profile),
+                "series": orjson.loads(series) if series else None,
+            }
+        )
+    return runs

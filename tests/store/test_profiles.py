@@ -1,0 +1,58 @@
+"""Each run keeps a profile of what it wrote and its time series, read back in run order; made by real
+runs against scripted servers whose answers and usage are known exactly (tests/support/variants.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+
+from pipeline.job.spec import JobSpec
+from pipeline.store.opening import open_job_output
+from pipeline.store.profiles import stored_runs
+from tests.support.jobs import table_rows
+from tests.support.variants import big_answer, main_answer, run_variant, variants_job
+
+
+def runs_of(spec: JobSpec, most: int = 10) -> list[dict[str, object]]:
+    connection = open_job_output(spec, [spec.output.runs_table])
+    try:
+        return stored_runs(connection, spec, most)
+    finally:
+        connection.close()
+
+
+def test_a_run_keeps_the_profile_of_what_it_wrote(tmp_path: Path) -> None:
+    spec = variants_job(tmp_path)
+    summary = run_variant(spec, "main", main_answer)
+    assert summary.drift == ()  # the first run has nothing to be compared with
+    (run,) = runs_of(spec)
+    profile = run["profile"]
+    assert isinstance(profile, dict)
+    # 9 results and record 9 schema-invalid; every reply 100 prompt, 40 completion, 10 reasoning tokens
+    assert (profile["records"], profile["failed"], profile["attempted"]) == (9, 1, 10)
+    assert profile["failures"] == {"schema_invalid": 1}
+    assert profile["tokens"]["prompt"] == {"mean": 100.0, "sd": 0.0}
+    assert profile["tokens"]["reasoning"]["mean"] == 10.0
+    assert profile["latency_s"]["p50"] is not None and profile["records_per_min"] > 0
+    skills, title = profile["fields"]["skills"], profile["fields"]["title"]
+    assert (skills["fill_rate"], skills["mean_length"]) == (1.0, 2.0)
+    assert skills["grounded"] == {"found": 18, "values": 18, "share": 1.0}
+    assert title["fill_rate"] == 1.0 and title["distinct"] == 9
+    assert run["series"] and run["series"][-1]["done"] == 9  # type: ignore[index]
+
+
+def test_profiles_are_per_variant_and_in_run_order(tmp_path: Path) -> None:
+    spec = variants_job(tmp_path)
+    run_variant(spec, "main", main_answer)
+    run_variant(spec, "big", big_answer)
+    run_variant(spec, "main", main_answer, redo_stale=frozenset())  # nothing to do: no run, no profile
+    assert [run["run_id"] for run in runs_of(spec)] == [1]
+    big = runs_of(spec.for_variant("big"))
+    assert [run["run_id"] for run in big] == [2]
+    profile = big[0]["profile"]
+    assert isinstance(profile, dict) and profile["failures"] == {"truncated": 1}
+    # record 1 took two attempts: 200 prompt tokens over 9 results
+    assert profile["tokens"]["prompt"]["mean"] == (100 * 8 + 200) / 9
+    stored = table_rows(spec.database, "SELECT profile FROM runs WHERE run_id = 2")[0][0]
+    assert orjson.loads(stored) == profile
