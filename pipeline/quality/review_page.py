@@ -5,10 +5,10 @@ atomically. The page is the template ``review_page.html`` (markup, one style, on
 as JSON in ``<script type="application/json" id="review-data">``; the page's script renders every card
 in the browser, with ``textContent`` only, and keeps its filters in the URL fragment.
 
-Safety and self-containment are enforced, not hoped for: the JSON is escaped so that no record text
-can end its script element (``</script>``, ``<!--``), and a Content-Security-Policy allows exactly the
-template's own script and style (by hash) and nothing else: no injected script, and no network request
-of any kind (no CDN, font, image or beacon), so the file can be mailed around and opened offline.
+Safety and self-containment are enforced, not hoped for, by :mod:`pipeline.quality.html_page` (shared
+with every page the pipeline writes): the JSON is escaped so that no record text can end its script
+element (``</script>``, ``<!--``), and a Content-Security-Policy allows exactly the template's own
+script and style (by hash) and nothing else: no injected script, and no network request of any kind.
 
 Grounding offsets arrive as Python ``str`` offsets (code points); JavaScript strings count UTF-16
 units, so offsets are converted here and highlights after an emoji still land on the right text.
@@ -16,36 +16,22 @@ units, so offsets are converted here and highlights after an emoji still land on
 
 from __future__ import annotations
 
-import base64
 import functools
-import hashlib
 import importlib.resources
-import json
-import math
-import os
-import re
-import secrets
 from collections.abc import Mapping, Sequence
-from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import ConfigError
+# embed_json and content_security_policy are re-exported: they were defined here before the runs page
+# of ``pipeline report`` needed them too.
+from pipeline.quality.html_page import content_security_policy as content_security_policy
+from pipeline.quality.html_page import embed_json as embed_json
+from pipeline.quality.html_page import finite, render_page, write_page
 
 MATCH_KINDS = ("exact", "normalised", "fuzzy", "none")
 TEMPLATE = importlib.resources.files("pipeline.quality").joinpath("review_page.html")
 _DATA_MARKER = "__REVIEW_DATA__"
-_CSP_MARKER = "__CONTENT_SECURITY_POLICY__"
-# In JSON these characters occur only inside strings, where \uXXXX is the same character: escaped, the
-# data cannot end or comment out its script element, and U+2028/9 stay harmless to any JS parser.
-_JSON_ESCAPES = {
-    ord("<"): "\\u003c",
-    ord(">"): "\\u003e",
-    ord("&"): "\\u0026",
-    0x2028: "\\u2028",
-    0x2029: "\\u2029",
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,24 +89,12 @@ class ReviewPage:
 
 def render_review(page: ReviewPage) -> str:
     """The whole HTML document for ``page``: no external resource, data rendered by the page itself."""
-    template = _template()
-    data = embed_json(page_data(page))
-    # The policy goes in first: the data, inserted last, is never searched for markers.
-    return template.replace(_CSP_MARKER, content_security_policy(template), 1).replace(_DATA_MARKER, data, 1)
+    return render_page(_template(), page_data(page), _DATA_MARKER, name=TEMPLATE.name)
 
 
 def write_review(page: ReviewPage, path: Path) -> Path:
     """Write the page to ``path`` atomically (a temporary file beside it, then a rename); return ``path``."""
-    document = render_review(page).encode()
-    temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    try:
-        temporary.write_bytes(document)
-        os.replace(temporary, path)  # same folder, so atomic: the old file or the new one, never half
-    except OSError as exc:
-        with suppress(OSError):
-            temporary.unlink(missing_ok=True)
-        raise ConfigError(f"{path}: cannot write the review page ({exc.strerror or exc})") from exc
-    return path
+    return write_page(render_review(page), path, "the review page")
 
 
 def page_data(page: ReviewPage) -> dict[str, Any]:
@@ -138,8 +112,8 @@ def page_data(page: ReviewPage) -> dict[str, Any]:
             {
                 "path": row.path,
                 "metric": row.metric,
-                "value": _finite(row.value),
-                "interval": [_finite(bound) for bound in row.interval] if row.interval else None,
+                "value": finite(row.value),
+                "interval": [finite(bound) for bound in row.interval] if row.interval else None,
                 "records": row.records,
             }
             for row in page.scores
@@ -148,48 +122,9 @@ def page_data(page: ReviewPage) -> dict[str, Any]:
     }
 
 
-def embed_json(value: Any) -> str:
-    """``value`` as JSON that is safe inside a ``<script>`` element (and still the same JSON)."""
-    text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=_jsonable)
-    return text.translate(_JSON_ESCAPES)
-
-
-def content_security_policy(template: str) -> str:
-    """Allow the template's one inline script and style, by hash; everything else, network included, not."""
-    script = _hash_source(_inline_block(template, "script"))
-    style = _hash_source(_inline_block(template, "style"))
-    return (
-        f"default-src 'none'; script-src {script}; style-src {style}; img-src data:; "
-        "base-uri 'none'; form-action 'none'"
-    )
-
-
 @functools.cache
 def _template() -> str:
     return TEMPLATE.read_text(encoding="utf-8")
-
-
-def _inline_block(template: str, tag: str) -> str:
-    """The text of the template's one bare ``<tag>`` element (the JSON script has attributes: not it)."""
-    blocks = re.findall(rf"<{tag}>(.*?)</{tag}>", template, flags=re.DOTALL)
-    if len(blocks) != 1:
-        raise RuntimeError(f"{TEMPLATE.name}: expected one <{tag}> element, found {len(blocks)}")
-    return str(blocks[0])
-
-
-def _hash_source(text: str) -> str:
-    digest = base64.b64encode(hashlib.sha256(text.encode()).digest()).decode()
-    return f"'sha256-{digest}'"
-
-
-def _jsonable(value: object) -> object:
-    if isinstance(value, Mapping):
-        return dict(value)
-    raise TypeError(f"{type(value).__name__} is not JSON: an extraction holds JSON values only")
-
-
-def _finite(number: float | None) -> float | None:
-    return number if number is not None and math.isfinite(number) else None
 
 
 def _record_data(record: ReviewRecord, variants: Sequence[str]) -> dict[str, Any]:
@@ -207,7 +142,7 @@ def _record_data(record: ReviewRecord, variants: Sequence[str]) -> dict[str, Any
             None if view is None else _variant_data(view, offsets, f"record {record.record_id}")
             for view in views
         ],
-        "disagreement": _finite(record.disagreement),
+        "disagreement": finite(record.disagreement),
         "differing": list(record.differing_fields),
     }
 
@@ -241,7 +176,7 @@ def _span_data(span: GroundedSpan, offsets: _Utf16Offsets, where: str) -> dict[s
         "start": start if located else None,
         "end": end if located else None,
         "match": str(span.match),  # a StrEnum member is a str too; embed its plain value
-        "score": _finite(span.score),
+        "score": finite(span.score),
     }
 
 
