@@ -1,4 +1,4 @@
-"""Commands that read a job's output: failures, export."""
+"""Commands that read a job's output: failures, export, report."""
 
 from __future__ import annotations
 
@@ -17,9 +17,11 @@ from pipeline.cli.common import (
     load_job_or_exit,
     read_or_exit,
 )
-from pipeline.errors import FailureClass
+from pipeline.errors import EXIT_FAILURES, FailureClass
 from pipeline.reports.export import FORMAT_BY_EXTENSION, ExportReport, export_format, export_results
 from pipeline.reports.failures import FailureReport, failure_report, parse_failure_classes
+from pipeline.reports.runs_page import write_runs_page
+from pipeline.reports.runs_report import DEFAULT_RUNS, format_runs_report, runs_report
 
 T = TypeVar("T")
 
@@ -161,3 +163,29 @@ def _export_text(report: ExportReport) -> str:
 
 def _count(number: int, noun: str) -> str:
     return f"{number:,} {noun}{'' if number == 1 else 's'}"
+
+
+@app.command()
+def report(
+    job: JobArgument,
+    runs: Annotated[int, typer.Option(min=1, help="How many of the last runs to show.")] = DEFAULT_RUNS,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    html: Annotated[
+        Path | None, typer.Option(help="Also write the report page (one self-contained HTML file) here.")
+    ] = None,
+    fail_on_drift: Annotated[
+        bool, typer.Option(help="Exit 1 when the last run drifted (for a nightly cron line).")
+    ] = False,
+    database: DatabaseOption = None,
+    variant: VariantOption = None,
+) -> None:
+    """The last runs side by side: fill rate and grounded share per field, tokens, latency, failures and speed, with their trends, and what drifted in the last run beyond its usual run-to-run variation."""  # noqa: E501
+    spec = load_job_or_exit(job, database, variant)
+    found = read_or_exit(lambda: runs_report(spec, runs))
+    data = found.to_json()
+    typer.echo(orjson.dumps(data, default=str).decode() if as_json else format_runs_report(found))
+    if html is not None:
+        written = read_or_exit(lambda: write_runs_page(data, html))
+        typer.echo(f"wrote {written} ({len(found.runs)} runs)", err=as_json)
+    if fail_on_drift and found.drift:
+        raise typer.Exit(EXIT_FAILURES)

@@ -258,6 +258,9 @@ def _print_summary(summary: RunSummary, job: Path) -> None:
     if summary.failed:
         typer.echo(f"failures: table {summary.failures_table} (`pipeline run --retry-failed` retries them)")
     _print_stale_kept(summary, job)
+    if summary.drift:
+        moved = "; ".join(entry.describe() for entry in summary.drift)
+        typer.echo(f"drift:    {moved} (beyond the usual run-to-run variation; `pipeline report {job}`)")
     query = f"SELECT record_id, extracted FROM {summary.results_table} LIMIT 5"
     typer.echo(
         'look:     python -c "import duckdb; '

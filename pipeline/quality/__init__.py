@@ -7,13 +7,19 @@ reads the results and calls these.
 * :mod:`~pipeline.quality.matching`: whether two values match (settings, keys, one-to-one lists);
 * :mod:`~pipeline.quality.agreement`: measuring field-by-field agreement;
 * :mod:`~pipeline.quality.scores`: what it reports, as JSON and as a table;
+* :mod:`~pipeline.quality.bootstrap`, :mod:`~pipeline.quality.intervals`: bootstrap intervals of every
+  score, paired differences with a verdict, and the noise floor (NumPy, imported only there);
+* :mod:`~pipeline.quality.profile`, :mod:`~pipeline.quality.drift`: a run's profile and what drifted
+  across runs;
 * :mod:`~pipeline.quality.gold`: reading a gold file;
 * :mod:`~pipeline.quality.grounding`: locating values in the record text;
 * :mod:`~pipeline.quality.review_page`: the self-contained HTML review page;
+  :mod:`~pipeline.quality.html_page`: what every self-contained page shares (embedded data, CSP,
+  atomic write);
 * :mod:`~pipeline.quality.skillspan`: the SkillSpan gold set, converted to records and a gold file
   (``python -m pipeline.quality.skillspan``).
 
-May import: :mod:`pipeline.errors` only.
+May import: :mod:`pipeline.errors` only (and NumPy, only in bootstrap and intervals).
 """
 
 from __future__ import annotations

@@ -135,7 +135,7 @@ def with_intervals(report: AgreementReport, bootstrap: Bootstrap) -> AgreementRe
     return dataclasses.replace(
         report,
         fields=fields,
-        bootstrap=bootstrap,
+        intervals=bootstrap.describe(),
         micro_ci=_intervals(resampled.micro, bootstrap) if report.micro else {},
         macro_ci=bootstrap.interval(resampled.macro) if report.macro is not None else None,
     )

@@ -8,13 +8,10 @@ import math
 from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pipeline.quality.fields import FieldKind
 from pipeline.quality.matching import MatchSettings, Scores
-
-if TYPE_CHECKING:  # NumPy is imported only where intervals are drawn, not by every run
-    from pipeline.quality.bootstrap import Bootstrap
 
 LIST_KINDS = frozenset({FieldKind.LIST, FieldKind.OBJECT_LIST})
 
@@ -94,7 +91,7 @@ class AgreementReport:
     # Per scored path, each record's COLUMNS, row after row (float32): what intervals and paired
     # differences resample. A record the reference does not give the path for is zeros.
     columns: Mapping[str, array[float]] = field(default_factory=dict, repr=False, compare=False)
-    bootstrap: Bootstrap | None = None  # how the intervals were drawn; None: no intervals
+    intervals: str | None = None  # how the intervals were drawn, in words; None: no intervals
     micro_ci: Mapping[str, Interval] = field(default_factory=dict)  # precision, recall, f1
     macro_ci: Interval | None = None
 
@@ -107,7 +104,7 @@ class AgreementReport:
             | {"tp": self.true_positives, "fp": self.false_positives, "fn": self.false_negatives},
             "macro": {"score": self.macro, "fields": self.macro_fields}
             | ({"score_ci": list(self.macro_ci)} if self.macro_ci else {}),
-            "intervals": self.bootstrap.describe() if self.bootstrap else None,
+            "intervals": self.intervals,
             "missing": {
                 "reference_only": list(self.only_in_reference),
                 "candidate_only": list(self.only_in_candidate),
@@ -215,9 +212,9 @@ def _micro_line(report: AgreementReport) -> str:
 
 
 def _bootstrap_line(report: AgreementReport) -> list[str]:
-    if report.bootstrap is None:
+    if report.intervals is None:
         return []
-    return [f"{report.bootstrap.describe()} (the row under a field's scores; [low-high])"]
+    return [f"{report.intervals} (the row under a field's scores; [low-high])"]
 
 
 def format_table(report: AgreementReport) -> str:

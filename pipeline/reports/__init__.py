@@ -10,6 +10,8 @@ reads the database for it, read-only and filtered in SQL, through the DuckDB bou
   --variants A,B`` (the paired difference and its verdict);
 * :mod:`~pipeline.reports.comparison`: ``compare``; :mod:`~pipeline.reports.noise`: its noise floor;
 * :mod:`~pipeline.reports.review`: the review page of one or two variants;
+* :mod:`~pipeline.reports.runs_report`, :mod:`~pipeline.reports.runs_page`: ``pipeline report``, a
+  job's runs side by side with their drift, and its HTML page;
 * :mod:`~pipeline.reports.shared`: grounded shares and how values are shown.
 
 May import: :mod:`pipeline.store`, :mod:`pipeline.extraction` (what a prompt carries),

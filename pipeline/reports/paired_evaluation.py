@@ -106,7 +106,7 @@ def format_paired_eval(report: PairedEvalReport) -> str:
         "",
         *_aligned(_rows(report)),
         "",
-        f"scores: {a.agreement.bootstrap.describe()}" if a.agreement.bootstrap else "",
+        f"scores: {a.agreement.intervals}" if a.agreement.intervals else "",
         report.comparison.rule,
         f"verdict: {Verdict.BETTER} or {Verdict.WORSE} when the interval of B - A excludes 0, else "
         f"{Verdict.NONE}",
