@@ -38,6 +38,7 @@ from pipeline.job.variants import prompt_file_changes, rerun_name
 from pipeline.reports.failures import class_names, parse_failure_classes
 from pipeline.run.progress import LiveProgress, LogProgress, ProgressReporter, format_duration
 from pipeline.run.runner import RunOptions, RunSummary, run_job, run_job_locally
+from pipeline.servers.config import checked_url_option
 from pipeline.source.versions import StaleCause, parse_causes
 
 # Transient failures are retried by every run, so --class takes only the others.
@@ -213,6 +214,8 @@ def _run_spec(job: Path, database: Path | None, variant: str | None, changes: _O
     """The job as the variant and the command-line options make it (exit 2 on a bad one)."""
     spec = load_job_or_exit(job, database, variant)
     try:
+        if changes.base_url is not None:
+            checked_url_option("--endpoint", changes.base_url, local_allowed=True)
         overrides: dict[str, Any] = {name: getattr(changes, name) for name in changes.__slots__}
         if changes.prompt is not None:
             overrides["prompt"] = prompt_file_changes(changes.prompt)

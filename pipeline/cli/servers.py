@@ -23,6 +23,7 @@ from pipeline.errors import (
     exit_code_for,
 )
 from pipeline.local import LocalServer, LocalServerOptions, vllm_launch
+from pipeline.servers.config import checked_url_option
 
 if TYPE_CHECKING:  # the bench's modules (prometheus parser, matplotlib) load only for `bench`:
     from pipeline.bench import BenchOptions, SweepResult  # `run` starts faster without them
@@ -30,7 +31,7 @@ if TYPE_CHECKING:  # the bench's modules (prometheus parser, matplotlib) load on
 
 @app.command("serve-local")
 def serve_local(
-    port: Annotated[int | None, typer.Option(help="Default: a free port.")] = None,
+    port: Annotated[int | None, typer.Option(min=1, max=65535, help="Default: a free port.")] = None,
     kv_cache_gib: Annotated[float, typer.Option(min=0.5, help="vLLM's KV cache, in GiB.")] = 3.0,
     max_num_seqs: Annotated[int, typer.Option(min=1, help="Requests vLLM runs at once.")] = 32,
     log_format: LogFormatOption = LogFormat.AUTO,
@@ -102,6 +103,11 @@ def bench(
     configure_logging(json_lines=not sys.stderr.isatty(), level="warning")
     if not local and job is None and (endpoint is None or model is None):
         raise fail(ConfigError("bench needs --endpoint and --model, --job, or --local"), EXIT_CONFIG)
+    if endpoint is not None:
+        try:
+            endpoint = checked_url_option("--endpoint", endpoint)
+        except ConfigError as error:
+            raise fail(error, EXIT_CONFIG) from error
     options = BenchOptions(
         base_url=endpoint or "",
         model=model or "",

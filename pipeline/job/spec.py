@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import string
 import sys
 from functools import cached_property
@@ -45,6 +46,8 @@ DEFAULT_MEMORY_LIMIT = "96MB"
 MAIN_VARIANT = "main"
 
 SqlName = Annotated[str, Field(pattern=IDENTIFIER.pattern, max_length=128)]
+# The variable names of ``${VAR}`` / ``${VAR:-default}`` (interpolated by pipeline.job.text).
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)")
 
 
 class _Strict(BaseModel):
@@ -290,13 +293,30 @@ def load_job(path: str | Path) -> JobSpec:
     try:
         spec = JobSpec.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(f"{job_file}: {describe_validation_error(exc, JobSpec)}") from exc
+        where = _from_environment(raw, exc)
+        raise ConfigError(f"{job_file}: {describe_validation_error(exc, JobSpec)}{where}") from exc
     spec = _resolve_paths(spec.model_copy(update={"source_file": job_file}), job_file.resolve().parent)
     spec.schema_class  # noqa: B018 - resolve now, so a bad import path fails before any request
     spec = checked_examples(spec)
     for name in spec.variants:
         spec.for_variant(name)  # each variant is checked now too, as the whole job it makes
     return spec
+
+
+def _from_environment(raw: dict[str, Any], exc: ValidationError) -> str:
+    """Which environment variables the refused values came from (``${VAR}`` in the job file), so the
+    message names what to fix: the variable, not the file."""
+    notes = []
+    for error in exc.errors(include_url=False)[:5]:
+        value: Any = raw
+        for part in error["loc"]:
+            value = value.get(part) if isinstance(value, dict) else None
+        names = _VARIABLE.findall(value) if isinstance(value, str) else []
+        if names:
+            variables = ", ".join(dict.fromkeys(names))
+            noun = "variable" if len(set(names)) == 1 else "variables"
+            notes.append(f"'{'.'.join(map(str, error['loc']))}' comes from environment {noun} {variables}")
+    return "".join(f"; {note}" for note in notes)
 
 
 def checked_examples(spec: JobSpec, key_prefix: str = "") -> JobSpec:

@@ -1,5 +1,9 @@
 """Where a job's requests go: ``endpoint:`` (one server, and the defaults for all) and ``endpoints:`` (a
 list of servers, each at its own concurrency, fixed or ``auto``), resolved into :class:`EndpointConfig`.
+
+:func:`checked_base_url` is the one check of a server's URL, wherever one is accepted: the job file's
+keys (their ``${VAR}`` values included) through the models here, and command-line options through
+:func:`checked_url_option`.
 """
 
 from __future__ import annotations
@@ -9,6 +13,8 @@ from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+
+from pipeline.errors import ConfigError
 
 #: ``endpoint.base_url: local`` runs the job against the embedded local vLLM server.
 LOCAL_ENDPOINT = "local"
@@ -57,7 +63,26 @@ def checked_base_url(value: str, *, local_allowed: bool) -> str:
         )
     if not parts.hostname:
         raise ValueError("has no host name")
+    port = _port_text(parts.netloc)
+    if port is not None and not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+        raise ValueError(f"port {port!r} is not a number from 1 to 65535 ({value})")
     return value.rstrip("/")
+
+
+def _port_text(netloc: str) -> str | None:
+    """The port as written after the host (``None`` without one; an empty one means the default)."""
+    after_host = netloc.rpartition("]")[2] if netloc.startswith("[") else netloc
+    _, colon, port = after_host.partition(":")
+    return port if colon and port else None
+
+
+def checked_url_option(option: str, value: str, *, local_allowed: bool = False) -> str:
+    """A URL given on the command line (``--endpoint``), checked as the job file's are: a bad one is a
+    :class:`ConfigError` naming the option."""
+    try:
+        return checked_base_url(value, local_allowed=local_allowed)
+    except ValueError as error:
+        raise ConfigError(f"{option}: {error}") from None
 
 
 class EndpointSpec(_Strict):

@@ -212,6 +212,95 @@ def test_load_refuses_sql_in_the_table_option(previous: Path) -> None:
     assert_nothing_lost(previous, before)
 
 
+# --- server URLs ------------------------------------------------------------------------------------
+
+BAD_PORTS = [
+    ("http://127.0.0.1:abc/v1", "abc"),
+    ("http://127.0.0.1:99999/v1", "99999"),
+    ("http://127.0.0.1:0/v1", "0"),
+    ("http://[::1]:-1/v1", "-1"),
+]
+
+
+def port_message(url: str, port: str) -> str:
+    return f"port '{port}' is not a number from 1 to 65535 ({url})"
+
+
+@pytest.mark.parametrize(("url", "port"), BAD_PORTS)
+@pytest.mark.parametrize(
+    ("where", "key"),
+    [
+        ({"endpoint": {"base_url": "URL"}}, "endpoint.base_url"),
+        ({"endpoint": {"base_url": None}, "endpoints": [{"base_url": "URL"}]}, "endpoints.0.base_url"),
+    ],
+)
+@pytest.mark.parametrize("command", ["run", "status"])
+def test_a_bad_port_in_the_job_file_is_one_line_naming_the_key_and_the_value(
+    previous: Path, url: str, port: str, where: dict[str, Any], key: str, command: str
+) -> None:
+    before = database_state(previous / "test.duckdb")
+    placed = json.loads(json.dumps(where).replace('"URL"', json.dumps(url)))
+    job = rewrite_job(previous, **placed)
+    result = cli_run(command, str(job))
+    assert result.exit_code == 2
+    assert error_line(result) == f"error: {job}: key '{key}': {port_message(url, port)}"
+    assert_nothing_lost(previous, before)
+
+
+@pytest.mark.parametrize(("url", "port"), BAD_PORTS[:2])
+def test_a_bad_port_from_an_environment_variable_names_the_variable(
+    previous: Path, monkeypatch: pytest.MonkeyPatch, url: str, port: str
+) -> None:
+    monkeypatch.setenv("TEST_BASE_URL", url)
+    job = rewrite_job(previous, endpoint={"base_url": "${TEST_BASE_URL:-http://127.0.0.1:8000/v1}"})
+    result = cli_run("run", str(job))
+    assert result.exit_code == 2
+    assert error_line(result) == (
+        f"error: {job}: key 'endpoint.base_url': {port_message(url, port)}; "
+        "'endpoint.base_url' comes from environment variable TEST_BASE_URL"
+    )
+
+
+@pytest.mark.parametrize(("url", "port"), BAD_PORTS)
+@pytest.mark.parametrize("command", ["run", "bench"])
+def test_a_bad_port_on_the_command_line_names_the_option(
+    previous: Path, url: str, port: str, command: str
+) -> None:
+    before = database_state(previous / "test.duckdb")
+    args = ["run", str(previous / "job.yaml")] if command == "run" else ["bench", "--model", "m"]
+    result = cli_run(*args, "--endpoint", url)
+    assert result.exit_code == 2
+    assert error_line(result) == f"error: --endpoint: {port_message(url, port)}"
+    assert_nothing_lost(previous, before)
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("ftp://127.0.0.1:8000/v1", "must start with http:// or https://"),
+        ("http:///v1", "has no host name"),
+        ("http://user:sk-secret@127.0.0.1:8000/v1", "must not contain credentials, a query or a fragment"),
+        ("http://127.0.0.1:8000/v1?key=sk-secret", "must not contain credentials, a query or a fragment"),
+    ],
+)
+@pytest.mark.parametrize("command", ["run", "bench", "job"])
+def test_other_bad_urls_keep_their_messages_everywhere(
+    previous: Path, url: str, expected: str, command: str
+) -> None:
+    job = previous / "job.yaml"
+    if command == "job":
+        result = cli_run("run", str(rewrite_job(previous, endpoint={"base_url": url})))
+        prefix = f"error: {job}: key 'endpoint.base_url': "
+    else:
+        args = ["run", str(job)] if command == "run" else ["bench", "--model", "m"]
+        result = cli_run(*args, "--endpoint", url)
+        prefix = "error: --endpoint: "
+    assert result.exit_code == 2
+    line = error_line(result)
+    assert line.startswith(prefix + expected), line
+    assert "sk-secret" not in line
+
+
 # --- the source table -------------------------------------------------------------------------------
 
 
