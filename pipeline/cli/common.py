@@ -22,6 +22,7 @@ from pipeline.errors import (
     exit_code_for,
 )
 from pipeline.job.spec import JobSpec, load_job
+from pipeline.store.read_copy import ReadCopy
 
 #: Options whose value may be left out, and what they mean then: ``--redo-stale`` alone redoes every
 #: job cause, ``--redo-stale prompt,schema`` only those (click has no optional option values).
@@ -114,6 +115,14 @@ def load_job_or_exit(job: Path, database: Path | None = None, variant: str | Non
         return spec.with_overrides(database=database.resolve() if database else None)
     except ConfigError as error:
         raise fail(error, EXIT_CONFIG) from error
+
+
+def say_read_copy(copy: ReadCopy | str | None) -> None:
+    """On stderr (stdout stays the report): the numbers come from a running job's read copy (``copy``,
+    or how a page described it)."""
+    if copy is not None:
+        described = copy if isinstance(copy, str) else copy.describe()
+        typer.echo(f"note: a run holds the database; read from its copy, {described}", err=True)
 
 
 def read_or_exit(read: Callable[[], T]) -> T:

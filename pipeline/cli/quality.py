@@ -17,6 +17,7 @@ from pipeline.cli.common import (
     fail,
     load_job_or_exit,
     read_or_exit,
+    say_read_copy,
 )
 from pipeline.errors import EXIT_CONFIG, ConfigError
 from pipeline.job.spec import JobSpec
@@ -135,6 +136,7 @@ def eval_command(
         _eval_pair(spec, gold, variants, settings, as_json)
         return
     report = read_or_exit(lambda: evaluate(spec, gold, settings))
+    say_read_copy(report.read_copy)
     typer.echo(_json(report.to_json()) if as_json else format_eval(report))
     _write_page(report.review, html, to_stderr=as_json)
 
@@ -142,6 +144,7 @@ def eval_command(
 def _eval_pair(spec: JobSpec, gold: Path, variants: str, settings: EvalSettings, as_json: bool) -> None:
     names = read_or_exit(lambda: _variant_names(spec, variants, least=2))
     pair = read_or_exit(lambda: evaluate_pair(spec, gold, names, settings))
+    say_read_copy(pair.a.read_copy)
     typer.echo(_json(pair.to_json()) if as_json else format_paired_eval(pair))
 
 
@@ -178,6 +181,7 @@ def compare(
         bootstrap=read_or_exit(lambda: Bootstrap(resamples, resample_seed)),
     )
     report = read_or_exit(lambda: compare_variants(spec, reference, candidate, settings))
+    say_read_copy(report.read_copy)
     if as_json:
         typer.echo(_json(report.to_json(show)))
     else:
@@ -214,4 +218,5 @@ def review(
         (spec.variant,) if variants is None else read_or_exit(lambda: _variant_names(spec, variants, least=1))
     )
     page = read_or_exit(lambda: review_page(spec, names, Sample(sample, seed)))
+    say_read_copy(page.read_copy)
     _write_page(page, html)

@@ -16,6 +16,7 @@ from pipeline.cli.common import (
     app,
     load_job_or_exit,
     read_or_exit,
+    say_read_copy,
 )
 from pipeline.errors import EXIT_FAILURES, FailureClass
 from pipeline.reports.export import FORMAT_BY_EXTENSION, ExportReport, export_format, export_results
@@ -42,6 +43,7 @@ def failures(
     spec = load_job_or_exit(job, database, variant)
     classes = read_or_exit(lambda: parse_failure_classes(failure_classes or []))
     report = read_or_exit(lambda: failure_report(spec, classes, examples))
+    say_read_copy(report.read_copy)
     if as_json:
         typer.echo(orjson.dumps(_failures_dict(report), default=str).decode())
         return
@@ -53,6 +55,7 @@ def _failures_dict(report: FailureReport) -> dict[str, Any]:
         "database": report.database,
         "table": report.table,
         "total": report.total,
+        "read_copy": report.read_copy.to_json() if report.read_copy else None,
         "classes": [
             {
                 "failure_class": summary.failure_class,
@@ -149,6 +152,7 @@ def export_command(
     report = read_or_exit(
         lambda: export_results(spec, out, fmt, include_failures=include_failures, history=history)
     )
+    say_read_copy(report.read_copy)
     typer.echo(_export_text(report))
 
 
@@ -182,6 +186,7 @@ def report(
     """The last runs side by side: fill rate and grounded share per field, tokens, latency, failures and speed, with their trends, and what drifted in the last run beyond its usual run-to-run variation."""  # noqa: E501
     spec = load_job_or_exit(job, database, variant)
     found = read_or_exit(lambda: runs_report(spec, runs))
+    say_read_copy(found.read_copy)
     data = found.to_json()
     typer.echo(orjson.dumps(data, default=str).decode() if as_json else format_runs_report(found))
     if html is not None:

@@ -15,6 +15,7 @@ from pipeline.cli.common import (
     app,
     load_job_or_exit,
     read_or_exit,
+    say_read_copy,
 )
 from pipeline.reports.status import JobStatus, job_status
 from pipeline.run.progress import format_duration
@@ -30,6 +31,7 @@ def status(
     """Done / failed / pending, and the rate and ETA of the last run."""
     spec = load_job_or_exit(job, database, variant)
     report = read_or_exit(lambda: job_status(spec))
+    say_read_copy(report.read_copy)
     if as_json:
         typer.echo(orjson.dumps(_status_dict(report), default=str).decode())
         return
@@ -53,6 +55,7 @@ def _status_dict(report: JobStatus) -> dict[str, Any]:
         "rate_per_min": report.rate_per_min,
         "eta_s": report.eta_s,
         "live": report.live,
+        "read_copy": report.read_copy.to_json() if report.read_copy else None,
     }
 
 
@@ -93,22 +96,31 @@ def _stale_lines(report: JobStatus) -> list[str]:
     return lines
 
 
+def _live_text(report: JobStatus) -> str:
+    live = report.live or {}
+    return (
+        f"{report.database} is held by a running `pipeline run` "
+        f"(pid {live.get('pid')}, run {live.get('run_id')}):\n"
+        f"  done {live.get('done')}, failed {live.get('failed')}, in flight {live.get('in_flight')}, "
+        f"remaining {live.get('remaining')}\n"
+        f"  {live.get('records_per_min')} records/min, {live.get('output_tokens_per_s')} output tok/s, "
+        f"ETA {format_duration(live.get('eta_s'))}" + _endpoint_lines(live.get("endpoints"))
+    )
+
+
 def _status_text(report: JobStatus) -> str:
-    if report.live is not None:
-        live = report.live
-        return (
-            f"{report.database} is held by a running `pipeline run` "
-            f"(pid {live.get('pid')}, run {live.get('run_id')}):\n"
-            f"  done {live.get('done')}, failed {live.get('failed')}, in flight {live.get('in_flight')}, "
-            f"remaining {live.get('remaining')}\n"
-            f"  {live.get('records_per_min')} records/min, {live.get('output_tokens_per_s')} output tok/s, "
-            f"ETA {format_duration(live.get('eta_s'))}" + _endpoint_lines(live.get("endpoints"))
-        )
+    if report.read_copy is None and report.live is not None:  # no copy yet: the live numbers only
+        return _live_text(report)
     failed_total = sum(report.failed.values())
     failed_detail = ", ".join(f"{name} {count}" for name, count in report.failed.items())
     changed = f" ({report.content_changed} with changed content)" if report.content_changed else ""
     lines = [
         f"database: {report.database}" + (f" (variant {report.variant})" if report.variant != "main" else ""),
+        *(
+            [f"copy:     {report.read_copy.describe()} (a run holds the database)"]
+            if report.read_copy
+            else []
+        ),
         f"records:  {report.source_records}",
         f"done:     {report.done}",
         f"failed:   {failed_total}" + (f" ({failed_detail})" if failed_detail else ""),
@@ -123,4 +135,6 @@ def _status_text(report: JobStatus) -> str:
             f"{run['done']} done, {run['failed']} failed"
             + (f", {rate:,.1f} records/min, ETA for pending {format_duration(report.eta_s)}" if rate else "")
         )
+    if report.read_copy is not None and report.live is not None:
+        lines.append("now:      " + _live_text(report))
     return "\n".join(lines)

@@ -111,6 +111,9 @@ class OperationsSpec(_Strict):
     stall_abort_s: float | None = Field(default=None, gt=0)
     server_down_abort_s: float = Field(default=1800.0, gt=0)
     preflight_timeout_s: float = Field(default=10.0, gt=0)
+    # How often a running job refreshes the copy that readers (status, export, eval, ...) read while it
+    # holds the database; a reader that finds it older than a few seconds asks for a new one too.
+    snapshot_interval_s: float = Field(default=60.0, gt=0)
 
     @model_validator(mode="after")
     def _abort_after_warning(self) -> OperationsSpec:

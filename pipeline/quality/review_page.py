@@ -85,6 +85,7 @@ class ReviewPage:
     generated_at: str  # ISO time, shown in the header
     notes: Sequence[str] = ()  # e.g. "sample of 50 of 1,234 records, seed 0"
     scores: Sequence[ScoreRow] = ()  # eval's scores against the gold file, shown above the records
+    read_copy: str | None = None  # a run holds the database: how old the copy read is, in words
 
 
 def render_review(page: ReviewPage) -> str:

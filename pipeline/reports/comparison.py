@@ -42,6 +42,7 @@ from pipeline.reports.shared import (
     grounding_summary,
     shown_value,
 )
+from pipeline.store.read_copy import ReadCopy
 
 DEFAULT_SHOWN = 5
 FAILURES_BASE = "over the {n:,} records both variants attempted (each has a result or a failure for them)"
@@ -90,6 +91,7 @@ class CompareReport:
     attempted: int  # records both attempted: what the failure counts are over
     noise: NoiseReport | None = None  # None: A has no re-run (A~rerun) to measure the noise floor with
     review: ReviewPage | None = None
+    read_copy: ReadCopy | None = None  # a run holds the database: read from its copy
 
     def disagreements(self, show: int) -> list[RecordAgreement]:
         """The ``show`` records that disagree most (only records with a differing field)."""
@@ -110,6 +112,7 @@ class CompareReport:
             "macro": agreement["macro"],
             "intervals": agreement["intervals"],
             "noise": self.noise.to_json() if self.noise else None,
+            "read_copy": self.read_copy.to_json() if self.read_copy else None,
             "matching": agreement["matching"],
             "variants": {summary.name: summary.to_json() for summary in self.variants},
             "failures_over": {"records": self.attempted, "rule": FAILURES_BASE.format(n=self.attempted)},
@@ -154,6 +157,7 @@ def compare_variants(
         attempted_count = output.count_attempted(names, attempted)
         rerun = _rerun_results(output, names, sampled)
         review = _review(spec, output, names, attempted) if settings.review else None
+        read_copy = output.read_copy
     agreement = variant_agreement(spec, results[reference], results[candidate], settings.fuzzy_threshold)
     agreement = with_intervals(agreement, settings.bootstrap)
     noise_settings = (settings.fuzzy_threshold, settings.bootstrap)
@@ -172,6 +176,7 @@ def compare_variants(
         attempted=attempted_count,
         noise=noise,
         review=review,
+        read_copy=read_copy,
     )
 
 
@@ -219,7 +224,7 @@ def _review(spec: JobSpec, output: JobOutput, names: Sequence[str], scope: Scope
         DISAGREEMENT_NOTE.format(a=names[0], b=names[1]),
         *builder.note(),
     ]
-    return page(spec, names, review_records(texts, views, agreement), notes)
+    return page(spec, names, review_records(texts, views, agreement), notes, read_copy=output.read_copy)
 
 
 def format_compare(

@@ -37,6 +37,7 @@ from pipeline.reports.reading import (
 )
 from pipeline.reports.review import ViewBuilder, page, review_records
 from pipeline.reports.shared import GroundingSummary, grounding_lines, grounding_summary, ids_text
+from pipeline.store.read_copy import ReadCopy
 
 GOLD_VIEW = "gold"
 V = TypeVar("V")
@@ -62,6 +63,7 @@ class EvalReport:
     not_extracted: tuple[str, ...]  # gold records in the source with neither result nor failure
     not_in_source: tuple[str, ...]  # gold records whose id is not in the source
     review: ReviewPage | None = None
+    read_copy: ReadCopy | None = None  # a run holds the database: read from its copy
 
     def to_json(self) -> dict[str, Any]:
         """The agreement report's JSON with the variant, the gold file, grounding and missing records."""
@@ -73,6 +75,7 @@ class EvalReport:
             "failed": dict(self.failed),
             "not_extracted": list(self.not_extracted),
             "not_in_source": list(self.not_in_source),
+            "read_copy": self.read_copy.to_json() if self.read_copy else None,
         }
 
 
@@ -96,7 +99,8 @@ def evaluate(spec: JobSpec, gold_path: Path, settings: EvalSettings = EvalSettin
         found = find_in_gold(output, spec.variant, gold)
         agreement = measure_against_gold(spec, gold.records, found, settings)
         review = _review(spec, output, gold, found.results, agreement) if settings.review else None
-    return eval_report(spec, gold, found, agreement, review)
+        read_copy = output.read_copy
+    return dataclasses.replace(eval_report(spec, gold, found, agreement, review), read_copy=read_copy)
 
 
 def gold_in_sample(output: JobOutput, spec: JobSpec, gold: Gold, sample: Sample | None) -> Gold:
@@ -180,7 +184,7 @@ def _review(
         *builder.note(),
     ]
     records = review_records(texts, views, agreement)
-    return page(spec, [gold_name, spec.variant], records, notes, score_rows(agreement))
+    return page(spec, [gold_name, spec.variant], records, notes, score_rows(agreement), output.read_copy)
 
 
 def score_rows(agreement: AgreementReport) -> list[ScoreRow]:

@@ -21,6 +21,7 @@ from pipeline.job.spec import JobSpec
 from pipeline.source.db import Database, quote
 from pipeline.source.relation import source_relation
 from pipeline.store.opening import open_job_output
+from pipeline.store.read_copy import ReadCopy, read_copy_of
 from pipeline.store.tables import history_table
 
 
@@ -77,6 +78,7 @@ class ExportReport:
     failure_rows: int | None = None
     history_out: Path | None = None
     history_rows: int | None = None
+    read_copy: ReadCopy | None = None  # a run holds the database: exported from its copy
 
 
 def export_format(out: Path, fmt: str | None) -> ExportFormat:
@@ -145,11 +147,12 @@ def export_results(
         failure_rows = copy(_failures_sql(spec), failures_out) if failures_out else None
         history_rows = copy(_history_sql(spec, fmt), history_out) if history_out else None
         _move_into_place(written)
+        read_copy = read_copy_of(connection)
     finally:
         connection.close()
         for temporary, _ in written:
             temporary.unlink(missing_ok=True)
-    return ExportReport(out, fmt, rows, failures_out, failure_rows, history_out, history_rows)
+    return ExportReport(out, fmt, rows, failures_out, failure_rows, history_out, history_rows, read_copy)
 
 
 def _checked_target(spec: JobSpec, out: Path, include_failures: bool) -> Path:

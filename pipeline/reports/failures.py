@@ -14,6 +14,7 @@ from pipeline.errors import ConfigError, FailureClass
 from pipeline.job.spec import JobSpec
 from pipeline.source.db import Database, quote
 from pipeline.store.opening import open_job_output
+from pipeline.store.read_copy import ReadCopy, read_copy_of
 
 MESSAGE_CHARS = 200
 RAW_OUTPUT_CHARS = 120
@@ -41,6 +42,7 @@ class FailureReport:
     database: str
     table: str
     classes: tuple[FailureClassSummary, ...]  # by count, largest first
+    read_copy: ReadCopy | None = None  # a run holds the database: read from its copy
 
     @property
     def total(self) -> int:
@@ -81,10 +83,11 @@ def failure_report(spec: JobSpec, classes: Sequence[FailureClass] = (), examples
     try:
         counts = _class_counts(connection, table, spec.variant, classes)
         picked = _examples(connection, table, spec.variant, classes, examples) if examples > 0 else {}
+        read_copy = read_copy_of(connection)
     finally:
         connection.close()
     summaries = tuple(FailureClassSummary(name, count, tuple(picked.get(name, ()))) for name, count in counts)
-    return FailureReport(database=str(spec.database), table=table, classes=summaries)
+    return FailureReport(str(spec.database), table, summaries, read_copy)
 
 
 def _class_filter(variant: str, classes: Sequence[FailureClass]) -> tuple[str, list[Any]]:

@@ -10,6 +10,7 @@ it. The overall micro F1 gets the same.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +63,7 @@ class PairedEvalReport:
             "matching": a["matching"],
             "missing": {"a": _missing(self.a), "b": _missing(self.b)},
             "grounding": {"a": self.a.grounding.to_json(), "b": self.b.grounding.to_json()},
+            "read_copy": self.a.read_copy.to_json() if self.a.read_copy else None,
         }
 
 
@@ -86,9 +88,13 @@ def evaluate_pair(
             output.require_results(name)
         gold = gold_in_sample(output, spec, gold, settings.sample)
         found = [find_in_gold(output, name, gold) for name in variants]
+        read_copy = output.read_copy
     both = {key: value for key, value in gold.records.items() if all(key in f.results for f in found)}
     reports = [
-        eval_report(one, gold, one_found, measure_against_gold(one, both, one_found, settings))
+        dataclasses.replace(
+            eval_report(one, gold, one_found, measure_against_gold(one, both, one_found, settings)),
+            read_copy=read_copy,
+        )
         for one, one_found in zip(specs, found, strict=True)
     ]
     comparison = paired_differences(reports[0].agreement, reports[1].agreement, settings.bootstrap)

@@ -28,6 +28,7 @@ from pipeline.source.db import Database, quote
 from pipeline.source.pending import sample_sql
 from pipeline.source.relation import source_relation
 from pipeline.store.opening import open_job_output
+from pipeline.store.read_copy import read_copy_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +120,8 @@ class JobOutput:
     def __init__(self, connection: Database, spec: JobSpec) -> None:
         self.connection = connection
         self.spec = spec
+        # A run holds the database: this reads its read copy (how old it is, and which run).
+        self.read_copy = read_copy_of(connection)
         self.results_table = quote(spec.output.results_table)
         self.failures_table = quote(spec.output.failures_table)
 

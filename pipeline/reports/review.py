@@ -27,6 +27,7 @@ from pipeline.reports.reading import (
     sample_scope,
 )
 from pipeline.reports.shared import schema_extraction
+from pipeline.store.read_copy import ReadCopy
 
 DEFAULT_REVIEW_SAMPLE = 100
 #: The threshold the run grounds with (:meth:`pipeline.quality.grounding.Grounder.for_schema`).
@@ -164,7 +165,11 @@ def page(
     records: Sequence[ReviewRecord],
     notes: Sequence[str],
     scores: Sequence[ScoreRow] = (),
+    read_copy: ReadCopy | None = None,
 ) -> ReviewPage:
+    """The page; with ``read_copy`` (a run holds the database), a first note saying how old it is."""
+    if read_copy is not None:
+        notes = [f"a run holds the database: read from its copy, {read_copy.describe()}", *notes]
     return ReviewPage(
         job=spec.name,
         variants=tuple(variants),
@@ -174,6 +179,7 @@ def page(
         generated_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         notes=tuple(notes),
         scores=tuple(scores),
+        read_copy=read_copy.describe() if read_copy else None,
     )
 
 
@@ -187,6 +193,7 @@ def review_page(spec: JobSpec, variants: Sequence[str], sample: Sample) -> Revie
         texts = output.texts(scope, prompt_fields(spec, variants))
         results = output.results(variants, scope)
         failures = output.failures(variants, scope)
+        read_copy = output.read_copy
     builder = ViewBuilder(grounded_paths(spec.schema_class))
     views = {name: builder.views(results[name], failures[name], texts) for name in variants}
     agreement = (
@@ -195,4 +202,5 @@ def review_page(spec: JobSpec, variants: Sequence[str], sample: Sample) -> Revie
     notes = [f"{sample.describe()}: {len(texts):,} with a result or a failure of {' or '.join(variants)}"]
     if agreement is not None:
         notes.append(DISAGREEMENT_NOTE.format(a=variants[0], b=variants[1]))
-    return page(spec, variants, review_records(texts, views, agreement), [*notes, *builder.note()])
+    records = review_records(texts, views, agreement)
+    return page(spec, variants, records, [*notes, *builder.note()], read_copy=read_copy)

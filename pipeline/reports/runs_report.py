@@ -18,6 +18,7 @@ from pipeline.job.spec import JobSpec
 from pipeline.quality.drift import BASELINE_RUNS, RULE, Drift, find_drift
 from pipeline.store.opening import open_job_output
 from pipeline.store.profiles import stored_runs
+from pipeline.store.read_copy import ReadCopy, read_copy_of
 
 DEFAULT_RUNS = 10
 _SPARKS = "▁▂▃▄▅▆▇█"
@@ -29,6 +30,7 @@ class RunsReport:
     variant: str
     runs: tuple[Mapping[str, Any], ...]  # stored_runs' rows, oldest first
     drift: tuple[Drift, ...]  # of the last run
+    read_copy: ReadCopy | None = None  # a run holds the database: read from its copy
 
     def to_json(self) -> dict[str, Any]:
         last = self.runs[-1] if self.runs else None
@@ -41,6 +43,7 @@ class RunsReport:
             "runs": [_run_json(run) for run in self.runs],
             "drift": [entry.to_json() for entry in self.drift],
             "series": {"run_id": last["run_id"], "points": series} if last and series else None,
+            "read_copy": self.read_copy.to_json() if self.read_copy else None,
         }
 
 
@@ -88,6 +91,7 @@ def runs_report(spec: JobSpec, runs: int = DEFAULT_RUNS) -> RunsReport:
     try:
         # The last run is judged against as many earlier runs as drift uses, however many are shown.
         found = stored_runs(connection, spec, max(runs, BASELINE_RUNS + 1))
+        read_copy = read_copy_of(connection)
     finally:
         connection.close()
     if not found:
@@ -96,7 +100,7 @@ def runs_report(spec: JobSpec, runs: int = DEFAULT_RUNS) -> RunsReport:
             f"(every run keeps one from this version on: `pipeline run {spec.source_file}`)"
         )
     drift = tuple(find_drift([(run["run_id"], run["profile"]) for run in found]))
-    return RunsReport(spec.name, spec.variant, tuple(found[-runs:]), drift)
+    return RunsReport(spec.name, spec.variant, tuple(found[-runs:]), drift, read_copy)
 
 
 def _cell(value: Any, digits: int = 2) -> str:

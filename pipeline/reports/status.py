@@ -19,6 +19,7 @@ from pipeline.source.pending import PendingQueries
 from pipeline.source.relation import source_relation
 from pipeline.source.versions import JOB_CAUSES, StaleCause, read_stale_counts, version_of
 from pipeline.store.opening import open_for_reading
+from pipeline.store.read_copy import ReadCopy, read_copy_of
 from pipeline.store.snapshot import read_snapshot
 
 
@@ -37,6 +38,7 @@ class JobStatus:
     grounding: dict[str, dict[str, float]] = field(default_factory=dict)  # per grounded path
     last_run: dict[str, Any] | None = None
     live: dict[str, Any] | None = None  # the snapshot of a run that holds the database right now
+    read_copy: ReadCopy | None = None  # a run holds the database: the numbers are its copy's
 
     @property
     def rate_per_min(self) -> float | None:
@@ -54,18 +56,24 @@ class JobStatus:
 
 
 def job_status(spec: JobSpec) -> JobStatus:
-    """Read the job's status. Blocking (DuckDB); the CLI calls it directly."""
+    """Read the job's status. Blocking (DuckDB); the CLI calls it directly. While a run holds the
+    database, the counts come from its read copy and ``live`` holds its progress snapshot; before the
+    run has written a copy, only ``live``."""
     try:
         connection = open_for_reading(spec)
     except DatabaseLockedError:
         return JobStatus(database=str(spec.database), variant=spec.variant, live=read_snapshot(spec.database))
     try:
-        return _read_status(connection, spec)
+        copy = read_copy_of(connection)
+        status = _read_status(connection, spec, running=copy is not None)
     finally:
         connection.close()
+    if copy is None:
+        return status
+    return dataclasses.replace(status, read_copy=copy, live=read_snapshot(spec.database))
 
 
-def _read_status(connection: Database, spec: JobSpec) -> JobStatus:
+def _read_status(connection: Database, spec: JobSpec, *, running: bool = False) -> JobStatus:
     out = spec.output
     tables = connection.table_names()
     source_known = spec.source.query is not None or (spec.source.table or "").lower() in tables
@@ -90,7 +98,7 @@ def _read_status(connection: Database, spec: JobSpec) -> JobStatus:
         stale=counts,
         tokens_per_done=_tokens_per_done(connection, spec),
         grounding=_grounding(connection, spec),
-        last_run=_last_run(connection, spec),
+        last_run=_last_run(connection, spec, running=running),
     )
 
 
@@ -145,7 +153,7 @@ def _grounding(connection: Database, spec: JobSpec) -> dict[str, dict[str, float
     }
 
 
-def _last_run(connection: Database, spec: JobSpec) -> dict[str, Any] | None:
+def _last_run(connection: Database, spec: JobSpec, *, running: bool = False) -> dict[str, Any] | None:
     cursor = connection.execute(
         f"SELECT * FROM {quote(spec.output.runs_table)} WHERE variant = ? ORDER BY run_id DESC LIMIT 1",
         [spec.variant],
@@ -154,7 +162,7 @@ def _last_run(connection: Database, spec: JobSpec) -> dict[str, Any] | None:
     if row is None:
         return None
     run = {name: _plain(value) for name, value in zip(cursor.columns, row, strict=True)}
-    if run["status"] == "running":
+    if run["status"] == "running" and not running:
         # We could open the database, so no process holds it: that run was killed without a trace.
         run["status"] = "abandoned"
     return run

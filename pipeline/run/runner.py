@@ -49,6 +49,7 @@ from pipeline.run.fleet import open_fleet
 from pipeline.run.options import RunOptions, RunStatus, RunSummary
 from pipeline.run.progress import LogProgress
 from pipeline.run.prometheus import publish_metrics
+from pipeline.run.read_copies import ReadCopies
 from pipeline.run.series import RunSeries
 from pipeline.run.shutdown import Shutdown
 from pipeline.run.stats import RunStats
@@ -59,6 +60,7 @@ from pipeline.source.db import Database
 from pipeline.source.lock import RunLock
 from pipeline.source.reader import SourceReader, SourceRecord
 from pipeline.store.opening import known_knees, prepare_database
+from pipeline.store.read_copy import remove_copies
 from pipeline.store.snapshot import write_snapshot
 from pipeline.store.writer import RunStart, StoreWriter
 
@@ -191,12 +193,27 @@ async def _run_on(
         concurrency=[endpoint.config.concurrency or "auto" for endpoint in router.endpoints],
     )
     run = _Run(spec, options, reader, writer, stats, router, _extractor(spec, options, router, stats))
-    status, fatal = await run.execute()
+    status, fatal = await _with_read_copies(run, connection, spec, run_id)
     knees = {e.config.knee_key: e.found_knee for e in router.endpoints if e.found_knee is not None}
     await writer.finish_run(str(status), str(fatal) if fatal else None, knees)
     await anyio.to_thread.run_sync(write_snapshot, spec.database, run_id, stats.snapshot(), str(status))
     run.series.sample()
     return stats, run_id, status, fatal, await _profile_and_drift(writer, run.series)
+
+
+async def _with_read_copies(
+    run: _Run, connection: Database, spec: JobSpec, run_id: int
+) -> tuple[RunStatus, FatalRunError | None]:
+    """Execute the run while keeping a read copy for readers; remove it when the run ends, so readers
+    open the database again."""
+    await anyio.to_thread.run_sync(remove_copies, spec.database)  # a killed run's, if any
+    cursor = await anyio.to_thread.run_sync(connection.cursor)
+    try:
+        # Real time (not options.sleep, the retry waits tests make instant): a copy every few seconds.
+        return await run.execute(ReadCopies(cursor, spec, run_id))
+    finally:
+        await anyio.to_thread.run_sync(cursor.close)
+        await anyio.to_thread.run_sync(remove_copies, spec.database)
 
 
 async def _profile_and_drift(writer: StoreWriter, series: RunSeries) -> tuple[Drift, ...]:
@@ -281,13 +298,13 @@ class _Run:
             on_abort=self._abort,
         )
         self._fatal: FatalRunError | None = None
-        self.series = RunSeries(stats, sleep=options.sleep)
+        self.series = RunSeries(stats)  # real time, like the progress snapshot
 
     def _abort(self, error: FatalRunError) -> None:
         self._fatal = self._fatal or error
         self._shutdown.stop_now()
 
-    async def execute(self) -> tuple[RunStatus, FatalRunError | None]:
+    async def execute(self, copies: ReadCopies) -> tuple[RunStatus, FatalRunError | None]:
         async with anyio.create_task_group() as watchers:
             options = self._options
             publish = functools.partial(
@@ -305,6 +322,7 @@ class _Run:
             watchers.start_soon(self._progress.run, self._stats)
             watchers.start_soon(self._write_snapshots)
             watchers.start_soon(self.series.run, self._writer.save_series)
+            watchers.start_soon(copies.run)
             await watchers.start(self._router.run)
             watchers.start_soon(self._watchdog.run)
             if not self._reader.content_counted:

@@ -9,11 +9,13 @@ from collections.abc import Sequence
 import orjson
 import structlog
 
-from pipeline.errors import ConfigError, DatabaseError, DatabaseFailure
+from pipeline.errors import ConfigError, DatabaseError, DatabaseFailure, DatabaseLockedError
 from pipeline.job.spec import JobSpec
+from pipeline.servers.knee_search import KneeMemory
 from pipeline.source.db import Database, open_database, quote
 from pipeline.source.loader import load_file
 from pipeline.source.relation import describe_source
+from pipeline.store.read_copy import open_read_copy
 from pipeline.store.tables import create_output_tables, needs_upgrade
 
 log = structlog.get_logger("pipeline.store.opening")
@@ -61,28 +63,36 @@ def _setup_error(spec: JobSpec, error: DatabaseError) -> ConfigError:
     return ConfigError(f"{spec.database}: cannot check the database ({error.reason})")
 
 
-def known_knees(connection: Database, spec: JobSpec) -> dict[str, int]:
-    """The latest knee found on each server (keyed by :attr:`EndpointConfig.knee_key`) by the job's
-    runs, any variant's: the knee is the server's and the model's, and prompts of one job are alike."""
+def known_knees(connection: Database, spec: JobSpec) -> dict[str, KneeMemory]:
+    """What the job's latest runs (any variant's: the knee is the server's and the model's, and prompts
+    of one job are alike) learned of each server's best level, keyed by :attr:`EndpointConfig.knee_key`:
+    a bracketed knee, or the best level measured and the levels that did worse. Rows of earlier
+    versions hold a plain level, a bracketed knee; a value neither reads as is skipped."""
     rows = connection.rows(
         f"SELECT knees FROM {quote(spec.output.runs_table)} WHERE knees IS NOT NULL "
         "ORDER BY run_id DESC LIMIT 100"
     )
-    knees: dict[str, int] = {}
+    knees: dict[str, KneeMemory] = {}
     for (text,) in rows:
-        for key, level in orjson.loads(text).items():
-            if isinstance(level, int) and level > 0:
-                knees.setdefault(key, level)
+        for key, value in orjson.loads(text).items():
+            known = KneeMemory.from_json(value)
+            if known is not None:
+                knees.setdefault(key, known)
     return knees
 
 
 def open_for_reading(spec: JobSpec, *, memory_limit: str | None = None) -> Database:
-    """The job's database, read-only (a run may be writing it: then ``DatabaseLockedError``).
+    """The job's database, read-only; while a run holds it, the run's read copy
+    (:mod:`pipeline.store.read_copy`: :func:`read_copy_of` says so and how old it is), and
+    ``DatabaseLockedError`` when the run has written none.
 
     A database written by an earlier version is brought up to date first, which needs it writable
     for a moment: reading it as it is would count its results wrongly."""
     limit = memory_limit or spec.duckdb_memory_limit
-    connection = open_database(spec.database, read_only=True, memory_limit=limit)
+    try:
+        connection = open_database(spec.database, read_only=True, memory_limit=limit)
+    except DatabaseLockedError as locked:  # a run holds the database for its whole length
+        return open_read_copy(spec, locked)
     try:
         outdated = needs_upgrade(connection, spec)
     except DatabaseError as error:

@@ -124,6 +124,11 @@ def _tables(spec: JobSpec) -> list[_Table]:
     ]
 
 
+def output_table_names(spec: JobSpec) -> list[str]:
+    """The job's output tables: runs, results, their history, failures."""
+    return [table.name for table in _tables(spec)]
+
+
 def create_output_tables(connection: Database, spec: JobSpec, id_type: str) -> None:
     """Create the job's output tables if missing, or bring older ones up to date, in one transaction.
 

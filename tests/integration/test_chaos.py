@@ -13,12 +13,8 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import random
 import shutil
-import signal
-import subprocess
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,7 +26,8 @@ import pytest
 from pipeline.store.writer import CHAOS_COMMIT_DELAY_ENV
 from tests.support.datasets import build_postings
 from tests.support.jobs import table_rows, write_job
-from tests.support.processes import REPO, pipeline_command, sim_metric, sim_server, subprocess_env
+from tests.support.logged_run import WAIT_S, Run
+from tests.support.processes import sim_metric, sim_server
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
 
@@ -47,8 +44,6 @@ SIM_ARGS = (
     *("--fault-invalid-json", "0.02", "--fault-server-error", "0.02", "--fault-context-length", "0.01"),
 )
 CHAOS_LINE = "chaos: transaction open before commit"  # logged by the store, transaction open
-WAIT_S = 60.0  # the longest wait for any line or exit of a run that is meant to be killed
-FINISH_S = 240.0  # an uninterrupted run of the whole job on a busy 2-core machine stays far below
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,77 +56,6 @@ class Kill:
     committed_rows: int  # commit kills: the rows of the batches this run had committed before
     requests: int  # chat requests the simulator received during this run
     on_disk: int  # records in results or failures after the kill
-
-
-class Run:
-    """`pipeline run JOB --log-format json` whose stderr lines are read, as JSON, by a thread."""
-
-    def __init__(self, job: Path, *args: str, **env: str) -> None:
-        self.started = time.perf_counter()
-        self.process = subprocess.Popen(
-            pipeline_command("run", str(job), "--log-format", "json", *args),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=subprocess_env(**env),
-            cwd=REPO,
-        )
-        self.events: queue.Queue[dict[str, Any] | None] = queue.Queue()
-        self.lines: list[str] = []
-        self.run_id: int | None = None  # from its "run started" line
-        self.start_up_s: float | None = None  # from the spawn to that line
-        self.elapsed_s: float | None = None  # from the spawn to the end of its output
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.process.stderr is not None
-        for line in self.process.stderr:
-            self.lines.append(line)
-            try:
-                event = json.loads(line)
-            except ValueError:
-                event = {"event": line.rstrip()}
-            if not isinstance(event, dict):
-                continue
-            if event.get("event") == "run started":
-                self.run_id = int(event["run_id"])
-                self.start_up_s = time.perf_counter() - self.started
-            self.events.put(event)
-        self.elapsed_s = time.perf_counter() - self.started
-        self.events.put(None)
-
-    def next_event(self, deadline: float) -> dict[str, Any]:
-        try:
-            event = self.events.get(timeout=max(0.0, deadline - time.perf_counter()))
-        except queue.Empty:
-            raise AssertionError(f"no log line in time; stderr:\n{self.tail()}") from None
-        if event is None:
-            code = self.process.wait(timeout=WAIT_S)
-            raise AssertionError(f"the run ended ({code}) before it could be killed; stderr:\n{self.tail()}")
-        return event
-
-    def wait_for(self, name: str) -> dict[str, Any]:
-        deadline = time.perf_counter() + WAIT_S
-        while (event := self.next_event(deadline)).get("event") != name:
-            pass
-        return event
-
-    def kill(self) -> float:
-        after_s = time.perf_counter() - self.started
-        os.kill(self.process.pid, signal.SIGKILL)
-        code = self.process.wait(timeout=WAIT_S)
-        self._reader.join(timeout=WAIT_S)
-        assert code == -signal.SIGKILL, f"the run ended ({code}) before the kill; stderr:\n{self.tail()}"
-        return after_s
-
-    def finish(self) -> int:
-        code = self.process.wait(timeout=FINISH_S)
-        self._reader.join(timeout=WAIT_S)
-        return code
-
-    def tail(self, lines: int = 30) -> str:
-        return "".join(self.lines[-lines:])
 
 
 def sim_requests(url: str) -> int:

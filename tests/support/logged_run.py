@@ -1,0 +1,90 @@
+"""`pipeline run` in a child process whose JSON log lines a thread reads: to wait for a line, then kill
+it (kill -9 tests) or let it finish."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.support.processes import REPO, pipeline_command, subprocess_env
+
+WAIT_S = 60.0  # the longest wait for any line or exit of a run that is meant to be killed
+FINISH_S = 240.0  # an uninterrupted run of a test job on a busy 2-core machine stays far below
+
+
+class Run:
+    """`pipeline run JOB --log-format json` whose stderr lines are read, as JSON, by a thread."""
+
+    def __init__(self, job: Path, *args: str, **env: str) -> None:
+        self.started = time.perf_counter()
+        self.process = subprocess.Popen(
+            pipeline_command("run", str(job), "--log-format", "json", *args),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=subprocess_env(**env),
+            cwd=REPO,
+        )
+        self.events: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self.lines: list[str] = []
+        self.run_id: int | None = None  # from its "run started" line
+        self.start_up_s: float | None = None  # from the spawn to that line
+        self.elapsed_s: float | None = None  # from the spawn to the end of its output
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            self.lines.append(line)
+            try:
+                event = json.loads(line)
+            except ValueError:
+                event = {"event": line.rstrip()}
+            if not isinstance(event, dict):
+                continue
+            if event.get("event") == "run started":
+                self.run_id = int(event["run_id"])
+                self.start_up_s = time.perf_counter() - self.started
+            self.events.put(event)
+        self.elapsed_s = time.perf_counter() - self.started
+        self.events.put(None)
+
+    def next_event(self, deadline: float) -> dict[str, Any]:
+        try:
+            event = self.events.get(timeout=max(0.0, deadline - time.perf_counter()))
+        except queue.Empty:
+            raise AssertionError(f"no log line in time; stderr:\n{self.tail()}") from None
+        if event is None:
+            code = self.process.wait(timeout=WAIT_S)
+            raise AssertionError(f"the run ended ({code}) before it could be killed; stderr:\n{self.tail()}")
+        return event
+
+    def wait_for(self, name: str) -> dict[str, Any]:
+        deadline = time.perf_counter() + WAIT_S
+        while (event := self.next_event(deadline)).get("event") != name:
+            pass
+        return event
+
+    def kill(self) -> float:
+        after_s = time.perf_counter() - self.started
+        os.kill(self.process.pid, signal.SIGKILL)
+        code = self.process.wait(timeout=WAIT_S)
+        self._reader.join(timeout=WAIT_S)
+        assert code == -signal.SIGKILL, f"the run ended ({code}) before the kill; stderr:\n{self.tail()}"
+        return after_s
+
+    def finish(self) -> int:
+        code = self.process.wait(timeout=FINISH_S)
+        self._reader.join(timeout=WAIT_S)
+        return code
+
+    def tail(self, lines: int = 30) -> str:
+        return "".join(self.lines[-lines:])
