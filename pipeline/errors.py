@@ -21,7 +21,10 @@
         │   ├── SchemaInvalidError
         │   ├── EmptyOutputError
         │   └── TruncatedError   retry with a larger token budget (finish_reason "length")
-        └── PermanentRecordError record the failure, do not retry (400, e.g. context length)
+        │       └── RepetitionLoopError  cut off in a loop: re-ask for a shorter answer instead
+        ├── ContextFullError     no room left in the context for the answer: truncated, not retried
+        └── PermanentRecordError record the failure, do not retry (400, 413, 422)
+            └── ContextLengthError  a 400 naming the context: retried once with a budget that fits
 
 Library errors (openai, httpx2, pydantic, duckdb) are translated into these once, at the boundary
 where they are caught (DuckDB's in :mod:`pipeline.source.db`, the server's in
@@ -187,10 +190,40 @@ class TruncatedError(BadOutputError):
     failure_class = FailureClass.TRUNCATED
 
 
+class RepetitionLoopError(TruncatedError):
+    """The budget ran out while the answer repeated itself: a larger budget only buys a longer loop.
+    ``unit`` is what repeated; ``loop_start`` where the loop begins in ``raw_output`` (None: in the
+    reasoning)."""
+
+    def __init__(
+        self, message: str, *, raw_output: str | None, unit: str, loop_start: int | None = None
+    ) -> None:
+        super().__init__(message, raw_output=raw_output)
+        self.unit = unit
+        self.loop_start = loop_start
+
+
+class ContextFullError(RecordError):
+    """The context has no room for (more of) the answer: the prompt alone fills it, or an answer cut
+    off already had every token the context leaves. Class ``truncated``, with the numbers."""
+
+    failure_class = FailureClass.TRUNCATED
+
+
 class PermanentRecordError(RecordError):
-    """The server rejected this record's request for good (e.g. the prompt exceeds the context)."""
+    """The server rejected this record's request for good (e.g. a 400 about the request)."""
 
     failure_class = FailureClass.PERMANENT
+
+
+class ContextLengthError(PermanentRecordError):
+    """The server refused the request for its context length (HTTP 400 naming it): ``context_length``
+    tokens, and the prompt's tokens when the message says. Retried once when a smaller budget fits."""
+
+    def __init__(self, message: str, *, context_length: int, prompt_tokens: int | None = None) -> None:
+        super().__init__(message)
+        self.context_length = context_length
+        self.prompt_tokens = prompt_tokens
 
 
 def summarize_validation_error(exc: ValidationError, limit: int = 8) -> str:

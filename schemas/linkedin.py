@@ -5,7 +5,10 @@ are written as instructions to the model. Validators clean what is safe to clean
 whitespace) and reject what needs the model's attention (a salary range upside down).
 
 Every list and string has an upper bound. Constrained decoding enforces them, so a model that starts
-repeating itself is made to close the JSON instead of spending the whole token budget on one record.
+repeating itself is made to close the JSON instead of spending the whole token budget on one record:
+the longest answer the bounds allow, written compactly as constrained decoding writes it, is under
+14,000 characters (2,400 tokens of English for SmolLM2's tokenizer, under 4,000 even at 3.5 characters
+a token), inside the LinkedIn job's max_tokens of 4,096.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_vali
 from pydantic.config import JsonDict
 
 ShortText = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
+# A list item that is a term, not a sentence: a skill, a capability, a benefit, a subject.
+Term = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=80)]
 Name = Annotated[str, StringConstraints(strip_whitespace=True, max_length=200)]
 
 # Values quoted from the posting: after extraction each is looked for in the text (pipeline.quality),
@@ -101,7 +106,7 @@ class Education(_Strict):
         "professional",
         "unspecified",
     ] = Field(description="Lowest level the posting asks for; 'unspecified' if it does not say.")
-    fields: list[ShortText] = Field(
+    fields: list[Term] = Field(
         default_factory=list, max_length=5, description="Subjects named, e.g. 'Engineering'."
     )
     mandatory: bool = True
@@ -136,29 +141,29 @@ class JobPosting(_Strict):
         "when the role leads a function; 'Unspecified' only if nothing indicates a level."
     )
     manages_people: bool = Field(description="true if the role has direct reports or leads a team.")
-    explicit_skills: list[ShortText] = Field(
-        max_length=40,
+    explicit_skills: list[Term] = Field(
+        max_length=30,
         description="Skills, tools and technologies the posting names, each once, as short terms "
         "('SQL', 'stakeholder management').",
         json_schema_extra=GROUNDED,
     )
-    inferred_capabilities: list[ShortText] = Field(
-        max_length=20,
+    inferred_capabilities: list[Term] = Field(
+        max_length=12,
         description="Capabilities the role clearly needs but the posting does not name, inferred from "
         "the duties (e.g. 'budget ownership' for a role that 'manages a £2m budget').",
     )
     requirements: list[Requirement] = Field(
-        max_length=40, description="Every requirement, atomised: one item each."
+        max_length=25, description="Every requirement, atomised: one item each."
     )
     experience_years: ExperienceYears | None = Field(None, description="null if no number of years is given.")
     education: Education | None = Field(None, description="null if the posting says nothing about education.")
     salary: Salary | None = Field(None, description="null if no pay is stated (not 'competitive').")
-    benefits: list[ShortText] = Field(
-        default_factory=list, max_length=20, description="Benefits named, e.g. 'pension'."
+    benefits: list[Term] = Field(
+        default_factory=list, max_length=15, description="Benefits named, e.g. 'pension'."
     )
-    culture_signals: list[ShortText] = Field(
+    culture_signals: list[Term] = Field(
         default_factory=list,
-        max_length=15,
+        max_length=10,
         description="What the posting says about how the team works: pace, values, flexibility, "
         "autonomy, hierarchy ('fast-paced start-up', 'flexible hours', 'collaborative').",
     )

@@ -1,8 +1,9 @@
 """One record, end to end: first request, retries under the policy, validation, a classified outcome.
 
-Each attempt takes a slot on an endpoint from the :class:`~pipeline.servers.router.Router`. Record-level
-problems always end as a :class:`Failed` outcome (never silently dropped); only a :class:`FatalRunError`
-escapes, to stop the run.
+Each attempt takes a slot on an endpoint from the :class:`~pipeline.servers.router.Router`, and asks for
+no more tokens than that endpoint's context leaves after the prompt (:mod:`pipeline.extraction.budget`).
+Record-level problems always end as a :class:`Failed` outcome (never silently dropped); only a
+:class:`FatalRunError` escapes, to stop the run.
 """
 
 from __future__ import annotations
@@ -18,23 +19,37 @@ from pydantic import BaseModel
 from pipeline.errors import (
     BadOutputError,
     ConnectionLostError,
+    ContextFullError,
+    ContextLengthError,
     FailureClass,
     PermanentRecordError,
     RecordError,
+    RepetitionLoopError,
     ServerUnreachableError,
     StructuredOutputRejectedError,
     TransientError,
     TruncatedError,
 )
+from pipeline.extraction.budget import (
+    BudgetGrowth,
+    CountedPrompt,
+    cut_off_at_context,
+    fitted,
+    no_room_to_grow,
+    prompt_count,
+    prompt_does_not_fit,
+)
 from pipeline.extraction.outcomes import Extracted, Failed, Outcome, Usage
-from pipeline.extraction.parse import grown_budget, larger_budget_request, parse_reply, reask_request
+from pipeline.extraction.parse import larger_budget_request, loop_reask_request, parse_reply, reask_request
 from pipeline.extraction.prompt import PromptBuilder
 from pipeline.extraction.retry import RetryPolicy
 from pipeline.quality.grounding import Grounder
 from pipeline.servers.client import ChatRequest, Reply
 from pipeline.servers.endpoint import Endpoint, EndpointEvacuatedError
 from pipeline.servers.router import Router
-from pipeline.source.reader import SourceRecord
+from pipeline.source.reader import RecordId, SourceRecord
+
+__all__ = ["BudgetGrowth", "Extractor", "RequestCounters"]  # BudgetGrowth: pipeline.extraction.budget's
 
 log = structlog.get_logger("pipeline.extraction.extractor")
 
@@ -59,22 +74,19 @@ class RequestCounters(Protocol):
 
 @dataclass(slots=True)
 class _RecordState:
+    record_id: RecordId
     first: ChatRequest
-    request: ChatRequest
+    request: ChatRequest  # the next request, before it is fitted to an endpoint's context
     attempts: int = 0
     last_raw_output: str | None = None
     usage: Usage = field(default_factory=Usage)
-    sent_max_tokens: int = 0  # the budget of the last request sent (the next one may be larger)
+    sent: ChatRequest | None = None  # the last request sent, as fitted (the next one may be larger)
     endpoint: Endpoint | None = None  # where the last request went
+    counted: CountedPrompt | None = None  # the server's count of a prompt this record sent
 
-
-@dataclass(frozen=True, slots=True)
-class BudgetGrowth:
-    factor: float
-    ceiling: int
-
-    def after(self, max_tokens: int) -> int:
-        return grown_budget(max_tokens, self.factor, self.ceiling)
+    @property
+    def sent_max_tokens(self) -> int:
+        return self.sent.max_tokens if self.sent is not None else 0
 
 
 class Extractor:
@@ -99,7 +111,7 @@ class Extractor:
     async def extract(self, record: SourceRecord) -> Outcome:
         budget = record.truncated_at_max_tokens
         first = self._prompts.request_for(record.fields, self._growth.after(budget) if budget else None)
-        state = _RecordState(first=first, request=first)
+        state = _RecordState(record.id, first=first, request=first)
         try:
             async for attempt in self._policy.attempts():
                 with attempt:
@@ -129,18 +141,66 @@ class Extractor:
 
     async def _attempt(self, state: _RecordState) -> tuple[Reply, BaseModel]:
         state.attempts += 1
-        state.sent_max_tokens = state.request.max_tokens
-        reply = await self._send(state)
+        try:
+            reply = await self._send(state)
+        except ContextLengthError as error:
+            self._refused_for_context(state, error)
+            raise
         state.last_raw_output = reply.content if reply.content is not None else reply.reasoning
+        if reply.prompt_tokens and state.sent is not None:
+            state.counted = CountedPrompt(state.sent.messages, reply.prompt_tokens)
         try:
             return reply, parse_reply(reply, self._schema)
-        except TruncatedError:
-            state.request = larger_budget_request(state.request, self._growth.factor, self._growth.ceiling)
+        except RepetitionLoopError as error:
+            state.request = loop_reask_request(state.first, error, state.sent_max_tokens)
+            log.info(
+                "repetition loop: asking again for a shorter answer, with penalties on repetition",
+                record_id=state.record_id,
+                endpoint=state.endpoint.name if state.endpoint else None,
+                error=str(error),
+            )
+            raise
+        except TruncatedError as error:
+            self._grow(state, reply, error)
             raise
         except BadOutputError as error:
             budget = ChatRequest(state.first.messages, state.request.max_tokens)
             state.request = reask_request(budget, error)
             raise
+
+    def _grow(self, state: _RecordState, reply: Reply, error: TruncatedError) -> None:
+        """The next request after a cut-off answer: a larger budget, or (when the answer already had all
+        the context leaves) a :class:`ContextFullError` with the numbers instead."""
+        assert state.sent is not None  # it was answered
+        assert state.endpoint is not None
+        context = state.endpoint.context_length
+        prompt = prompt_count(state.sent.messages, state.counted)
+        if context is not None and no_room_to_grow(state.sent, context, prompt):
+            raise ContextFullError(cut_off_at_context(reply, state.sent, prompt, context)) from error
+        state.request = larger_budget_request(state.sent, self._growth.factor, self._growth.ceiling)
+
+    def _refused_for_context(self, state: _RecordState, error: ContextLengthError) -> None:
+        """The server refused the request for its context (the client now uses the length it named):
+        retried once when a smaller budget fits, else the record fails with the numbers."""
+        assert state.sent is not None  # it was sent
+        if error.prompt_tokens is not None:
+            state.counted = CountedPrompt(state.sent.messages, error.prompt_tokens)
+        prompt = prompt_count(state.sent.messages, state.counted)
+        room = error.context_length - prompt.tokens
+        if room < 1:
+            raise ContextFullError(prompt_does_not_fit(prompt, error.context_length)) from error
+        if room >= state.sent_max_tokens:  # no smaller budget to try: the 400 is not about the budget
+            raise PermanentRecordError(
+                f"{error} (by these numbers the request fits: prompt {prompt} + budget "
+                f"{state.sent_max_tokens} of a context of {error.context_length})"
+            ) from error
+        log.info(
+            "the server's context is shorter than the request: retrying with a budget that fits",
+            record_id=state.record_id,
+            context_length=error.context_length,
+            prompt_tokens=prompt.tokens,
+            budget=room,
+        )
 
     async def _send(self, state: _RecordState) -> Reply:
         """One attempt, on an endpoint with room. A request that never reached a server (refused),
@@ -149,9 +209,11 @@ class Extractor:
         while True:
             async with self._router.slot() as endpoint:
                 state.endpoint = endpoint
+                prompt = prompt_count(state.request.messages, state.counted)
+                state.sent = fitted(state.request, endpoint.context_length, prompt)
                 with_format = endpoint.client.settings.response_format is not None
                 try:
-                    return await self._send_once(endpoint, state.request, state.usage)
+                    return await self._send_once(endpoint, state.sent, state.usage)
                 except ServerUnreachableError as error:
                     self._router.report_down(endpoint, str(error))
                 except ConnectionLostError as error:

@@ -3,6 +3,7 @@ build the next request after a bad reply (always a new message list, never the c
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
@@ -13,10 +14,12 @@ from pipeline.errors import (
     BadOutputError,
     EmptyOutputError,
     InvalidJSONError,
+    RepetitionLoopError,
     SchemaInvalidError,
     TruncatedError,
     summarize_validation_error,
 )
+from pipeline.extraction.repetition import find_loop
 from pipeline.servers.client import ChatMessage, ChatRequest, Reply
 
 # Models asked for JSON without constrained decoding often wrap it in a Markdown code fence.
@@ -27,6 +30,15 @@ REASK_INSTRUCTION = (
     "Your previous reply was rejected: {reason}\n"
     "Reply again with exactly one JSON object that matches the schema, and nothing else."
 )
+LOOP_INSTRUCTION = (
+    "Your previous reply was cut off at the token limit because it kept repeating {unit}. Reply again "
+    "with one complete, shorter JSON object that matches the schema: give each item once, never repeat "
+    "an item or a phrase, leave out what is not in the posting, and close the JSON."
+)
+LOOP_ECHO_HEAD_CHARS = 1500  # of the cut-off answer before its loop, shown back to the model
+#: Sampling for the retry after a loop, that request only: OpenAI's penalties, which vLLM takes too.
+#: Counted per token of the answer, so a unit repeated again costs more each time.
+LOOP_SAMPLING = {"frequency_penalty": 0.5, "presence_penalty": 0.5}
 
 
 def parse_reply(reply: Reply, schema: type[BaseModel]) -> BaseModel:
@@ -34,13 +46,13 @@ def parse_reply(reply: Reply, schema: type[BaseModel]) -> BaseModel:
     content = (reply.content or "").strip()
     if not content:
         if reply.reasoning:
-            raise TruncatedError(_truncation_reason(reply), raw_output=reply.content)
+            raise truncated(reply)
         raise EmptyOutputError(f"empty reply (finish_reason={reply.finish_reason})", raw_output=reply.content)
     try:
         return schema.model_validate(_load_json(content, reply))
     except ValidationError as exc:
         if reply.finish_reason == "length":
-            raise TruncatedError(_truncation_reason(reply), raw_output=reply.content) from exc
+            raise truncated(reply) from exc
         raise SchemaInvalidError(summarize_validation_error(exc), raw_output=reply.content) from exc
 
 
@@ -52,7 +64,7 @@ def _load_json(content: str, reply: Reply) -> dict[str, Any]:
         value = orjson.loads(content)
     except orjson.JSONDecodeError as exc:
         if reply.finish_reason == "length":
-            raise TruncatedError(_truncation_reason(reply), raw_output=reply.content) from exc
+            raise truncated(reply) from exc
         raise InvalidJSONError(f"not valid JSON ({exc})", raw_output=reply.content) from exc
     if not isinstance(value, dict):
         raise SchemaInvalidError(
@@ -61,8 +73,31 @@ def _load_json(content: str, reply: Reply) -> dict[str, Any]:
     return value
 
 
+def truncated(reply: Reply) -> TruncatedError:
+    """A cut-off answer: a :class:`RepetitionLoopError` when it ends in a loop (its content, or its
+    reasoning when there is no content), else a :class:`TruncatedError` with the numbers."""
+    in_content = bool(reply.content and reply.content.strip())
+    loop = find_loop((reply.content if in_content else reply.reasoning) or "")
+    if loop is None:
+        return TruncatedError(_truncation_reason(reply), raw_output=reply.content)
+    return RepetitionLoopError(
+        f"repetition loop: {loop.describe()} at the end of the cut-off answer ({_numbers(reply)}); a "
+        "larger budget only makes the loop longer",
+        raw_output=reply.content,
+        unit=loop.unit,
+        loop_start=loop.start if in_content else None,
+    )
+
+
 def _truncation_reason(reply: Reply) -> str:
     """Why the answer is incomplete, in numbers, so the fix (budget or effort) is obvious."""
+    return (
+        f"answer truncated: {_numbers(reply)}; the reasoning shares max_tokens with the answer: "
+        "raise max_tokens or lower reasoning_effort"
+    )
+
+
+def _numbers(reply: Reply) -> str:
     parts = [f"finish_reason={reply.finish_reason}"]
     if reply.completion_tokens is not None:
         parts.append(f"{reply.completion_tokens} completion tokens")
@@ -72,10 +107,7 @@ def _truncation_reason(reply: Reply) -> str:
         parts.append(f"{len(reply.reasoning)} characters of reasoning")
     answer = "content null" if reply.content is None else f"{len(reply.content)} characters of content"
     parts.append(answer)
-    return (
-        "answer truncated: " + ", ".join(parts) + "; the reasoning shares max_tokens with the answer: "
-        "raise max_tokens or lower reasoning_effort"
-    )
+    return ", ".join(parts)
 
 
 def reask_request(first: ChatRequest, error: BadOutputError) -> ChatRequest:
@@ -91,6 +123,23 @@ def reask_request(first: ChatRequest, error: BadOutputError) -> ChatRequest:
     return ChatRequest(messages=(*first.messages, rejected, instruction), max_tokens=first.max_tokens)
 
 
+def loop_reask_request(first: ChatRequest, error: RepetitionLoopError, max_tokens: int) -> ChatRequest:
+    """After an answer cut off in a loop: the first request plus the start of that answer and the
+    loop's first two turns, an instruction to answer shorter without repeating, and penalties on
+    repetition, for this request only (a new message list). A loop in the reasoning, with no answer
+    to show, gets the first messages and the penalties."""
+    messages = first.messages
+    if error.raw_output and error.loop_start is not None:
+        head = error.raw_output[: error.loop_start]
+        if len(head) > LOOP_ECHO_HEAD_CHARS:
+            head = head[:LOOP_ECHO_HEAD_CHARS] + " … "
+        shown: ChatMessage = {"role": "assistant", "content": f"{head}{error.unit * 2}…"}
+        unit = error.unit if len(error.unit) <= 80 else error.unit[:80] + "…"
+        instruction: ChatMessage = {"role": "user", "content": LOOP_INSTRUCTION.format(unit=repr(unit))}
+        messages = (*messages, shown, instruction)
+    return ChatRequest(messages=messages, max_tokens=max_tokens, sampling=dict(LOOP_SAMPLING))
+
+
 def grown_budget(max_tokens: int, growth: float, ceiling: int) -> int:
     """``max_tokens`` grown once (by at least one token), never above ``ceiling`` (nor below itself)."""
     grown = min(ceiling, max(max_tokens + 1, int(max_tokens * growth)))
@@ -98,7 +147,5 @@ def grown_budget(max_tokens: int, growth: float, ceiling: int) -> int:
 
 
 def larger_budget_request(current: ChatRequest, growth: float, ceiling: int) -> ChatRequest:
-    """The same messages with a larger ``max_tokens`` (never above ``ceiling``)."""
-    return ChatRequest(
-        messages=current.messages, max_tokens=grown_budget(current.max_tokens, growth, ceiling)
-    )
+    """The same request with a larger ``max_tokens`` (never above ``ceiling``)."""
+    return dataclasses.replace(current, max_tokens=grown_budget(current.max_tokens, growth, ceiling))

@@ -106,4 +106,5 @@ def client_settings(spec: JobSpec, config: EndpointConfig | None = None) -> Clie
         extra_body=spec.extra_body,
         preflight_timeout_s=spec.operations.preflight_timeout_s,
         system_with_schema=None if spec.prompt.include_schema else PromptBuilder.schema_system(spec),
+        max_model_len=config.max_model_len,
     )

@@ -3,7 +3,10 @@
 * transient (timeouts, resets, 408/429/5xx): exponential backoff with jitter, never sooner than the
   server's ``Retry-After``;
 * bad output (invalid JSON, schema-invalid, empty): re-ask at once; the caller builds the new request;
-* truncated: retry at once; the caller enlarges the token budget;
+* truncated: retry at once; the caller enlarges the token budget (never past what the context leaves);
+* truncated in a repetition loop: retry at once another way (the caller re-asks for a shorter answer,
+  with penalties on repetition); it spends the truncation budget, being a truncation too;
+* refused for the context length (a 400 naming it): retry once at once; the caller fits the budget;
 * anything else (permanent for the record, fatal for the run) is raised at once.
 
 A server that stops accepting connections mid-run (a restart; vLLM loading a 120B model takes
@@ -26,7 +29,14 @@ import anyio
 import structlog
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception
 
-from pipeline.errors import BadOutputError, RecordError, TransientError, TruncatedError
+from pipeline.errors import (
+    BadOutputError,
+    ContextLengthError,
+    RecordError,
+    RepetitionLoopError,
+    TransientError,
+    TruncatedError,
+)
 from pipeline.job.spec import RetrySpec
 
 log = structlog.get_logger("pipeline.extraction.retry")
@@ -40,14 +50,26 @@ class RetryKind(StrEnum):
     TRANSIENT = "transient"
     REASK = "reask"
     TRUNCATION = "truncation"
+    REPETITION = "repetition"
+    CONTEXT = "context"
+
+
+#: A 400 naming the context is retried once: the retry asks for what the context leaves.
+CONTEXT_RETRIES = 1
+# Kinds whose retries come out of another kind's budget.
+_BUDGET_OF = {RetryKind.REPETITION: RetryKind.TRUNCATION}
 
 
 def retry_kind(error: BaseException | None) -> RetryKind | None:
     """How an error is retried, or ``None`` if it is not."""
     if isinstance(error, TransientError):
         return RetryKind.TRANSIENT
+    if isinstance(error, RepetitionLoopError):
+        return RetryKind.REPETITION
     if isinstance(error, TruncatedError):
         return RetryKind.TRUNCATION
+    if isinstance(error, ContextLengthError):
+        return RetryKind.CONTEXT
     if isinstance(error, BadOutputError):
         return RetryKind.REASK
     return None
@@ -69,6 +91,8 @@ class RetryPolicy:
             RetryKind.TRANSIENT: self.limits.transient_retries,
             RetryKind.REASK: self.limits.reasks,
             RetryKind.TRUNCATION: self.limits.truncation_retries,
+            RetryKind.REPETITION: self.limits.truncation_retries,
+            RetryKind.CONTEXT: CONTEXT_RETRIES,
         }[kind]
 
     def backoff_s(self, transient_failures: int, retry_after: float | None) -> float:
@@ -110,11 +134,13 @@ class _RecordBudget:
         """Runs first after each retryable failure (tenacity: after, then wait, then stop)."""
         kind = retry_kind(self._error(state))
         if kind is not None:
-            self._failures[kind] += 1
+            self._failures[_BUDGET_OF.get(kind, kind)] += 1
 
     def exhausted(self, state: RetryCallState) -> bool:
         kind = retry_kind(self._error(state))
-        return kind is None or self._failures[kind] > self._policy.retries_allowed(kind)
+        if kind is None:
+            return True
+        return self._failures[_BUDGET_OF.get(kind, kind)] > self._policy.retries_allowed(kind)
 
     def wait_s(self, state: RetryCallState) -> float:
         error = self._error(state)

@@ -32,6 +32,7 @@ from pipeline.job.variants import (
 )
 from pipeline.servers.config import (
     Concurrency,
+    ContextLength,
     EndpointConfig,
     EndpointEntry,
     EndpointSpec,
@@ -143,6 +144,8 @@ class JobSpec(_Strict):
     max_concurrency: int = Field(default=512, ge=1, le=8192)
     request_timeout_s: float = Field(default=900.0, gt=0)
     max_tokens: int = Field(default=4096, ge=1)
+    # The servers' context length, when their /v1/models does not list it (or lists it wrongly).
+    max_model_len: ContextLength | None = None
     reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = "low"
     temperature: float | None = Field(default=0.0, ge=0.0, le=2.0)
     extra_body: dict[str, Any] = Field(default_factory=dict)
@@ -187,6 +190,7 @@ class JobSpec(_Strict):
             model=self.model,
             concurrency=self.concurrency,
             max_concurrency=self.max_concurrency,
+            max_model_len=self.max_model_len,
         )
 
     @cached_property

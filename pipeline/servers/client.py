@@ -22,6 +22,7 @@ import orjson
 
 from pipeline.errors import (
     ConnectionLostError,
+    ContextLengthError,
     EndpointUnreachableError,
     FatalRunError,
     ModelNotServedError,
@@ -42,6 +43,13 @@ _RETRYABLE_STATUS = frozenset({408, 409, 425, 429})
 _STRUCTURED_OUTPUT_WORDS = re.compile(
     r"response_format|json_schema|guided_(json|decoding)|structured output", re.I
 )
+# A 400 about the context, as vLLM's versions word it: "This model's maximum context length is 8192 tokens.
+# However, you requested 9000 tokens (5000 in the messages, ...)", "... your prompt contains 9000 input
+# tokens", "max_tokens=16384 cannot be greater than max_model_len=8192", "Input length (9000) exceeds ...".
+_CONTEXT_LENGTH = re.compile(r"maximum context length (?:is |\()(\d+)|max_model_len ?= ?(\d+)", re.I)
+_PROMPT_TOKENS = re.compile(
+    r"(\d+) in the messages|prompt contains (?:at least )?(\d+) input tokens|input length \((\d+)\)", re.I
+)
 
 
 class ChatMessage(TypedDict):
@@ -51,10 +59,12 @@ class ChatMessage(TypedDict):
 
 @dataclass(frozen=True, slots=True)
 class ChatRequest:
-    """What varies between attempts for one record: the messages and the token budget."""
+    """What varies between attempts for one record: the messages, the token budget, and sampling
+    fields for this request only (a retry after a repetition loop sends penalties)."""
 
     messages: tuple[ChatMessage, ...]
     max_tokens: int
+    sampling: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +98,8 @@ class ClientSettings:
     # The system prompt with the schema appended, for a job that leaves the schema out of the prompt
     # (include_schema: false) when the server refuses response_format: then the prompt must carry it.
     system_with_schema: str | None = field(default=None, repr=False)
+    # The job's max_model_len for this server: its context length, whatever /v1/models lists.
+    max_model_len: int | None = None
 
 
 def build_http_client(settings: ClientSettings) -> httpx2.AsyncClient:
@@ -132,6 +144,15 @@ class LLMClient:
         self._http = build_http_client(settings)
         self._openai = openai_client(settings, self._http)
         self._system_override: str | None = None
+        self._listed_context: int | None = None  # max_model_len in /v1/models, for our model
+        self._refused_at_context: int | None = None  # the length a 400 named
+
+    @property
+    def context_length(self) -> int | None:
+        """Prompt and answer tokens one request may take on this server, or ``None`` when unknown: the
+        length a 400 named (the server's own word), else the job's ``max_model_len``, else what
+        ``/v1/models`` lists (vLLM lists ``max_model_len`` per model)."""
+        return self._refused_at_context or self.settings.max_model_len or self._listed_context
 
     async def __aenter__(self) -> LLMClient:
         return self
@@ -159,6 +180,7 @@ class LLMClient:
         if self.settings.response_format is not None:
             body["response_format"] = self.settings.response_format
         body.update(self.settings.extra_body)
+        body.update(request.sampling)
         return body
 
     async def complete(self, request: ChatRequest) -> Reply:
@@ -204,6 +226,7 @@ class LLMClient:
                 f"{url} does not serve model '{self.settings.model}'; "
                 f"it serves: {', '.join(sorted(served)) or 'nothing'}"
             )
+        self._listed_context = served.get(self.settings.model) if served is not None else None
 
     async def probe(self) -> bool:
         """Whether the server answers at all (any HTTP status) within the preflight timeout."""
@@ -265,7 +288,10 @@ class LLMClient:
         if isinstance(exc, openai.APIConnectionError):  # APITimeoutError included
             return self._translate_transport(exc)
         if isinstance(exc, openai.APIStatusError):
-            return _translate_status(exc, url, self.settings.model, self._key_hint())
+            error = _translate_status(exc, url, self.settings.model, self._key_hint())
+            if isinstance(error, ContextLengthError):
+                self._refused_at_context = error.context_length
+            return error
         return TransientError(f"unexpected reply from {url}: {_one_line(str(exc))}")
 
 
@@ -301,6 +327,13 @@ def _translate_status(exc: openai.APIStatusError, url: str, model: str, key_hint
         return TransientError(detail, retry_after=retry_after_seconds(exc.response.headers))
     if status == 400 and _STRUCTURED_OUTPUT_WORDS.search(detail):
         return StructuredOutputRejectedError(f"{url} does not take response_format ({detail})")
+    if status == 400 and (context := _CONTEXT_LENGTH.search(detail)):
+        prompt = _PROMPT_TOKENS.search(detail)
+        return ContextLengthError(
+            detail,
+            context_length=int(next(group for group in context.groups() if group)),
+            prompt_tokens=int(next(group for group in prompt.groups() if group)) if prompt else None,
+        )
     return PermanentRecordError(detail)
 
 
@@ -355,11 +388,17 @@ def parse_completion_body(content: bytes, latency_s: float) -> Reply:
         raise TransientError("the server sent a malformed chat completion body") from exc
 
 
-def _served_models(content: bytes) -> set[str] | None:
+def _served_models(content: bytes) -> dict[str, int | None] | None:
+    """The models ``/v1/models`` lists, each with the context length it gives (vLLM: max_model_len)."""
     try:
-        return {str(entry["id"]) for entry in orjson.loads(content)["data"]}
-    except (orjson.JSONDecodeError, KeyError, TypeError):
+        entries = orjson.loads(content)["data"]
+        return {str(entry["id"]): _positive(entry.get("max_model_len")) for entry in entries}
+    except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
         return None
+
+
+def _positive(value: object) -> int | None:
+    return value if type(value) is int and value > 0 else None
 
 
 def _one_line(text: str) -> str:

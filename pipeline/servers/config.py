@@ -40,6 +40,25 @@ def _concurrency(value: object) -> int | str:
 
 
 Concurrency = Annotated[int | Literal["auto"], BeforeValidator(_concurrency)]
+CONTEXT_RULE = "must be a whole number of tokens from 1 to 100000000 (the server's --max-model-len)"
+
+
+def _context_tokens(value: object) -> int:
+    """A context length in tokens (``max_model_len``), in one message when it is not one."""
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ValueError(CONTEXT_RULE)
+    try:
+        number = int(value)
+    except ValueError:
+        raise ValueError(CONTEXT_RULE) from None
+    if not 1 <= number <= 100_000_000:
+        raise ValueError(CONTEXT_RULE)
+    return number
+
+
+#: ``max_model_len``: prompt and answer tokens one request may take on a server (vLLM's
+#: ``--max-model-len``); given in the job, it overrides what the server's ``/v1/models`` lists.
+ContextLength = Annotated[int, BeforeValidator(_context_tokens)]
 _KEY_ENV_PATTERN = r"^[A-Z_][A-Z0-9_]*$"
 
 
@@ -92,6 +111,7 @@ class EndpointSpec(_Strict):
     # The NAME of the variable holding the key: a key pasted here would end up in messages.
     api_key_env: str | None = Field(default=None, pattern=_KEY_ENV_PATTERN, max_length=128)
     structured_output: bool = True
+    max_model_len: ContextLength | None = None
 
     @field_validator("base_url")
     @classmethod
@@ -112,6 +132,7 @@ class EndpointEntry(_Strict):
     model: str | None = Field(default=None, min_length=1)
     api_key_env: str | None = Field(default=None, pattern=_KEY_ENV_PATTERN, max_length=128)
     structured_output: bool | None = None
+    max_model_len: ContextLength | None = None
 
     @field_validator("base_url")
     @classmethod
@@ -129,6 +150,7 @@ class EndpointConfig:
     max_concurrency: int
     api_key_env: str | None
     structured_output: bool
+    max_model_len: int | None = None  # the job's override of the server's context length
 
     @property
     def name(self) -> str:
@@ -154,8 +176,10 @@ def resolve_endpoints(
     model: str,
     concurrency: Concurrency,
     max_concurrency: int,
+    max_model_len: int | None = None,
 ) -> list[EndpointConfig]:
-    """``endpoints:`` with the defaults filled in, or ``endpoint:`` as the only one."""
+    """``endpoints:`` with the defaults filled in, or ``endpoint:`` as the only one. ``max_model_len``
+    comes from the entry, else ``endpoint:``, else the job (``max_model_len``)."""
     if not entries:
         assert endpoint.base_url is not None  # the job spec checks it
         entries = [EndpointEntry.model_construct(base_url=endpoint.base_url)]
@@ -172,6 +196,7 @@ def resolve_endpoints(
                 structured_output=(
                     endpoint.structured_output if entry.structured_output is None else entry.structured_output
                 ),
+                max_model_len=entry.max_model_len or endpoint.max_model_len or max_model_len,
             )
         )
     return resolved

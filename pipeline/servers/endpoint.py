@@ -19,7 +19,7 @@ import structlog
 
 from pipeline.servers.client import LLMClient, Reply
 from pipeline.servers.config import EndpointConfig
-from pipeline.servers.knee_search import ServerLoad
+from pipeline.servers.knee_search import KneeMemory, ServerLoad
 from pipeline.servers.limits import AdaptiveLimit, LimitChange
 from pipeline.servers.scrape import metrics_url, parse_metrics, server_load
 
@@ -100,7 +100,7 @@ class Endpoint:
         *,
         abort_after_failures: int,
         timeout_s: float,
-        known_knee: int | None = None,
+        known_knee: KneeMemory | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config
@@ -125,10 +125,17 @@ class Endpoint:
         return self.config.name
 
     @property
-    def found_knee(self) -> int | None:
-        """The knee `concurrency: auto` bracketed on this server in this run, if it did."""
-        controller = self.controller
-        return controller.best_level if controller is not None and controller.at_knee else None
+    def context_length(self) -> int | None:
+        """Prompt and answer tokens one request may take here, or None when unknown (decided by the
+        client: a 400 naming it, else the job's max_model_len, else the server's /v1/models)."""
+        return self.client.context_length
+
+    @property
+    def found_knee(self) -> KneeMemory | None:
+        """What `concurrency: auto` learned on this server in this run, for the next run to start from:
+        the knee it bracketed, or else the best level it measured and the levels that did worse (None
+        with a fixed concurrency, or before anything was measured)."""
+        return self.controller.learned if self.controller is not None else None
 
     @property
     def has_room(self) -> bool:

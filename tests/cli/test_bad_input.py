@@ -301,6 +301,35 @@ def test_other_bad_urls_keep_their_messages_everywhere(
     assert "sk-secret" not in line
 
 
+@pytest.mark.parametrize(
+    ("overrides", "key"),
+    [
+        ({"max_model_len": 0}, "max_model_len"),
+        ({"max_model_len": "8k"}, "max_model_len"),
+        ({"max_model_len": True}, "max_model_len"),
+        ({"endpoint": {"max_model_len": -4096}}, "endpoint.max_model_len"),
+        ({"endpoint": {"max_model_len": 8192.5}}, "endpoint.max_model_len"),
+        (
+            {
+                "endpoint": {"base_url": None},
+                "endpoints": [{"base_url": "http://a:1/v1", "max_model_len": ""}],
+            },
+            "endpoints.0.max_model_len",
+        ),
+    ],
+)
+def test_a_bad_max_model_len_is_one_line_naming_the_key(
+    previous: Path, overrides: dict[str, Any], key: str
+) -> None:
+    job = rewrite_job(previous, **overrides)
+    result = cli_run("run", str(job))
+    assert result.exit_code == 2
+    assert error_line(result) == (
+        f"error: {job}: key '{key}': must be a whole number of tokens from 1 to 100000000 "
+        "(the server's --max-model-len)"
+    )
+
+
 # --- the source table -------------------------------------------------------------------------------
 
 
@@ -461,11 +490,12 @@ def test_null_empty_huge_and_control_character_fields(previous: Path, sim_url: s
     done = [row[0] for row in table_rows(database, "SELECT record_id FROM results WHERE record_id >= 100")]
     failed = table_rows(database, "SELECT record_id, failure_class, message, attempts FROM failures")
     assert sorted(done) == [100, 101, 103, 104, 105]  # NULL, empty and control characters: extracted
-    # 1 MB does not fit the context: a permanent failure, classified at once, not retried.
+    # 1 MB does not fit the context: truncated with the numbers (the server's), at once, not retried.
     assert len(failed) == 1
     record_id, failure_class, message, attempts = failed[0]
-    assert (record_id, failure_class, attempts) == (102, "permanent", 1)
-    assert f"maximum context length is {MAX_MODEL_LEN} tokens" in message and len(message) < 400
+    assert (record_id, failure_class, attempts) == (102, "truncated", 1)
+    assert message.startswith("the prompt alone does not fit the context: ")
+    assert f"tokens against a context of {MAX_MODEL_LEN} tokens" in message and len(message) < 400
     # Nothing was dropped, and nothing from before was lost.
     assert (
         table_rows(database, "SELECT * FROM results WHERE record_id < 100 ORDER BY record_id")
@@ -478,7 +508,7 @@ def test_null_empty_huge_and_control_character_fields(previous: Path, sim_url: s
     assert tokens[100] == tokens[101]
 
     again = cli_run("run", str(job), "--log-format", "json")
-    assert again.exit_code == 0 and "nothing to do" in again.stdout  # the permanent failure stays put
+    assert again.exit_code == 0 and "nothing to do" in again.stdout  # the truncated failure stays put
 
 
 def test_a_null_field_renders_as_an_empty_string(tmp_path: Path) -> None:

@@ -2,19 +2,25 @@ from __future__ import annotations
 
 import copy
 from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import orjson
 import pytest
+from httpx2 import Response
 
 from pipeline.errors import FailureClass, FatalRunError
+from pipeline.extraction.budget import estimated_tokens
 from pipeline.extraction.extractor import BudgetGrowth, Extractor
-from pipeline.extraction.outcomes import Extracted, Failed
+from pipeline.extraction.outcomes import Extracted, Failed, Outcome
 from pipeline.extraction.prompt import PromptBuilder
 from pipeline.extraction.retry import RetryPolicy
 from pipeline.job.spec import JobSpec, load_job
 from pipeline.run.stats import RunStats
 from pipeline.servers.endpoint import Endpoint
+from pipeline.sim import SimConfig, SimServer
+from pipeline.sim.answers import prompt_tokens as sim_prompt_tokens
+from pipeline.sim.http import HttpRequest, HttpResponse, serve
 from pipeline.source.reader import SourceRecord
 from tests.support.endpoints import endpoint_for, running_router
 from tests.support.fakes import (
@@ -34,6 +40,8 @@ from tests.support.runs import no_sleep, served
 pytestmark = pytest.mark.anyio
 
 RECORD = SourceRecord(7, {"title": "Data Engineer", "description": "We need SQL."})
+# Reasoning that was cut off, as a model writes it: no stretch of it repeats.
+REASONING = " ".join(f"weighing {chr(97 + i % 26)}{chr(97 + i // 26)} against the posting" for i in range(60))
 
 
 class Harness:
@@ -54,6 +62,7 @@ class Harness:
         if self.endpoint is None:  # one server and one endpoint over all the records
             await self.loopback.start()
             self.endpoint = endpoint_for(served(self.spec, self.loopback))
+            await self.endpoint.client.check_server()  # the run's preflight: reads the context length
         spec = self.spec
         async with running_router([self.endpoint], probe_sleep=self._probe_sleep) as router:
             extractor = Extractor(
@@ -163,7 +172,7 @@ async def test_schema_invalid_reask_carries_field_errors(spec: JobSpec, make_har
 
 
 async def test_truncated_retries_with_a_larger_budget(spec: JobSpec, make_harness: MakeHarness) -> None:
-    truncated = completion(None, finish_reason="length", reasoning="thinking " * 100)
+    truncated = completion(None, finish_reason="length", reasoning=REASONING)
     server = ScriptedServer([respond(truncated), respond(truncated), respond(good_completion())])
     outcome = await make_harness(spec, server).extract()
     assert isinstance(outcome, Extracted)
@@ -174,13 +183,13 @@ async def test_truncated_retries_with_a_larger_budget(spec: JobSpec, make_harnes
 async def test_truncation_exhausted_is_recorded_with_the_reason(
     spec: JobSpec, make_harness: MakeHarness
 ) -> None:
-    truncated = completion(None, finish_reason="length", reasoning="thinking " * 100, completion_tokens=256)
+    truncated = completion(None, finish_reason="length", reasoning=REASONING, completion_tokens=256)
     outcome = await make_harness(spec, ScriptedServer([respond(truncated)])).extract()
     assert isinstance(outcome, Failed)
     assert outcome.failure_class is FailureClass.TRUNCATED
     assert outcome.attempts == 3
     assert "raise max_tokens or lower reasoning_effort" in outcome.message
-    assert outcome.last_raw_output is not None and outcome.last_raw_output.startswith("thinking")
+    assert outcome.last_raw_output == REASONING
 
 
 async def test_bad_output_exhausted_keeps_the_last_raw_output(
@@ -265,3 +274,226 @@ async def test_refused_connections_wait_for_the_server_and_cost_no_attempt(
     assert second.attempts == 1  # refused while down (three probes), no attempt spent, no transient retry
     assert harness.stats.retries == {}
     assert harness.stats.requests == 3 and harness.stats.in_flight == 0  # one of them refused
+
+
+# --- the context ------------------------------------------------------------------------------------
+
+CONTEXT = 1000
+
+
+def looping_answer(repeats: int = 60) -> str:
+    """A small model's answer cut off while it repeated one list item."""
+    return '{"title":"Data Engineer","skills":[' + '"SQL for reporting",' * repeats
+
+
+async def test_no_request_asks_for_more_than_the_context_leaves(
+    spec: JobSpec, make_harness: MakeHarness
+) -> None:
+    """The budget grows after a truncation only up to what the context leaves after the prompt; an
+    answer cut off with all of it is `truncated` with the numbers, never a request the server refuses."""
+    cut = completion(
+        None, finish_reason="length", reasoning=REASONING, completion_tokens=300, prompt_tokens=700
+    )
+    server = ScriptedServer([respond(cut)], max_model_len=CONTEXT)
+    outcome = await make_harness(spec, server).extract()
+    assert [body["max_tokens"] for body in server.bodies] == [256, CONTEXT - 700]
+    assert isinstance(outcome, Failed)
+    assert (outcome.failure_class, outcome.attempts, outcome.max_tokens) == (FailureClass.TRUNCATED, 2, 300)
+    assert outcome.message.startswith(
+        "answer truncated at the end of the context: prompt 700 tokens + budget 300 tokens of a context "
+        "of 1000; it produced 300 completion tokens, 10 of them reasoning (finish_reason=length)"
+    )
+
+
+async def test_a_prompt_the_server_has_not_counted_is_estimated_on_the_safe_side(
+    spec: JobSpec, make_harness: MakeHarness
+) -> None:
+    server = ScriptedServer([respond(good_completion())], max_model_len=CONTEXT)
+    harness = make_harness(spec.with_overrides(max_tokens=4096), server)
+    assert isinstance(await harness.extract(), Extracted)
+    messages = harness.prompts.request_for(RECORD.fields).messages
+    estimate = estimated_tokens(messages)
+    assert server.bodies[0]["max_tokens"] == CONTEXT - estimate
+    assert estimate > sum(len(message["content"]) for message in messages) / 3.7  # SmolLM2: 3.7 chars/token
+
+
+async def test_a_reask_counts_the_prompt_the_server_counted_and_estimates_what_it_adds(
+    spec: JobSpec, make_harness: MakeHarness
+) -> None:
+    server = ScriptedServer(
+        [respond(completion("x" * 600, prompt_tokens=700)), respond(good_completion())], max_model_len=CONTEXT
+    )
+    assert isinstance(await make_harness(spec, server).extract(), Extracted)
+    reask = server.bodies[1]
+    assert len(reask["messages"]) == 4
+    assert reask["max_tokens"] == CONTEXT - 700 - estimated_tokens(reask["messages"][2:])
+
+
+async def test_an_answer_cut_off_in_a_loop_is_asked_again_another_way(
+    spec: JobSpec, make_harness: MakeHarness
+) -> None:
+    looping = completion(looping_answer(), finish_reason="length", completion_tokens=256)
+    server = ScriptedServer([respond(looping), respond(good_completion())])
+    outcome = await make_harness(spec, server).extract()
+    assert isinstance(outcome, Extracted) and outcome.attempts == 2
+    first, again = server.bodies
+    assert again["max_tokens"] == first["max_tokens"] == 256  # a larger budget buys a longer loop
+    assert again["messages"][:2] == first["messages"]
+    shown, instruction = again["messages"][2:]
+    assert shown == {
+        "role": "assistant",
+        "content": '{"title":"Data Engineer","skills":[' + '"SQL for reporting",' * 2 + "…",
+    }
+    assert (
+        instruction["role"] == "user" and "kept repeating '\"SQL for reporting\",'" in instruction["content"]
+    )
+    assert again["frequency_penalty"] > 0 and again["presence_penalty"] > 0  # for that retry only
+    assert not {"frequency_penalty", "presence_penalty"} & set(first)
+
+
+async def test_a_loop_that_persists_is_a_truncated_failure_saying_so(
+    spec: JobSpec, make_harness: MakeHarness
+) -> None:
+    looping = completion(looping_answer(), finish_reason="length", completion_tokens=256)
+    cut = completion(None, finish_reason="length", reasoning=REASONING, completion_tokens=256)
+    server = ScriptedServer([respond(looping), respond(cut), respond(looping)])
+    outcome = await make_harness(spec, server).extract()
+    assert isinstance(outcome, Failed) and outcome.failure_class is FailureClass.TRUNCATED
+    assert outcome.attempts == 3  # loops and truncations share retry.truncation_retries (2)
+    assert outcome.message.startswith(
+        "repetition loop: the same 20-character stretch repeated 60 times in 'skills' at the end of the "
+        "cut-off answer (finish_reason=length, 256 completion tokens"
+    )
+    assert "SQL" not in outcome.message  # the answer (it may quote the record) stays out of messages
+    assert [body["max_tokens"] for body in server.bodies] == [256, 256, 512]
+
+
+def refused_for_context(message: str) -> Response:
+    return error(400, message)
+
+
+@pytest.mark.parametrize(
+    ("message", "budget", "retried_with"),
+    [
+        (
+            "This model's maximum context length is 1000 tokens. However, you requested 1212 tokens "
+            "(700 in the messages, 512 in the completion). Please reduce the length of the messages or "
+            "completion.",
+            512,
+            300,
+        ),
+        (
+            "max_tokens=4096 cannot be greater than max_model_len=1000. Please request fewer output tokens.",
+            4096,
+            None,  # no prompt count in the message: the estimate
+        ),
+    ],
+)
+async def test_a_400_naming_the_context_is_retried_once_with_a_budget_that_fits(
+    spec: JobSpec, make_harness: MakeHarness, message: str, budget: int, retried_with: int | None
+) -> None:
+    server = ScriptedServer([refused_for_context(message), respond(good_completion())])
+    harness = make_harness(spec.with_overrides(max_tokens=budget), server)
+    outcome = await harness.extract()
+    assert isinstance(outcome, Extracted) and outcome.attempts == 2
+    assert harness.endpoint is not None and harness.endpoint.context_length == CONTEXT
+    expected = retried_with or CONTEXT - estimated_tokens(server.bodies[0]["messages"])
+    assert [body["max_tokens"] for body in server.bodies] == [budget, expected]
+
+
+async def test_a_prompt_that_alone_does_not_fit_is_truncated_with_the_numbers(
+    spec: JobSpec, make_harness: MakeHarness
+) -> None:
+    message = (
+        "This model's maximum context length is 1000 tokens. However, your prompt contains 1500 input "
+        "tokens, which exceeds this limit even without any output tokens."
+    )
+    outcome = await make_harness(spec, ScriptedServer([refused_for_context(message)])).extract()
+    assert isinstance(outcome, Failed)
+    assert (outcome.failure_class, outcome.attempts) == (FailureClass.TRUNCATED, 1)
+    assert outcome.message.startswith(
+        "the prompt alone does not fit the context: 1500 tokens against a context of 1000 tokens"
+    )
+
+
+async def test_a_400_whose_own_numbers_fit_stays_permanent(spec: JobSpec, make_harness: MakeHarness) -> None:
+    """No smaller budget to try (as the simulator's context-length fault): the 400 is not about it."""
+    message = (
+        "This model's maximum context length is 1000 tokens. However, you requested 356 tokens "
+        "(100 in the messages, 256 in the completion)."
+    )
+    outcome = await make_harness(spec, ScriptedServer([refused_for_context(message)])).extract()
+    assert isinstance(outcome, Failed)
+    assert (outcome.failure_class, outcome.attempts) == (FailureClass.PERMANENT, 1)
+    assert "by these numbers the request fits: prompt 100 tokens + budget 256 of a context of 1000" in (
+        outcome.message
+    )
+
+
+Seen = list[tuple[int, int, int]]
+
+
+@asynccontextmanager
+async def small_context_sim(context: int) -> AsyncIterator[tuple[str, Seen]]:
+    """`pipeline sim --max-model-len CONTEXT` on 127.0.0.1, and every chat request it got: the prompt
+    as it counts it, the max_tokens asked for, and its status."""
+    sim = SimServer(SimConfig(model="test-model", max_model_len=context, seed=3))
+    seen: Seen = []
+
+    async def recording(request: HttpRequest) -> HttpResponse:
+        response = await sim.handle(request)
+        if request.path.endswith("/chat/completions"):
+            body = orjson.loads(request.body)
+            seen.append((sim_prompt_tokens(body["messages"]), body["max_tokens"], response.status))
+        return response
+
+    server = await serve(recording, "127.0.0.1", 0)
+    async with server:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1", seen
+
+
+async def extract_at_the_simulator(spec: JobSpec, context: int, effort: str) -> tuple[list[Outcome], Seen]:
+    """Five small records and one whose prompt alone is five times the context, one by one, with
+    max_tokens far past the context."""
+    records = [SourceRecord(i, {"title": f"Job {i}", "description": "We need SQL. " * i}) for i in range(5)]
+    records.append(SourceRecord(99, {"title": "Huge", "description": "word " * context * 4}))
+    async with small_context_sim(context) as (url, seen):
+        job = spec.with_overrides(base_url=url, max_tokens=4096, reasoning_effort=effort)
+        endpoint = endpoint_for(job)
+        try:
+            await endpoint.client.check_server()
+            assert endpoint.context_length == context  # from its /v1/models
+            async with running_router([endpoint]) as router:
+                extractor = Extractor(
+                    router,
+                    PromptBuilder(job),
+                    job.schema_class,
+                    RetryPolicy(job.retry, sleep=no_sleep),
+                    BudgetGrowth(job.retry.truncation_growth, job.max_tokens_ceiling),
+                    RunStats(pending_at_start=len(records), concurrency=1),
+                )
+                return [await extractor.extract(record) for record in records], seen
+        finally:
+            await endpoint.client.aclose()
+
+
+@pytest.mark.parametrize(("context", "effort"), [(700, "low"), (280, "low"), (700, "high")])
+async def test_against_the_simulator_no_request_passes_its_context(
+    spec: JobSpec, context: int, effort: str
+) -> None:
+    """No request asks for more than the context leaves (the simulator refuses those, as vLLM), the
+    prompt alone past it is `truncated` with the numbers, and the rest is what the context allows."""
+    (*normal, too_long), seen = await extract_at_the_simulator(spec, context, effort)
+    assert all(prompt + budget <= context for prompt, budget, status in seen if status == 200)
+    assert [status for _, _, status in seen].count(400) == 1  # the huge prompt, counted by the server
+    assert isinstance(too_long, Failed) and too_long.failure_class is FailureClass.TRUNCATED
+    assert too_long.message.startswith("the prompt alone does not fit the context: ")
+    if context == 700 and effort == "low":  # the estimate leaves room enough: one request each
+        assert all(isinstance(outcome, Extracted) and outcome.attempts == 1 for outcome in normal)
+    elif effort == "low":  # the estimate leaves too little: cut off, then all the server's count leaves
+        assert all(isinstance(outcome, Extracted) and outcome.attempts == 2 for outcome in normal)
+        assert all(prompt + budget == context for prompt, budget, _ in seen[1:-1:2])
+    else:  # reasoning past the context, which the simulator writes as one sentence over and over
+        for outcome in normal:
+            assert isinstance(outcome, Failed) and outcome.failure_class is FailureClass.TRUNCATED
+            assert outcome.message.startswith("repetition loop: ")

@@ -9,12 +9,16 @@ from pipeline.errors import (
     EmptyOutputError,
     FailureClass,
     InvalidJSONError,
+    RepetitionLoopError,
     SchemaInvalidError,
     TruncatedError,
 )
 from pipeline.extraction.parse import (
+    LOOP_ECHO_HEAD_CHARS,
+    LOOP_SAMPLING,
     MAX_ECHOED_OUTPUT_CHARS,
     larger_budget_request,
+    loop_reask_request,
     parse_reply,
     reask_request,
 )
@@ -156,3 +160,58 @@ def test_larger_budget_grows_up_to_the_ceiling() -> None:
     assert larger_budget_request(grown, 2.0, 2000).max_tokens == 2000
     assert larger_budget_request(FIRST, 2.0, 100).max_tokens == 512
     assert FIRST.max_tokens == 512
+
+
+LOOP_HEAD = '{"title":"x","skills":['
+LOOPING = LOOP_HEAD + '"Python scripting",' * 30
+
+
+def test_an_answer_cut_off_in_a_loop_is_a_repetition_loop() -> None:
+    with pytest.raises(RepetitionLoopError) as caught:
+        parse_reply(reply(LOOPING, finish_reason="length", completion_tokens=4096), Item)
+    error = caught.value
+    assert error.failure_class is FailureClass.TRUNCATED
+    assert str(error).startswith(
+        "repetition loop: the same 19-character stretch repeated 30 times in 'skills' at the end of the "
+        "cut-off answer (finish_reason=length, 4096 completion tokens"
+    )
+    assert (error.unit, error.loop_start) == ('"Python scripting",', len(LOOP_HEAD))
+    assert error.raw_output == LOOPING
+
+
+def test_reasoning_cut_off_in_a_loop_is_a_repetition_loop() -> None:
+    with pytest.raises(RepetitionLoopError) as caught:
+        parse_reply(reply(None, finish_reason="length", reasoning="We need to check. " * 20), Item)
+    assert caught.value.loop_start is None  # nothing of the answer to show
+
+
+def test_the_retry_after_a_loop_shows_the_cut_off_and_asks_for_less_with_penalties() -> None:
+    original = copy.deepcopy(FIRST)
+    error = RepetitionLoopError(
+        "loop", raw_output=LOOPING, unit='"Python scripting",', loop_start=len(LOOP_HEAD)
+    )
+    again = loop_reask_request(FIRST, error, 300)
+    assert again.messages[:2] == FIRST.messages and again.messages is not FIRST.messages
+    assert again.messages[2] == {
+        "role": "assistant",
+        "content": '{"title":"x","skills":["Python scripting","Python scripting",…',
+    }
+    assert again.messages[3]["role"] == "user"
+    assert "kept repeating '\"Python scripting\",'" in again.messages[3]["content"]
+    assert again.max_tokens == 300
+    assert again.sampling == LOOP_SAMPLING and again.sampling is not LOOP_SAMPLING
+    assert original == FIRST and FIRST.sampling == {}
+
+
+def test_the_echo_of_a_loop_is_bounded() -> None:
+    long_head = '{"title":"' + "y" * 5000 + '","skills":['
+    raw = long_head + "ab" * 500
+    error = RepetitionLoopError("loop", raw_output=raw, unit="ab", loop_start=len(long_head))
+    shown = loop_reask_request(FIRST, error, 300).messages[2]["content"]
+    assert len(shown) < LOOP_ECHO_HEAD_CHARS + 20 and shown.endswith(" … abab…")
+
+
+def test_a_loop_in_the_reasoning_retries_the_first_messages_with_penalties() -> None:
+    error = RepetitionLoopError("loop", raw_output=None, unit="We need to check. ")
+    again = loop_reask_request(FIRST, error, 300)
+    assert again.messages == FIRST.messages and again.sampling == LOOP_SAMPLING

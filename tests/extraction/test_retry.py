@@ -5,10 +5,13 @@ from collections.abc import Sequence
 import pytest
 
 from pipeline.errors import (
+    ContextFullError,
+    ContextLengthError,
     FatalRunError,
     InvalidJSONError,
     PermanentRecordError,
     PipelineError,
+    RepetitionLoopError,
     SchemaInvalidError,
     TransientError,
     TruncatedError,
@@ -44,11 +47,18 @@ def policy(sleep: FakeSleep, jitter: float = 0.0, **limits: float) -> RetryPolic
     return RetryPolicy(RetrySpec(**limits), sleep=sleep, jitter=lambda: jitter)  # type: ignore[arg-type]
 
 
+def loop(message: str = "repetition loop") -> RepetitionLoopError:
+    return RepetitionLoopError(message, raw_output="[1,1,1", unit="1,")
+
+
 def test_retry_kinds() -> None:
     assert retry_kind(TransientError("x")) is RetryKind.TRANSIENT
     assert retry_kind(InvalidJSONError("x")) is RetryKind.REASK
     assert retry_kind(SchemaInvalidError("x")) is RetryKind.REASK
     assert retry_kind(TruncatedError("x")) is RetryKind.TRUNCATION
+    assert retry_kind(loop()) is RetryKind.REPETITION
+    assert retry_kind(ContextLengthError("x", context_length=8192)) is RetryKind.CONTEXT
+    assert retry_kind(ContextFullError("x")) is None
     assert retry_kind(PermanentRecordError("x")) is None
     assert retry_kind(FatalRunError("x")) is None
 
@@ -137,3 +147,21 @@ async def test_observer_sees_each_retry() -> None:
     )
     await run_script(observed, [TransientError("t"), InvalidJSONError("j"), "ok"])
     assert seen == [(RetryKind.TRANSIENT, "t", 1), (RetryKind.REASK, "j", 2)]
+
+
+async def test_repetition_loops_spend_the_truncation_budget() -> None:
+    with pytest.raises(RepetitionLoopError, match="second loop"):
+        await run_script(
+            policy(FakeSleep(), truncation_retries=2),
+            [loop(), TruncatedError("cut"), loop("second loop"), "ok"],
+        )
+    assert await run_script(policy(FakeSleep(), truncation_retries=2), [loop(), loop(), "ok"]) == ("ok", 3)
+
+
+async def test_a_400_naming_the_context_is_retried_once_at_once() -> None:
+    sleep = FakeSleep()
+    refused = ContextLengthError("context", context_length=8192)
+    assert await run_script(policy(sleep, truncation_retries=0), [refused, "ok"]) == ("ok", 2)
+    with pytest.raises(ContextLengthError):
+        await run_script(policy(sleep), [refused, refused, "ok"])
+    assert sleep.waits == [0.0, 0.0]

@@ -176,3 +176,54 @@ def test_bench_sweeps_the_real_server_and_reads_its_metrics(tmp_path: Path, loca
         levels[1]["prefix_hit_rate"] is not None and levels[1]["prefix_hit_rate"] > 0
     )  # shared system prompt
     print(f"\n{done.stdout}{done.stderr[-2000:]}")
+
+
+def test_no_record_is_refused_for_its_length(tmp_path: Path, local_server: str) -> None:
+    """The LinkedIn job with a budget past the server's context (max_tokens 16,384 against vLLM's
+    --max-model-len 8,192, read from its /v1/models): every request asks for what fits, so no record
+    fails for an HTTP 400 about its length. A posting whose prompt alone is past the context (only the
+    server's count can say so: it refuses it once, with the count) fails `truncated` with the numbers."""
+    sample = (REPO / "data" / "sample_postings.jsonl").read_text().splitlines()
+    postings = [json.loads(line) for line in sample]
+    huge = {**postings[0], "id": 999, "description": "Responsibilities include many things. " * 6000}
+    data = tmp_path / "postings.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in [*postings[:2], huge]))
+    job = write_job(tmp_path, local_server)
+    spec = yaml.safe_load(job.read_text())
+    spec["max_tokens"] = 16384
+    spec["retry"] = {**spec["retry"], "truncation_retries": 1, "max_tokens_ceiling": 32768}
+    job.write_text(yaml.safe_dump(spec))
+    env = subprocess_env()
+    load = subprocess.run(
+        pipeline_command("load", str(data), "--job", str(job)),
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
+    assert load.returncode == 0, load.stderr
+    started = time.monotonic()
+    run = subprocess.run(
+        pipeline_command("run", str(job), "--log-format", "json"),
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=900,
+    )
+    assert run.returncode in (0, 1), run.stderr[-3000:]
+    database = tmp_path / "ads.duckdb"
+    done = table_rows(database, "SELECT record_id, prompt_tokens, max_tokens FROM results")
+    failed = dict(table_rows(database, "SELECT record_id, [failure_class, message] FROM failures"))
+    assert sorted([row[0] for row in done] + list(failed)) == [1, 2, 999]  # each exactly once
+    assert all(prompt + budget <= 8192 for _, prompt, budget in done)
+    assert "HTTP 400" not in run.stderr
+    assert all(message_class != "permanent" for message_class, _ in failed.values())
+    failure_class, message = failed[999]
+    assert failure_class == "truncated"
+    assert message.startswith("the prompt alone does not fit the context: ")
+    assert message.endswith(
+        "tokens against a context of 8192 tokens (the server's max_model_len); shorten the record's text "
+        "or use a server with a longer context"
+    )
+    print(f"\n{len(done)} done, failures {failed} in {time.monotonic() - started:.0f} s")

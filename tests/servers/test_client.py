@@ -3,6 +3,7 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -13,6 +14,7 @@ import pytest
 from pipeline.errors import (
     ConfigError,
     ConnectionLostError,
+    ContextLengthError,
     EndpointUnreachableError,
     FatalRunError,
     ModelNotServedError,
@@ -21,6 +23,8 @@ from pipeline.errors import (
     StructuredOutputRejectedError,
     TransientError,
 )
+from pipeline.extraction.prompt import client_settings
+from pipeline.job.spec import load_job
 from pipeline.servers.client import (
     KEEPALIVE_EXPIRY_S,
     ChatRequest,
@@ -43,6 +47,7 @@ from tests.support.fakes import (
     respond,
     serving,
 )
+from tests.support.jobs import write_job
 
 pytestmark = pytest.mark.anyio
 
@@ -226,6 +231,99 @@ async def test_check_server_rejects_an_unserved_model() -> None:
         ) as caught:
             await client.check_server()
     assert isinstance(caught.value, ConfigError)  # exit code 2: the job names the wrong model
+
+
+async def test_check_server_reads_the_context_length_of_the_model() -> None:
+    """vLLM lists max_model_len per model in /v1/models; the client keeps the one of its model."""
+    listed = [{"id": "other", "max_model_len": 2048}, {"id": "test-model", "max_model_len": 8192}]
+    models = {"object": "list", "data": listed}
+
+    def listing(request: httpx2.Request) -> httpx2.Response:
+        return respond(models)
+
+    async with serving(listing) as server, LLMClient(settings(base_url=server.url)) as client:
+        assert client.context_length is None  # unknown until the server is checked
+        await client.check_server()
+        assert client.context_length == 8192
+    async with serving(ScriptedServer([])) as server, LLMClient(settings(base_url=server.url)) as client:
+        await client.check_server()
+        assert client.context_length is None  # a server that does not list it
+
+
+CONTEXT_MESSAGES = [
+    (
+        "This model's maximum context length is 8192 tokens. However, you requested 9000 tokens (5000 in "
+        "the messages, 4000 in the completion). Please reduce the length of the messages or completion.",
+        8192,
+        5000,
+    ),
+    (
+        "This model's maximum context length is 8192 tokens. However, your prompt contains at least 8193 "
+        "input tokens, which exceeds this limit even without any output tokens.",
+        8192,
+        8193,
+    ),
+    (
+        "max_tokens=16384 cannot be greater than max_model_len=8192. Please request fewer output tokens.",
+        8192,
+        None,
+    ),
+    ("Input length (9000) exceeds model's maximum context length (4096).", 4096, 9000),
+    ("This model's maximum context length is 8192 tokens.", 8192, None),
+]
+
+
+@pytest.mark.parametrize(("message", "context", "prompt"), CONTEXT_MESSAGES)
+async def test_a_400_naming_the_context_is_translated_with_its_numbers(
+    message: str, context: int, prompt: int | None
+) -> None:
+    server = ScriptedServer([error(400, message)], max_model_len=131072)
+    async with serving(server) as served, LLMClient(settings(base_url=served.url)) as client:
+        await client.check_server()
+        with pytest.raises(ContextLengthError) as caught:
+            await client.complete(REQUEST)
+        assert isinstance(caught.value, PermanentRecordError)  # unless the extractor can make it fit
+        assert (caught.value.context_length, caught.value.prompt_tokens) == (context, prompt)
+        assert str(caught.value) == f"HTTP 400: {message}"
+        assert client.context_length == context  # the server's own word wins over what it lists
+
+
+async def test_the_jobs_max_model_len_overrides_the_listing_but_not_a_refusal() -> None:
+    refused = error(400, "max_tokens=300 cannot be greater than max_model_len=200")
+    server = ScriptedServer([refused], max_model_len=8192)
+    async with (
+        serving(server) as served,
+        LLMClient(settings(base_url=served.url, max_model_len=4096)) as client,
+    ):
+        await client.check_server()
+        assert client.context_length == 4096
+        with pytest.raises(ContextLengthError):
+            await client.complete(REQUEST)
+        assert client.context_length == 200
+
+
+@pytest.mark.parametrize(
+    ("job", "expected"),
+    [
+        ({}, [None, None]),
+        ({"max_model_len": 4096}, [4096, 4096]),
+        ({"max_model_len": 4096, "endpoint": {"max_model_len": "2048"}}, [2048, 2048]),
+        (
+            {"max_model_len": 4096, "endpoint": {"max_model_len": 2048}, "first": {"max_model_len": 1024}},
+            [1024, 2048],
+        ),
+    ],
+)
+def test_max_model_len_keys_reach_each_endpoints_client(
+    tmp_path: Path, job: dict[str, Any], expected: list[int | None]
+) -> None:
+    first = {"base_url": "http://a:8000/v1", **job.pop("first", {})}
+    endpoints = [first, {"base_url": "http://b:8000/v1"}]
+    endpoint = {"base_url": None, **job.pop("endpoint", {})}
+    spec = load_job(write_job(tmp_path, endpoints=endpoints, endpoint=endpoint, **job))
+    settings_of = [client_settings(spec, config) for config in spec.endpoint_configs()]
+    assert [each.max_model_len for each in settings_of] == expected
+    assert [LLMClient(each).context_length for each in settings_of] == expected
 
 
 async def test_check_server_gives_up_within_the_preflight_timeout_on_a_silent_server() -> None:

@@ -32,6 +32,7 @@ def completion(
     reasoning_field: str = "reasoning",
     completion_tokens: int = 40,
     reasoning_tokens: int | None = 10,
+    prompt_tokens: int = 100,
 ) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": content}
     if reasoning is not None:
@@ -43,9 +44,9 @@ def completion(
         "model": "test-model",
         "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
         "usage": {
-            "prompt_tokens": 100,
+            "prompt_tokens": prompt_tokens,
             "completion_tokens": completion_tokens,
-            "total_tokens": 100 + completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
             "completion_tokens_details": details,
         },
     }
@@ -82,15 +83,18 @@ Step = Answer | Callable[[httpx2.Request], Answer]
 
 @dataclass
 class ScriptedServer:
-    """Answers chat completions from a script, in order (the last step repeats), and records bodies."""
+    """Answers chat completions from a script, in order (the last step repeats), and records bodies.
+    ``max_model_len``: the context length ``/v1/models`` lists for each model, as vLLM does."""
 
     steps: Sequence[Step]
     models: Iterable[str] = ("test-model",)
     bodies: list[dict[str, Any]] = field(default_factory=list)
+    max_model_len: int | None = None
 
     def __call__(self, request: httpx2.Request) -> Answer:
         if request.url.path.endswith("/models"):
-            return respond({"object": "list", "data": [{"id": name} for name in self.models]})
+            listed = {} if self.max_model_len is None else {"max_model_len": self.max_model_len}
+            return respond({"object": "list", "data": [{"id": name, **listed} for name in self.models]})
         self.bodies.append(orjson.loads(request.content))
         step = self.steps[min(len(self.bodies) - 1, len(self.steps) - 1)]
         if isinstance(step, httpx2.Response | WireFault):
