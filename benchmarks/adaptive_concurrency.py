@@ -94,7 +94,7 @@ def measure(cases: list[Case], duration_s: float, speed: float | None, jobs: int
             for level in case.levels
         }
         nexts = {
-            name: pool.submit(_run, replace(scenarios[name], known_knee=auto.result().final_limit), None)
+            name: pool.submit(_run, replace(scenarios[name], known_knee=auto.result().learned), None)
             for name, auto in autos.items()
         }
         outcomes = []

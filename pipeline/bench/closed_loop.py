@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.servers.knee_search import DEFAULT_TUNING, ServerLoad, Tuning
+from pipeline.servers.knee_search import DEFAULT_TUNING, KneeMemory, ServerLoad, Tuning
 from pipeline.servers.limits import AdaptiveLimit, LimitChange
 from pipeline.sim.engine import Engine, Sequence
 from pipeline.sim.profiles import PROFILES, REFERENCE_OUTPUT_TOKENS, REFERENCE_PROMPT_TOKENS
@@ -101,7 +101,7 @@ class Scenario:
     maximum: int = 512  # the controller's bounds
     minimum: int = 1
     initial: int | None = None
-    known_knee: int | None = None  # an earlier run's knee: auto starts there
+    known_knee: KneeMemory | None = None  # what an earlier run learned: auto starts there
     tuning: Tuning = DEFAULT_TUNING
     speed: float | None = None  # None: virtual time; else real time compressed this much
 
@@ -128,6 +128,7 @@ class LoadResult:
     trace: tuple[tuple[float, int], ...]  # (time, limit): the start and every change
     changes: tuple[tuple[float, LimitChange], ...]
     knee_at: float | None  # when the controller first found its knee
+    learned: KneeMemory | None  # what auto leaves the next run
 
     def throughput(self, start_s: float = 0.0, end_s: float | None = None) -> float:
         """Delivered output tok/s between two moments of the run."""
@@ -283,6 +284,7 @@ def _result(run: _Run, started: float, fixed: int | None) -> LoadResult:
         trace=tuple((at - started, limit) for at, limit in run.trace),
         changes=tuple((at - started, change) for at, change in run.changes),
         knee_at=None if run.knee_at is None else run.knee_at - started,
+        learned=run.controller.learned if run.controller is not None else None,
     )
 
 

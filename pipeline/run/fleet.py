@@ -17,6 +17,7 @@ from pipeline.run.context import RunContext
 from pipeline.servers.client import LLMClient
 from pipeline.servers.config import EndpointConfig
 from pipeline.servers.endpoint import Endpoint
+from pipeline.servers.knee_search import KneeMemory
 from pipeline.servers.router import Router
 
 if TYPE_CHECKING:
@@ -31,12 +32,12 @@ async def open_fleet(
     *,
     local: LocalServerOptions | None = None,
     sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
-    knees: Mapping[str, int] | None = None,
+    knees: Mapping[str, KneeMemory] | None = None,
 ) -> AsyncIterator[tuple[RunContext, Router]]:
     """Start what must be started (the local server), open a client per endpoint, check every server,
     and yield the run's context as it runs (the local server's URL and model in its spec) and the
-    router. ``knees``: where earlier runs found each server's best level, for `concurrency: auto` to
-    start from."""
+    router. ``knees``: what earlier runs learned of each server's best level, for `concurrency: auto`
+    to start from."""
     async with AsyncExitStack() as stack:
         spec = context.spec
         if spec.endpoint.is_local and not spec.endpoints:
@@ -62,7 +63,7 @@ async def open_fleet(
 
 
 async def _open_endpoint(
-    stack: AsyncExitStack, context: RunContext, config: EndpointConfig, knees: Mapping[str, int]
+    stack: AsyncExitStack, context: RunContext, config: EndpointConfig, knees: Mapping[str, KneeMemory]
 ) -> Endpoint:
     """One server of the run: its client (closed with the fleet), its limit, its health."""
     spec = context.spec
@@ -77,10 +78,9 @@ async def _open_endpoint(
     )
 
 
-def _known_knee(config: EndpointConfig, knees: Mapping[str, int]) -> int | None:
-    level = knees.get(config.knee_key) if config.concurrency is None else None
-    if level is not None:
-        log.info(
-            "concurrency auto starts at the knee an earlier run found", endpoint=config.name, level=level
-        )
-    return level
+def _known_knee(config: EndpointConfig, knees: Mapping[str, KneeMemory]) -> KneeMemory | None:
+    known = knees.get(config.knee_key) if config.concurrency is None else None
+    if known is not None:
+        found = "the knee an earlier run found" if known.bracketed else "the best level an earlier run saw"
+        log.info(f"concurrency auto starts at {found}", endpoint=config.name, level=known.level)
+    return known

@@ -1,17 +1,20 @@
 """The search behind `concurrency: auto` (:mod:`pipeline.servers.limits`): what one measurement window
-saw, the state of the search for the knee, the controller's knobs and what a ``/metrics`` scrape says.
+saw, the state of the search for the knee, what a run leaves the next one, the controller's knobs and
+what a ``/metrics`` scrape says.
 
 A window starts at the first reply to a request sent after the last change (earlier ones belong to the
-old limit: the transient) and lasts ``window_replies`` x limit replies, ``min_window_s``, and until the
-standard error of its rate is below what its comparison needs (``precision`` for a small step, 5% for a
-doubling, which must gain 23%): ~8 minutes at c=256 with 2-minute replies, ~1 minute at c=8. It measures
-the delivery rate by Little's law, ``in flight x tokens / latency``, exact to ~0.1%.
+old limit: the transient) and lasts ``window_replies`` x limit replies, ``window_latencies`` mean reply
+latencies (within ``min_window_s`` and ``max_window_s`` of wall time: a fast server is not measured on a
+slow one's clock), and until the standard error of its rate is below what its comparison needs
+(``precision`` for a small step, 5% for a doubling or more). It measures the delivery rate by Little's
+law, ``in flight x tokens / latency``, exact to ~0.1%.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TypeGuard
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,14 +31,19 @@ class ServerLoad:
 class Tuning:
     """The controller's knobs; the defaults are what the benchmark and the tests ran with."""
 
-    growth: float = 2.0  # the ramp's factor per window while steps pay well
+    growth: float = 2.0  # the ramp's factor per window while steps pay well,
+    sprint: float = 4.0  # and while /metrics show room (nothing waiting, the KV cache far from full)
+    kv_fill: float = 0.9  # a jump aims no higher than this KV use, at the KV used per running request
     min_step: float = 0.04  # the smallest relative step: the precision of the knee
     min_elasticity: float = 0.3  # an increase must return >= 0.3% throughput per 1% of concurrency
     ramp_elasticity: float = 0.35  # a step that returns this much is followed by a twice larger one
     noise: float = 0.01  # relative throughput changes below this are noise
-    window_replies: float = 2.0  # a window lasts at least this many times the limit in replies,
-    min_window_s: float = 15.0  # at least this long,
+    window_replies: float = 1.0  # a window lasts at least this many times the limit in replies,
+    window_latencies: float = 1.0  # at least this many of its replies' mean latency,
+    min_window_s: float = 1.0  # bounded below (the limit is updated every second)
+    max_window_s: float = 15.0  # and above (a slow server's replies count is what makes it long),
     precision: float = 0.01  # and until its rate's relative standard error is below this
+    ramp_precision: float = 0.05  # the precision a window needs for a step of a doubling or more
     min_scrapes: int = 3  # /metrics scrapes before a server signal counts
     waiting_share: float = 0.5  # share of scrapes with waiting > 0 that means "sustained"
     kv_high: float = 0.9  # mean KV-cache use above which steps up are min_step only
@@ -81,9 +89,11 @@ class Window:
             self.scrapes.append(load)
 
     def complete(self, now: float, tuning: Tuning) -> bool:
-        if self.started_at is None or now - self.started_at < tuning.min_window_s:
-            return False
-        return len(self.replies) >= tuning.window_replies * self.limit and self.error <= self.precision
+        if self.started_at is None or len(self.replies) < max(2.0, tuning.window_replies * self.limit):
+            return False  # (two replies at least: a rate and its error)
+        latency = sum(seconds for _, seconds in self.replies) / len(self.replies)
+        floor = min(max(tuning.window_latencies * latency, tuning.min_window_s), tuning.max_window_s)
+        return now - self.started_at >= floor and self.error <= self.precision
 
     @property
     def throughput(self) -> float:
@@ -121,6 +131,41 @@ def change_words(base: float, throughput: float) -> str:
     return f"throughput {'rose' if gain > 0 else 'fell'} {abs(gain):.0%} {numbers}"
 
 
+@dataclass(frozen=True, slots=True)
+class KneeMemory:
+    """What `concurrency: auto` learned on one server in a run, for the next run to start from (stored
+    as JSON in ``runs.knees``; a plain number there is a knee an earlier version bracketed)."""
+
+    level: int  # the best level measured: the knee when ``bracketed``
+    bracketed: bool  # the nearest worse levels on both sides were a step away
+    worse_below: int | None = None  # the nearest level below ``level`` that did worse
+    worse_above: int | None = None  # the nearest level above it that did worse: overloaded, or slower
+
+    def as_json(self) -> dict[str, int | bool]:
+        bounds = {"worse_below": self.worse_below, "worse_above": self.worse_above}
+        known = {name: level for name, level in bounds.items() if level is not None}
+        return {"level": self.level, "bracketed": self.bracketed, **known}
+
+    @classmethod
+    def from_json(cls, value: object) -> KneeMemory | None:
+        """A stored value as written now, or an older plain level; None for anything else."""
+        if _level(value):
+            return cls(value, bracketed=True)
+        if not isinstance(value, dict) or not _level(level := value.get("level")):
+            return None
+        below, above = value.get("worse_below"), value.get("worse_above")
+        return cls(
+            level,
+            value.get("bracketed") is True,
+            below if _level(below) and below < level else None,
+            above if _level(above) and above > level else None,
+        )
+
+
+def _level(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
 @dataclass(slots=True)
 class KneeSearch:
     """The search: the best level, its last throughput, and the nearest worse levels around it."""
@@ -138,6 +183,23 @@ class KneeSearch:
     held: int = 0
     heading_up: bool = True  # the side to try first: where the last paid step went
     reprobe_up: bool = True
+
+    @classmethod
+    def starting(cls, level: int, smallest: float, largest: float, memory: KneeMemory | None) -> KneeSearch:
+        """At ``level``: a ramp, or where an earlier run left the search (small steps around a bracketed
+        knee; otherwise on with its ramp, within the levels that did worse)."""
+        if memory is None:
+            return cls(level, smallest, largest, reach_up=largest, reach_down=smallest)
+        below, above = memory.worse_below, memory.worse_above
+        return cls(
+            level,
+            smallest,
+            largest,
+            lo=below if below is not None and below < level else None,
+            hi=above if above is not None and above > level else None,
+            reach_up=smallest if memory.bracketed else largest,
+            reach_down=smallest,
+        )
 
     def measured_best(self, throughput: float, error: float, shift: float) -> str:
         """A window at the best level: refresh its throughput; a large shift restarts the search."""
@@ -163,7 +225,7 @@ class KneeSearch:
         if not paid:
             if up and throughput > base * 0.995 > 0:
                 words = words.replace("rose", "rose only", 1) + f" ({level / old:.2f}x the concurrency)"
-            self.failed(level)
+            self.failed(level, inside=up and throughput >= base)
             return words
         if up:  # a step that paid well is followed by one twice as large, else by one half as large
             well = elasticity >= tuning.ramp_elasticity
@@ -176,11 +238,14 @@ class KneeSearch:
         self.probes_since_best = self.held = 0
         return words
 
-    def failed(self, level: int) -> None:
-        """A probe did worse: it bounds the knee, which is near: small steps, the other side first."""
+    def failed(self, level: int, *, inside: bool = False) -> None:
+        """A probe did worse: it bounds the knee. ``inside``: a step up that gained, only not enough: the
+        knee lies between, so the next probe halves the bracket (in log). Otherwise the knee is near:
+        small steps, the other side first."""
         self.hi, self.lo = (level, self.lo) if level > self.best else (self.hi, level)
-        self.heading_up = level < self.best
-        self.reach_up = self.reach_down = self.smallest
+        self.heading_up = inside or level < self.best
+        self.reach_up = self.largest if inside else self.smallest
+        self.reach_down = self.smallest
         self.probes_since_best += 1
         self.held = 0
 

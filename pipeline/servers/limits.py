@@ -54,7 +54,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pipeline.servers.knee_search import DEFAULT_TUNING, KneeSearch, ServerLoad, Tuning, Window
+from pipeline.servers.knee_search import DEFAULT_TUNING, KneeMemory, KneeSearch, ServerLoad, Tuning, Window
 
 DEFAULT_INITIAL = 8
 
@@ -76,27 +76,29 @@ class AdaptiveLimit:
         timeout_s: float,
         minimum: int = 1,
         initial: int | None = None,
-        known_knee: int | None = None,
+        known_knee: KneeMemory | None = None,
         clock: Callable[[], float] = time.monotonic,
         tuning: Tuning = DEFAULT_TUNING,
     ) -> None:
-        """``known_knee``: the knee an earlier run found on this server; the search starts there in
-        small steps instead of ramping from ``initial`` (at c=256 the ramp takes ~45 minutes)."""
+        """``known_knee``: what an earlier run learned on this server; the search starts at its level (in
+        small steps around a bracketed knee, else ramping on within its bounds) instead of ramping from
+        ``initial``."""
         if not 1 <= minimum <= maximum:
             raise ValueError(f"concurrency limits need 1 <= minimum <= maximum, not {minimum} and {maximum}")
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be positive, not {timeout_s}")
         self.minimum, self.maximum, self.timeout_s = minimum, maximum, timeout_s
         self._tuning, self._clock = tuning, clock
-        start = known_knee if known_knee is not None else initial
+        start = known_knee.level if known_knee is not None else initial
         self._limit = min(maximum, max(minimum, DEFAULT_INITIAL if start is None else start))
         smallest, largest = math.log1p(tuning.min_step), math.log(tuning.growth)
-        reach_up = largest if known_knee is None else smallest
-        self._knee = KneeSearch(self._limit, smallest, largest, reach_up=reach_up, reach_down=smallest)
+        self._knee = KneeSearch.starting(self._limit, smallest, largest, known_knee)
         self._ceiling: int | None = None
         self._ceiling_left = 0
         self._at_knee = False
-        first = self._precision_for(reach_up)  # what the first step needs: a ramp's, or a small one
+        self._measured = False  # a window was judged, or a server signal moved the limit
+        self._load: ServerLoad | None = None  # the latest scrape
+        first = self._precision_for(self._knee.reach_up)  # what the first step needs: a ramp's or a small one
         self._window = Window(self._limit, clock(), grew=True, precision=first)
 
     @property
@@ -118,6 +120,15 @@ class AdaptiveLimit:
         """The knee is bracketed: the limit holds there, re-probing one small step now and then."""
         return self._at_knee
 
+    @property
+    def learned(self) -> KneeMemory | None:
+        """What this run measured, for the next one to start from (None before anything was): the knee
+        once bracketed, else the best level so far and the nearest levels that did worse."""
+        if not self._measured:
+            return None
+        knee = self._knee
+        return KneeMemory(knee.best, self._at_knee, worse_below=knee.lo, worse_above=knee.hi)
+
     def on_finished(self, *, latency_s: float, output_tokens: int, ok: bool) -> None:
         """Every reply; ``ok`` False (an error status, a reset) delivered no tokens."""
         self._window.reply(self._clock(), latency_s, output_tokens, ok)
@@ -128,6 +139,7 @@ class AdaptiveLimit:
 
     def on_server_load(self, load: ServerLoad) -> None:
         self._window.scrape(load)
+        self._load = load
 
     def update(self, *, in_flight: int | None = None) -> LimitChange | None:
         """Decide, at most once per window (a server signal may decide sooner); None: no change.
@@ -196,7 +208,7 @@ class AdaptiveLimit:
         if level < knee.best:  # the best level itself is too much now
             knee.hi, knee.best, knee.best_tp = knee.best, level, None
             knee.lo = knee.lo if knee.lo is not None and knee.lo < level else None
-        knee.held, self._at_knee = 0, False
+        knee.held, self._at_knee, self._measured = 0, False, True
         action = f"down to {knee.best}" if knee.best == level else f"back to {knee.best}, the best level"
         return self._set(now, knee.best, f"{reason}: {action}")
 
@@ -207,10 +219,8 @@ class AdaptiveLimit:
             words = knee.measured_best(window.throughput, window.error, tuning.shift)
         else:
             words = knee.judge(limit, window.throughput, window.error, tuning)
-        kv = window.mean([load.kv_usage for load in window.scrapes])
-        if kv is not None and kv >= tuning.kv_high:  # collapse is near: approach it in small steps
-            knee.reach_up = knee.smallest
-            words += f" (KV cache {kv:.0%} used: small steps up)"
+        self._measured = True
+        words += self._aim_up(window)
         cap = self.maximum if self._ceiling is None else min(self.maximum, self._ceiling)
         target = knee.next_probe(cap, self.minimum)
         self._at_knee = target is None
@@ -226,9 +236,31 @@ class AdaptiveLimit:
             return self._set(now, knee.best, f"{words}: back to {knee.best} to measure it again")
         return self._set(now, knee.best if stale else target, f"{words}: trying {target}")
 
+    def _aim_up(self, window: Window) -> str:
+        """What ``/metrics`` say about the next step up: small ones near a full KV cache; with room (no
+        queue, the cache far from full) faster ones while steps pay well, but no further than the KV
+        wall, where the cache would be full at the KV each running request uses now."""
+        tuning, knee, load = self._tuning, self._knee, self._load
+        kv = window.mean([scrape.kv_usage for scrape in window.scrapes])
+        if kv is not None and kv >= tuning.kv_high:  # collapse is near: approach it in small steps
+            knee.reach_up = knee.smallest
+            return f" (KV cache {kv:.0%} used: small steps up)"
+        if load is None or not load.running or not load.kv_usage or load.waiting is None or load.waiting > 0:
+            return ""
+        if knee.reach_up >= knee.largest:
+            knee.reach_up = math.log(tuning.sprint)
+        wall = tuning.kv_fill * load.running / load.kv_usage
+        if math.log(wall / knee.best) >= knee.reach_up:
+            return ""
+        knee.reach_up = max(knee.smallest, math.log(wall / knee.best))
+        return f" (KV cache {load.kv_usage:.0%} used by {load.running:.0f} requests: room for ~{wall:.0f})"
+
     def _precision_for(self, log_step: float) -> float:
-        """A window judges a step: a doubling must gain 23%, measured to 5%; a 4% step, to 1%."""
-        return max(self._tuning.precision, self._tuning.min_elasticity * abs(log_step) / 4)
+        """A window judges a step: a doubling must gain 23%, measured to 5% (as are larger ones); a 4%
+        step, to 1%."""
+        tuning = self._tuning
+        needed = min(tuning.ramp_precision, tuning.min_elasticity * abs(log_step) / 4)
+        return max(tuning.precision, needed)
 
     def _set(self, now: float, new: int, reason: str) -> LimitChange | None:
         old, self._limit = self._limit, max(self.minimum, min(self.maximum, new))

@@ -21,6 +21,7 @@ import structlog
 
 from pipeline.extraction.outcomes import Extracted, Failed, Outcome
 from pipeline.job.spec import JobSpec
+from pipeline.servers.knee_search import KneeMemory
 from pipeline.source.db import UTC_NOW, Database, quote
 from pipeline.source.versions import JobVersion
 from pipeline.store.profiles import run_profile, save_profile, save_series, stored_runs
@@ -102,12 +103,13 @@ class StoreWriter:
         await self._call(lambda: self._update_run(self.counts, status=None, message=None))
 
     async def finish_run(
-        self, status: str, message: str | None = None, knees: Mapping[str, int] | None = None
+        self, status: str, message: str | None = None, knees: Mapping[str, KneeMemory] | None = None
     ) -> None:
-        """The run's end; ``knees``: where `concurrency: auto` found each endpoint's best level, for the
-        next run to start from (see :func:`known_knees`)."""
-        found = orjson.dumps(knees).decode() if knees else None
-        await self._call(lambda: self._update_run(self.counts, status=status, message=message, knees=found))
+        """The run's end; ``knees``: what `concurrency: auto` learned of each endpoint's best level, for
+        the next run to start from (see :func:`known_knees`)."""
+        found = {key: known.as_json() for key, known in (knees or {}).items()}
+        text = orjson.dumps(found).decode() if found else None
+        await self._call(lambda: self._update_run(self.counts, status=status, message=message, knees=text))
 
     async def save_series(self, points: Sequence[Mapping[str, Any]]) -> None:
         """The run's time series (run/series.py) in its row, replacing what was there."""

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import pytest
 
 from pipeline.bench.closed_loop import Scenario, run_load
-from pipeline.servers.knee_search import ServerLoad
+from pipeline.servers.knee_search import KneeMemory, ServerLoad
 from pipeline.servers.limits import AdaptiveLimit, LimitChange
 
 TOKENS = 400
@@ -256,7 +256,9 @@ def test_follows_a_server_that_gets_faster() -> None:
 def test_starts_at_a_known_knee_and_searches_it_in_small_steps() -> None:
     """The next run of a job starts where the last one found the knee: no ramp through 8, 16, 32..."""
     clock = FakeClock()
-    controller = AdaptiveLimit(maximum=512, timeout_s=900.0, known_knee=64, clock=clock)
+    controller = AdaptiveLimit(
+        maximum=512, timeout_s=900.0, known_knee=KneeMemory(64, bracketed=True), clock=clock
+    )
     assert controller.limit == 64
     # 30 tok/s per stream up to 64, then each stream more slows every other one: a peak at 64.
     changes = Server(lambda c: 30.0 * c if c <= 64 else 1920.0 * (64 / c) ** 0.5).drive(
@@ -265,7 +267,9 @@ def test_starts_at_a_known_knee_and_searches_it_in_small_steps() -> None:
     assert steps(changes)[0] == (64, 67)  # a 4% step, where a ramp from 8 would double
     assert max(change.new for change in changes) < 80 and min(change.new for change in changes) > 55
     assert controller.at_knee and controller.best_level == 64
-    assert AdaptiveLimit(maximum=32, timeout_s=900.0, known_knee=64).limit == 32  # still within bounds
+    assert (
+        AdaptiveLimit(maximum=32, timeout_s=900.0, known_knee=KneeMemory(64, bracketed=True)).limit == 32
+    )  # still within bounds
 
 
 def test_invalid_bounds_are_refused() -> None:
@@ -289,7 +293,7 @@ HARNESS = [
 
 def test_the_next_run_from_a_known_knee_is_at_its_best_from_the_start() -> None:
     """gpt-oss-120b's ramp from 8 takes ~45 model minutes; from the last run's knee there is none."""
-    scenario = Scenario("gpt-oss-120b", 1800, known_knee=246)
+    scenario = Scenario("gpt-oss-120b", 1800, known_knee=KneeMemory(246, bracketed=True))
     auto = run_load(scenario)
     best = run_load(dataclasses.replace(scenario, known_knee=None), 256).throughput(450.0)
     assert auto.throughput() >= 0.95 * best, (auto.throughput(), best)

@@ -10,6 +10,7 @@ from pipeline.errors import ConfigError, DatabaseError, DatabaseLockedError, Fai
 from pipeline.extraction.outcomes import Extracted, Failed, Usage
 from pipeline.job.spec import JobSpec
 from pipeline.servers.client import Reply
+from pipeline.servers.knee_search import KneeMemory
 from pipeline.source.db import open_database
 from pipeline.source.versions import version_of
 from pipeline.store.opening import known_knees, open_for_reading, prepare_database
@@ -185,15 +186,20 @@ async def test_variants_keep_their_own_results_and_failures(spec: JobSpec) -> No
 
 async def test_each_server_s_latest_knee_is_kept_across_runs_and_variants(spec: JobSpec) -> None:
     first = await started_writer(spec)
-    await first.finish_run("completed", knees={"http://a/v1 m": 256, "http://b/v1 m": 64})
+    await first.finish_run(
+        "completed", knees={"http://a/v1 m": KneeMemory(256, True), "http://b/v1 m": KneeMemory(64, True)}
+    )
     second_spec = spec.model_copy(update={"variant": "b"})
     second = StoreWriter(first.connection, second_spec, version_of(second_spec))
     await second.begin_run(RunStart("hash", spec.model, "http://a/v1", 8, 10))
-    await second.finish_run("interrupted", knees={"http://a/v1 m": 240})
+    await second.finish_run("interrupted", knees={"http://a/v1 m": KneeMemory(240, False, worse_above=480)})
     third = StoreWriter(first.connection, spec, version_of(spec))
     await third.begin_run(RunStart("hash", spec.model, "http://a/v1", 8, 10))
     await third.finish_run("completed")  # found no knee: the earlier ones stand
-    assert known_knees(first.connection, spec) == {"http://a/v1 m": 240, "http://b/v1 m": 64}
+    assert known_knees(first.connection, spec) == {
+        "http://a/v1 m": KneeMemory(240, False, worse_above=480),
+        "http://b/v1 m": KneeMemory(64, True),
+    }
     first.connection.close()
 
 
