@@ -38,11 +38,17 @@ def status(
     typer.echo(_status_text(report))
 
 
+#: What only the source can tell: left out of the JSON when it cannot be read, rather than nulls.
+_NEEDS_SOURCE = ("source_records", "done", "pending", "content_changed", "stale", "orphaned", "eta_s")
+
+
 def _status_dict(report: JobStatus) -> dict[str, Any]:
-    return {
+    data = {
         "database": report.database,
         "variant": report.variant,
+        "source_problem": report.source_problem,
         "source_records": report.source_records,
+        "results": report.results,
         "done": report.done,
         "failed": report.failed,
         "pending": report.pending,
@@ -57,6 +63,9 @@ def _status_dict(report: JobStatus) -> dict[str, Any]:
         "live": report.live,
         "read_copy": report.read_copy.to_json() if report.read_copy else None,
     }
+    if report.source_problem is not None:
+        return {key: value for key, value in data.items() if key not in _NEEDS_SOURCE}
+    return data
 
 
 def _endpoint_lines(endpoints: object) -> str:
@@ -108,33 +117,47 @@ def _live_text(report: JobStatus) -> str:
     )
 
 
+def _source_lines(report: JobStatus) -> list[str]:
+    if report.source_problem is None:
+        return [f"records:  {report.source_records}", f"done:     {report.done}"]
+    return [
+        f"source:   {report.source_problem}",
+        f"results:  {report.results} stored (which are done or stale, and what is pending, needs the source)",
+    ]
+
+
 def _status_text(report: JobStatus) -> str:
     if report.read_copy is None and report.live is not None:  # no copy yet: the live numbers only
         return _live_text(report)
     failed_total = sum(report.failed.values())
     failed_detail = ", ".join(f"{name} {count}" for name, count in report.failed.items())
     changed = f" ({report.content_changed} with changed content)" if report.content_changed else ""
-    lines = [
+    lines: list[str] = [
         f"database: {report.database}" + (f" (variant {report.variant})" if report.variant != "main" else ""),
         *(
             [f"copy:     {report.read_copy.describe()} (a run holds the database)"]
             if report.read_copy
             else []
         ),
-        f"records:  {report.source_records}",
-        f"done:     {report.done}",
+        *_source_lines(report),
         f"failed:   {failed_total}" + (f" ({failed_detail})" if failed_detail else ""),
-        f"pending:  {report.pending}{changed}",
+        *([f"pending:  {report.pending}{changed}"] if report.source_problem is None else []),
         *_stale_lines(report),
     ]
-    run = report.last_run
-    if run:
-        rate = report.rate_per_min
-        lines.append(
-            f"last run: #{run['run_id']} {run['status']}, started {run['started_at']:%Y-%m-%d %H:%M:%S %Z}, "
-            f"{run['done']} done, {run['failed']} failed"
-            + (f", {rate:,.1f} records/min, ETA for pending {format_duration(report.eta_s)}" if rate else "")
-        )
+    lines += _last_run_lines(report)
     if report.read_copy is not None and report.live is not None:
         lines.append("now:      " + _live_text(report))
     return "\n".join(lines)
+
+
+def _last_run_lines(report: JobStatus) -> list[str]:
+    run, rate = report.last_run, report.rate_per_min
+    if not run:
+        return []
+    speed = f", {rate:,.1f} records/min" if rate else ""
+    if rate and report.pending is not None:  # no ETA without the source: nothing says what is pending
+        speed += f", ETA for pending {format_duration(report.eta_s)}"
+    return [
+        f"last run: #{run['run_id']} {run['status']}, started {run['started_at']:%Y-%m-%d %H:%M:%S %Z}, "
+        f"{run['done']} done, {run['failed']} failed{speed}"
+    ]

@@ -12,11 +12,11 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.errors import DatabaseLockedError
+from pipeline.errors import ConfigError, DatabaseLockedError
 from pipeline.job.spec import JobSpec
 from pipeline.source.db import Database, quote
 from pipeline.source.pending import PendingQueries
-from pipeline.source.relation import source_relation
+from pipeline.source.relation import source_columns, source_relation
 from pipeline.source.versions import JOB_CAUSES, StaleCause, read_stale_counts, version_of
 from pipeline.store.opening import open_for_reading
 from pipeline.store.read_copy import ReadCopy, read_copy_of
@@ -27,8 +27,12 @@ from pipeline.store.snapshot import read_snapshot
 class JobStatus:
     database: str
     variant: str = "main"
-    source_records: int | None = None
+    source_records: int | None = None  # None: the source cannot be read (``source_problem``)
     done: int | None = None  # current or stale results of records still in the source
+    results: int = 0  # the variant's stored results, whether or not their record is in the source
+    # Why the source cannot be read (its table is not in the database, a column is missing,
+    # source.query fails), with how to fix it: then only what is stored is counted.
+    source_problem: str | None = None
     failed: dict[str, int] = field(default_factory=dict)
     pending: int | None = None
     content_changed: int = 0  # of the pending: records whose prompt fields changed since
@@ -74,13 +78,22 @@ def job_status(spec: JobSpec) -> JobStatus:
 
 
 def _read_status(connection: Database, spec: JobSpec, *, running: bool = False) -> JobStatus:
-    out = spec.output
-    tables = connection.table_names()
-    source_known = spec.source.query is not None or (spec.source.table or "").lower() in tables
-    base = JobStatus(database=str(spec.database), variant=spec.variant, done=0)
-    if out.results_table.lower() not in tables or not source_known:
-        total = connection.scalar(f"SELECT count(*) FROM {source_relation(spec)}") if source_known else None
-        return dataclasses.replace(base, source_records=total, pending=total)
+    base = JobStatus(database=str(spec.database), variant=spec.variant)
+    stored = spec.output.results_table.lower() in connection.table_names()
+    try:
+        source_columns(connection, spec)
+    except ConfigError as error:  # say so, and still show what the database holds
+        base = dataclasses.replace(base, source_problem=str(error))
+        return _stored(connection, spec, base, running=running) if stored else base
+    total = connection.scalar(f"SELECT count(*) FROM {source_relation(spec)}")
+    base = dataclasses.replace(base, source_records=total, done=0, pending=total)
+    if not stored:
+        return base
+    return _stored(connection, spec, _against_source(connection, spec, base), running=running)
+
+
+def _against_source(connection: Database, spec: JobSpec, status: JobStatus) -> JobStatus:
+    """Which stored results are done, stale or orphaned, and what is pending."""
     queries = PendingQueries(spec, version_of(spec))
     parameters = queries.parameters()
     metadata = connection.scalar(f"SELECT count(*) FROM ({queries.ids_sql('metadata')})", parameters)
@@ -88,14 +101,24 @@ def _read_status(connection: Database, spec: JobSpec, *, running: bool = False) 
     counts = _stale_counts(connection, queries, parameters)
     results, orphaned = counts.pop("results"), counts.pop("orphaned")
     return dataclasses.replace(
-        base,
-        source_records=connection.scalar(f"SELECT count(*) FROM {source_relation(spec)}"),
+        status,
         done=results - orphaned,
         orphaned=orphaned,
-        failed=_failed(connection, spec),
         pending=metadata + content,
         content_changed=content,
         stale=counts,
+    )
+
+
+def _stored(connection: Database, spec: JobSpec, status: JobStatus, *, running: bool) -> JobStatus:
+    """What the variant's tables hold, whether or not the source is there to match it against."""
+    results = connection.scalar(
+        f"SELECT count(*) FROM {quote(spec.output.results_table)} WHERE variant = ?", [spec.variant]
+    )
+    return dataclasses.replace(
+        status,
+        results=results,
+        failed=_failed(connection, spec),
         tokens_per_done=_tokens_per_done(connection, spec),
         grounding=_grounding(connection, spec),
         last_run=_last_run(connection, spec, running=running),

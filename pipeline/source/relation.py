@@ -42,6 +42,14 @@ class SourceShape:
 
 def describe_source(connection: Database, spec: JobSpec) -> SourceShape:
     """Check the source has the id column and every prompt field, with usable ids. Blocking."""
+    types = source_columns(connection, spec)
+    _check_ids(connection, spec, f"{spec.source_file}: source in {spec.database}")
+    return SourceShape(id_type=types[spec.source.id_column.lower()], columns=tuple(types))
+
+
+def source_columns(connection: Database, spec: JobSpec) -> dict[str, str]:
+    """The source's columns (lower-cased name to type), checked to hold the id column and every prompt
+    field; reads no rows. A :class:`ConfigError` names the table or key at fault. Blocking."""
     where = f"{spec.source_file}: source in {spec.database}"
     try:
         described = connection.rows(f"DESCRIBE SELECT * FROM {source_relation(spec)}")
@@ -49,10 +57,7 @@ def describe_source(connection: Database, spec: JobSpec) -> SourceShape:
         if error.kind is DatabaseFailure.OUT_OF_MEMORY:
             raise  # not the query's fault: the caller names duckdb_memory_limit
         if error.kind is DatabaseFailure.MISSING and spec.source.table is not None:
-            raise ConfigError(
-                f"{where}: table '{spec.source.table}' does not exist (key source.table); "
-                f"load records with `pipeline load FILE --job {spec.source_file}`"
-            ) from error
+            raise ConfigError(f"{where}: {_missing_table(spec)}") from error
         raise ConfigError(f"{where}: key source.query fails: {error.reason}") from error
     types = {str(row[0]).lower(): str(row[1]) for row in described}
     missing = [name for name in (spec.source.id_column, *spec.source.fields) if name.lower() not in types]
@@ -61,8 +66,14 @@ def describe_source(connection: Database, spec: JobSpec) -> SourceShape:
             f"{where}: the source has no column {missing} (keys source.id_column / source.fields); "
             f"it has {sorted(types)}"
         )
-    _check_ids(connection, spec, where)
-    return SourceShape(id_type=types[spec.source.id_column.lower()], columns=tuple(types))
+    return types
+
+
+def _missing_table(spec: JobSpec) -> str:
+    load = f"load records with `pipeline load FILE --job {spec.source_file}`"
+    if spec.source.seed_file is not None:  # a run loads it, but a reader (status) does not
+        load += f" (`pipeline run` loads key source.seed_file, {spec.source.seed_file})"
+    return f"table '{spec.source.table}' does not exist (key source.table); {load}"
 
 
 def _check_ids(connection: Database, spec: JobSpec, where: str) -> None:
