@@ -1,7 +1,7 @@
 """What the simulated model says: a valid instance of the requested JSON schema (or filler text),
 reasoning that shares ``max_tokens`` with the answer, and the faults that spoil an answer.
 
-Each top-level field of the instance depends only on the seed, the record's prompt and the field's name
+Each top-level field of the instance depends only on the seed, the record's message and the field's name
 (:class:`Draws`), as a model at temperature 0 would answer: a re-ask, a retry or a second run gets the
 same content for a record. :class:`Variation` makes answers vary as a real server's do: some noise per
 request (vLLM at temperature 0 is not deterministic across batches), fields that depend on the system
@@ -24,6 +24,9 @@ DEFAULT_REASONING_TOKENS = {"minimal": 16, "low": 64, "medium": 256, "high": 102
 DEFAULT_EFFORT = "medium"  # gpt-oss's default when the request names none
 _REASONING_SENTENCE = "Let me work through the posting. "  # 6 tokens
 _FILLER = "lorem ipsum dolor sit amet consectetur "
+# How the pipeline's re-asks open ("Your previous reply was rejected: ...", "... was cut off ..."): a
+# model asked again answers the same record, so a retry draws what the record's first request drew.
+RETRY_INSTRUCTION_PREFIX = "Your previous reply"
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +53,20 @@ class Variation:
 
 def _first(messages: list[dict[str, Any]], role: str) -> str:
     first = next((m.get("content") for m in messages if m.get("role") == role), None)
-    return first if isinstance(first, str) else orjson.dumps(first).decode()
+    return _text(first)
+
+
+def _record(messages: list[dict[str, Any]]) -> str:
+    """The record's message: the last user message that is not a retry's instruction. (Few-shot
+    examples come first, as user/assistant turns, so the first user message is an example's.)"""
+    users = [_text(m.get("content")) for m in messages if m.get("role") == "user"]
+    while len(users) > 1 and users[-1].startswith(RETRY_INSTRUCTION_PREFIX):
+        users.pop()
+    return users[-1] if users else ""
+
+
+def _text(content: object) -> str:
+    return content if isinstance(content, str) else orjson.dumps(content).decode()
 
 
 def _seeded(text: str) -> random.Random:
@@ -60,15 +76,15 @@ def _seeded(text: str) -> random.Random:
 
 class Draws:
     """Where an answer's values come from: per top-level field, a generator seeded by the seed, the
-    record's prompt (the first user message: re-asks append theirs after it, so they draw the same
-    content) and the field's name, and for a prompt-sensitive field the system prompt too; with noise,
-    now and then the request's own generator instead."""
+    record's message (:func:`_record`: a re-ask draws the same content) and the field's name, and for
+    a prompt-sensitive field the system prompt too; with noise, now and then the request's own
+    generator instead."""
 
     def __init__(
         self, seed: int, messages: list[dict[str, Any]], variation: Variation, request: random.Random
     ) -> None:
         self._seed = seed
-        self._record = _first(messages, "user")
+        self._record = _record(messages)
         self._system = _first(messages, "system") if variation.prompt_sensitive else ""
         self.variation = variation
         self._request = request

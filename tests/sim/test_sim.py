@@ -10,7 +10,10 @@ import httpx2
 import orjson
 import pytest
 
+from pipeline.errors import InvalidJSONError, RepetitionLoopError
+from pipeline.extraction.parse import loop_reask_request, reask_request
 from pipeline.extraction.prompt import response_format_for
+from pipeline.servers.client import ChatRequest
 from pipeline.sim import Faults, SimConfig, SimServer
 from pipeline.sim.http import HttpRequest, serve
 from pipeline.sim.instances import InstanceGenerator
@@ -177,16 +180,35 @@ async def test_a_record_gets_the_same_content_on_every_run_retry_and_reask() -> 
     for posting in ("unrelated", *reversed(postings)):
         await answer_of(second, record_chat(posting))
     assert [await answer_of(second, record_chat(posting)) for posting in postings] == answers
-    reask = (
-        {"role": "assistant", "content": '{"title": '},
-        {"role": "user", "content": "Your answer was not valid JSON. Answer again."},
-    )
-    assert await answer_of(second, record_chat(postings[3], *reask)) == answers[3]
+    # The pipeline's own re-ask, and its re-ask after a repetition loop: the same record's content.
+    rejected = InvalidJSONError("not valid JSON", raw_output='{"title": ')
+    reask = reask_request(ChatRequest(tuple(record_chat(postings[3])["messages"]), 100), rejected)
+    loop = RepetitionLoopError("looped", raw_output='{"title": "a a a', unit=" a", loop_start=10)
+    again = loop_reask_request(ChatRequest(tuple(record_chat(postings[3])["messages"]), 100), loop, 100)
+    for retry in (reask, again):
+        assert await answer_of(second, chat(messages=list(retry.messages))) == answers[3]
     assert len(set(answers)) >= 15  # different records: different content, but for rare collisions
     Item.model_validate_json(answers[0])
     other_seed = SimServer(SimConfig(model="m", seed=6))
     elsewhere = [await answer_of(other_seed, record_chat(posting)) for posting in postings]
     assert sum(a != b for a, b in zip(answers, elsewhere, strict=True)) >= 15
+
+
+async def test_few_shot_examples_before_the_record_do_not_make_every_record_alike() -> None:
+    """The examples are user/assistant turns before the record: the record's own message decides."""
+    examples = [
+        {"role": "user", "content": "Example posting."},
+        {"role": "assistant", "content": '{"name": "example"}'},
+    ]
+    sim = SimServer(SimConfig(model="m", seed=5))
+    postings = [f"Posting {n}: we need a {n}-year engineer." for n in range(20)]
+    plain = [await answer_of(sim, record_chat(posting)) for posting in postings]
+    with_examples = [
+        await answer_of(sim, chat(messages=[{"role": "system", "content": "Extract."}, *examples,
+                                            {"role": "user", "content": posting}]))
+        for posting in postings
+    ]  # fmt: skip
+    assert with_examples == plain
 
 
 def prompted_chat(posting: str, system: str) -> dict[str, Any]:
