@@ -17,7 +17,9 @@ and speed). Each number of the last run is compared with the same number in up t
 A number drifted when ``|now - before|`` exceeds that. Numbers a run cannot say anything about (a
 field no record was scored for, a run with no earlier run) are not judged, and neither are speed and
 latency of a run far smaller than usual (under :data:`SMALL_RUN` of the earlier runs' median records):
-a run of 10 records at c=256 never fills the server, and that is not a slower server.
+a run of 10 records at c=256 never fills the server, and that is not a slower server. Records/min
+has a standard error of :data:`START_UP_S` over the run's duration: a run of seconds says little
+about the server's speed, a run of hours a lot.
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ _AMOUNT_MINIMUM = 1.0  # an amount must move by at least one unit (token, second
 RUN = "(run)"  # the field name of run-level numbers
 SMALL_RUN = 0.25
 _SPEED = frozenset({"records_per_min", "latency_p50", "latency_p90"})
+# A run's start-up (imports, checks, the first replies) and its last stragglers take seconds that
+# vary with the machine's load: records/min is uncertain by about this much of the run's duration.
+START_UP_S = 2.0
 
 RULE = (
     f"a number drifted when the last run differs from the median of up to {BASELINE_RUNS} earlier runs by "
@@ -112,8 +117,16 @@ def run_measures(profile: Mapping[str, Any]) -> dict[tuple[str, str], Measure]:
         found[RUN, f"tokens_{name}"] = amount(tokens.get("mean"), tokens.get("sd"), records)
     for name, seconds in (profile.get("latency_s") or {}).items():
         found[RUN, f"latency_{name}"] = amount(seconds)
-    found[RUN, "records_per_min"] = amount(profile.get("records_per_min"))
+    found[RUN, "records_per_min"] = _speed(profile)
     return {key: measure for key, measure in found.items() if measure is not None}
+
+
+def _speed(profile: Mapping[str, Any]) -> Measure | None:
+    """Records per minute, uncertain by :data:`START_UP_S` of its duration (none known: exact)."""
+    measure, duration = amount(profile.get("records_per_min")), profile.get("duration_s")
+    if measure is None or not duration or duration <= 0:
+        return measure
+    return Measure(measure.value, abs(measure.value) * START_UP_S / duration, Scale.AMOUNT)
 
 
 def field_measures(name: str, data: Mapping[str, Any]) -> dict[tuple[str, str], Measure]:

@@ -15,13 +15,14 @@ from typing import Any
 
 from pipeline.errors import ConfigError
 from pipeline.job.spec import JobSpec
-from pipeline.quality.drift import BASELINE_RUNS, RULE, Drift, find_drift
+from pipeline.quality.drift import BASELINE_RUNS, RULE, SHARE_FLOOR, Drift, find_drift
 from pipeline.store.opening import open_job_output
 from pipeline.store.profiles import stored_runs
 from pipeline.store.read_copy import ReadCopy, read_copy_of
 
 DEFAULT_RUNS = 10
 _SPARKS = "▁▂▃▄▅▆▇█"
+SPARK_AMOUNT_FLOOR = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,13 +112,16 @@ def _cell(value: Any, digits: int = 2) -> str:
     return f"{value:,}" if isinstance(value, int) else str(value)
 
 
-def sparkline(values: Sequence[float | None]) -> str:
-    """The values as a row of block characters (a gap for a missing one), lowest to highest."""
+def sparkline(values: Sequence[float | None], *, share: bool = False) -> str:
+    """The values as a row of block characters (a gap for a missing one), lowest to highest. The
+    scale spans at least a share's drift floor (0.05), or 5% of an amount, so that 0.000 against
+    0.003 (or 300.1 against 300.4 tokens) is drawn flat, not as a spike."""
     known = [value for value in values if value is not None]
     if not known:
         return ""
     low, high = min(known), max(known)
-    span = high - low
+    floor = SHARE_FLOOR if share else SPARK_AMOUNT_FLOOR * max(abs(low), abs(high))
+    span = max(high - low, floor)
     return "".join(
         " "
         if value is None
@@ -155,7 +159,8 @@ def format_runs_report(report: RunsReport) -> str:
     table = [header]
     for label, values in _rows(report):
         numbers = [value if isinstance(value, int | float) else None for value in values]
-        table.append([label, *(_cell(value) for value in values), sparkline(numbers)])
+        share = label.endswith((": fill", ": grounded")) or label == "failure rate"
+        table.append([label, *(_cell(value) for value in values), sparkline(numbers, share=share)])
     widths = [max(len(row[column]) for row in table) for column in range(len(header))]
     lines = [
         f"{report.job}, variant {report.variant}: the last {len(report.runs)} runs with a profile, "

@@ -93,7 +93,7 @@ def _run_numbers(connection: Database, spec: JobSpec, parameters: Mapping[str, A
             for index, name in enumerate(_TOKENS)
         },
         "latency_s": {"p50": _float(row[7]), "p90": _float(row[8])},
-        "records_per_min": _records_per_min(connection, spec, parameters),
+        **_speed(connection, spec, parameters),
     }
 
 
@@ -101,13 +101,16 @@ def _float(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
-def _records_per_min(connection: Database, spec: JobSpec, parameters: Mapping[str, Any]) -> float | None:
+def _speed(connection: Database, spec: JobSpec, parameters: Mapping[str, Any]) -> dict[str, float | None]:
+    """Records per minute, and the run's duration (drift judges the speed of a short run loosely)."""
     row = connection.row(
-        "SELECT (done + failed) * 60.0 / nullif(epoch(coalesce(ended_at, updated_at) - started_at), 0) "
+        "SELECT done + failed, epoch(coalesce(ended_at, updated_at) - started_at) "
         f"FROM {quote(spec.output.runs_table)} WHERE run_id = $run_id",
         {"run_id": parameters["run_id"]},
     )
-    return _float(row[0]) if row else None
+    records, seconds = (_float(row[0]), _float(row[1])) if row else (None, None)
+    per_min = records * 60.0 / seconds if records is not None and seconds else None
+    return {"records_per_min": per_min, "duration_s": seconds}
 
 
 def save_profile(connection: Database, spec: JobSpec, run_id: int, profile: Mapping[str, Any]) -> None:

@@ -121,3 +121,19 @@ def test_drift_entries_are_json() -> None:
         "now": 0.0,
         "threshold": 0.08,
     }
+
+
+def test_the_speed_of_a_run_of_seconds_is_judged_loosely_and_of_an_hour_closely() -> None:
+    """A 1.5 s run's records/min is mostly its start-up, which a loaded machine stretches."""
+    rng = random.Random(5)
+
+    def timed(duration_s: float, per_min: float) -> dict[str, Any]:
+        profile = nightly(rng, 500)
+        profile["records_per_min"], profile["duration_s"] = per_min, duration_s
+        return profile
+
+    short = [timed(1.5, rate) for rate in (6000.0, 5800.0, 6100.0)]
+    assert find_drift(runs([*short, timed(1.9, 4600.0)])) == []  # -24%: the start-up, not the server
+    hourly = [timed(3600.0, rate) for rate in (60.0, 58.0, 61.0)]
+    slower = {(entry.field, entry.measure) for entry in find_drift(runs([*hourly, timed(3600.0, 46.0)]))}
+    assert slower == {(RUN, "records_per_min")}
