@@ -278,7 +278,8 @@ def _print_stale_kept(summary: RunSummary, job: Path) -> None:
     causes = ", ".join(
         f"{cause} {count:,}" for cause, count in summary.stale_kept.items() if cause != "total"
     )
+    which = f"; `pipeline status {job}` says which model made them" if summary.stale_kept.get("model") else ""
     typer.echo(
         f"stale:    {total:,} results were made by an older version of the job ({causes}); "
-        f"kept as they are: `pipeline run {job} --redo-stale` redoes them"
+        f"kept as they are: `pipeline run {job} --redo-stale` redoes them{which}"
     )

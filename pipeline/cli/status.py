@@ -3,6 +3,9 @@ live numbers of a run that holds the database."""
 
 from __future__ import annotations
 
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any
 
 import orjson
@@ -13,33 +16,77 @@ from pipeline.cli.common import (
     JobArgument,
     VariantOption,
     app,
+    fail,
     load_job_or_exit,
     read_or_exit,
     say_read_copy,
 )
+from pipeline.errors import EXIT_CONFIG, ConfigError
 from pipeline.reports.status import JobStatus, job_status
 from pipeline.run.progress import format_duration
+from pipeline.servers.config import LOCAL_MODEL
+
+LocalOption = Annotated[
+    bool, typer.Option(help="Judge the results as `pipeline run --local` would: made by the bundled model.")
+]
+ModelOption = Annotated[
+    str | None, typer.Option(help="Judge the results as `pipeline run --model NAME` would.")
+]
+
+
+@dataclass(frozen=True, slots=True)
+class _Asked:
+    """The command as given, which the hints repeat: the job, its model, and the run overrides."""
+
+    job: Path
+    job_model: str  # the job file's, before --local or --model
+    overrides: tuple[str, ...]  # --local, or --model NAME: what the results are judged against
+    selectors: tuple[str, ...]  # --database, --variant
+
+    def command(self, verb: str, *options: str) -> str:
+        return shlex.join(["pipeline", verb, str(self.job), *options, *self.selectors])
 
 
 @app.command()
 def status(
     job: JobArgument,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    local: LocalOption = False,
+    model: ModelOption = None,
     database: DatabaseOption = None,
     variant: VariantOption = None,
 ) -> None:
-    """Done / failed / pending, and the rate and ETA of the last run."""
+    """Done / failed / pending / stale, and the rate and ETA of the last run."""
     spec = load_job_or_exit(job, database, variant)
-    report = read_or_exit(lambda: job_status(spec))
+    try:
+        judged = spec.with_overrides(model=model)
+    except ConfigError as error:
+        raise fail(error, EXIT_CONFIG) from error
+    report = read_or_exit(lambda: job_status(judged, local=local))
     say_read_copy(report.read_copy)
     if as_json:
         typer.echo(orjson.dumps(_status_dict(report), default=str).decode())
         return
-    typer.echo(_status_text(report))
+    overrides = ("--local",) if local else ("--model", model) if model else ()
+    selectors = (
+        *(("--database", str(database)) if database else ()),
+        *(("--variant", variant) if variant else ()),
+    )
+    typer.echo(_status_text(report, _Asked(job, spec.model, overrides, selectors)))
 
 
 #: What only the source can tell: left out of the JSON when it cannot be read, rather than nulls.
-_NEEDS_SOURCE = ("source_records", "done", "pending", "content_changed", "stale", "orphaned", "eta_s")
+_NEEDS_SOURCE = (
+    "source_records",
+    "done",
+    "pending",
+    "content_changed",
+    "stale",
+    "models",
+    "stale_models",
+    "orphaned",
+    "eta_s",
+)
 
 
 def _status_dict(report: JobStatus) -> dict[str, Any]:
@@ -54,6 +101,8 @@ def _status_dict(report: JobStatus) -> dict[str, Any]:
         "pending": report.pending,
         "content_changed": report.content_changed,
         "stale": report.stale,
+        "models": list(report.models),
+        "stale_models": report.stale_models,
         "orphaned": report.orphaned,
         "tokens_per_done": report.tokens_per_done,
         "grounding": report.grounding,
@@ -82,13 +131,15 @@ def _endpoint_lines(endpoints: object) -> str:
     return "".join(lines)
 
 
-def _stale_lines(report: JobStatus) -> list[str]:
+def _stale_lines(report: JobStatus, asked: _Asked) -> list[str]:
     lines = []
     if report.stale.get("total"):
         causes = ", ".join(
             f"{cause} {count}" for cause, count in report.stale.items() if count and cause != "total"
         )
-        lines.append(f"stale:    {report.stale['total']} ({causes}; `pipeline run --redo-stale` redoes them)")
+        redo = asked.command("run", *asked.overrides, "--redo-stale")
+        lines.append(f"stale:    {report.stale['total']} ({causes}; `{redo}` redoes them)")
+    lines += _model_lines(report, asked)
     if report.orphaned:
         lines.append(f"orphaned: {report.orphaned} results whose record is no longer in the source")
     for path, share in report.grounding.items():
@@ -102,6 +153,25 @@ def _stale_lines(report: JobStatus) -> list[str]:
             f"tokens:   {tokens['prompt']:,.0f} prompt + {tokens['completion']:,.0f} output "
             f"({tokens['reasoning']:,.0f} reasoning) per done record, every attempt counted"
         )
+    return lines
+
+
+def _model_lines(report: JobStatus, asked: _Asked) -> list[str]:
+    """Which model made the results stale for the model, against which the status judged them, and
+    the two ways on: judge them as the run that made them, or redo them."""
+    judged = " or ".join(report.models)
+    against = f"what {' '.join(asked.overrides)} runs" if asked.overrides else "the job's model"
+    lines = []
+    for model, count in report.stale_models.items():
+        bundled = " (the bundled model of --local)" if model == LOCAL_MODEL else ""
+        same = (
+            ("--local",) if model == LOCAL_MODEL else () if model == asked.job_model else ("--model", model)
+        )
+        lines += [
+            f"model:    {count} results made by {model}{bundled}, not by {judged} ({against})",
+            f"          `{asked.command('status', *same)}` counts them as current; "
+            f"`{asked.command('run', *asked.overrides, '--redo-stale', 'model')}` redoes them with {judged}",
+        ]
     return lines
 
 
@@ -126,7 +196,7 @@ def _source_lines(report: JobStatus) -> list[str]:
     ]
 
 
-def _status_text(report: JobStatus) -> str:
+def _status_text(report: JobStatus, asked: _Asked) -> str:
     if report.read_copy is None and report.live is not None:  # no copy yet: the live numbers only
         return _live_text(report)
     failed_total = sum(report.failed.values())
@@ -142,7 +212,7 @@ def _status_text(report: JobStatus) -> str:
         *_source_lines(report),
         f"failed:   {failed_total}" + (f" ({failed_detail})" if failed_detail else ""),
         *([f"pending:  {report.pending}{changed}"] if report.source_problem is None else []),
-        *_stale_lines(report),
+        *_stale_lines(report, asked),
     ]
     lines += _last_run_lines(report)
     if report.read_copy is not None and report.live is not None:

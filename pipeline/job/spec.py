@@ -31,6 +31,8 @@ from pipeline.job.variants import (
     variant_changes,
 )
 from pipeline.servers.config import (
+    LOCAL_ENDPOINT,
+    LOCAL_MODEL,
     Concurrency,
     ContextLength,
     EndpointConfig,
@@ -232,6 +234,13 @@ class JobSpec(_Strict):
             else:
                 data[key] = value
         return self._rebuilt(data, f"{self.source_file} with the command-line options")
+
+    def as_run(self, *, local: bool = False) -> JobSpec:
+        """The job as a run makes it: with ``local`` (``--local``) or ``endpoint.base_url: local``, on
+        the bundled vLLM server with the model that serves, whatever model the job names."""
+        if not (local or self.endpoint.is_local):
+            return self
+        return self.with_overrides(base_url=LOCAL_ENDPOINT, model=LOCAL_MODEL)
 
     def for_variant(self, name: str) -> JobSpec:
         """The job as variant ``name`` makes it: a declared variant's changes applied, or (for a name

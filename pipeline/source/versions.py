@@ -8,7 +8,8 @@ and the parts that differ say why:
 * ``prompt``: the system prompt, the user template, the examples, whether the schema is included, or
   the set of fields the template reads.
 * ``schema``: the Pydantic schema (its JSON schema).
-* ``model``: the model name.
+* ``model``: the model name: a result is current when the job's model made it, or the model an
+  endpoint of the job serves instead (``endpoints[].model``).
 * ``settings``: what shapes the answer besides the prompt: ``max_tokens``, ``temperature``,
   ``reasoning_effort``, ``extra_body``, structured output on or off. Concurrency, timeouts, retry
   budgets and table names are not part of it.
@@ -83,10 +84,20 @@ class JobVersion:
     model: str
     settings_hash: str
     content_fields: str  # the fields the template reads, comma-separated, in template order
+    # The models some endpoints serve instead of the job's (``endpoints[].model``): what they make is
+    # as current as what the job's model makes.
+    endpoint_models: tuple[str, ...] = ()
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        """Every model a current result may have been made by: the job's first."""
+        return tuple(dict.fromkeys((self.model, *self.endpoint_models)))
 
     @property
     def job_hash(self) -> str:
-        return digest([self.prompt_hash, self.schema_hash, self.model, self.settings_hash])
+        parts: list[object] = [self.prompt_hash, self.schema_hash, self.model, self.settings_hash]
+        # Only when there are some: the hash of every job without them stays what it was.
+        return digest([*parts, sorted(self.models)] if self.endpoint_models else parts)
 
     def key_values(self, content_hash: int | None, model: str | None = None) -> list[object]:
         """A stored row's version key, in :data:`VERSION_COLUMNS` order. ``model``: the one that
@@ -100,12 +111,12 @@ class JobVersion:
             self.settings_hash,
         ]
 
-    def parameters(self) -> dict[str, str]:
+    def parameters(self) -> dict[str, str | list[str]]:
         """The named SQL parameters the staleness conditions compare against."""
         return {
             "prompt_hash": self.prompt_hash,
             "schema_hash": self.schema_hash,
-            "model": self.model,
+            "models": list(self.models),
             "settings_hash": self.settings_hash,
             "content_fields": self.content_fields,
         }
@@ -126,6 +137,9 @@ def version_of(spec: JobSpec) -> JobVersion:
         ),
         schema_hash=digest(spec.schema_class.model_json_schema()),
         model=spec.model,
+        endpoint_models=tuple(
+            config.model for config in spec.endpoint_configs() if config.model != spec.model
+        ),
         settings_hash=digest(
             {
                 "max_tokens": spec.max_tokens,
@@ -162,7 +176,7 @@ def stale_conditions(alias: str) -> dict[StaleCause, str]:
         StaleCause.PROMPT: f"({versioned} AND ({alias}.prompt_hash IS DISTINCT FROM $prompt_hash "
         f"OR {alias}.content_fields IS DISTINCT FROM $content_fields))",
         StaleCause.SCHEMA: f"({versioned} AND {alias}.schema_hash IS DISTINCT FROM $schema_hash)",
-        StaleCause.MODEL: f"({versioned} AND {alias}.model IS DISTINCT FROM $model)",
+        StaleCause.MODEL: f"({versioned} AND NOT coalesce(list_contains($models, {alias}.model), false))",
         StaleCause.SETTINGS: f"({versioned} AND {alias}.settings_hash IS DISTINCT FROM $settings_hash)",
         StaleCause.UNKNOWN: f"({alias}.content_hash IS NULL)",
     }
@@ -202,3 +216,22 @@ def read_stale_counts(connection: Database, spec: JobSpec, version: JobVersion) 
     """The variant's results counted as :func:`stale_counts_sql` does: ``results``, ``orphaned``,
     ``stale`` and one count per job cause, every one present. Blocking."""
     return connection.counts(stale_counts_sql(spec), {**version.parameters(), "variant": spec.variant})
+
+
+def stale_models_sql(spec: JobSpec) -> str:
+    """The variant's results of records still in the source that are stale for the model: how many each
+    model that is not the job's made, most first."""
+    id_column = quote(spec.source.id_column)
+    return (
+        f"SELECT r.model, count(*) FROM {quote(spec.output.results_table)} r "
+        f"WHERE r.variant = $variant AND {stale_conditions('r')[StaleCause.MODEL]} "
+        f"AND r.record_id IN (SELECT {id_column} FROM {source_relation(spec)}) "
+        "GROUP BY ALL ORDER BY 2 DESC, 1"
+    )
+
+
+def read_stale_models(connection: Database, spec: JobSpec, version: JobVersion) -> dict[str, int]:
+    """Which models made the results that are stale for the model, and how many each (see
+    :func:`stale_models_sql`): what a status shows beside the job's own models. Blocking."""
+    rows = connection.rows(stale_models_sql(spec), {**version.parameters(), "variant": spec.variant})
+    return {str(model): int(count) for model, count in rows}

@@ -151,7 +151,7 @@ def test_status_text_and_json(tmp_path: Path, sim_url: str) -> None:
 
     edited = write_job(tmp_path, endpoint={"base_url": sim_url}, prompt={"system": "Extract it well."})
     stale_text = run_pipeline("status", str(edited)).stdout
-    assert "stale:    15 (prompt 15; `pipeline run --redo-stale` redoes them)" in stale_text
+    assert f"stale:    15 (prompt 15; `pipeline run {edited} --redo-stale` redoes them)" in stale_text
     plain = run_pipeline("run", str(edited), "--limit", "1")
     assert plain.returncode == 0
     assert (

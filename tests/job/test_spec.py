@@ -7,6 +7,7 @@ import yaml
 
 from pipeline.errors import ConfigError
 from pipeline.job.spec import load_job, template_fields
+from pipeline.servers.config import LOCAL_ENDPOINT, LOCAL_MODEL
 from tests.support.jobs import job_dict, write_job
 from tests.support.processes import REPO
 from tests.support.schemas import Item
@@ -131,6 +132,16 @@ def test_overrides_keep_unset_values(tmp_path: Path) -> None:
         "http://other:9/v1",
         "test-model",
     )
+
+
+def test_a_local_run_is_the_bundled_server_with_its_model(tmp_path: Path) -> None:
+    spec = load_job(write_job(tmp_path, model="openai/gpt-oss-120b"))
+    assert spec.as_run() is spec
+    local = spec.as_run(local=True)
+    assert (local.endpoint.base_url, local.model) == (LOCAL_ENDPOINT, LOCAL_MODEL)
+    (tmp_path / "local").mkdir()
+    named = load_job(write_job(tmp_path / "local", endpoint={"base_url": "local"}, model="any"))
+    assert (named.as_run().endpoint.base_url, named.as_run().model) == (LOCAL_ENDPOINT, LOCAL_MODEL)
 
 
 def test_template_fields() -> None:

@@ -20,10 +20,12 @@ import pytest
 
 import pipeline.local as local
 from pipeline.errors import LocalServerError
-from pipeline.local import LocalServer, LocalServerOptions, ServerLaunch, log_tail
+from pipeline.local import SERVED_MODEL_NAME, LocalServer, LocalServerOptions, ServerLaunch, log_tail
 from pipeline.local import model as local_model
 from pipeline.local.server import PDEATHSIG_DIR, free_port
-from pipeline.run.runner import RunOptions, run_job_locally
+from pipeline.reports.status import job_status
+from pipeline.run.runner import RunOptions, RunStatus, run_job_locally
+from pipeline.source.versions import JOB_CAUSES
 from tests.support.jobs import make_job, table_rows
 from tests.support.processes import REPO
 
@@ -271,3 +273,31 @@ async def test_run_locally_runs_the_job_and_stops_the_server(
     assert table_rows(spec.database, "SELECT base_url FROM runs") == [(launch.base_url,)]
     with pytest.raises(httpx2.ConnectError):
         httpx2.get(f"http://127.0.0.1:{launch.port}/health")
+
+
+async def test_a_local_run_again_redoes_nothing_and_status_says_which_model_made_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    port = free_port()
+    argv = [sys.executable, "-m", "pipeline", "sim", "--port", str(port), "--model", SERVED_MODEL_NAME]
+    launch = sim_launch(tmp_path, port, argv=argv, model=SERVED_MODEL_NAME)
+    starts: list[LocalServerOptions] = []
+
+    async def sim_instead_of_vllm(options: LocalServerOptions) -> ServerLaunch:
+        starts.append(options)
+        return launch
+
+    monkeypatch.setattr(local, "vllm_launch", sim_instead_of_vllm)
+    spec = make_job(tmp_path, records=6, model="openai/gpt-oss-120b")
+    assert (await run_job_locally(spec, RunOptions())).done == 6
+    for redo in (frozenset(), frozenset(JOB_CAUSES)):  # --local again, with or without --redo-stale
+        again = await run_job_locally(spec, RunOptions(redo_stale=redo))
+        assert (again.status, again.stale_kept) == (RunStatus.NOTHING_TO_DO, {})
+    assert len(starts) == 1
+    assert job_status(spec, local=True).stale["total"] == 0
+    plain = job_status(spec)  # the job as written names another model
+    assert (plain.stale["model"], plain.models, plain.stale_models) == (
+        6,
+        ("openai/gpt-oss-120b",),
+        {SERVED_MODEL_NAME: 6},
+    )

@@ -13,11 +13,11 @@ import pytest
 from pipeline.errors import FailureClass
 from pipeline.job.spec import JobSpec, load_job
 from pipeline.reports.status import job_status
-from pipeline.run.runner import RunStatus, RunSummary
+from pipeline.run.runner import RunStatus, RunSummary, run_job
 from pipeline.source.versions import JOB_CAUSES, StaleCause
-from tests.support.fakes import ScriptedServer, completion, good_completion, respond
+from tests.support.fakes import ScriptedServer, completion, good_completion, respond, serving
 from tests.support.jobs import make_job, table_rows, write_job
-from tests.support.runs import run_served
+from tests.support.runs import options, run_served
 
 pytestmark = pytest.mark.anyio
 
@@ -125,6 +125,24 @@ async def test_redo_stale_can_be_limited_to_causes(tmp_path: Path) -> None:
     assert (summary.status, server.bodies) == (RunStatus.NOTHING_TO_DO, [])
     summary = await run(both, server, redo_stale=frozenset({StaleCause.SETTINGS}))
     assert summary.done == 4
+
+
+async def test_an_endpoint_serving_its_own_model_makes_current_results(tmp_path: Path) -> None:
+    server = ScriptedServer([respond(good_completion())], models=("test-model", "own-model"))
+    async with serving(server) as loopback:
+        endpoint = {"endpoint": {"base_url": None}}
+        spec = make_job(
+            tmp_path, records=6, **endpoint, endpoints=[{"base_url": loopback.url, "model": "own-model"}]
+        )
+        summary = await run_job(spec, options())
+        assert summary.done == 6
+        assert table_rows(spec.database, "SELECT DISTINCT model FROM results") == [("own-model",)]
+        assert job_status(spec).stale["total"] == 0
+        again = await run_job(spec, options(redo_stale=frozenset(JOB_CAUSES)))
+        assert (again.status, again.stale_kept, len(server.bodies)) == (RunStatus.NOTHING_TO_DO, {}, 6)
+        other = edited(tmp_path, **endpoint, endpoints=[{"base_url": loopback.url, "model": "test-model"}])
+    report = job_status(other)
+    assert (report.stale["total"], report.stale["model"], report.stale_models) == (6, 6, {"own-model": 6})
 
 
 async def test_tokens_of_every_attempt_are_counted(tmp_path: Path) -> None:

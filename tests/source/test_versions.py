@@ -119,3 +119,20 @@ def test_version_is_not_cached_across_copies(tmp_path: Path) -> None:
     before = version_of(spec)
     assert version_of(spec.with_overrides(model="other")).model == "other"
     assert version_of(spec) == before
+
+
+def test_an_endpoint_with_its_own_model_adds_it_to_the_current_models(tmp_path: Path) -> None:
+    one = load_job(write_job(tmp_path))
+    endpoints = [
+        {"base_url": "http://a:1/v1"},
+        {"base_url": "http://b:1/v1", "model": "own-model"},
+        {"base_url": "http://c:1/v1", "model": "test-model"},
+    ]
+    (tmp_path / "several").mkdir()
+    several = load_job(write_job(tmp_path / "several", endpoint={"base_url": None}, endpoints=endpoints))
+    assert version_of(one).models == ("test-model",)
+    assert version_of(several).models == ("test-model", "own-model")
+    (tmp_path / "plain").mkdir()
+    plain = load_job(write_job(tmp_path / "plain", endpoint={"base_url": None}, endpoints=endpoints[:1]))
+    assert version_of(plain).job_hash == version_of(one).job_hash  # the runs table's hash as before
+    assert version_of(several).job_hash != version_of(one).job_hash
