@@ -38,7 +38,7 @@ from pipeline.job.variants import prompt_file_changes, rerun_name
 from pipeline.reports.failures import class_names, parse_failure_classes
 from pipeline.run.progress import LiveProgress, LogProgress, ProgressReporter, format_duration
 from pipeline.run.runner import RunOptions, RunSummary, run_job, run_job_locally
-from pipeline.servers.config import checked_url_option
+from pipeline.servers.config import checked_host_option, checked_url_option
 from pipeline.source.versions import StaleCause, parse_causes
 
 # Transient failures are retried by every run, so --class takes only the others.
@@ -95,6 +95,13 @@ StallAbortOption = Annotated[
 MetricsPortOption = Annotated[
     int | None, typer.Option(min=0, max=65535, help="Serve Prometheus metrics on this port.")
 ]
+MetricsHostOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Where --metrics-port listens (default 127.0.0.1, or operations.metrics_host); "
+        "0.0.0.0 or :: for every interface, without authentication."
+    ),
+]
 MetricsTextfileOption = Annotated[
     Path | None, typer.Option(help="Keep a Prometheus textfile here (node_exporter).")
 ]
@@ -121,6 +128,7 @@ class _Overrides:
     shutdown_grace_s: float | None
     stall_warning_s: float | None
     stall_abort_s: float | None
+    metrics_host: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +165,7 @@ def run(
     stall_warning: StallWarningOption = None,
     stall_abort: StallAbortOption = None,
     metrics_port: MetricsPortOption = None,
+    metrics_host: MetricsHostOption = None,
     metrics_textfile: MetricsTextfileOption = None,
     local: LocalOption = False,
     database: DatabaseOption = None,
@@ -167,7 +176,7 @@ def run(
     """Extract every record not done yet; safe to interrupt and run again."""
     setup_logging(log_format, log_level)
     changes = _Overrides(
-        concurrency, endpoint, model, prompt_file, timeout, grace, stall_warning, stall_abort
+        concurrency, endpoint, model, prompt_file, timeout, grace, stall_warning, stall_abort, metrics_host
     )
     spec = _run_spec(job, database, rerun_name(variant or MAIN_VARIANT) if rerun else variant, changes)
     selection = _Selection(limit, retry_failed, retry_class, only_failed, redo_stale, sample, seed)
@@ -216,6 +225,8 @@ def _run_spec(job: Path, database: Path | None, variant: str | None, changes: _O
     try:
         if changes.base_url is not None:
             checked_url_option("--endpoint", changes.base_url, local_allowed=True)
+        if changes.metrics_host is not None:
+            checked_host_option("--metrics-host", changes.metrics_host)
         overrides: dict[str, Any] = {name: getattr(changes, name) for name in changes.__slots__}
         if changes.prompt is not None:
             overrides["prompt"] = prompt_file_changes(changes.prompt)

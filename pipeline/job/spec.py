@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from pipeline.errors import ConfigError
 from pipeline.job.examples import Example, check_examples, read_examples_file
@@ -38,6 +38,7 @@ from pipeline.servers.config import (
     EndpointConfig,
     EndpointEntry,
     EndpointSpec,
+    checked_listen_host,
     resolve_endpoints,
 )
 
@@ -117,6 +118,8 @@ class OperationsSpec(_Strict):
     # How often a running job refreshes the copy that readers (status, export, eval, ...) read while it
     # holds the database; a reader that finds it older than a few seconds asks for a new one too.
     snapshot_interval_s: float = Field(default=60.0, gt=0)
+    # Where --metrics-port listens. The metrics have no authentication: loopback unless asked.
+    metrics_host: Annotated[str, AfterValidator(checked_listen_host)] = "127.0.0.1"
 
     @model_validator(mode="after")
     def _abort_after_warning(self) -> OperationsSpec:

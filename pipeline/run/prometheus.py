@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import ipaddress
 import math
 import socket
 import time
@@ -203,7 +204,7 @@ async def publish_metrics(
             server = await _serve(registry, host, port)
             cleanup.push_async_callback(_shut_down, server)
             bound = server.server_port
-            log.info("serving metrics", url=f"http://{host}:{bound}/metrics")
+            _say_where(host, server)
         if textfile is not None:
             await _write_first(textfile, registry)
             cleanup.push_async_callback(_write_last, textfile, registry, collector)
@@ -227,6 +228,23 @@ async def _serve(registry: CollectorRegistry, host: str, port: int) -> WSGIServe
         except OSError as error:
             raise ConfigError(_listen_error(error, host, port)) from error
     return server
+
+
+def _say_where(host: str, server: WSGIServer) -> None:
+    """Log the URL; warn when the metrics are reachable from other machines, since anyone who can
+    reach the port reads them (they carry no authentication)."""
+    address = str(server.server_address[0])
+    url_host = f"[{host}]" if ":" in host else host
+    url = f"http://{url_host}:{server.server_port}/metrics"
+    if ipaddress.ip_address(address.split("%")[0]).is_loopback:
+        log.info("serving metrics", url=url)
+        return
+    log.warning(
+        "serving metrics beyond this machine, without authentication: anyone who reaches the port reads "
+        "the run's numbers (job name, endpoints, counts); firewall it or keep the default 127.0.0.1",
+        url=url,
+        address=address,
+    )
 
 
 def _listen_error(error: OSError, host: str, port: int) -> str:

@@ -311,6 +311,7 @@ class _Run:
                 self._stats,
                 self._spec.name,
                 port=options.metrics_port,
+                host=self._spec.operations.metrics_host,
                 textfile=options.metrics_textfile,
             )
             try:

@@ -8,6 +8,8 @@ keys (their ``${VAR}`` values included) through the models here, and command-lin
 
 from __future__ import annotations
 
+import ipaddress
+import re
 import urllib.parse
 from dataclasses import dataclass
 from typing import Annotated, Literal
@@ -102,6 +104,40 @@ def checked_url_option(option: str, value: str, *, local_allowed: bool = False) 
     :class:`ConfigError` naming the option."""
     try:
         return checked_base_url(value, local_allowed=local_allowed)
+    except ValueError as error:
+        raise ConfigError(f"{option}: {error}") from None
+
+
+_HOST_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
+LISTEN_HOST_RULE = (
+    "must be an IP address or a host name of this machine (127.0.0.1, ::1, 0.0.0.0, ::), "
+    "without a scheme or a port"
+)
+
+
+def checked_listen_host(value: str) -> str:
+    """A host one of our own servers listens on (``operations.metrics_host``): an IP address (IPv6
+    with or without brackets) or a host name. Whether this machine has it shows only when binding."""
+    bare = value.strip()
+    if bare.startswith("[") and bare.endswith("]"):
+        bare = bare[1:-1]
+    try:
+        return str(ipaddress.ip_address(bare))
+    except ValueError:
+        pass
+    labels = bare.removesuffix(".").split(".")
+    # All digits and dots, yet no IP address (999.1.1.1): a typo, not a name.
+    numeric = all(label.isdigit() for label in labels)
+    if len(bare) > 253 or numeric or not all(_HOST_LABEL.match(label) for label in labels):
+        raise ValueError(f"{value!r} {LISTEN_HOST_RULE}")
+    return bare
+
+
+def checked_host_option(option: str, value: str) -> str:
+    """A listen host given on the command line, checked as the job key is: a :class:`ConfigError`
+    naming the option."""
+    try:
+        return checked_listen_host(value)
     except ValueError as error:
         raise ConfigError(f"{option}: {error}") from None
 

@@ -73,6 +73,8 @@ def test_missing_environment_variable_names_the_key(tmp_path: Path, monkeypatch:
         ({"prompt": {"user": "{title.upper}"}}, r"plain field name"),
         ({"schema": "no colon"}, r"key 'schema'"),
         ({"output": {"results_table": "drop table;"}}, r"key 'output.results_table'"),
+        ({"operations": {"metrics_host": "http://0.0.0.0:9100"}}, r"key 'operations.metrics_host': 'http"),
+        ({"operations": {"metrics_host": "999.1.1.1"}}, r"key 'operations.metrics_host': .*IP address"),
     ],
 )
 def test_bad_spec_gives_one_line_naming_file_and_key(
@@ -142,6 +144,21 @@ def test_a_local_run_is_the_bundled_server_with_its_model(tmp_path: Path) -> Non
     (tmp_path / "local").mkdir()
     named = load_job(write_job(tmp_path / "local", endpoint={"base_url": "local"}, model="any"))
     assert (named.as_run().endpoint.base_url, named.as_run().model) == (LOCAL_ENDPOINT, LOCAL_MODEL)
+
+
+@pytest.mark.parametrize(
+    ("host", "kept"),
+    [
+        ("0.0.0.0", "0.0.0.0"),
+        ("::", "::"),
+        ("[::1]", "::1"),
+        ("localhost", "localhost"),
+        ("box-1.lan", "box-1.lan"),
+    ],
+)
+def test_metrics_host_takes_addresses_and_names(tmp_path: Path, host: str, kept: str) -> None:
+    assert load_job(write_job(tmp_path)).operations.metrics_host == "127.0.0.1"
+    assert load_job(write_job(tmp_path, operations={"metrics_host": host})).operations.metrics_host == kept
 
 
 def test_template_fields() -> None:

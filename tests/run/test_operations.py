@@ -143,3 +143,18 @@ def test_a_metrics_port_in_use_is_a_configuration_error(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == f"error: --metrics-port {port}: address already in use"
     assert table_rows(tmp_path / "test.duckdb", "SELECT count(*) FROM results") == [(0,)]
+
+
+def test_metrics_host_beyond_loopback_warns_and_a_bad_one_is_one_line(tmp_path: Path) -> None:
+    with sim_server("--model", "test-model") as url:
+        job = write_job(tmp_path, endpoint={"base_url": url})
+        make_source(tmp_path / "test.duckdb", 5)
+        bad = run_pipeline("run", str(job), "--metrics-port", "0", "--metrics-host", "my host")
+        assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+        assert bad.stderr.startswith("error: --metrics-host: 'my host' must be an IP address or a host name")
+        wide = run_pipeline("run", str(job), "--metrics-port", "0", "--metrics-host", "0.0.0.0")
+    assert wide.returncode == 0, wide.stderr
+    events = [orjson.loads(line) for line in wide.stderr.splitlines()]
+    warned = [event for event in events if "without authentication" in event["event"]]
+    assert len(warned) == 1 and warned[0]["level"] == "warning"
+    assert warned[0]["url"].startswith("http://0.0.0.0:")

@@ -195,6 +195,24 @@ async def test_host_not_on_this_machine_is_a_config_error() -> None:
         await publish_metrics(RunStats(1, 1), "nightly", port=0, host="192.0.2.1", textfile=None)
 
 
+@pytest.mark.parametrize(("host", "beyond"), [("127.0.0.1", False), ("localhost", False), ("0.0.0.0", True)])
+async def test_a_host_beyond_loopback_is_served_with_a_warning(host: str, beyond: bool) -> None:
+    publish = functools.partial(
+        publish_metrics, busy_stats(FakeClock()), "nightly", port=0, host=host, textfile=None
+    )
+    with capture_logs() as logs:
+        async with anyio.create_task_group() as tg:
+            port = await tg.start(publish)
+            assert value(await scrape(port), "pipeline_records_done_total") == 5
+            tg.cancel_scope.cancel()
+    levels = {entry["log_level"] for entry in logs if "metrics" in entry["event"]}
+    assert levels == ({"warning"} if beyond else {"info"})
+    if beyond:
+        warning = next(entry for entry in logs if entry["log_level"] == "warning")
+        assert "without authentication" in warning["event"]
+        assert warning["url"] == f"http://0.0.0.0:{port}/metrics"
+
+
 async def test_textfile_is_written_every_interval_and_once_more_at_the_end(tmp_path: Path) -> None:
     path = tmp_path / "pipeline.prom"
     stats = busy_stats(FakeClock())
