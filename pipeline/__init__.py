@@ -1,7 +1,10 @@
 """pipeline: concurrency-first batch LLM extraction — DuckDB in, validated JSON out, resumable.
 
 The public API is the names below (pinned by tests/test_public_api.py); docs/architecture.md shows
-the packages behind them."""
+the packages behind them. Each command is one call: ``run_job`` (async; ``run_job_sync`` from code
+that is not, a notebook's included), ``job_status``, ``failure_report``, ``export_results``,
+``evaluate`` (``evaluate_pair`` for two variants), ``compare_variants`` and ``runs_report`` (the
+readers block: DuckDB). The CLI calls exactly these."""
 
 from pipeline.errors import (
     BadOutputError,
@@ -20,34 +23,59 @@ from pipeline.errors import (
     TruncatedError,
 )
 from pipeline.job.spec import JobSpec, load_job
+from pipeline.reports.comparison import CompareReport, CompareSettings, compare_variants
+from pipeline.reports.evaluation import EvalReport, EvalSettings, evaluate
+from pipeline.reports.export import ExportFormat, ExportReport, export_results
+from pipeline.reports.failures import FailureReport, failure_report
+from pipeline.reports.paired_evaluation import PairedEvalReport, evaluate_pair
+from pipeline.reports.reading import Sample
+from pipeline.reports.runs_report import RunsReport, runs_report
 from pipeline.reports.status import JobStatus, job_status
+from pipeline.run.blocking import run_job_sync
 from pipeline.run.runner import RunOptions, RunStatus, RunSummary, run_job, run_job_locally
 from pipeline.source.loader import LoadReport, load_file
 
 __all__ = [
     "BadOutputError",
+    "CompareReport",
+    "CompareSettings",
     "ConfigError",
     "DatabaseLockedError",
     "EmptyOutputError",
+    "EvalReport",
+    "EvalSettings",
+    "ExportFormat",
+    "ExportReport",
     "FailureClass",
+    "FailureReport",
     "FatalRunError",
     "InvalidJSONError",
     "JobSpec",
     "JobStatus",
     "LoadReport",
+    "PairedEvalReport",
     "PermanentRecordError",
     "PipelineError",
     "RecordError",
     "RunOptions",
     "RunStatus",
     "RunSummary",
+    "RunsReport",
+    "Sample",
     "SchemaInvalidError",
     "ServerUnreachableError",
     "TransientError",
     "TruncatedError",
+    "compare_variants",
+    "evaluate",
+    "evaluate_pair",
+    "export_results",
+    "failure_report",
     "job_status",
     "load_file",
     "load_job",
     "run_job",
     "run_job_locally",
+    "run_job_sync",
+    "runs_report",
 ]

@@ -1,35 +1,55 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pipeline
+from tests.support.variants import PARTIAL_GOLD, two_variant_job, write_gold
 
 
 def test_public_api_is_pinned() -> None:
     assert sorted(pipeline.__all__) == [
         "BadOutputError",
+        "CompareReport",
+        "CompareSettings",
         "ConfigError",
         "DatabaseLockedError",
         "EmptyOutputError",
+        "EvalReport",
+        "EvalSettings",
+        "ExportFormat",
+        "ExportReport",
         "FailureClass",
+        "FailureReport",
         "FatalRunError",
         "InvalidJSONError",
         "JobSpec",
         "JobStatus",
         "LoadReport",
+        "PairedEvalReport",
         "PermanentRecordError",
         "PipelineError",
         "RecordError",
         "RunOptions",
         "RunStatus",
         "RunSummary",
+        "RunsReport",
+        "Sample",
         "SchemaInvalidError",
         "ServerUnreachableError",
         "TransientError",
         "TruncatedError",
+        "compare_variants",
+        "evaluate",
+        "evaluate_pair",
+        "export_results",
+        "failure_report",
         "job_status",
         "load_file",
         "load_job",
         "run_job",
         "run_job_locally",
+        "run_job_sync",
+        "runs_report",
     ]
     for name in pipeline.__all__:
         assert getattr(pipeline, name) is not None
@@ -49,3 +69,18 @@ def test_error_tree_by_reaction() -> None:
         assert issubclass(record_level, pipeline.RecordError)
         assert not issubclass(record_level, pipeline.FatalRunError)
     assert issubclass(pipeline.ServerUnreachableError, pipeline.TransientError)
+
+
+def test_every_reading_command_is_one_call_taking_plain_paths(tmp_path: Path) -> None:
+    spec = two_variant_job(tmp_path)  # real runs of variants main and big
+    gold = str(write_gold(tmp_path / "gold.jsonl", PARTIAL_GOLD))
+    assert pipeline.job_status(spec).done == 9
+    assert pipeline.failure_report(spec).total == 1
+    assert pipeline.evaluate(spec, gold).agreement.records_scored == 3
+    assert pipeline.evaluate_pair(spec, gold, ("main", "big")).records == 3
+    compared = pipeline.compare_variants(spec, "main", "big", pipeline.CompareSettings())
+    assert (compared.reference, compared.candidate, compared.attempted) == ("main", "big", 10)
+    assert [run["run_id"] for run in pipeline.runs_report(spec).runs] == [1]
+    exported = pipeline.export_results(spec, str(tmp_path / "main.jsonl"))
+    assert (exported.format, exported.rows) == (pipeline.ExportFormat.JSONL, 9)
+    assert len((tmp_path / "main.jsonl").read_text().splitlines()) == 9

@@ -19,7 +19,7 @@ from pipeline.cli.common import (
     say_read_copy,
 )
 from pipeline.errors import EXIT_FAILURES, FailureClass
-from pipeline.reports.export import FORMAT_BY_EXTENSION, ExportReport, export_format, export_results
+from pipeline.reports.export import FORMAT_BY_EXTENSION, ExportReport, export_results
 from pipeline.reports.failures import FailureReport, failure_report, parse_failure_classes
 from pipeline.reports.runs_page import write_runs_page
 from pipeline.reports.runs_report import DEFAULT_RUNS, format_runs_report, runs_report
@@ -148,9 +148,8 @@ def export_command(
     The file is written beside --out and renamed into place: an interrupted export leaves no half file.
     """  # noqa: E501  (Typer keeps a docstring's line breaks: one paragraph, one line)
     spec = load_job_or_exit(job, database, variant)
-    fmt = read_or_exit(lambda: export_format(out, file_format))
     report = read_or_exit(
-        lambda: export_results(spec, out, fmt, include_failures=include_failures, history=history)
+        lambda: export_results(spec, out, file_format, include_failures=include_failures, history=history)
     )
     say_read_copy(report.read_copy)
     typer.echo(_export_text(report))

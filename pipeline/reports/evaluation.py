@@ -88,11 +88,11 @@ class GoldFound:
     in_source: set[str]  # of the gold records with neither
 
 
-def evaluate(spec: JobSpec, gold_path: Path, settings: EvalSettings = EvalSettings()) -> EvalReport:
+def evaluate(spec: JobSpec, gold_path: str | Path, settings: EvalSettings = EvalSettings()) -> EvalReport:
     """Measure ``spec.variant``'s results against the gold file. Raises :class:`ConfigError` for a bad
     gold file, an unknown field or a variant without results; ``DatabaseLockedError`` while a run
     holds the database."""
-    gold = read_gold(gold_path, spec.source.id_column, spec.schema_class)
+    gold = read_gold(Path(gold_path), spec.source.id_column, spec.schema_class)
     with open_output(spec) as output:
         output.require_results(spec.variant)
         gold = gold_in_sample(output, spec, gold, settings.sample)

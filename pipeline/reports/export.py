@@ -81,9 +81,11 @@ class ExportReport:
     read_copy: ReadCopy | None = None  # a run holds the database: exported from its copy
 
 
-def export_format(out: Path, fmt: str | None) -> ExportFormat:
+def export_format(out: Path, fmt: ExportFormat | str | None) -> ExportFormat:
     """The format asked for, or else the one ``out``'s extension names."""
     choices = f"use --format {'|'.join(ExportFormat)} or a path ending in {', '.join(FORMAT_BY_EXTENSION)}"
+    if isinstance(fmt, ExportFormat):
+        return fmt
     if fmt is not None:
         try:
             return ExportFormat(fmt.lower().lstrip("."))
@@ -125,10 +127,19 @@ def failures_path(out: Path, fmt: ExportFormat) -> Path:
 
 
 def export_results(
-    spec: JobSpec, out: Path, fmt: ExportFormat, *, include_failures: bool = False, history: bool = False
+    spec: JobSpec,
+    out: str | Path,
+    fmt: ExportFormat | str | None = None,
+    *,
+    include_failures: bool = False,
+    history: bool = False,
 ) -> ExportReport:
-    """Write the variant's results for ids still in the source; if asked, its failures and the
-    results that redos replaced (``results.history.parquet``), each beside ``out``. Blocking."""
+    """Write the variant's results for ids still in the source to ``out``, in ``fmt`` (by default the
+    one ``out``'s extension names); if asked, its failures and the results that redos replaced
+    (``results.history.parquet``), each beside ``out``. Blocking; raises :class:`ConfigError` for an
+    unknown format or a job that has not run."""
+    out = Path(out)
+    fmt = export_format(out, fmt)
     out = _checked_target(spec, out.expanduser().absolute(), include_failures)
     failures_out = failures_path(out, fmt) if include_failures else None
     history_out = side_path(out, fmt, "history") if history else None

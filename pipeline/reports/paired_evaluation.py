@@ -76,13 +76,13 @@ def _missing(report: EvalReport) -> dict[str, Any]:
 
 
 def evaluate_pair(
-    spec: JobSpec, gold_path: Path, variants: Sequence[str], settings: EvalSettings | None = None
+    spec: JobSpec, gold_path: str | Path, variants: Sequence[str], settings: EvalSettings | None = None
 ) -> PairedEvalReport:
     """Variant ``variants[1]`` (B) against ``variants[0]`` (A), both measured against the gold file on
     the gold records both have a result for. Raises :class:`ConfigError` as :func:`evaluate` does."""
     settings = settings or EvalSettings()
     specs = [spec.for_variant(name) for name in variants]
-    gold = read_gold(gold_path, spec.source.id_column, spec.schema_class)
+    gold = read_gold(Path(gold_path), spec.source.id_column, spec.schema_class)
     with open_output(spec) as output:
         for name in variants:
             output.require_results(name)

@@ -84,7 +84,8 @@ async def count_pending(spec: JobSpec, options: RunOptions | None = None) -> int
         return _capped(await reader.count_metadata() + await reader.count_content(), options.limit)
     finally:
         await reader.aclose()
-        await anyio.to_thread.run_sync(connection.close)
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(connection.close)
 
 
 def _capped(count: int, limit: int | None) -> int:
@@ -109,7 +110,9 @@ async def run_job(spec: JobSpec, options: RunOptions | None = None) -> RunSummar
             finally:
                 await reader.aclose()
         finally:
-            await anyio.to_thread.run_sync(connection.close)
+            # Shielded: a caller that cancels the run (a notebook's stop) must not keep the file open.
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(connection.close)
 
 
 async def run_job_locally(
@@ -211,8 +214,9 @@ async def _with_read_copies(
         # Real time (not options.sleep, the retry waits tests make instant): a copy every few seconds.
         return await run.execute(ReadCopies(cursor, spec, run_id))
     finally:
-        await anyio.to_thread.run_sync(cursor.close)
-        await anyio.to_thread.run_sync(remove_copies, spec.database)
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(cursor.close)
+            await anyio.to_thread.run_sync(remove_copies, spec.database)
 
 
 async def _profile_and_drift(writer: StoreWriter, series: RunSeries) -> tuple[Drift, ...]:
