@@ -80,6 +80,11 @@ class ConfigError(FatalRunError):
     """The job spec, an input file or the database is wrong; nothing was sent to the server."""
 
 
+class SourceMissingError(ConfigError):
+    """The source is not in the database (its table, or a table its query reads): a run cannot start,
+    but a reader still shows what the database holds."""
+
+
 class DatabaseLockedError(FatalRunError):
     """Another process (usually a running ``pipeline run``) holds the database's write lock."""
 

@@ -12,7 +12,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.errors import ConfigError, DatabaseLockedError
+from pipeline.errors import DatabaseLockedError, SourceMissingError
 from pipeline.job.spec import JobSpec
 from pipeline.source.db import Database, quote
 from pipeline.source.pending import PendingQueries
@@ -93,7 +93,7 @@ def _read_status(connection: Database, spec: JobSpec, *, running: bool = False) 
     stored = spec.output.results_table.lower() in connection.table_names()
     try:
         source_columns(connection, spec)
-    except ConfigError as error:  # say so, and still show what the database holds
+    except SourceMissingError as error:  # say so, and still show what the database holds
         base = dataclasses.replace(base, source_problem=str(error))
         return _stored(connection, spec, base, running=running) if stored else base
     total = connection.scalar(f"SELECT count(*) FROM {source_relation(spec)}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeline.errors import ConfigError, DatabaseError, DatabaseFailure
+from pipeline.errors import ConfigError, DatabaseError, DatabaseFailure, SourceMissingError
 from pipeline.job.spec import JobSpec
 from pipeline.source.db import Database, quote, statement_kinds
 
@@ -57,8 +57,9 @@ def source_columns(connection: Database, spec: JobSpec) -> dict[str, str]:
         if error.kind is DatabaseFailure.OUT_OF_MEMORY:
             raise  # not the query's fault: the caller names duckdb_memory_limit
         if error.kind is DatabaseFailure.MISSING and spec.source.table is not None:
-            raise ConfigError(f"{where}: {_missing_table(spec)}") from error
-        raise ConfigError(f"{where}: key source.query fails: {error.reason}") from error
+            raise SourceMissingError(f"{where}: {_missing_table(spec)}") from error
+        failure = SourceMissingError if error.kind is DatabaseFailure.MISSING else ConfigError
+        raise failure(f"{where}: key source.query fails: {error.reason}") from error
     types = {str(row[0]).lower(): str(row[1]) for row in described}
     missing = [name for name in (spec.source.id_column, *spec.source.fields) if name.lower() not in types]
     if missing:
