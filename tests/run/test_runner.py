@@ -18,6 +18,7 @@ from pipeline.errors import FatalRunError
 from pipeline.reports.status import job_status
 from pipeline.run.runner import RunStatus, run_job
 from pipeline.servers.endpoint import Endpoint
+from pipeline.servers.knee_search import KneeMemory
 from pipeline.source.reader import SourceReader
 from tests.support.fakes import (
     GOOD_ITEM,
@@ -162,7 +163,8 @@ async def test_auto_starts_at_the_knee_an_earlier_run_found_and_keeps_the_new_on
     with duckdb.connect(str(spec.database)) as connection:
         connection.execute("UPDATE runs SET knees = ?", [orjson.dumps({key: 24, "other m": 5}).decode()])
     server = WaveServer(concurrency=24, total=96)
-    monkeypatch.setattr(Endpoint, "found_knee", property(lambda endpoint: 30))
+    learned = KneeMemory(30, bracketed=True)
+    monkeypatch.setattr(Endpoint, "found_knee", property(lambda endpoint: learned))
     same_address = LoopbackServer(server)  # the knee is the server's: the same address again
     same_address.port = first.port
     await same_address.start()
@@ -173,7 +175,10 @@ async def test_auto_starts_at_the_knee_an_earlier_run_found_and_keeps_the_new_on
     started = [entry for entry in logs if entry["event"].startswith("concurrency auto starts")]
     assert [entry["level"] for entry in started] == [24]
     stored = table_rows(spec.database, "SELECT knees FROM runs ORDER BY run_id")
-    assert [orjson.loads(row[0]) for row in stored] == [{key: 24, "other m": 5}, {key: 30}]
+    assert [orjson.loads(row[0]) for row in stored] == [
+        {key: 24, "other m": 5},  # as an earlier version wrote it: a plain level, read as a knee
+        {key: {"level": 30, "bracketed": True}},
+    ]
 
 
 async def test_nothing_to_do_contacts_no_server(tmp_path: Path) -> None:
