@@ -15,7 +15,7 @@ import pytest
 
 from tests.support.datasets import build_postings
 from tests.support.jobs import table_rows, write_job
-from tests.support.processes import pipeline_command, sim_process, subprocess_env
+from tests.support.processes import pipeline_command, sim_process, subprocess_env, wait_until
 from tests.support.proxy import round_robin_proxy
 
 pytestmark = pytest.mark.integration
@@ -94,7 +94,9 @@ def test_a_server_killed_mid_run_and_restarted_costs_nothing_and_rejoins(tmp_pat
             text=True,
             env=subprocess_env(),
         )
-        time.sleep(3.0)  # the run is well under way (a real process on a real socket)
+        # the run is under way on both servers (a real process on a real socket, however loaded the
+        # machine), and some way into its work
+        wait_until(lambda: chat_requests(flaky.metrics()) >= 40)
         before_kill = chat_requests(flaky.metrics())
         flaky.kill()
         time.sleep(2.0)

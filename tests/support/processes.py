@@ -10,7 +10,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
@@ -88,6 +88,16 @@ def sim_metrics(url: str) -> dict[str, float]:
         extra = ",".join(label for label in labels.split(",") if not label.startswith("model_name="))
         values[f"{name}{{{extra}}}" if extra else name] = float(value)
     return values
+
+
+def wait_until(condition: Callable[[], bool], *, timeout_s: float = 60.0, every_s: float = 0.1) -> None:
+    """Poll ``condition`` until it holds: a real process on a loaded machine starts in 1 s or in 10, so
+    a test waits for what it needs to see instead of sleeping a fixed time."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"still not so after {timeout_s:.0f} s")
+        time.sleep(every_s)
 
 
 def free_port() -> int:
