@@ -81,31 +81,36 @@ def _write_page(page: ReviewPage | None, path: Path | None, *, to_stderr: bool =
     typer.echo(f"wrote {written} ({len(page.records):,} records)", err=to_stderr)
 
 
+GoldOption = Annotated[
+    Path,
+    typer.Option(help="The gold file (.jsonl, .json or .csv): an id and the right values of some fields."),
+]
+PairOption = Annotated[
+    str | None,
+    typer.Option(
+        "--variants",
+        metavar="A,B",
+        help="Two variants on the gold records both have: B - A per field, its interval and a verdict.",
+    ),
+]
+FieldsOption = Annotated[
+    str | None,
+    typer.Option(help="Only these fields, comma-separated (default: every field the gold file gives)."),
+]
+ToleranceOption = Annotated[
+    float, typer.Option(min=0, help="Numbers also match within this relative tolerance (0.05: 5%).")
+]
+
+
 @app.command("eval")
 def eval_command(
     job: JobArgument,
-    gold: Annotated[
-        Path,
-        typer.Option(
-            help="The gold file (.jsonl, .json or .csv): an id and the right values of some fields."
-        ),
-    ],
+    gold: GoldOption,
     variant: VariantOption = None,
-    variants: Annotated[
-        str | None,
-        typer.Option(
-            metavar="A,B",
-            help="Two variants on the gold records both have: B - A per field, its interval and a verdict.",
-        ),
-    ] = None,
-    fields: Annotated[
-        str | None,
-        typer.Option(help="Only these fields, comma-separated (default: every field the gold file gives)."),
-    ] = None,
+    variants: PairOption = None,
+    fields: FieldsOption = None,
     fuzzy: FuzzyOption = None,
-    tolerance: Annotated[
-        float, typer.Option(min=0, help="Numbers also match within this relative tolerance (0.05: 5%).")
-    ] = 0.0,
+    tolerance: ToleranceOption = 0.0,
     sample: SampleOption = None,
     seed: SeedOption = 0,
     resamples: ResamplesOption = DEFAULT_RESAMPLES,
