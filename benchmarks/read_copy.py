@@ -29,12 +29,12 @@ import time
 from pathlib import Path
 
 import duckdb
-import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from clients.proc import build_source
 from run_scale import REPO, print_table
+from run_scale import write_job as write_scale_job
 
 from pipeline.job.spec import load_job
 from pipeline.source.versions import content_hash_sql, version_of
@@ -64,21 +64,7 @@ GROUNDING_SQL = """to_json([
 
 
 def write_job(folder: Path, url: str, interval_s: float) -> Path:
-    job = {
-        "name": "bench",
-        "database": "bench.duckdb",
-        "source": {"table": "postings", "fields": ["title", "description"]},
-        "prompt": {"system": "Extract the posting.", "user": "{title}\n\n{description}"},
-        "schema": "schemas.linkedin:JobPosting",
-        "model": "bench-model",
-        "endpoint": {"base_url": url},
-        "concurrency": 256,
-        "max_tokens": 2048,
-        "operations": {"snapshot_interval_s": interval_s},
-    }
-    path = folder / "bench.yaml"
-    path.write_text(yaml.safe_dump(job))
-    return path
+    return write_scale_job(folder, url, 256, operations={"snapshot_interval_s": interval_s})
 
 
 def fill_results(job: Path, rows: int) -> None:

@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import yaml
@@ -54,7 +55,8 @@ def start_sim(latency: float) -> tuple[subprocess.Popen[str], str]:
     return sim, line.rsplit(" at ", 1)[1].strip()
 
 
-def write_job(folder: Path, url: str, concurrency: int) -> Path:
+def write_job(folder: Path, url: str, concurrency: int, **more: Any) -> Path:
+    """The benchmark's job file (``more``: other job keys, e.g. ``operations``)."""
     job = {
         "name": "bench",
         "database": "bench.duckdb",
@@ -65,6 +67,7 @@ def write_job(folder: Path, url: str, concurrency: int) -> Path:
         "endpoint": {"base_url": url},
         "concurrency": concurrency,
         "max_tokens": 2048,
+        **more,
     }
     job_file = folder / "bench.yaml"
     job_file.write_text(yaml.safe_dump(job))
