@@ -22,7 +22,8 @@
         │   ├── EmptyOutputError
         │   └── TruncatedError   retry with a larger token budget (finish_reason "length")
         │       └── RepetitionLoopError  cut off in a loop: re-ask for a shorter answer instead
-        ├── ContextFullError     no room left in the context for the answer: truncated, not retried
+        ├── ContextFullError     an answer cut off with every token the context left it: truncated
+        ├── TooLongError         the prompt alone does not fit the context: never sent, not retried
         └── PermanentRecordError record the failure, do not retry (400, 413, 422)
             └── ContextLengthError  a 400 naming the context: retried once with a budget that fits
 
@@ -48,6 +49,7 @@ class FailureClass(StrEnum):
     INVALID_JSON = "invalid_json"
     SCHEMA_INVALID = "schema_invalid"
     TRUNCATED = "truncated"
+    TOO_LONG = "too_long"  # the prompt does not fit the model's context: never sent
     EMPTY = "empty"
     TRANSIENT = "transient"
     PERMANENT = "permanent"
@@ -209,10 +211,27 @@ class RepetitionLoopError(TruncatedError):
 
 
 class ContextFullError(RecordError):
-    """The context has no room for (more of) the answer: the prompt alone fills it, or an answer cut
-    off already had every token the context leaves. Class ``truncated``, with the numbers."""
+    """An answer cut off already had every token the context leaves after its prompt: a larger budget
+    does not fit. Class ``truncated``, with the numbers."""
 
     failure_class = FailureClass.TRUNCATED
+
+
+class TooLongError(RecordError):
+    """The record's prompt alone does not fit the model's context (``tokens`` against ``context``; the
+    server's count when ``exact``), so it is not sent: class ``too_long``. ``field`` is the prompt field
+    with the most text (what chunking would split, or what to shorten), ``None`` when unknown."""
+
+    failure_class = FailureClass.TOO_LONG
+
+    def __init__(
+        self, message: str, *, tokens: int, context: int, exact: bool, field: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.tokens = tokens
+        self.context = context
+        self.exact = exact
+        self.field = field
 
 
 class PermanentRecordError(RecordError):

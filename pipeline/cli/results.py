@@ -60,6 +60,7 @@ def _failures_dict(report: FailureReport) -> dict[str, Any]:
             {
                 "failure_class": summary.failure_class,
                 "count": summary.count,
+                "advice": summary.advice,
                 "examples": [
                     {
                         "record_id": example.record_id,
@@ -92,6 +93,8 @@ def _failures_text(report: FailureReport, asked: list[FailureClass], retry_comma
     lines = [f"{_count(report.total, 'failure')} in {where}"]
     for summary in report.classes:
         lines += ["", f"{summary.failure_class}: {summary.count:,}"]
+        if summary.advice:
+            lines.append(f"  what to do: {summary.advice}")
         for example in summary.examples:
             attempts = _count(example.attempts, "attempt") if example.attempts is not None else "?"
             lines.append(f"  id {example.record_id} ({attempts}): {example.message}")

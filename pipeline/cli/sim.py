@@ -31,9 +31,20 @@ LatencyOption = Annotated[float, typer.Option(help="Without a profile: seconds p
 SecondsPerTokenOption = Annotated[float, typer.Option(help="Without a profile: seconds per token.")]
 JitterOption = Annotated[float, typer.Option(min=0, max=1, help="± fraction of the fixed delay.")]
 SeedOption = Annotated[int, typer.Option()]
-MaxModelLenOption = Annotated[int, typer.Option()]
+MaxModelLenOption = Annotated[
+    int, typer.Option(min=1, help="The context: prompt and answer tokens a request may take (a 400 past it).")
+]
 ApiKeyOption = Annotated[str | None, typer.Option(help="Require this bearer key.")]
 ReasoningFieldOption = Annotated[str, typer.Option(help="reasoning (vLLM ≥ 0.10) or reasoning_content.")]
+ListContextOption = Annotated[
+    bool,
+    typer.Option(
+        help="List max_model_len in /v1/models, as vLLM does (--no-list-context: as servers that do not)."
+    ),
+]
+TokenizeOption = Annotated[
+    bool, typer.Option(help="Count a prompt's tokens at POST /tokenize, as vLLM does (--no-tokenize: a 404).")
+]
 RejectFormatOption = Annotated[
     bool, typer.Option(help="Answer a request with response_format with HTTP 400, as a server without it.")
 ]
@@ -73,6 +84,8 @@ def sim(
     jitter: JitterOption = 0.0,
     seed: SeedOption = 0,
     max_model_len: MaxModelLenOption = 131072,
+    list_context: ListContextOption = True,
+    tokenize: TokenizeOption = True,
     api_key: ApiKeyOption = None,
     reasoning_field: ReasoningFieldOption = "reasoning",
     fault_server_error: Probability = 0.0,

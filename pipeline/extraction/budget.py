@@ -1,22 +1,30 @@
-"""How many tokens a request may ask for: never more than the endpoint's context leaves after the prompt.
+"""How many tokens a request may ask for: never more than the endpoint's context leaves after the prompt,
+and whether it fits at all.
 
 The context length is the endpoint's (:attr:`pipeline.servers.endpoint.Endpoint.context_length`). The
 prompt is counted by the server in every reply (``usage.prompt_tokens``): a record's later requests
 that start with messages the server has counted use that count and estimate only what was added (a
-re-ask's two messages). A prompt never counted is estimated from its characters, conservatively: one
-token per :data:`CHARS_PER_TOKEN` characters plus :data:`TOKENS_PER_MESSAGE` per message for the chat
+re-ask's two messages). A prompt never counted is estimated from its size, conservatively: one token
+per :data:`CHARS_PER_TOKEN` bytes of UTF-8 plus :data:`TOKENS_PER_MESSAGE` per message for the chat
 template. Tokenizers use more characters per token on English prose and JSON schemas (SmolLM2's 3.7 on
-the LinkedIn job's prompts), so an estimate errs towards a smaller budget, not a refused request; when
-it is wrong all the same, the server's 400 naming its context corrects it (one retry).
+the LinkedIn job's prompts), and counting bytes makes a character outside ASCII (an accent, CJK) weigh
+more, so an estimate errs towards a smaller budget, not a refused request.
+
+Only a request the estimate says could overflow (its prompt and budget past the context:
+:func:`needs_count`) is counted exactly before it is sent, by the server (``POST /tokenize``): the
+prompt of every other record is far enough from the context for the estimate. A prompt that alone
+fills the context is :class:`TooLongError` (class ``too_long``) and is never sent; without a server
+count, the estimate decides. When the estimate is wrong all the same, the server's 400 naming its
+context corrects it (one retry, or ``too_long`` when the prompt alone does not fit).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from pipeline.errors import ContextFullError
+from pipeline.errors import TooLongError
 from pipeline.extraction.parse import grown_budget
 from pipeline.servers.client import ChatMessage, ChatRequest, Reply
 
@@ -53,8 +61,14 @@ class CountedPrompt:
     tokens: int
 
 
+def estimated_text_tokens(text: str) -> int:
+    """At least as many tokens as tokenizers use for ``text``, on prose and JSON: its UTF-8 bytes / 3."""
+    size = len(text) if text.isascii() else len(text.encode("utf-8"))
+    return -(-size // CHARS_PER_TOKEN)
+
+
 def estimated_tokens(messages: Sequence[ChatMessage]) -> int:
-    return sum(-(-len(message["content"]) // CHARS_PER_TOKEN) + TOKENS_PER_MESSAGE for message in messages)
+    return sum(estimated_text_tokens(message["content"]) + TOKENS_PER_MESSAGE for message in messages)
 
 
 def prompt_count(messages: tuple[ChatMessage, ...], counted: CountedPrompt | None) -> PromptCount:
@@ -65,11 +79,33 @@ def prompt_count(messages: tuple[ChatMessage, ...], counted: CountedPrompt | Non
     return PromptCount(estimated_tokens(messages), exact=False)
 
 
-def fitted(request: ChatRequest, context: int | None, prompt: PromptCount) -> ChatRequest:
-    """``request`` asking for at most what ``context`` leaves after ``prompt``; a prompt the server
-    counted that alone fills the context is a :class:`ContextFullError`. When only the estimate says
-    so, the request goes with at most the context as its budget and the server's count decides (it
-    answers, or refuses with a 400 naming its numbers)."""
+@dataclass(frozen=True, slots=True)
+class LongestField:
+    """The prompt field with the most text: what made a prompt long."""
+
+    name: str
+    chars: int
+
+
+def longest_field(texts: Mapping[str, str]) -> LongestField | None:
+    """The longest of a record's prompt fields as sent (``None`` without fields)."""
+    if not texts:
+        return None
+    name = max(texts, key=lambda field: len(texts[field]))
+    return LongestField(name, len(texts[name]))
+
+
+def needs_count(request: ChatRequest, context: int | None, prompt: PromptCount) -> bool:
+    """Whether the server should count the prompt before the request goes: the estimate says the prompt
+    and the budget could be past the context (its budget would be cut, or it may not fit at all)."""
+    return context is not None and not prompt.exact and prompt.tokens + request.max_tokens > context
+
+
+def fitted(
+    request: ChatRequest, context: int | None, prompt: PromptCount, longest: LongestField | None = None
+) -> ChatRequest:
+    """``request`` asking for at most what ``context`` leaves after ``prompt``; a prompt that alone fills
+    the context is a :class:`TooLongError` (the server's count where it gave one, else the estimate)."""
     if context is None:
         return request
     room = context - prompt.tokens
@@ -77,9 +113,21 @@ def fitted(request: ChatRequest, context: int | None, prompt: PromptCount) -> Ch
         return request
     if room >= 1:
         return dataclasses.replace(request, max_tokens=room)
-    if prompt.exact:
-        raise ContextFullError(prompt_does_not_fit(prompt, context))
-    return dataclasses.replace(request, max_tokens=min(request.max_tokens, context))
+    raise too_long(prompt, context, longest)
+
+
+def too_long(prompt: PromptCount, context: int, longest: LongestField | None) -> TooLongError:
+    """The ``too_long`` failure of a prompt that alone does not fit, with the numbers and what to do."""
+    field = f"; most of it is field '{longest.name}' ({longest.chars:,} characters)" if longest else ""
+    return TooLongError(
+        f"{prompt_does_not_fit(prompt, context)}{field}: enable chunking (chunking: field: "
+        f"{longest.name if longest else 'FIELD'}), raise the context (the server's --max-model-len), or "
+        "shorten the field",
+        tokens=prompt.tokens,
+        context=context,
+        exact=prompt.exact,
+        field=longest.name if longest else None,
+    )
 
 
 def no_room_to_grow(sent: ChatRequest, context: int | None, prompt: PromptCount) -> bool:
@@ -90,7 +138,7 @@ def no_room_to_grow(sent: ChatRequest, context: int | None, prompt: PromptCount)
 def prompt_does_not_fit(prompt: PromptCount, context: int) -> str:
     return (
         f"the prompt alone does not fit the context: {prompt} against a context of {context} tokens "
-        "(the server's max_model_len); shorten the record's text or use a server with a longer context"
+        "(the server's max_model_len)"
     )
 
 

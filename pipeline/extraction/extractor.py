@@ -1,7 +1,9 @@
 """One record, end to end: first request, retries under the policy, validation, a classified outcome.
 
 Each attempt takes a slot on an endpoint from the :class:`~pipeline.servers.router.Router`, and asks for
-no more tokens than that endpoint's context leaves after the prompt (:mod:`pipeline.extraction.budget`).
+no more tokens than that endpoint's context leaves after the prompt (:mod:`pipeline.extraction.budget`);
+a prompt the estimate puts near the context is counted by the server first, and one that alone does
+not fit is a ``too_long`` failure without a request.
 Record-level problems always end as a :class:`Failed` outcome (never silently dropped); only a
 :class:`FatalRunError` escapes, to stop the run.
 """
@@ -33,18 +35,22 @@ from pipeline.errors import (
 from pipeline.extraction.budget import (
     BudgetGrowth,
     CountedPrompt,
+    LongestField,
+    PromptCount,
     cut_off_at_context,
     fitted,
+    longest_field,
+    needs_count,
     no_room_to_grow,
     prompt_count,
-    prompt_does_not_fit,
+    too_long,
 )
 from pipeline.extraction.outcomes import Extracted, Failed, Outcome, Usage
 from pipeline.extraction.parse import larger_budget_request, loop_reask_request, parse_reply, reask_request
 from pipeline.extraction.prompt import PromptBuilder
 from pipeline.extraction.retry import RetryPolicy
 from pipeline.quality.grounding import Grounder
-from pipeline.servers.client import ChatRequest, Reply
+from pipeline.servers.client import ChatMessage, ChatRequest, Reply
 from pipeline.servers.endpoint import Endpoint, EndpointEvacuatedError
 from pipeline.servers.router import Router
 from pipeline.source.reader import RecordId, SourceRecord
@@ -83,6 +89,7 @@ class _RecordState:
     sent: ChatRequest | None = None  # the last request sent, as fitted (the next one may be larger)
     endpoint: Endpoint | None = None  # where the last request went
     counted: CountedPrompt | None = None  # the server's count of a prompt this record sent
+    longest: LongestField | None = None  # the prompt field with the most text, for a too_long failure
 
     @property
     def sent_max_tokens(self) -> int:
@@ -111,7 +118,9 @@ class Extractor:
     async def extract(self, record: SourceRecord) -> Outcome:
         budget = record.truncated_at_max_tokens
         first = self._prompts.request_for(record.fields, self._growth.after(budget) if budget else None)
-        state = _RecordState(record.id, first=first, request=first)
+        state = _RecordState(
+            record.id, first=first, request=first, longest=longest_field(self._prompts.texts(record.fields))
+        )
         try:
             async for attempt in self._policy.attempts():
                 with attempt:
@@ -140,11 +149,10 @@ class Extractor:
         return orjson.dumps(grounding.to_json()).decode()
 
     async def _attempt(self, state: _RecordState) -> tuple[Reply, BaseModel]:
-        state.attempts += 1
         try:
             reply = await self._send(state)
         except ContextLengthError as error:
-            self._refused_for_context(state, error)
+            await self._refused_for_context(state, error)
             raise
         state.last_raw_output = reply.content if reply.content is not None else reply.reasoning
         if reply.prompt_tokens and state.sent is not None:
@@ -179,16 +187,20 @@ class Extractor:
             raise ContextFullError(cut_off_at_context(reply, state.sent, prompt, context)) from error
         state.request = larger_budget_request(state.sent, self._growth.factor, self._growth.ceiling)
 
-    def _refused_for_context(self, state: _RecordState, error: ContextLengthError) -> None:
+    async def _refused_for_context(self, state: _RecordState, error: ContextLengthError) -> None:
         """The server refused the request for its context (the client now uses the length it named):
-        retried once when a smaller budget fits, else the record fails with the numbers."""
+        retried once when a smaller budget fits; a prompt that alone does not fit is ``too_long`` (the
+        server counts it first when its 400 did not say), anything else fails with the numbers."""
         assert state.sent is not None  # it was sent
+        assert state.endpoint is not None
         if error.prompt_tokens is not None:
             state.counted = CountedPrompt(state.sent.messages, error.prompt_tokens)
         prompt = prompt_count(state.sent.messages, state.counted)
+        if not prompt.exact and prompt.tokens >= error.context_length:
+            prompt = await self._counted(state, state.endpoint, state.sent.messages) or prompt
         room = error.context_length - prompt.tokens
         if room < 1:
-            raise ContextFullError(prompt_does_not_fit(prompt, error.context_length)) from error
+            raise too_long(prompt, error.context_length, state.longest) from error
         if room >= state.sent_max_tokens:  # no smaller budget to try: the 400 is not about the budget
             raise PermanentRecordError(
                 f"{error} (by these numbers the request fits: prompt {prompt} + budget "
@@ -206,13 +218,16 @@ class Extractor:
         """One attempt, on an endpoint with room. A request that never reached a server (refused),
         lost its connection to a server that is gone, was taken off a stalled endpoint, or was refused
         for its response_format goes again, elsewhere or without it: that costs the record nothing."""
+        sent_once = False
         while True:
             async with self._router.slot() as endpoint:
                 state.endpoint = endpoint
-                prompt = prompt_count(state.request.messages, state.counted)
-                state.sent = fitted(state.request, endpoint.context_length, prompt)
                 with_format = endpoint.client.settings.response_format is not None
                 try:
+                    state.sent = await self._fitted(state, endpoint)
+                    if not sent_once:  # an attempt is a request that goes: a prompt too long is none
+                        state.attempts += 1
+                        sent_once = True
                     return await self._send_once(endpoint, state.sent, state.usage)
                 except ServerUnreachableError as error:
                     self._router.report_down(endpoint, str(error))
@@ -225,6 +240,26 @@ class Extractor:
                     if not with_format:  # sent without it, and refused all the same: about the record
                         raise PermanentRecordError(str(error)) from error
                     _without_structured_output(endpoint, error)
+
+    async def _fitted(self, state: _RecordState, endpoint: Endpoint) -> ChatRequest:
+        """The next request as it may go to ``endpoint``: its budget within what the context leaves,
+        the prompt counted by the server first when the estimate puts it near the context."""
+        context = endpoint.context_length
+        prompt = prompt_count(state.request.messages, state.counted)
+        if needs_count(state.request, context, prompt):
+            prompt = await self._counted(state, endpoint, state.request.messages) or prompt
+        return fitted(state.request, context, prompt, state.longest)
+
+    async def _counted(
+        self, state: _RecordState, endpoint: Endpoint, messages: tuple[ChatMessage, ...]
+    ) -> PromptCount | None:
+        """The server's count of ``messages`` (kept for the record's later requests), or ``None`` from a
+        server that cannot count."""
+        tokens = await endpoint.client.count_tokens(messages)
+        if tokens is None:
+            return None
+        state.counted = CountedPrompt(messages, tokens)
+        return PromptCount(tokens, exact=True)
 
     async def _send_once(self, endpoint: Endpoint, request: ChatRequest, usage: Usage) -> Reply:
         stats = self._stats

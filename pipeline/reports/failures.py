@@ -17,6 +17,14 @@ from pipeline.store.opening import open_job_output
 from pipeline.store.read_copy import ReadCopy, read_copy_of
 
 MESSAGE_CHARS = 200
+#: What to do about a class, where retrying as it is would fail the same way (said by `failures`).
+ADVICE: dict[str, str] = {
+    FailureClass.TOO_LONG: (
+        "not sent: the prompt does not fit the model's context. Split the long field the message names "
+        "with `chunking: {field: NAME}` in the job, raise the context (the server's --max-model-len), or "
+        "shorten the field; then retry them (`--retry-failed --class too_long`)"
+    ),
+}
 RAW_OUTPUT_CHARS = 120
 # Cut long texts in SQL first, with room for the whitespace that one_line() squeezes out.
 _SQL_CUT_CHARS = 2000
@@ -35,6 +43,11 @@ class FailureClassSummary:
     failure_class: str
     count: int
     examples: tuple[FailureExample, ...]
+
+    @property
+    def advice(self) -> str | None:
+        """What to do about these failures, when retrying as they are would not help."""
+        return ADVICE.get(self.failure_class)
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,12 +32,16 @@ from pipeline.errors import (
     StructuredOutputRejectedError,
     TransientError,
 )
+from pipeline.servers.replies import Reply as Reply
+from pipeline.servers.replies import parse_completion_body, served_models, token_count, tokenize_url
 
 # vLLM (uvicorn) closes idle keep-alive connections after 5 s; reusing one it is closing gives a
 # reset. Expiring ours first avoids that race.
 KEEPALIVE_EXPIRY_S = 4.0
 CONNECT_TIMEOUT_S = 30.0
 _RETRYABLE_STATUS = frozenset({408, 409, 425, 429})
+# A server without POST /tokenize (not vLLM): 404 no such route, 405 the route takes no POST, 501.
+_NO_ROUTE_STATUS = frozenset({404, 405, 501})
 # A 400 about the request's structured output, not about the record (vLLM without guided decoding,
 # other OpenAI-compatible servers): "response_format", "json_schema", "guided_json".
 _STRUCTURED_OUTPUT_WORDS = re.compile(
@@ -65,17 +69,6 @@ class ChatRequest:
     messages: tuple[ChatMessage, ...]
     max_tokens: int
     sampling: dict[str, float] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class Reply:
-    content: str | None
-    reasoning: str | None
-    finish_reason: str | None
-    prompt_tokens: int | None
-    completion_tokens: int | None
-    reasoning_tokens: int | None
-    latency_s: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +139,7 @@ class LLMClient:
         self._system_override: str | None = None
         self._listed_context: int | None = None  # max_model_len in /v1/models, for our model
         self._refused_at_context: int | None = None  # the length a 400 named
+        self.counts_tokens = True  # until the server shows it has no /tokenize
 
     @property
     def context_length(self) -> int | None:
@@ -163,14 +157,17 @@ class LLMClient:
     async def aclose(self) -> None:
         await self._openai.close()
 
+    def _messages_as_sent(self, messages: tuple[ChatMessage, ...]) -> list[ChatMessage]:
+        sent = list(messages)
+        if self._system_override is not None and sent and sent[0]["role"] == "system":
+            sent[0] = {"role": "system", "content": self._system_override}
+        return sent
+
     def request_body(self, request: ChatRequest) -> dict[str, Any]:
         """The JSON body of ``POST /chat/completions``; ``reasoning_effort`` is a top-level field."""
-        messages = list(request.messages)
-        if self._system_override is not None and messages and messages[0]["role"] == "system":
-            messages[0] = {"role": "system", "content": self._system_override}
         body: dict[str, Any] = {
             "model": self.settings.model,
-            "messages": messages,
+            "messages": self._messages_as_sent(request.messages),
             "max_tokens": request.max_tokens,
         }
         if self.settings.temperature is not None:
@@ -200,6 +197,38 @@ class LLMClient:
             raise self._translate(exc) from exc
         return parse_completion_body(response.content, time.perf_counter() - started)
 
+    async def count_tokens(self, messages: tuple[ChatMessage, ...]) -> int | None:
+        """The prompt tokens the server counts for ``messages`` as a chat completion would send them
+        (vLLM: ``POST /tokenize`` beside ``/v1``, answering ``count``), or ``None`` from a server
+        without that route, or whose route answers something else (asked once: :attr:`counts_tokens`
+        is then false). A server that does not answer in time raises :class:`TransientError`, as a
+        completion would."""
+        if not self.counts_tokens:
+            return None
+        body: dict[str, Any] = {"model": self.settings.model, "messages": self._messages_as_sent(messages)}
+        # The chat template may read these (a reasoning model's thinking switch): count what is sent.
+        if "chat_template_kwargs" in self.settings.extra_body:
+            body["chat_template_kwargs"] = self.settings.extra_body["chat_template_kwargs"]
+        try:
+            with anyio.fail_after(self.settings.request_timeout_s):
+                response = await self._openai.post(
+                    tokenize_url(self.settings.base_url), cast_to=httpx2.Response, content=orjson.dumps(body)
+                )
+        except TimeoutError as exc:
+            raise self._timeout_error() from exc
+        except openai.APIStatusError as exc:
+            if exc.status_code in _NO_ROUTE_STATUS:
+                self.counts_tokens = False
+                return None
+            if exc.status_code in (400, 422):  # it cannot count these messages: the estimate will do
+                return None
+            raise self._translate(exc) from exc
+        except openai.APIError as exc:
+            raise self._translate(exc) from exc
+        count = token_count(response.content)
+        self.counts_tokens = count is not None
+        return count
+
     async def check_server(self) -> None:
         """Fail the run early if the server is down, refuses the key, or does not serve the model."""
         url = self.settings.base_url
@@ -220,7 +249,7 @@ class LLMClient:
             if isinstance(error, ServerUnreachableError):
                 raise EndpointUnreachableError(str(error)) from exc
             raise EndpointUnreachableError(f"{url}/models failed: {error}") from exc
-        served = _served_models(raw.http_response.content)
+        served = served_models(raw.http_response.content)
         if served is not None and self.settings.model not in served:
             raise ModelNotServedError(
                 f"{url} does not serve model '{self.settings.model}'; "
@@ -365,40 +394,6 @@ def retry_after_seconds(headers: httpx2.Headers) -> float | None:
     except (TypeError, ValueError):
         return None
     return max(0.0, when.timestamp() - time.time())
-
-
-def parse_completion_body(content: bytes, latency_s: float) -> Reply:
-    """Read the fields we use from a chat-completion body; reasoning may be in either field name."""
-    try:
-        body = orjson.loads(content)
-        choice = body["choices"][0]
-        message = choice["message"]
-        usage = body.get("usage") or {}
-        details = usage.get("completion_tokens_details") or {}
-        return Reply(
-            content=message.get("content"),
-            reasoning=message.get("reasoning") or message.get("reasoning_content"),
-            finish_reason=choice.get("finish_reason"),
-            prompt_tokens=usage.get("prompt_tokens"),
-            completion_tokens=usage.get("completion_tokens"),
-            reasoning_tokens=details.get("reasoning_tokens"),
-            latency_s=latency_s,
-        )
-    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, AttributeError) as exc:
-        raise TransientError("the server sent a malformed chat completion body") from exc
-
-
-def _served_models(content: bytes) -> dict[str, int | None] | None:
-    """The models ``/v1/models`` lists, each with the context length it gives (vLLM: max_model_len)."""
-    try:
-        entries = orjson.loads(content)["data"]
-        return {str(entry["id"]): _positive(entry.get("max_model_len")) for entry in entries}
-    except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
-        return None
-
-
-def _positive(value: object) -> int | None:
-    return value if type(value) is int and value > 0 else None
 
 
 def _one_line(text: str) -> str:

@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 
 from pipeline.sim.answers import (
+    CHARS_PER_TOKEN,
     DEFAULT_REASONING_TOKENS,
     Answer,
     Draws,
@@ -61,6 +62,10 @@ class SimConfig:
     jitter: float = 0.0  # ± fraction applied to the fixed delay
     seed: int = 0
     max_model_len: int = 131072
+    # Like vLLM, it lists max_model_len in /v1/models and counts a prompt's tokens at POST /tokenize;
+    # off, like servers that do neither (the client must learn the context from a 400 then).
+    list_context: bool = True
+    tokenize: bool = True
     api_key: str | None = None  # if set, requests must carry it
     reasoning_field: str = "reasoning"  # older vLLM: "reasoning_content"
     faults: Faults = field(default_factory=Faults)
@@ -86,6 +91,8 @@ class SimMetrics:
     chat_requests: int = 0  # every chat request received, 5xx/reset/hang/400 faults included
     max_prompt_tokens: int = 0  # the largest prompt received: re-asks must not grow it without bound
     max_messages: int = 0  # the most messages in one chat request
+    context_rejections: int = 0  # chat requests refused with a 400 because they did not fit the context
+    tokenize_requests: int = 0  # POST /tokenize answered
     successes: int = 0
     prompt_tokens: int = 0
     generation_tokens: int = 0
@@ -134,6 +141,8 @@ class SimServer:
             return self._models()
         if request.method == "POST" and path == "/v1/chat/completions":
             return await self._counted(self._chat(request))
+        if request.method == "POST" and path == "/tokenize" and self.config.tokenize:
+            return self._tokenize(request)
         return _error(404, f"no route {request.method} {path}", "NotFoundError")
 
     async def _counted(self, handling: Awaitable[HttpResponse]) -> HttpResponse:
@@ -178,6 +187,8 @@ class SimServer:
             "pipeline_sim:max_prompt_tokens": self.metrics.max_prompt_tokens,
             "pipeline_sim:max_messages": self.metrics.max_messages,
             "pipeline_sim:reasoning_tokens_total": self.metrics.reasoning_tokens,
+            "pipeline_sim:context_rejections_total": self.metrics.context_rejections,
+            "pipeline_sim:tokenize_requests_total": self.metrics.tokenize_requests,
         }
         lines = [f"{name}{label} {value}\n" for name, value in values.items()]
         lines += [
@@ -188,13 +199,27 @@ class SimServer:
         return "".join(lines).encode()
 
     def _models(self) -> HttpResponse:
-        entry = {
-            "id": self.config.model,
-            "object": "model",
-            "owned_by": "pipeline-sim",
-            "max_model_len": self.config.max_model_len,
-        }
+        entry: dict[str, Any] = {"id": self.config.model, "object": "model", "owned_by": "pipeline-sim"}
+        if self.config.list_context:
+            entry["max_model_len"] = self.config.max_model_len
         return HttpResponse(200, orjson.dumps({"object": "list", "data": [entry]}))
+
+    def _tokenize(self, request: HttpRequest) -> HttpResponse:
+        """vLLM's ``POST /tokenize``: ``messages`` counted as a chat completion counts them (its
+        ``usage.prompt_tokens``), or a plain ``prompt``; the token ids are the simulator's own."""
+        try:
+            body = orjson.loads(request.body)
+            messages = body.get("messages")
+            count = (
+                prompt_tokens(messages) if messages is not None else len(body["prompt"]) // CHARS_PER_TOKEN
+            )
+        except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
+            return _error(400, "the request body is not a tokenize request", "BadRequestError")
+        if body.get("model") not in (None, self.config.model):
+            return _error(404, f"The model `{body.get('model')}` does not exist.", "NotFoundError")
+        self.metrics.tokenize_requests += 1
+        answer = {"count": count, "max_model_len": self.config.max_model_len, "tokens": list(range(count))}
+        return HttpResponse(200, orjson.dumps(answer))
 
     def _authorized(self, request: HttpRequest) -> bool:
         key = self.config.api_key
@@ -265,6 +290,7 @@ class SimServer:
         return None
 
     def _context_error(self, prompt: int, max_tokens: int) -> HttpResponse:
+        self.metrics.context_rejections += 1
         limit = self.config.max_model_len
         return _error(
             400,

@@ -490,12 +490,14 @@ def test_null_empty_huge_and_control_character_fields(previous: Path, sim_url: s
     done = [row[0] for row in table_rows(database, "SELECT record_id FROM results WHERE record_id >= 100")]
     failed = table_rows(database, "SELECT record_id, failure_class, message, attempts FROM failures")
     assert sorted(done) == [100, 101, 103, 104, 105]  # NULL, empty and control characters: extracted
-    # 1 MB does not fit the context: truncated with the numbers (the server's), at once, not retried.
+    # 1 MB does not fit the context: counted by the server (/tokenize) and never sent: too_long, with
+    # the numbers and the field that made it long, not retried.
     assert len(failed) == 1
     record_id, failure_class, message, attempts = failed[0]
-    assert (record_id, failure_class, attempts) == (102, "truncated", 1)
+    assert (record_id, failure_class, attempts) == (102, "too_long", 0)
     assert message.startswith("the prompt alone does not fit the context: ")
     assert f"tokens against a context of {MAX_MODEL_LEN} tokens" in message and len(message) < 400
+    assert "most of it is field 'description'" in message
     # Nothing was dropped, and nothing from before was lost.
     assert (
         table_rows(database, "SELECT * FROM results WHERE record_id < 100 ORDER BY record_id")
@@ -508,7 +510,7 @@ def test_null_empty_huge_and_control_character_fields(previous: Path, sim_url: s
     assert tokens[100] == tokens[101]
 
     again = cli_run("run", str(job), "--log-format", "json")
-    assert again.exit_code == 0 and "nothing to do" in again.stdout  # the truncated failure stays put
+    assert again.exit_code == 0 and "nothing to do" in again.stdout  # the too_long failure stays put
 
 
 def test_a_null_field_renders_as_an_empty_string(tmp_path: Path) -> None:

@@ -21,3 +21,9 @@ def test_options_map_by_name_to_the_settings_and_the_faults() -> None:
     config = sim_config(options)
     assert (config.latency_s, config.seed) == (2.5, 7)
     assert config.faults == Faults(hang=0.25, context_length=0.5)
+
+
+def test_the_context_options_reach_the_simulator() -> None:
+    options = {**sim_defaults(), "max_model_len": 4096, "list_context": False, "tokenize": False}
+    config = sim_config(options)
+    assert (config.max_model_len, config.list_context, config.tokenize) == (4096, False, False)

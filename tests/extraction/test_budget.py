@@ -2,15 +2,19 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.errors import ContextFullError
+from pipeline.errors import FailureClass, TooLongError
 from pipeline.extraction.budget import (
     CHARS_PER_TOKEN,
     TOKENS_PER_MESSAGE,
     BudgetGrowth,
     CountedPrompt,
+    LongestField,
     PromptCount,
+    estimated_text_tokens,
     estimated_tokens,
     fitted,
+    longest_field,
+    needs_count,
     no_room_to_grow,
     prompt_count,
 )
@@ -24,6 +28,22 @@ REQUEST = ChatRequest((SYSTEM, USER), max_tokens=500)
 def test_the_estimate_rounds_every_message_up_and_adds_the_template() -> None:
     assert estimated_tokens([SYSTEM, USER]) == 100 + 11 + 2 * TOKENS_PER_MESSAGE
     assert CHARS_PER_TOKEN < 3.7  # below what tokenizers use on English and JSON: errs towards more tokens
+
+
+def test_the_estimate_counts_bytes_so_text_outside_ascii_weighs_more() -> None:
+    """A CJK character is three bytes of UTF-8 and often a token of its own: estimated as one, not a
+    third of one; an accent costs a byte more."""
+    assert estimated_text_tokens("求人" * 30) == 60
+    assert estimated_text_tokens("café") == 2 and estimated_text_tokens("cafe") == 2
+    assert estimated_text_tokens("é" * 3) == 2
+
+
+def test_only_a_request_the_estimate_puts_past_the_context_is_counted() -> None:
+    estimate = PromptCount(400, exact=False)
+    assert not needs_count(REQUEST, None, estimate)  # no context known: nothing to decide
+    assert not needs_count(REQUEST, 900, estimate)  # 400 + 500 fit: the estimate will do
+    assert needs_count(REQUEST, 899, estimate)  # its budget would be cut, or it may not fit
+    assert not needs_count(REQUEST, 899, PromptCount(400, exact=True))  # counted already
 
 
 def test_the_servers_count_is_used_for_what_it_counted() -> None:
@@ -45,7 +65,7 @@ def test_the_servers_count_is_used_for_what_it_counted() -> None:
         (1000, PromptCount(90, exact=True), 500),  # room enough
         (400, PromptCount(90, exact=True), 310),  # capped at what the context leaves
         (91, PromptCount(90, exact=True), 1),
-        (50, PromptCount(90, exact=False), 50),  # only an estimate fills it: the server counts
+        (91, PromptCount(90, exact=False), 1),  # the estimate, where the server cannot count
     ],
 )
 def test_a_request_asks_for_at_most_what_the_context_leaves(
@@ -56,13 +76,29 @@ def test_a_request_asks_for_at_most_what_the_context_leaves(
     assert sent.messages is REQUEST.messages
 
 
-@pytest.mark.parametrize("context", [90, 10])
-def test_a_counted_prompt_that_fills_the_context_is_truncated_with_the_numbers(context: int) -> None:
-    with pytest.raises(ContextFullError) as caught:
-        fitted(REQUEST, context, PromptCount(90, exact=True))
-    assert str(caught.value).startswith(
-        f"the prompt alone does not fit the context: 90 tokens against a context of {context} tokens"
+@pytest.mark.parametrize(("context", "exact"), [(90, True), (10, True), (50, False)])
+def test_a_prompt_that_fills_the_context_is_too_long_with_the_numbers_and_the_field(
+    context: int, exact: bool
+) -> None:
+    longest = LongestField("description", 41_000)
+    with pytest.raises(TooLongError) as caught:
+        fitted(REQUEST, context, PromptCount(90, exact=exact), longest)
+    error = caught.value
+    assert error.failure_class is FailureClass.TOO_LONG
+    assert (error.tokens, error.context, error.exact, error.field) == (90, context, exact, "description")
+    counted = "90 tokens" if exact else "about 90 tokens (estimated)"
+    assert str(error) == (
+        f"the prompt alone does not fit the context: {counted} against a context of {context} tokens "
+        "(the server's max_model_len); most of it is field 'description' (41,000 characters): enable "
+        "chunking (chunking: field: description), raise the context (the server's --max-model-len), or "
+        "shorten the field"
     )
+
+
+def test_the_longest_field_is_the_one_with_the_most_text() -> None:
+    texts = {"title": "Data Engineer", "description": "x" * 50}
+    assert longest_field(texts) == LongestField("description", 50)
+    assert longest_field({}) is None
 
 
 def test_room_to_grow() -> None:

@@ -401,18 +401,97 @@ async def test_a_400_naming_the_context_is_retried_once_with_a_budget_that_fits(
     assert [body["max_tokens"] for body in server.bodies] == [budget, expected]
 
 
-async def test_a_prompt_that_alone_does_not_fit_is_truncated_with_the_numbers(
+async def test_a_400_saying_the_prompt_alone_does_not_fit_is_too_long_with_the_numbers(
     spec: JobSpec, make_harness: MakeHarness
 ) -> None:
+    """A server that lists no context and cannot count (no /tokenize): its 400 says what does not fit."""
     message = (
         "This model's maximum context length is 1000 tokens. However, your prompt contains 1500 input "
         "tokens, which exceeds this limit even without any output tokens."
     )
     outcome = await make_harness(spec, ScriptedServer([refused_for_context(message)])).extract()
     assert isinstance(outcome, Failed)
-    assert (outcome.failure_class, outcome.attempts) == (FailureClass.TRUNCATED, 1)
+    assert (outcome.failure_class, outcome.attempts) == (FailureClass.TOO_LONG, 1)
     assert outcome.message.startswith(
-        "the prompt alone does not fit the context: 1500 tokens against a context of 1000 tokens"
+        "the prompt alone does not fit the context: 1500 tokens against a context of 1000 tokens (the "
+        "server's max_model_len); most of it is field 'title' (13 characters): enable chunking"
+    )
+
+
+async def test_a_400_without_the_prompts_count_is_counted_by_the_server_before_it_is_judged(
+    spec: JobSpec, make_harness: MakeHarness
+) -> None:
+    """The 400 names only the context; the estimate says the prompt is past it, the server's count says
+    it is not: the record is retried with what its count leaves, not failed on the estimate."""
+    message = "max_tokens=256 cannot be greater than max_model_len=20. Please request fewer output tokens."
+    server = ScriptedServer(
+        [refused_for_context(message), respond(good_completion())], count_tokens=lambda messages: 12
+    )
+    outcome = await make_harness(spec, server).extract()
+    assert isinstance(outcome, Extracted) and outcome.attempts == 2
+    assert estimated_tokens(server.bodies[0]["messages"]) > 20  # the estimate alone would have said too long
+    assert [body["max_tokens"] for body in server.bodies] == [256, 20 - 12]
+    assert len(server.tokenize_bodies) == 1
+
+
+def counting(per_message: int) -> Callable[[list[dict[str, object]]], int]:
+    """A server's /tokenize that counts ``per_message`` tokens a message."""
+    return lambda messages: per_message * len(messages)
+
+
+# A description long enough for the estimate to put the prompt near a context of 1,000 tokens.
+LONG_RECORD = SourceRecord(8, {"title": "Data Engineer", "description": "We need SQL. " * 250})
+
+
+async def test_a_prompt_near_the_context_is_counted_by_the_server_before_it_is_sent(
+    spec: JobSpec, make_harness: MakeHarness
+) -> None:
+    """The estimate puts prompt and budget past the context: the server counts it, the request asks for
+    exactly what is left, and the record is sent whole (it fits); the count serves its re-ask too."""
+    server = ScriptedServer(
+        [respond(completion("not json")), respond(good_completion())],
+        max_model_len=CONTEXT,
+        count_tokens=counting(200),
+    )
+    harness = make_harness(spec.with_overrides(max_tokens=900), server)
+    assert isinstance(await harness.extract(), Extracted)
+    assert len(server.tokenize_bodies) == 2  # the first request, then the re-ask (estimated past it too)
+    assert server.tokenize_bodies[0]["messages"] == server.bodies[0]["messages"]
+    assert server.tokenize_bodies[0]["model"] == "test-model"
+    assert [body["max_tokens"] for body in server.bodies] == [CONTEXT - 400, CONTEXT - 800]
+
+
+async def test_a_prompt_far_from_the_context_is_not_counted(spec: JobSpec, make_harness: MakeHarness) -> None:
+    server = ScriptedServer([respond(good_completion())], max_model_len=100_000, count_tokens=counting(300))
+    assert isinstance(await make_harness(spec, server).extract(), Extracted)
+    assert server.tokenize_bodies == [] and server.bodies[0]["max_tokens"] == 256
+
+
+async def test_a_record_just_under_the_limit_is_sent_whole(spec: JobSpec, make_harness: MakeHarness) -> None:
+    """The estimate says it does not fit; the server counts 744 tokens, which leave the whole budget
+    (256) of a context of 1,000: sent whole, as it is."""
+    server = ScriptedServer(
+        [respond(good_completion())], max_model_len=CONTEXT, count_tokens=lambda messages: 744
+    )
+    assert estimated_tokens(PromptBuilder(spec).request_for(LONG_RECORD.fields).messages) > CONTEXT
+    outcome = await make_harness(spec, server).extract(LONG_RECORD)
+    assert isinstance(outcome, Extracted) and outcome.attempts == 1
+    assert [body["max_tokens"] for body in server.bodies] == [256]
+    assert "We need SQL. " * 250 in server.bodies[0]["messages"][-1]["content"]
+
+
+async def test_a_record_that_cannot_fit_is_never_sent(spec: JobSpec, make_harness: MakeHarness) -> None:
+    server = ScriptedServer(
+        [respond(good_completion())], max_model_len=CONTEXT, count_tokens=lambda messages: 1000
+    )
+    outcome = await make_harness(spec, server).extract(LONG_RECORD)
+    assert server.bodies == []  # counted, never sent
+    assert isinstance(outcome, Failed)
+    assert (outcome.failure_class, outcome.attempts, outcome.usage.requests) == (FailureClass.TOO_LONG, 0, 0)
+    assert outcome.message.startswith(
+        "the prompt alone does not fit the context: 1000 tokens against a context of 1000 tokens (the "
+        "server's max_model_len); most of it is field 'description' (3,250 characters): enable chunking "
+        "(chunking: field: description)"
     )
 
 
@@ -434,10 +513,13 @@ Seen = list[tuple[int, int, int]]
 
 
 @asynccontextmanager
-async def small_context_sim(context: int) -> AsyncIterator[tuple[str, Seen]]:
+async def small_context_sim(context: int, *, counts: bool = True) -> AsyncIterator[tuple[str, Seen]]:
     """`pipeline sim --max-model-len CONTEXT` on 127.0.0.1, and every chat request it got: the prompt
-    as it counts it, the max_tokens asked for, and its status."""
-    sim = SimServer(SimConfig(model="test-model", max_model_len=context, seed=3))
+    as it counts it, the max_tokens asked for, and its status. ``counts`` false: a server that neither
+    lists its context nor counts tokens (``--no-list-context --no-tokenize``)."""
+    sim = SimServer(
+        SimConfig(model="test-model", max_model_len=context, seed=3, list_context=counts, tokenize=counts)
+    )
     seen: Seen = []
 
     async def recording(request: HttpRequest) -> HttpResponse:
@@ -452,17 +534,19 @@ async def small_context_sim(context: int) -> AsyncIterator[tuple[str, Seen]]:
         yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1", seen
 
 
-async def extract_at_the_simulator(spec: JobSpec, context: int, effort: str) -> tuple[list[Outcome], Seen]:
+async def extract_at_the_simulator(
+    spec: JobSpec, context: int, effort: str, *, counts: bool = True
+) -> tuple[list[Outcome], Seen]:
     """Five small records and one whose prompt alone is five times the context, one by one, with
     max_tokens far past the context."""
     records = [SourceRecord(i, {"title": f"Job {i}", "description": "We need SQL. " * i}) for i in range(5)]
     records.append(SourceRecord(99, {"title": "Huge", "description": "word " * context * 4}))
-    async with small_context_sim(context) as (url, seen):
+    async with small_context_sim(context, counts=counts) as (url, seen):
         job = spec.with_overrides(base_url=url, max_tokens=4096, reasoning_effort=effort)
         endpoint = endpoint_for(job)
         try:
             await endpoint.client.check_server()
-            assert endpoint.context_length == context  # from its /v1/models
+            assert endpoint.context_length == (context if counts else None)  # from its /v1/models
             async with running_router([endpoint]) as router:
                 extractor = Extractor(
                     router,
@@ -481,19 +565,34 @@ async def extract_at_the_simulator(spec: JobSpec, context: int, effort: str) -> 
 async def test_against_the_simulator_no_request_passes_its_context(
     spec: JobSpec, context: int, effort: str
 ) -> None:
-    """No request asks for more than the context leaves (the simulator refuses those, as vLLM), the
-    prompt alone past it is `truncated` with the numbers, and the rest is what the context allows."""
-    (*normal, too_long), seen = await extract_at_the_simulator(spec, context, effort)
-    assert all(prompt + budget <= context for prompt, budget, status in seen if status == 200)
-    assert [status for _, _, status in seen].count(400) == 1  # the huge prompt, counted by the server
-    assert isinstance(too_long, Failed) and too_long.failure_class is FailureClass.TRUNCATED
-    assert too_long.message.startswith("the prompt alone does not fit the context: ")
-    if context == 700 and effort == "low":  # the estimate leaves room enough: one request each
+    """No request asks for more than the context leaves (the simulator refuses those, as vLLM): each
+    prompt the estimate puts near the context is counted by the simulator's /tokenize first, so every
+    request asks for exactly what the context leaves, and the prompt alone past it is `too_long`
+    without being sent."""
+    (*normal, huge), seen = await extract_at_the_simulator(spec, context, effort)
+    assert all(prompt + budget <= context for prompt, budget, _ in seen)
+    assert [status for _, _, status in seen].count(400) == 0
+    assert isinstance(huge, Failed) and huge.failure_class is FailureClass.TOO_LONG
+    assert huge.message.startswith("the prompt alone does not fit the context: ") and huge.attempts == 0
+    assert len(seen) == sum(outcome.attempts for outcome in normal)  # the huge one was never sent
+    if effort == "low":  # the server's count leaves what the answer needs: one request each
         assert all(isinstance(outcome, Extracted) and outcome.attempts == 1 for outcome in normal)
-    elif effort == "low":  # the estimate leaves too little: cut off, then all the server's count leaves
-        assert all(isinstance(outcome, Extracted) and outcome.attempts == 2 for outcome in normal)
-        assert all(prompt + budget == context for prompt, budget, _ in seen[1:-1:2])
+        assert all(prompt + budget == context for prompt, budget, _ in seen)
     else:  # reasoning past the context, which the simulator writes as one sentence over and over
         for outcome in normal:
             assert isinstance(outcome, Failed) and outcome.failure_class is FailureClass.TRUNCATED
             assert outcome.message.startswith("repetition loop: ")
+
+
+async def test_a_server_that_neither_lists_nor_counts_learns_the_context_from_its_400(spec: JobSpec) -> None:
+    """Only the 400 tells: the first request learns the context (retried once with what fits); from
+    then on the estimate decides, as the server cannot count: the prompt it puts past the context is
+    `too_long` without being sent."""
+    (*normal, huge), seen = await extract_at_the_simulator(spec, 700, "low", counts=False)
+    assert isinstance(huge, Failed) and huge.failure_class is FailureClass.TOO_LONG and huge.attempts == 0
+    assert huge.message.startswith("the prompt alone does not fit the context: about ")
+    assert "tokens (estimated) against a context of 700 tokens" in huge.message
+    assert all(isinstance(outcome, Extracted) for outcome in normal)
+    statuses = [status for _, _, status in seen]
+    assert statuses[0] == 400 and statuses.count(400) == 1
+    assert all(prompt + budget <= 700 for prompt, budget, status in seen if status == 200)

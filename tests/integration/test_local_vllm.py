@@ -181,8 +181,8 @@ def test_bench_sweeps_the_real_server_and_reads_its_metrics(tmp_path: Path, loca
 def test_no_record_is_refused_for_its_length(tmp_path: Path, local_server: str) -> None:
     """The LinkedIn job with a budget past the server's context (max_tokens 16,384 against vLLM's
     --max-model-len 8,192, read from its /v1/models): every request asks for what fits, so no record
-    fails for an HTTP 400 about its length. A posting whose prompt alone is past the context (only the
-    server's count can say so: it refuses it once, with the count) fails `truncated` with the numbers."""
+    fails for an HTTP 400 about its length. A posting whose prompt alone is past the context is counted
+    by vLLM's /tokenize and never sent: `too_long`, with the server's count and the field."""
     sample = (REPO / "data" / "sample_postings.jsonl").read_text().splitlines()
     postings = [json.loads(line) for line in sample]
     huge = {**postings[0], "id": 999, "description": "Responsibilities include many things. " * 6000}
@@ -220,10 +220,13 @@ def test_no_record_is_refused_for_its_length(tmp_path: Path, local_server: str) 
     assert "HTTP 400" not in run.stderr
     assert all(message_class != "permanent" for message_class, _ in failed.values())
     failure_class, message = failed[999]
-    assert failure_class == "truncated"
+    assert failure_class == "too_long"
     assert message.startswith("the prompt alone does not fit the context: ")
-    assert message.endswith(
-        "tokens against a context of 8192 tokens (the server's max_model_len); shorten the record's text "
-        "or use a server with a longer context"
-    )
+    assert "(estimated)" not in message  # the server's own count
+    assert (
+        "tokens against a context of 8192 tokens (the server's max_model_len); most of it is field "
+        "'description' (228,000 characters): enable chunking (chunking: field: description)"
+    ) in message
+    attempts = table_rows(database, "SELECT attempts FROM failures WHERE record_id = 999")
+    assert attempts == [(0,)]  # never sent
     print(f"\n{len(done)} done, failures {failed} in {time.monotonic() - started:.0f} s")

@@ -12,7 +12,11 @@ from pipeline.cli import app
 from pipeline.errors import PERMANENT_FAILURE_CLASSES, ConfigError, DatabaseLockedError, FailureClass
 from pipeline.reports.failures import MESSAGE_CHARS, RAW_OUTPUT_CHARS, failure_report, parse_failure_classes
 from tests.support.jobs import make_job
-from tests.support.outputs import database_held_by_another_process, job_with_outputs, run_scripted
+from tests.support.outputs import (
+    database_held_by_another_process,
+    job_with_outputs,
+    run_scripted,
+)
 
 EXPECTED_COUNTS = [("invalid_json", 3), ("schema_invalid", 2), ("permanent", 1), ("truncated", 1)]
 
@@ -63,7 +67,7 @@ def test_unknown_class_names_the_valid_ones() -> None:
     with pytest.raises(
         ConfigError,
         match="^--class 'transient': not taken here; "
-        "use one of invalid_json, schema_invalid, truncated, empty, permanent$",
+        "use one of invalid_json, schema_invalid, truncated, too_long, empty, permanent$",
     ):
         parse_failure_classes(["transient"], allowed=only_permanent)
 
@@ -89,6 +93,26 @@ def test_cli_prints_classes_examples_and_the_retry_command(tmp_path: Path) -> No
         f"retry them: pipeline run {job} --retry-failed "
         "--class invalid_json --class schema_invalid --class permanent --class truncated"
     )
+
+
+def test_too_long_failures_say_what_to_do(tmp_path: Path) -> None:
+    """Records whose prompt alone is past a context of 20 tokens (the job's max_model_len; the server
+    cannot count): never sent, and `failures` says how to make them fit, then how to retry them."""
+    spec = make_job(tmp_path, records=2, max_model_len=20)
+    summary = run_scripted(spec)
+    assert summary.failed == 2 and summary.requests == 0
+    code, out, _ = failures_cli(str(spec.source_file), "--class", "too_long")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[2:4] == [
+        "too_long: 2",
+        "  what to do: not sent: the prompt does not fit the model's context. Split the long field the "
+        "message names with `chunking: {field: NAME}` in the job, raise the context (the server's "
+        "--max-model-len), or shorten the field; then retry them (`--retry-failed --class too_long`)",
+    ]
+    assert "against a context of 20 tokens (the server's max_model_len); most of it is field " in out
+    code, out, _ = failures_cli(str(spec.source_file), "--json")
+    assert orjson.loads(out)["classes"][0]["advice"].startswith("not sent: the prompt does not fit")
 
 
 def test_cli_retry_command_keeps_the_database_override(tmp_path: Path) -> None:
@@ -128,7 +152,7 @@ def test_cli_unknown_class_is_a_one_line_error(tmp_path: Path) -> None:
     assert code == 2 and out == ""
     assert err.splitlines() == [
         "error: --class 'timeout': unknown failure class; use one of "
-        "invalid_json, schema_invalid, truncated, empty, transient, permanent"
+        "invalid_json, schema_invalid, truncated, too_long, empty, transient, permanent"
     ]
 
 

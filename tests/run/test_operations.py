@@ -108,7 +108,7 @@ def test_retry_failed_by_class_retries_only_that_class(tmp_path: Path) -> None:
     assert bad.returncode == 2
     assert bad.stderr.strip() == (
         "error: --class 'truncate': unknown failure class; use one of "
-        "invalid_json, schema_invalid, truncated, empty, permanent"
+        "invalid_json, schema_invalid, truncated, too_long, empty, permanent"
     )
 
 

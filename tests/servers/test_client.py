@@ -250,6 +250,75 @@ async def test_check_server_reads_the_context_length_of_the_model() -> None:
         assert client.context_length is None  # a server that does not list it
 
 
+async def test_count_tokens_asks_the_servers_tokenize_beside_v1_with_the_messages_as_sent() -> None:
+    """vLLM's POST /tokenize (not under /v1) takes the model and the chat messages and answers `count`;
+    the messages are those a completion sends (the system prompt with the schema once response_format
+    was refused), and the chat template's own arguments go along."""
+    server = ScriptedServer([], count_tokens=lambda messages: 17 * len(messages))
+    overrides = {"extra_body": {"chat_template_kwargs": {"enable_thinking": False}, "top_k": 5}}
+    async with (
+        serving(server) as served,
+        LLMClient(settings(base_url=served.url, system_with_schema="Extract. {}", **overrides)) as client,
+    ):
+        assert await client.count_tokens(REQUEST.messages) == 34
+        client.without_structured_output()
+        assert await client.count_tokens(REQUEST.messages) == 34
+    first, second = server.tokenize_bodies
+    assert first == {
+        "model": "test-model",
+        "messages": list(REQUEST.messages),
+        "chat_template_kwargs": {"enable_thinking": False},
+    }
+    assert second["messages"][0] == {"role": "system", "content": "Extract. {}"}
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [error(404, "Not Found"), error(405, "Method Not Allowed"), respond(good_completion())],
+)
+async def test_a_server_without_tokenize_is_asked_once(answer: httpx2.Response) -> None:
+    """No such route, or a route of that name that answers something else: no count, ever again."""
+    asked: list[str] = []
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        asked.append(request.url.path)
+        return answer
+
+    async with serving(handler) as server, LLMClient(settings(base_url=server.url)) as client:
+        assert await client.count_tokens(REQUEST.messages) is None
+        assert await client.count_tokens(REQUEST.messages) is None
+        assert not client.counts_tokens
+    assert asked == ["/tokenize"]
+
+
+async def test_a_tokenize_that_fails_is_transient_or_uncounted() -> None:
+    """A 5xx is transient (retried like a completion); a 400 about these messages leaves the estimate."""
+    async with (
+        serving(lambda request: error(503)) as server,
+        LLMClient(settings(base_url=server.url)) as client,
+    ):
+        with pytest.raises(TransientError):
+            await client.count_tokens(REQUEST.messages)
+        assert client.counts_tokens
+    async with (
+        serving(lambda request: error(400)) as server,
+        LLMClient(settings(base_url=server.url)) as client,
+    ):
+        assert await client.count_tokens(REQUEST.messages) is None
+        assert client.counts_tokens
+
+
+async def test_count_tokens_against_the_simulator_counts_as_its_completions_do() -> None:
+    sim = SimServer(SimConfig(model="test-model"))
+    server = await serve(sim.handle, "127.0.0.1", 0)
+    async with server:
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1"
+        async with LLMClient(settings(base_url=url)) as client:
+            counted = await client.count_tokens(REQUEST.messages)
+            reply = await client.complete(REQUEST)
+    assert counted == reply.prompt_tokens and sim.metrics.tokenize_requests == 1
+
+
 CONTEXT_MESSAGES = [
     (
         "This model's maximum context length is 8192 tokens. However, you requested 9000 tokens (5000 in "

@@ -103,6 +103,36 @@ async def test_context_length_and_api_key() -> None:
         assert "maximum context length is 1000 tokens" in too_long.json()["error"]["message"]
 
 
+async def test_tokenize_counts_as_completions_do_and_rejections_are_counted() -> None:
+    """vLLM's POST /tokenize beside /v1: a message list counted as a completion's usage counts it, or a
+    plain prompt; each 400 for the context is counted in /metrics."""
+    server, url, sim = await start(SimConfig(model="m", max_model_len=1000))
+    async with server, httpx2.AsyncClient(base_url=url) as client:
+        body = chat(max_tokens=10)
+        counted = (await client.post("/tokenize", json={"model": "m", "messages": body["messages"]})).json()
+        done = (await client.post("/v1/chat/completions", json=body)).json()
+        assert counted["count"] == done["usage"]["prompt_tokens"] == len(counted["tokens"])
+        assert counted["max_model_len"] == 1000
+        assert (await client.post("/tokenize", json={"prompt": "x" * 400})).json()["count"] == 100
+        assert (await client.post("/tokenize", json={"model": "other", "prompt": "x"})).status_code == 404
+        assert (await client.post("/tokenize", content=b"{")).status_code == 400
+        assert (await client.post("/v1/chat/completions", json=chat(max_tokens=2000))).status_code == 400
+        metrics = (await client.get("/metrics")).text
+    assert sim.metrics.tokenize_requests == 2 and sim.metrics.context_rejections == 1
+    assert 'pipeline_sim:context_rejections_total{model_name="m"} 1' in metrics
+    assert 'pipeline_sim:tokenize_requests_total{model_name="m"} 2' in metrics
+
+
+async def test_a_server_that_neither_lists_its_context_nor_counts_tokens() -> None:
+    server, url, _ = await start(SimConfig(model="m", max_model_len=1000, list_context=False, tokenize=False))
+    async with server, httpx2.AsyncClient(base_url=url) as client:
+        (model,) = (await client.get("/v1/models")).json()["data"]
+        assert model["id"] == "m" and "max_model_len" not in model
+        assert (await client.post("/tokenize", json={"prompt": "x"})).status_code == 404
+        too_long = await client.post("/v1/chat/completions", json=chat(max_tokens=2000))
+        assert "maximum context length is 1000 tokens" in too_long.json()["error"]["message"]
+
+
 @pytest.mark.parametrize(
     ("fault", "check"),
     [

@@ -84,17 +84,27 @@ Step = Answer | Callable[[httpx2.Request], Answer]
 @dataclass
 class ScriptedServer:
     """Answers chat completions from a script, in order (the last step repeats), and records bodies.
-    ``max_model_len``: the context length ``/v1/models`` lists for each model, as vLLM does."""
+    ``max_model_len``: the context length ``/v1/models`` lists for each model, as vLLM does.
+    ``count_tokens``: how its ``POST /tokenize`` counts a message list, as vLLM's does (its bodies are
+    kept in ``tokenize_bodies``); without it, that route is a 404, as on servers that have none."""
 
     steps: Sequence[Step]
     models: Iterable[str] = ("test-model",)
     bodies: list[dict[str, Any]] = field(default_factory=list)
     max_model_len: int | None = None
+    count_tokens: Callable[[list[dict[str, Any]]], int] | None = None
+    tokenize_bodies: list[dict[str, Any]] = field(default_factory=list)
 
     def __call__(self, request: httpx2.Request) -> Answer:
         if request.url.path.endswith("/models"):
             listed = {} if self.max_model_len is None else {"max_model_len": self.max_model_len}
             return respond({"object": "list", "data": [{"id": name, **listed} for name in self.models]})
+        if request.url.path == "/tokenize":
+            if self.count_tokens is None:
+                return error(404, "Not Found")
+            self.tokenize_bodies.append(orjson.loads(request.content))
+            count = self.count_tokens(self.tokenize_bodies[-1]["messages"])
+            return respond({"count": count, "max_model_len": self.max_model_len, "tokens": [0] * count})
         self.bodies.append(orjson.loads(request.content))
         step = self.steps[min(len(self.bodies) - 1, len(self.steps) - 1)]
         if isinstance(step, httpx2.Response | WireFault):
