@@ -2,13 +2,16 @@
 
     .venv/bin/python benchmarks/adaptive_concurrency.py                    # 3 model hours per run
     .venv/bin/python benchmarks/adaptive_concurrency.py --cases nano --trace
-    .venv/bin/python benchmarks/adaptive_concurrency.py --duration 1800 --speed 100   # real time, 100x
+    .venv/bin/python benchmarks/adaptive_concurrency.py --speed 60        # replies 60x faster to the client
+    .venv/bin/python benchmarks/adaptive_concurrency.py --duration 1800 --speed 100 --real-time
 
 For each case (a profile of `pipeline sim`, one with a KV cache far too small for its max-num-seqs),
 runs the closed-loop harness of pipeline/bench/closed_loop.py at each fixed level of a sweep and once
 under AdaptiveLimit, for the same duration, with /metrics scraped every 5 s as the endpoint will. Time
 is virtual by default (the event loop's clock jumps to its next timer: no real waiting, deterministic);
-`--speed` runs in real time instead, compressed that much. All numbers are in the model's seconds.
+`--real-time` waits for real. `--speed` makes the server that much faster than the client's clock, as
+`pipeline sim --speed` does to a real client: scrapes stay 5 s and updates 1 s apart while replies take
+a fraction of that. All numbers are in the model's seconds.
 
 Fixed levels are measured after their first quarter (ramp-up). `auto` is reported over the whole run
 and over its steady state: from the moment it first brackets its knee (its warm-up) to the end. The
@@ -83,9 +86,12 @@ def _run(scenario: Scenario, concurrency: int | None) -> LoadResult:
     return run_load(scenario, concurrency)
 
 
-def measure(cases: list[Case], duration_s: float, speed: float | None, jobs: int) -> list[Outcome]:
+def measure(cases: list[Case], duration_s: float, speed: float, real_time: bool, jobs: int) -> list[Outcome]:
     """Every run of every case, in ``jobs`` processes (each run is one process's event loop)."""
-    scenarios = {case.name: replace(case.scenario, duration_s=duration_s, speed=speed) for case in cases}
+    scenarios = {
+        case.name: replace(case.scenario, duration_s=duration_s, speed=speed, real_time=real_time)
+        for case in cases
+    }
     with ProcessPoolExecutor(max_workers=jobs) as pool:
         autos = {case.name: pool.submit(_run, scenarios[case.name], None) for case in cases}
         fixed = {
@@ -150,8 +156,9 @@ def main() -> None:
     )
     parser.add_argument("--duration", type=float, default=3 * 3600.0, help="model seconds per run")
     parser.add_argument(
-        "--speed", type=float, default=None, help="real time compressed this much (default: virtual)"
+        "--speed", type=float, default=1.0, help="the server this much faster than the client"
     )
+    parser.add_argument("--real-time", action="store_true", help="wait for real (default: virtual time)")
     parser.add_argument(
         "--cases", default=",".join(case.name for case in CASES), help="a comma-separated subset"
     )
@@ -163,7 +170,7 @@ def main() -> None:
     if not cases:
         parser.error(f"--cases: none of {args.cases!r}; choose from {', '.join(case.name for case in CASES)}")
     started = time.perf_counter()
-    outcomes = measure(cases, args.duration, args.speed, args.jobs)
+    outcomes = measure(cases, args.duration, args.speed, args.real_time, args.jobs)
     header = (
         "profile",
         "best fixed c",
@@ -178,7 +185,7 @@ def main() -> None:
         "next run from its knee: whole run ratio",
     )
     print_rows(header, [summary_row(outcome) for outcome in outcomes])
-    clock = "virtual time" if args.speed is None else f"real time at {args.speed:g}x"
+    clock = ("real time" if args.real_time else "virtual time") + f", the server {args.speed:g}x faster"
     print(
         f"\n{args.duration / 3600:g} model hours per run, {clock}, {time.perf_counter() - started:.0f} s wall"
     )

@@ -4,8 +4,12 @@ feeds it (every reply, every timeout, a ``/metrics`` scrape every few seconds, `
 
 By default time is virtual: the event loop's clock jumps to its next timer whenever nothing is ready,
 so a two-hour scenario at c=256 takes seconds of CPU and no real waiting, and a run is deterministic.
-``Scenario.speed`` runs it in real time instead, compressed by that factor. Every number reported is in
-the profile's own (unscaled) seconds.
+``Scenario.real_time`` waits for real instead.
+
+Two clocks, as with a real client of ``pipeline sim --speed S``: the server's runs ``Scenario.speed``
+times faster than the client's, which the controller, the timeout and the cadences of scrapes and
+updates use (a 2-minute reply at ``speed`` 120 takes one second of the client's, which still scrapes
+every 5 s). Durations and every number reported are in the profile's own (unscaled) seconds.
 """
 
 from __future__ import annotations
@@ -94,8 +98,8 @@ class Scenario:
     max_num_seqs: int | None = None  # override the profile's
     kv_cache_tokens: int | None = None  # override the profile's
     workload: Workload = field(default_factory=Workload)
-    timeout_s: float = 900.0  # the client's timeout per request
-    scrape_every_s: float = 5.0
+    timeout_s: float = 900.0  # the client's timeout per request, in its seconds
+    scrape_every_s: float = 5.0  # the client's seconds, as the router's
     update_every_s: float = 1.0
     metrics: bool = True  # False: the controller gets no /metrics (a server without them)
     maximum: int = 512  # the controller's bounds
@@ -103,7 +107,8 @@ class Scenario:
     initial: int | None = None
     known_knee: KneeMemory | None = None  # what an earlier run learned: auto starts there
     tuning: Tuning = DEFAULT_TUNING
-    speed: float | None = None  # None: virtual time; else real time compressed this much
+    speed: float = 1.0  # the server's time compression: its seconds per second of the client's
+    real_time: bool = False  # wait for real (the server compressed by ``speed``), not on virtual time
 
     @property
     def label(self) -> str:
@@ -173,16 +178,11 @@ class _Run:
     def limit(self) -> int:
         return self.controller.limit if self.controller is not None else self.fixed
 
-    async def sleep(self, model_s: float) -> None:
-        await asyncio.sleep(model_s / self.engine.speed)
-
     async def request(self) -> None:
         sequence = self.scenario.workload.sequence(self.rng)
         started = self.engine.now()
         try:
-            await asyncio.wait_for(
-                self.engine.generate(sequence), self.scenario.timeout_s / self.engine.speed
-            )
+            await asyncio.wait_for(self.engine.generate(sequence), self.scenario.timeout_s)
         except TimeoutError:
             self.timeouts += 1
             if self.controller is not None:
@@ -190,9 +190,10 @@ class _Run:
         else:
             now = self.engine.now()
             self.replies.append((now, sequence.output_tokens))
-            if self.controller is not None:
+            if self.controller is not None:  # in the client's seconds, as it measures them
+                latency_s = (now - started) / self.engine.speed
                 self.controller.on_finished(
-                    latency_s=now - started, output_tokens=sequence.output_tokens, ok=True
+                    latency_s=latency_s, output_tokens=sequence.output_tokens, ok=True
                 )
         finally:
             self.in_flight -= 1
@@ -201,7 +202,7 @@ class _Run:
     async def scrape(self) -> None:
         metrics = self.engine.metrics
         while True:
-            await self.sleep(self.scenario.scrape_every_s)
+            await asyncio.sleep(self.scenario.scrape_every_s)
             self.samples.append((metrics.running, metrics.waiting))
             if self.controller is not None and self.scenario.metrics:
                 load = ServerLoad(metrics.running, metrics.waiting, metrics.kv_usage, metrics.preemptions)
@@ -209,7 +210,7 @@ class _Run:
 
     async def adapt(self, controller: AdaptiveLimit) -> None:
         while True:
-            await self.sleep(self.scenario.update_every_s)
+            await asyncio.sleep(self.scenario.update_every_s)
             change = controller.update(in_flight=self.in_flight)
             now = self.engine.now()
             if controller.at_knee and self.knee_at is None:
@@ -221,10 +222,10 @@ class _Run:
 
 
 def _prepare(scenario: Scenario, fixed: int | None, clock: Callable[[], float]) -> _Run:
-    """The engine (in the profile's seconds when ``clock`` is virtual) and, for ``auto``, the controller."""
+    """The engine (``clock`` is the client's) and, for ``auto``, the controller."""
     engine = Engine(
         PROFILES[scenario.profile],
-        speed=scenario.speed or 1.0,
+        speed=scenario.speed,
         max_num_seqs=scenario.max_num_seqs,
         kv_cache_tokens=scenario.kv_cache_tokens,
         clock=clock,
@@ -237,7 +238,7 @@ def _prepare(scenario: Scenario, fixed: int | None, clock: Callable[[], float]) 
             timeout_s=scenario.timeout_s,
             initial=scenario.initial,
             known_knee=scenario.known_knee,
-            clock=engine.now,
+            clock=clock,
             tuning=scenario.tuning,
         )
     return _Run(scenario, engine, controller, fixed or 0, random.Random(scenario.workload.seed))
@@ -292,7 +293,7 @@ def run_load(scenario: Scenario, concurrency: int | None = None) -> LoadResult:
     """Run one scenario at a fixed ``concurrency``, or under ``AdaptiveLimit`` when it is None."""
     if concurrency is not None and concurrency < 1:
         raise ValueError(f"concurrency must be at least 1, not {concurrency}")
-    if scenario.speed is not None:
+    if scenario.real_time:
         return asyncio.run(_drive(scenario, concurrency, time.monotonic))
     with asyncio.Runner(loop_factory=VirtualClockLoop) as runner:
         loop = runner.get_loop()

@@ -3,11 +3,14 @@ saw, the state of the search for the knee, what a run leaves the next one, the c
 what a ``/metrics`` scrape says.
 
 A window starts at the first reply to a request sent after the last change (earlier ones belong to the
-old limit: the transient) and lasts ``window_replies`` x limit replies, ``window_latencies`` mean reply
-latencies (within ``min_window_s`` and ``max_window_s`` of wall time: a fast server is not measured on a
-slow one's clock), and until the standard error of its rate is below what its comparison needs
-(``precision`` for a small step, 5% for a doubling or more). It measures the delivery rate by Little's
-law, ``in flight x tokens / latency``, exact to ~0.1%.
+old limit: the transient). After a step of a ``descent`` or more it counts only replies to requests sent
+after that first reply: the requests sent with the step run in lockstep (their prefills together, their
+KV cache growing together) and tell little of the level in steady state. It lasts ``window_share`` of a
+turnover after a small step, a whole one after a doubling (the limit in replies, and the replies' mean
+latency in time, within ``min_window_s`` and ``max_window_s``: a fast server is not measured on a slow
+one's clock), and until the standard error of its rate is below what its comparison needs (``precision``
+for a small step, 5% for a doubling or more). It measures the delivery rate by Little's law,
+``in flight x tokens / latency``.
 """
 
 from __future__ import annotations
@@ -31,25 +34,32 @@ class ServerLoad:
 class Tuning:
     """The controller's knobs; the defaults are what the benchmark and the tests ran with."""
 
-    growth: float = 2.0  # the ramp's factor per window while steps pay well,
+    first_level: int = 128  # the ramp's first step goes this far (a real server's knee is at 64 to 512),
+    growth: float = 4.0  # then its factor per window while steps pay well, and at least that,
     sprint: float = 4.0  # and while /metrics show room (nothing waiting, the KV cache far from full)
+    descent: float = 1.41  # the largest step down: below a level the curve is steeper than above
     kv_fill: float = 0.9  # a jump aims no higher than this KV use, at the KV used per running request
     min_step: float = 0.04  # the smallest relative step: the precision of the knee
     min_elasticity: float = 0.3  # an increase must return >= 0.3% throughput per 1% of concurrency
     ramp_elasticity: float = 0.35  # a step that returns this much is followed by a twice larger one
     noise: float = 0.01  # relative throughput changes below this are noise
-    window_replies: float = 1.0  # a window lasts at least this many times the limit in replies,
-    window_latencies: float = 1.0  # at least this many of its replies' mean latency,
-    min_window_s: float = 1.0  # bounded below (the limit is updated every second)
+    window_share: float = 0.25  # a window lasts this share of a turnover (the limit in replies and its
+    # mean latency in time) after a small step, a whole one after a doubling or more (the server needs
+    # a turnover to settle: a KV cache fills up as the new requests grow),
+    min_replies: int = 8  # at least this many replies,
+    min_window_s: float = 0.0  # bounded below
     max_window_s: float = 15.0  # and above (a slow server's replies count is what makes it long),
     precision: float = 0.01  # and until its rate's relative standard error is below this
     ramp_precision: float = 0.05  # the precision a window needs for a step of a doubling or more
     min_scrapes: int = 3  # /metrics scrapes before a server signal counts
-    waiting_share: float = 0.5  # share of scrapes with waiting > 0 that means "sustained"
+    waiting_share: float = 0.5  # share of scrapes with waiting > 0 that means "sustained",
+    queue_share: float = 0.05  # unless the mean number waiting is below this share of those running;
+    flood_share: float = 0.25  # one scrape suffices after a step up when this share of those running waits
     kv_high: float = 0.9  # mean KV-cache use above which steps up are min_step only
-    preemption_rate: float = 0.02  # preemptions per reply above which the limit backs off
+    preemption_rate: float = 1.0  # preemptions per reply above which the limit backs off: a thrash
     latency_share: float = 0.5  # p90 latency above this share of the timeout backs off
-    hold_windows: int = 8  # windows held at the knee between two re-probes
+    hold_latencies: float = 10.0  # mean reply latencies held at the knee between two re-probes
+    stale_latencies: float = 30.0  # a best level measured longer ago is measured again before a probe
     ceiling_windows: int = 12  # decisions a ceiling from a server signal lasts
     shift: float = 0.25  # throughput change at the held level that restarts the search
 
@@ -65,6 +75,10 @@ class Window:
     changed_at: float
     grew: bool  # after an increase, server signals count at once (an overload shows immediately)
     precision: float  # the relative standard error its rate must reach
+    share: float = 1.0  # of a turnover it lasts at least (Tuning.window_share)
+    # After a large step the requests sent with it run in lockstep (their prefills together, their KV
+    # growing together), unlike any later: only replies to requests sent after the first reply count.
+    lockstep: bool = False
     started_at: float | None = None
     replies: list[tuple[float, float]] = field(default_factory=list)  # (tokens delivered, latency s)
     in_flight: list[int] = field(default_factory=list)
@@ -77,6 +91,7 @@ class Window:
         if self.started_at is None:
             self.started_at = now  # the first reply to a request sent under this limit
             self.settled_scrape = len(self.scrapes)
+        if self.lockstep and now - latency_s < self.started_at:
             return
         self.replies.append((tokens if ok else 0, latency_s))
 
@@ -89,11 +104,15 @@ class Window:
             self.scrapes.append(load)
 
     def complete(self, now: float, tuning: Tuning) -> bool:
-        if self.started_at is None or len(self.replies) < max(2.0, tuning.window_replies * self.limit):
-            return False  # (two replies at least: a rate and its error)
-        latency = sum(seconds for _, seconds in self.replies) / len(self.replies)
-        floor = min(max(tuning.window_latencies * latency, tuning.min_window_s), tuning.max_window_s)
+        if self.started_at is None or len(self.replies) < max(tuning.min_replies, self.share * self.limit):
+            return False
+        floor = self.share * self.mean_latency
+        floor = min(max(floor, tuning.min_window_s), tuning.max_window_s)
         return now - self.started_at >= floor and self.error <= self.precision
+
+    @property
+    def mean_latency(self) -> float:
+        return sum(seconds for _, seconds in self.replies) / len(self.replies) if self.replies else math.inf
 
     @property
     def throughput(self) -> float:
@@ -162,6 +181,24 @@ class KneeMemory:
         )
 
 
+def _elasticity(base_level: int, base: float, level: int, throughput: float) -> float:
+    """The relative throughput change per relative concurrency change, from the base to a level."""
+    if base > 0 < throughput:
+        return math.log(throughput / base) / math.log(level / base_level)
+    up = level > base_level  # from or to nothing: as steep as can be
+    return (1.0 if throughput > base else -1.0) * (math.inf if up else -math.inf)
+
+
+def pays(base_level: int, base: float, level: int, throughput: float, tuning: Tuning) -> bool:
+    """Whether ``level`` is better than the base: up, the extra concurrency must return enough
+    throughput; down, giving concurrency back must cost next to nothing (a plateau) or gain (past the
+    peak)."""
+    elasticity = _elasticity(base_level, base, level, throughput)
+    if level > base_level:
+        return throughput >= base * (1 + tuning.noise) and elasticity >= tuning.min_elasticity
+    return throughput > 0 and elasticity < tuning.min_elasticity / 2
+
+
 def _level(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
@@ -172,56 +209,74 @@ class KneeSearch:
 
     best: int
     smallest: float  # log of the smallest step, 1 + min_step
-    largest: float  # log of the largest step, growth
+    largest: float  # log of the largest step up, growth
+    descent: float  # log of the largest step down
     best_tp: float | None = None
     best_error: float = math.inf  # the relative standard error of best_tp
     lo: int | None = None  # the nearest level below ``best`` known to do worse
     hi: int | None = None  # the nearest level above ``best`` known to do worse
     reach_up: float = 0.0  # log of the next step up
     reach_down: float = 0.0
-    probes_since_best: int = 0
-    held: int = 0
+    held: float = 0.0  # latencies held at the knee since the last probe
     heading_up: bool = True  # the side to try first: where the last paid step went
     reprobe_up: bool = True
+    seen: dict[int, float] = field(default_factory=dict)  # the last throughput measured at each level
 
     @classmethod
-    def starting(cls, level: int, smallest: float, largest: float, memory: KneeMemory | None) -> KneeSearch:
+    def starting(cls, level: int, tuning: Tuning, memory: KneeMemory | None) -> KneeSearch:
         """At ``level``: a ramp, or where an earlier run left the search (small steps around a bracketed
         knee; otherwise on with its ramp, within the levels that did worse)."""
-        if memory is None:
-            return cls(level, smallest, largest, reach_up=largest, reach_down=smallest)
+        smallest, largest = math.log1p(tuning.min_step), math.log(tuning.growth)
+        descent = max(smallest, math.log(tuning.descent))
+        if memory is None:  # the first step is the largest: what a server runs starts well above 8
+            first = max(largest, math.log(tuning.first_level / level))
+            return cls(level, smallest, largest, descent, reach_up=first, reach_down=smallest)
         below, above = memory.worse_below, memory.worse_above
         return cls(
             level,
             smallest,
             largest,
+            descent,
             lo=below if below is not None and below < level else None,
             hi=above if above is not None and above > level else None,
             reach_up=smallest if memory.bracketed else largest,
             reach_down=smallest,
         )
 
-    def measured_best(self, throughput: float, error: float, shift: float) -> str:
+    def measured_best(self, throughput: float, error: float, tuning: Tuning) -> str:
         """A window at the best level: refresh its throughput; a large shift restarts the search."""
-        previous, self.best_tp, self.best_error, self.probes_since_best = self.best_tp, throughput, error, 0
-        if previous is not None and previous > 0 and abs(throughput / previous - 1) > shift:
+        previous, self.best_tp, self.best_error = self.best_tp, throughput, error
+        self.seen[self.best] = throughput
+        if previous is not None and previous > 0 and abs(throughput / previous - 1) > tuning.shift:
             self.lo = self.hi = None
-            self.reach_up, self.reach_down, self.held = self.smallest, self.smallest, 0
+            self.seen = {self.best: throughput}
+            self.reach_up, self.reach_down, self.held = self.largest, self.descent, 0
             return f"{change_words(previous, throughput)} at {self.best}: the server changed, searching again"
-        return f"{self.best} gives {throughput:.0f} tok/s"
+        return f"{self.best} gives {throughput:.0f} tok/s" + self._overtaken(tuning)
+
+    def _overtaken(self, tuning: Tuning) -> str:
+        """The best level measured again did worse than a bound did when it was probed (the earlier
+        value was lucky, or the server changed): that bound is the best level now, to measure again."""
+        for level in (self.hi, self.lo):
+            if level is None or level not in self.seen:
+                continue
+            if not pays(self.best, self.best_tp or 0.0, level, self.seen[level], tuning):
+                continue
+            old, self.best, self.best_tp, self.best_error = self.best, level, self.seen[level], math.inf
+            self.hi, self.lo = (None, self.lo) if level == self.hi else (self.hi, None)
+            self.hi, self.lo = (old, self.lo) if old > level else (self.hi, old)
+            self.reach_up = self.reach_down = self.smallest
+            self.heading_up = level > old
+            return f"; {level} did better when probed: the best level now"
+        return ""
 
     def judge(self, level: int, throughput: float, error: float, tuning: Tuning) -> str:
         """A window at a probe: move the best level there if it paid, else bound the knee by it."""
         base, old, up = self.best_tp or 0.0, self.best, level > self.best
-        if base > 0 < throughput:  # relative throughput change per relative concurrency change
-            elasticity = math.log(throughput / base) / math.log(level / old)
-        else:  # from or to nothing: as steep as can be
-            elasticity = (1.0 if throughput > base else -1.0) * (math.inf if up else -math.inf)
-        if up:  # the extra concurrency must return enough throughput
-            paid = throughput >= base * (1 + tuning.noise) and elasticity >= tuning.min_elasticity
-        else:  # giving concurrency back must cost next to nothing (a plateau) or gain (past the peak)
-            paid = throughput > 0 and elasticity < tuning.min_elasticity / 2
+        elasticity = _elasticity(old, base, level, throughput)
+        paid = pays(old, base, level, throughput, tuning)
         words = f"{change_words(base, throughput)} from {old} to {level}"
+        self.seen[level] = throughput
         if not paid:
             if up and throughput > base * 0.995 > 0:
                 words = words.replace("rose", "rose only", 1) + f" ({level / old:.2f}x the concurrency)"
@@ -231,12 +286,24 @@ class KneeSearch:
             well = elasticity >= tuning.ramp_elasticity
             self.lo, self.reach_up = old, min(self.largest, 2 * self.reach_up) if well else self.reach_up / 2
             self.reach_up = max(self.smallest, self.reach_up)
+            if not well and math.log(level / old) > self.descent:  # a peak may lie within a long step
+                self.reach_down = self.descent
+                up = False
         else:  # down a plateau or a slope that pays: faster
-            self.hi, self.reach_down = old, min(self.largest, 2 * self.reach_down)
+            self.hi, self.reach_down = old, min(self.descent, 2 * self.reach_down)
             words += " (a plateau: as much for less)" if throughput < base else ""
         self.best, self.best_tp, self.best_error, self.heading_up = level, throughput, error, up
-        self.probes_since_best = self.held = 0
+        self.held = 0
         return words
+
+    def jumped(self, level: int, top: int) -> None:
+        """The limit jumped to ``level`` on the server's word (it ran everything sent), unmeasured: the
+        search goes on from there, up to ``top`` first (where the KV cache or the maximum ends it)."""
+        self.best, self.best_tp, self.best_error = level, None, math.inf
+        self.lo = self.hi = None
+        self.reach_up = max(self.descent, math.log(top / level) - self.descent)  # to where the ramp aimed
+        self.reach_down, self.heading_up = self.descent, True
+        self.held = 0
 
     def failed(self, level: int, *, inside: bool = False) -> None:
         """A probe did worse: it bounds the knee. ``inside``: a step up that gained, only not enough: the
@@ -245,8 +312,8 @@ class KneeSearch:
         self.hi, self.lo = (level, self.lo) if level > self.best else (self.hi, level)
         self.heading_up = inside or level < self.best
         self.reach_up = self.largest if inside else self.smallest
-        self.reach_down = self.smallest
-        self.probes_since_best += 1
+        if self.lo is not None:  # else nothing below was measured: the knee may be far down
+            self.reach_down = self.smallest
         self.held = 0
 
     def next_probe(self, cap: int, minimum: int) -> int | None:
@@ -276,10 +343,11 @@ class KneeSearch:
             level = max(level, round(math.sqrt(self.lo * self.best)))
         return min(down, max(level, floor + 1))
 
-    def reprobe(self, cap: int, minimum: int, hold_windows: int) -> int | None:
-        """At the knee, every ``hold_windows`` windows: forget one side's bound (alternately) and step."""
-        self.held += 1
-        if self.held < hold_windows:
+    def reprobe(self, cap: int, minimum: int, held: float, hold: float) -> int | None:
+        """At the knee, after ``hold`` latencies held (``held`` more now): forget one side's bound
+        (alternately) and step."""
+        self.held += held
+        if self.held < hold:
             return None
         self.held = 0
         sides = (True, False) if self.reprobe_up else (False, True)

@@ -13,38 +13,49 @@ in BBR) finds the knee. A window measures it by Little's law, ``in flight x toke
 ~0.1%; tokens per second of a window depend on where its edges cut the replies (each delivers at its
 end): ~0.4 sqrt(limit) / replies, 20% for a first window at c=8 whose requests all started together.
 
-A window (:class:`~pipeline.servers.knee_search.Window`) starts at the first reply to a request sent after the
-last change and lasts until its rate is as precise as the comparison at hand needs: ~8 minutes at c=256
-with 2-minute replies, ~1 minute at c=8.
+A window (:class:`~pipeline.servers.knee_search.Window`) measures one level; the module says how long.
 
-The search, one decision per window:
+The search, one decision per window, is built for a first run of one to two hours: the ramp must cost
+a few request latencies, not a fifth of the run (a real vLLM server's knee is at 64 to 512 in flight).
 
-1. Ramp: from ``initial`` (8), double while each step pays well (elasticity, the relative throughput
-   gain per relative concurrency step, >= ``ramp_elasticity``); a step that pays less halves the next.
-   With ``known_knee`` (an earlier run's), start there in small steps instead.
-2. Bracket: an increase pays when throughput rises by more than ``noise`` and by ``min_elasticity`` of
+1. Opening, on the server's word: while a ``/metrics`` scrape since the last change shows the server
+   running all that was sent, nothing waiting and its KV cache far from full, jump at once (``sprint``
+   x, more while the replies' latency leaves room under the timeout), without a window, up to a
+   ``descent`` below the top: the KV wall (``kv_fill`` of the cache at the KV each running request uses
+   now) or the maximum. The first window is there: below a peak of throughput that may lie below the wall.
+2. Ramp, by windows (servers without /metrics, or faster than the scrapes): from ``initial`` (8) a first
+   step to ``first_level``, then ``growth`` x while each step pays well (elasticity, the relative
+   throughput gain per relative concurrency step, >= ``ramp_elasticity``); a step that pays less halves
+   the next, and a long one looks inside first. Steps up aim at the KV wall (a ``descent`` below it
+   first), and near a full cache at where it would be full. With ``known_knee`` (an earlier run's), start
+   there: small steps around a bracketed knee, else on with the ramp within its bounds.
+3. Bracket: an increase pays when throughput rises by more than ``noise`` and by ``min_elasticity`` of
    the step (+3% for +10%); a decrease pays when it costs under half that (a plateau) or gains (past
    the peak). A step that does not pay bounds the knee and sends the limit back to the best level (a
-   collapse lasts one window); the search goes on in ``min_step`` steps that double while they pay,
-   never past a bracket's middle, until the nearest worse levels on both sides are a step away. The
-   best level is measured again when older than two probes or less precise than a comparison needs.
-3. Hold: every ``hold_windows`` windows, forget one side's bound (up, then down) and step once, so a
-   server that got faster or slower is followed; a shift of ``shift`` at the held level restarts it all.
+   collapse lasts one window); one that gained, only not enough, halves the bracket; else the search
+   goes on in ``min_step`` steps that double while they pay, never past a bracket's middle, until the
+   nearest worse levels on both sides are a step away. The best level measured again below what a bound
+   gave when probed hands over to it; measured again after ``stale_latencies``, or when less precise
+   than a comparison needs.
+4. Hold: after ``hold_latencies`` mean reply latencies, forget one side's bound (up, then down) and step
+   once, so a server that got faster or slower is followed; a shift of ``shift`` at the held level
+   restarts the search.
 
-Server signals decide as soon as ``min_scrapes`` scrapes show them (a doubling into a collapse costs
-seconds); the first two back off and set a ceiling for ``ceiling_windows`` decisions:
+Server signals decide as soon as ``min_scrapes`` scrapes show them, one when a step up floods the queue
+(``flood_share`` of those running wait); they back off and set a ceiling for ``ceiling_windows``
+decisions:
 
-* ``waiting > 0`` in ``waiting_share`` of the scrapes: the limit exceeds what the server runs (its
-  ``--max-num-seqs``, or what its KV cache admits); down by the mean number waiting.
-* preemptions above ``preemption_rate`` per reply, once the transient is over: the KV cache overflows;
-  down one ``min_step``.
-* KV use >= ``kv_high``: steps up are ``min_step`` only, no back-off by itself: when memory is the limit
-  throughput peaks with the cache full (nemotron-super-49b with 150,000 KV tokens: 99% of its best at 86
-  streams and 97% KV; 89% at 76 streams and KV < 90%). Preemptions and the queue say when it is too full.
+* ``waiting`` above ``queue_share`` of those running in ``waiting_share`` of the scrapes: the limit
+  exceeds what the server runs (its ``--max-num-seqs``, or what its KV cache admits); the next level is
+  what it runs, judged against the best (a short queue is fine: it keeps a full server busy).
+* preemptions above ``preemption_rate`` per reply, once the transient is over: a thrash; down one
+  ``min_step``. Fewer are the price of a full cache, where throughput peaks when memory is the limit
+  (nemotron-super-49b with 150,000 KV tokens: best at 88 streams, the cache full and a few preempted).
 
 p90 latency above ``latency_share`` of the timeout (a timeout is a reply that took all of it) backs off
 in proportion, to 0.8 of that share. Without ``/metrics`` (``ServerLoad`` fields None) the search and the
-latency guard work alone. The limit stays in [minimum, maximum].
+latency guard work alone. The limit stays in [minimum, maximum]. What a run learned (:attr:`learned`)
+is the knee as last bracketed, or the best level and the nearest levels that did worse.
 """
 
 from __future__ import annotations
@@ -91,15 +102,18 @@ class AdaptiveLimit:
         self._tuning, self._clock = tuning, clock
         start = known_knee.level if known_knee is not None else initial
         self._limit = min(maximum, max(minimum, DEFAULT_INITIAL if start is None else start))
-        smallest, largest = math.log1p(tuning.min_step), math.log(tuning.growth)
-        self._knee = KneeSearch.starting(self._limit, smallest, largest, known_knee)
+        self._knee = KneeSearch.starting(self._limit, tuning, known_knee)
         self._ceiling: int | None = None
         self._ceiling_left = 0
         self._at_knee = False
+        self._bracket: KneeMemory | None = None  # the knee as last bracketed, kept while re-probing
         self._measured = False  # a window was judged, or a server signal moved the limit
+        self._opening = known_knee is None  # jumps on the server's word until a step up did worse
+        self._decided_at = self._best_at = clock()  # the last decision; the best level's last window
         self._load: ServerLoad | None = None  # the latest scrape
         first = self._precision_for(self._knee.reach_up)  # what the first step needs: a ramp's or a small one
-        self._window = Window(self._limit, clock(), grew=True, precision=first)
+        # From nothing in flight a short window will do: the opening level is small, or known to be good.
+        self._window = Window(self._limit, clock(), grew=True, precision=first, share=tuning.window_share)
 
     @property
     def limit(self) -> int:
@@ -127,6 +141,8 @@ class AdaptiveLimit:
         if not self._measured:
             return None
         knee = self._knee
+        if self._bracket is not None and self._bracket.level == knee.best:
+            return self._bracket
         return KneeMemory(knee.best, self._at_knee, worse_below=knee.lo, worse_above=knee.hi)
 
     def on_finished(self, *, latency_s: float, output_tokens: int, ok: bool) -> None:
@@ -151,64 +167,107 @@ class AdaptiveLimit:
         signal = self._server_signal(window)
         if signal is None:
             if not window.complete(now, self._tuning):
-                return None
+                return self._jump_on_room(now, window, in_flight)
             signal = self._latency_signal(window)
         self._ceiling_left -= 1
         if self._ceiling_left <= 0:
             self._ceiling = None
         return self._back_off(now, *signal) if signal is not None else self._decide(now, window)
 
-    def _server_signal(self, window: Window) -> tuple[int, str] | None:
+    def _server_signal(self, window: Window) -> tuple[int, str, bool] | None:
+        """A queue (and the level the server runs, True), or preemptions (False), or None."""
         tuning, limit, scrapes = self._tuning, self._limit, window.scrapes
-        if len(scrapes) < tuning.min_scrapes:
+        if len(scrapes) < tuning.min_scrapes and not (
+            window.grew and scrapes and _flooded(scrapes[-1], tuning)
+        ):
             return None
         waiting = window.mean([load.waiting for load in scrapes])
         queued = sum(1 for load in scrapes if (load.waiting or 0) > 0)
-        if waiting is not None and queued >= tuning.waiting_share * len(scrapes):
-            running = window.mean([load.running for load in scrapes])
+        running = window.mean([load.running for load in scrapes])
+        tolerated = tuning.queue_share * (running or 0.0)  # a short queue keeps a full server busy
+        if waiting is not None and queued >= tuning.waiting_share * len(scrapes) and waiting > tolerated:
             runs = f", {running:.0f} running" if running is not None else ""
-            return limit - max(1, round(waiting)), (
-                f"the server queues at {limit}: {waiting:.0f} waiting{runs} (mean of {len(scrapes)} scrapes)"
-            )
+            scraped = f"mean of {len(scrapes)} scrapes" if len(scrapes) > 1 else "one scrape"
+            level = limit - max(1, round(waiting))
+            if len(scrapes) < tuning.min_scrapes:  # flooded: the server may still be filling up
+                level = min(level, round(scrapes[-1].running or level))
+            return level, f"the server queues at {limit}: {waiting:.0f} waiting{runs} ({scraped})", True
         # Preemptions count after the transient: a step up admits its requests at once, and a few are
         # preempted until the batch settles, at a level that runs without any.
         settled = scrapes[window.settled_scrape :] if window.started_at is not None else []
         counter = [load.preemptions_total for load in settled if load.preemptions_total is not None]
-        preempted = counter[-1] - counter[0] if counter else 0.0
-        expected = max(len(window.replies), tuning.window_replies * limit)  # replies in the window
+        preempted = counter[-1] - counter[0] if len(counter) >= 2 else 0.0
+        expected = max(len(window.replies), limit)  # replies in a turnover at least
         if preempted >= 3 and preempted > tuning.preemption_rate * expected:
             kv = window.mean([load.kv_usage for load in scrapes])
             full = f", KV cache {kv:.0%} used" if kv is not None else ""
             replies = len(window.replies)
-            return limit - max(1, round(limit * tuning.min_step)), (
-                f"the server preempted {preempted:.0f} requests in {replies} replies at {limit}{full}"
+            return (
+                limit - max(1, round(limit * tuning.min_step)),
+                f"the server preempted {preempted:.0f} requests in {replies} replies at {limit}{full}",
+                False,
             )
         return None
 
-    def _latency_signal(self, window: Window) -> tuple[int, str] | None:
+    def _jump_on_room(self, now: float, window: Window, in_flight: int | None) -> LimitChange | None:
+        """The opening: while a scrape since the last change shows the server running everything sent,
+        nothing waiting and its KV cache far from full, jump (``sprint``x, no further than the KV wall)
+        without waiting for a window; a step up that did worse, or a server signal, ends it."""
+        if not self._opening or not window.scrapes or (in_flight is not None and in_flight < self._limit):
+            return None
+        tuning, limit, load = self._tuning, self._limit, window.scrapes[-1]
+        if load.waiting is None or load.waiting > 0 or not load.running or not load.kv_usage:
+            return None
+        if load.running < 0.9 * limit:
+            return None  # not all sent yet, or another client's requests: nothing to conclude
+        wall = math.floor(tuning.kv_fill * load.running / load.kv_usage)
+        cap = self.maximum if self._ceiling is None else min(self.maximum, self._ceiling)
+        top = min(wall, cap)  # the first window measures below it: a peak of throughput may lie below
+        # A server that runs fewer than it admits queues the rest: their latency grows by the jump's factor,
+        # which must keep replies well within the timeout (sprint x while no reply tells the latency).
+        factor = max(tuning.sprint, tuning.latency_share * self.timeout_s / window.mean_latency)
+        target = min(math.floor(limit * factor), math.floor(top / tuning.descent))
+        if target < limit * tuning.descent:  # near the top: windows take it from here
+            self._opening = False
+            return None
+        self._knee.jumped(target, top)
+        reason = (
+            f"the server runs all {load.running:.0f} with nothing waiting, KV cache {load.kv_usage:.0%} used "
+            f"(room for ~{wall}): jumping to {target}"
+        )
+        return self._set(now, target, reason)
+
+    def _latency_signal(self, window: Window) -> tuple[int, str, bool] | None:
         allowed, p90 = self._tuning.latency_share * self.timeout_s, window.p90_latency
         if p90 <= allowed:
             return None
         timeouts = sum(seconds >= self.timeout_s for _, seconds in window.replies)
         timed_out = f", {timeouts} of {len(window.replies)} replies timed out" if timeouts else ""
-        return math.floor(self._limit * 0.8 * allowed / p90), (
+        return (
+            math.floor(self._limit * 0.8 * allowed / p90),
             f"p90 latency {p90:.0f} s at {self._limit} is above {self._tuning.latency_share:.0%} "
-            f"of the {self.timeout_s:.0f} s timeout{timed_out}"
+            f"of the {self.timeout_s:.0f} s timeout{timed_out}",
+            False,
         )
 
-    def _back_off(self, now: float, level: int, reason: str) -> LimitChange | None:
-        """A server or latency signal: a probe there failed, and nothing above ``level`` for a while."""
+    def _back_off(self, now: float, level: int, reason: str, runs: bool) -> LimitChange | None:
+        """A server or latency signal: a probe there failed, and nothing above ``level`` for a while.
+        ``runs``: ``level`` is what the server runs (it queues the rest), so the search goes on there."""
         level = max(self.minimum, min(level, self._limit - 1))
         self._ceiling = level if self._ceiling is None else min(self._ceiling, level)
         self._ceiling_left = self._tuning.ceiling_windows
         knee = self._knee
-        if self._limit != knee.best:
-            knee.failed(self._limit)
+        if self._limit != knee.best:  # far above the best, nothing tells where between the knee lies
+            knee.failed(self._limit, inside=self._limit > knee.best * self._tuning.descent**2)
             knee.heading_up = level > knee.best  # the server takes more than the best: look there first
         if level < knee.best:  # the best level itself is too much now
             knee.hi, knee.best, knee.best_tp = knee.best, level, None
             knee.lo = knee.lo if knee.lo is not None and knee.lo < level else None
-        knee.held, self._at_knee, self._measured = 0, False, True
+            knee.reach_up = knee.reach_down = knee.smallest  # what the server runs is the knee, or near it
+        knee.held, self._at_knee, self._measured, self._opening = 0, False, True, False
+        if runs and level > knee.best:  # what the server runs: a probe, judged against the best level
+            return self._set(now, level, f"{reason}: trying {level}, what it runs")
+        self._best_at = now if self._limit == knee.best else self._best_at
         action = f"down to {knee.best}" if knee.best == level else f"back to {knee.best}, the best level"
         return self._set(now, knee.best, f"{reason}: {action}")
 
@@ -216,43 +275,55 @@ class AdaptiveLimit:
         """A complete window and no signal: judge its throughput and pick the next level."""
         tuning, knee, limit = self._tuning, self._knee, self._limit
         if limit == knee.best:
-            words = knee.measured_best(window.throughput, window.error, tuning.shift)
+            words = knee.measured_best(window.throughput, window.error, tuning)
         else:
             words = knee.judge(limit, window.throughput, window.error, tuning)
         self._measured = True
-        words += self._aim_up(window)
+        self._opening = self._opening and knee.hi is None
+        if knee.best == limit:
+            self._best_at = now
+        if limit == knee.best:  # the window saw the best level's KV cache: a step up starts there
+            words += self._aim_up(window)
         cap = self.maximum if self._ceiling is None else min(self.maximum, self._ceiling)
         target = knee.next_probe(cap, self.minimum)
         self._at_knee = target is None
         if target is None:
-            target = knee.reprobe(cap, self.minimum, tuning.hold_windows) or knee.best
+            self._bracket = KneeMemory(knee.best, True, worse_below=knee.lo, worse_above=knee.hi)
+            held = (now - self._decided_at) / window.mean_latency
+            target = knee.reprobe(cap, self.minimum, held, tuning.hold_latencies) or knee.best
             action = f"re-probing {target}, a step from the knee at {knee.best}"
             action = action if target != knee.best else f"back to {knee.best}, the best level"
             return self._set(now, target, f"{words}: {action}")
         # Compare like with like: a probe only against a recent value of the best, as precise as needed.
         needed = self._precision_for(math.log(target / knee.best))
-        stale = knee.probes_since_best >= 2 or knee.best_error > 1.5 * needed
+        age = (now - self._best_at) / window.mean_latency
+        stale = age > tuning.stale_latencies or knee.best_error > 1.5 * needed
         if stale and limit != knee.best:
             return self._set(now, knee.best, f"{words}: back to {knee.best} to measure it again")
         return self._set(now, knee.best if stale else target, f"{words}: trying {target}")
 
     def _aim_up(self, window: Window) -> str:
-        """What ``/metrics`` say about the next step up: small ones near a full KV cache; with room (no
-        queue, the cache far from full) faster ones while steps pay well, but no further than the KV
-        wall, where the cache would be full at the KV each running request uses now."""
+        """What ``/metrics`` say about the next step up from the best level (the window's). Near a full KV
+        cache: one step to where it would be full, then small ones. With room (nothing waiting): faster
+        steps while they pay well, but no further than the KV wall (``kv_fill`` of the cache at the KV
+        each running request uses now), and first to a ``descent`` below it: a peak of throughput may
+        lie below the wall, and it costs less to look from there."""
         tuning, knee, load = self._tuning, self._knee, self._load
         kv = window.mean([scrape.kv_usage for scrape in window.scrapes])
         if kv is not None and kv >= tuning.kv_high:  # collapse is near: approach it in small steps
-            knee.reach_up = knee.smallest
-            return f" (KV cache {kv:.0%} used: small steps up)"
+            running = window.mean([scrape.running for scrape in window.scrapes]) or 0.0
+            full = running / kv
+            knee.reach_up = max(knee.smallest, min(knee.reach_up, math.log(full / knee.best)))
+            return f" (KV cache {kv:.0%} used: full at ~{full:.0f})"
         if load is None or not load.running or not load.kv_usage or load.waiting is None or load.waiting > 0:
             return ""
         if knee.reach_up >= knee.largest:
-            knee.reach_up = math.log(tuning.sprint)
+            knee.reach_up = max(knee.reach_up, math.log(tuning.sprint))
         wall = tuning.kv_fill * load.running / load.kv_usage
-        if math.log(wall / knee.best) >= knee.reach_up:
+        aim = wall / tuning.descent if knee.best * tuning.descent**2 <= wall else wall
+        if math.log(aim / knee.best) >= knee.reach_up:
             return ""
-        knee.reach_up = max(knee.smallest, math.log(wall / knee.best))
+        knee.reach_up = max(knee.smallest, math.log(aim / knee.best))
         return f" (KV cache {load.kv_usage:.0%} used by {load.running:.0f} requests: room for ~{wall:.0f})"
 
     def _precision_for(self, log_step: float) -> float:
@@ -263,11 +334,22 @@ class AdaptiveLimit:
         return max(tuning.precision, needed)
 
     def _set(self, now: float, new: int, reason: str) -> LimitChange | None:
+        self._decided_at = now
         old, self._limit = self._limit, max(self.minimum, min(self.maximum, new))
         precision = self._precision_for(math.log(self._limit / self._knee.best))
-        if self._limit == old:  # no transient to wait out
-            changed_at, grew = self._window.changed_at, self._window.grew
-            self._window = Window(self._limit, changed_at, grew, precision, started_at=now)
+        share = min(1.0, max(self._tuning.window_share, abs(math.log(self._limit / old)) / math.log(2)))
+        previous = self._window
+        if self._limit == old:  # no transient to wait out; the scrapes still tell about this level
+            kept = previous.scrapes[-2 * self._tuning.min_scrapes :]
+            changed_at, grew = previous.changed_at, previous.grew
+            window = Window(self._limit, changed_at, grew, precision, share, started_at=now, scrapes=kept)
+            self._window = window
         else:
-            self._window = Window(self._limit, now, self._limit > old, precision)
+            lockstep = share >= 0.5
+            self._window = Window(self._limit, now, self._limit > old, precision, share, lockstep=lockstep)
         return None if self._limit == old else LimitChange(old, self._limit, reason)
+
+
+def _flooded(load: ServerLoad, tuning: Tuning) -> bool:
+    """One scrape is enough after a step up that the server queues a good part of: no blip does that."""
+    return (load.waiting or 0.0) > tuning.flood_share * max(load.running or 0.0, 1.0)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import pytest
 
 from pipeline.bench.closed_loop import Scenario, run_load
-from pipeline.servers.knee_search import KneeMemory, ServerLoad
+from pipeline.servers.knee_search import DEFAULT_TUNING, KneeMemory, KneeSearch, ServerLoad
 from pipeline.servers.limits import AdaptiveLimit, LimitChange
 
 TOKENS = 400
@@ -70,39 +70,33 @@ def no_queue(concurrency: int) -> ServerLoad:
     return ServerLoad(running=concurrency, waiting=0, kv_usage=0.3, preemptions_total=0)
 
 
-def test_grows_multiplicatively_while_throughput_rises_and_never_passes_the_maximum() -> None:
+def test_ramps_to_128_then_by_four_while_throughput_rises_and_never_passes_the_maximum() -> None:
+    """A real server's knee is at 64 to 512 in flight: the ramp does not crawl there from 8 by doublings."""
     clock = FakeClock()
-    controller = limiter(clock, maximum=64)
-    changes = Server(lambda c: 30.0 * c).drive(controller, clock, 3600)
-    assert steps(changes)[:3] == [(8, 16), (16, 32), (32, 64)]
+    controller = limiter(clock, maximum=1024)
+    changes = Server(lambda c: 30.0 * min(c, 600)).drive(controller, clock, 3 * 3600)
+    assert steps(changes)[:3] == [(8, 128), (128, 512), (512, 1024)]
     assert [change.reason for change in changes[:2]] == [
-        "8 gives 240 tok/s: trying 16",
-        "throughput rose 100% (240 -> 480 tok/s) from 8 to 16: trying 32",
+        "8 gives 240 tok/s: trying 128",
+        "throughput rose 1500% (240 -> 3840 tok/s) from 8 to 128: trying 512",
     ]
-    assert max(change.new for change in changes) == 64 and controller.limit == 64
-    # At the maximum it looked one step below, saw throughput fall, and stayed.
-    assert steps(changes)[3:5] == [(64, 61), (61, 64)]
-    assert (
-        changes[4].reason
-        == "throughput fell 5% (1920 -> 1830 tok/s) from 64 to 61: back to 64, the best level"
-    )
-    assert controller.at_knee
+    assert max(change.new for change in changes) == 1024
+    assert controller.at_knee and 570 <= controller.best_level <= 630  # the edge, 600, to within a step
 
 
 def test_stops_at_a_plateau_and_comes_back_to_its_edge_without_metrics() -> None:
     clock = FakeClock()
     controller = limiter(clock)  # 20 tok/s per stream up to 12 streams, then flat: a server that queues
     changes = Server(lambda c: 20.0 * min(c, 12)).drive(controller, clock, 3 * 3600)
-    assert steps(changes)[:3] == [(8, 16), (16, 32), (32, 15)]
-    assert changes[2].reason == (
-        "throughput unchanged (240 -> 240 tok/s) from 16 to 32 (2.00x the concurrency): trying 15"
-    )
-    assert "(a plateau: as much for less)" in changes[3].reason
+    assert steps(changes)[:3] == [(8, 128), (128, 32), (32, 16)]
+    assert changes[1].reason == (
+        "throughput rose only 50% (160 -> 240 tok/s) from 8 to 128 (16.00x the concurrency): trying 32"
+    )  # gained, only not enough: the knee lies between, and the next probe halves the bracket
     assert controller.best_level == 12 and controller.at_knee
-    assert {change.new for change in changes[-6:]} == {11, 12, 13}  # at the edge, a step around it at most
+    assert {change.new for change in changes[-6:]} <= {11, 12, 13}  # at the edge, a step around it at most
 
 
-def test_backs_off_to_what_the_server_runs_when_its_queue_stays_non_empty() -> None:
+def test_backs_off_to_what_the_server_runs_when_a_step_floods_its_queue() -> None:
     clock = FakeClock()
     controller = limiter(clock, initial=16)
 
@@ -110,47 +104,117 @@ def test_backs_off_to_what_the_server_runs_when_its_queue_stays_non_empty() -> N
         return ServerLoad(min(concurrency, 8), max(concurrency - 8, 0), 0.05, 0)
 
     changes = Server(lambda c: 19.0 * min(c, 8), queue).drive(controller, clock, 20)
-    assert steps(changes) == [(16, 8)]
-    assert changes[0].reason == "the server queues at 16: 8 waiting, 8 running (mean of 3 scrapes): down to 8"
+    assert steps(changes) == [(16, 8)]  # one scrape is enough: half of what was sent waits
+    assert changes[0].reason == "the server queues at 16: 8 waiting, 8 running (one scrape): down to 8"
     assert controller.ceiling == 8
 
 
-def test_kv_cache_near_full_allows_only_small_steps_up() -> None:
-    def kv(usage: float) -> Callable[[int], ServerLoad]:
-        return lambda concurrency: ServerLoad(concurrency, 0, usage, 0)
-
-    roomy, full = FakeClock(), FakeClock()
-    grows, creeps = limiter(roomy, initial=64), limiter(full, initial=64)
-    assert steps(Server(lambda c: 30.0 * c, kv(0.5)).drive(grows, roomy, 100))[0] == (64, 128)
-    changes = Server(lambda c: 30.0 * c, kv(0.95)).drive(creeps, full, 100)
-    assert steps(changes)[0] == (64, 67)
-    assert changes[0].reason == "64 gives 1920 tok/s (KV cache 95% used: small steps up): trying 67"
-
-
-def test_backs_off_one_step_when_preemptions_rise() -> None:
+def test_a_short_queue_is_no_reason_to_back_off() -> None:
+    """A server at its KV wall runs what fits and queues one or two: that keeps it busy, not overloaded."""
     clock = FakeClock()
     controller = limiter(clock, initial=64)
-    scrapes = iter(range(0, 1000, 2))  # two more preemptions every 5 s
 
-    def preempting(concurrency: int) -> ServerLoad:
+    def at_the_wall(concurrency: int) -> ServerLoad:
+        return ServerLoad(min(concurrency, 62), max(concurrency - 62, 0), 0.99, 0)
+
+    changes = Server(lambda c: 30.0 * min(c, 62), at_the_wall).drive(controller, clock, 30)
+    assert steps(changes)[0] == (64, 67)  # 2 waiting beside 62 running: no back-off, a probe up
+    assert changes[0].reason == "64 gives 1860 tok/s (KV cache 99% used: full at ~63): trying 67"
+    assert changes[1].reason.startswith("the server queues at 67: 5 waiting, 62 running")
+
+
+def test_queues_that_last_back_off_to_what_the_server_runs_and_try_it_against_the_best() -> None:
+    clock = FakeClock()
+    controller = AdaptiveLimit(
+        maximum=512, timeout_s=900.0, known_knee=KneeMemory(40, bracketed=False), clock=clock
+    )
+
+    def queue(concurrency: int) -> ServerLoad:  # runs 70, queues the rest: a KV cache full at 74
+        running = min(concurrency, 70)
+        return ServerLoad(running, max(concurrency - 70, 0), running / 74, 0)
+
+    changes = Server(lambda c: 6.0 * min(c, 70), queue).drive(controller, clock, 900)
+    assert steps(changes)[:3] == [(40, 67), (67, 74), (74, 70)]  # to the KV wall, then to a full cache
+    assert changes[2].reason == (
+        "the server queues at 74: 4 waiting, 70 running (mean of 3 scrapes): trying 70, what it runs"
+    )
+    assert controller.best_level == 70 and controller.at_knee
+
+
+def test_steps_up_aim_below_the_kv_wall_first_then_at_it() -> None:
+    """With room in the KV cache a step up goes no further than the wall (90% of the cache at the KV each
+    running request holds), and first to a descent below it: a peak of throughput may lie below."""
+    clock = FakeClock()
+    controller = limiter(clock, initial=48)
+
+    def kv(concurrency: int) -> ServerLoad:  # each request holds 0.25% of the cache: full at 400
+        return ServerLoad(concurrency, 0, concurrency / 400, 0)
+
+    changes = Server(lambda c: 30.0 * min(c, 400), kv).drive(controller, clock, 600)
+    assert steps(changes)[:4] == [(48, 192), (192, 271), (271, 360), (360, 400)]
+    assert changes[0].reason == (
+        "the server runs all 48 with nothing waiting, KV cache 12% used (room for ~360): jumping to 192"
+    )
+    assert changes[1].reason == "192 gives 5760 tok/s: trying 271"  # 360 / 1.41, where the opening aimed
+    assert changes[2].reason.endswith("(KV cache 68% used by 271 requests: room for ~360): trying 360")
+    assert changes[3].reason.endswith("(KV cache 90% used: full at ~400): trying 400")
+    assert controller.best_level == 400
+
+
+def test_the_opening_jumps_on_the_servers_word_without_waiting_for_a_window() -> None:
+    """Each scrape that shows the server running all that was sent, nothing waiting and its KV cache far
+    from full, jumps: 8 to 255 within 15 s, where windows of replies that take a minute would need
+    several minutes."""
+    clock = FakeClock()
+    controller = limiter(clock)
+
+    def kv(concurrency: int) -> ServerLoad:
+        return ServerLoad(concurrency, 0, concurrency / 400, 0)
+
+    slow = Server(lambda c: 6.0 * min(c, 300), kv)  # a reply at c=8 takes 67 s
+    changes = slow.drive(controller, clock, 16)
+    assert steps(changes) == [(8, 32), (32, 128), (128, 255)]
+    assert [change.reason for change in changes] == [
+        "the server runs all 8 with nothing waiting, KV cache 2% used (room for ~360): jumping to 32",
+        "the server runs all 32 with nothing waiting, KV cache 8% used (room for ~360): jumping to 128",
+        "the server runs all 128 with nothing waiting, KV cache 32% used (room for ~360): jumping to 255",
+    ]
+    assert controller.learned is None  # nothing measured yet
+
+
+def test_kv_cache_near_full_steps_to_where_it_would_be_full() -> None:
+    clock = FakeClock()
+    controller = limiter(clock, initial=64)
+    changes = Server(lambda c: 30.0 * c, lambda c: ServerLoad(c, 0, 0.95, 0)).drive(controller, clock, 100)
+    assert steps(changes)[0] == (64, 68)
+    assert changes[0].reason == "64 gives 1920 tok/s (KV cache 95% used: full at ~67): trying 68"
+
+
+def test_backs_off_one_step_when_the_server_thrashes() -> None:
+    clock = FakeClock()
+    controller = limiter(clock, initial=64)
+    scrapes = iter(range(0, 100_000, 20))  # 20 more preemptions every 5 s, 3 replies: a thrash
+
+    def thrashing(concurrency: int) -> ServerLoad:
         return ServerLoad(concurrency, 0, 0.99, next(scrapes))
 
-    changes = Server(lambda c: 30.0 * c, preempting).drive(controller, clock, 30)
-    assert steps(changes) == [(64, 61)]  # once the transient (the first 13 s) is over: 4 in 3 scrapes
-    assert changes[0].reason.startswith("the server preempted 4 requests in ")
+    changes = Server(lambda c: 240.0, thrashing).drive(controller, clock, 200)  # a reply takes 107 s
+    assert steps(changes) == [(64, 61)]  # once the transient is over: 3 scrapes after the first reply
+    assert changes[0].reason.startswith("the server preempted 80 requests in ")
     assert changes[0].reason.endswith(" replies at 64, KV cache 99% used: down to 61")
     assert controller.ceiling == 61
 
 
-def test_a_few_preemptions_are_tolerated() -> None:
+def test_preemptions_below_one_per_reply_are_the_price_of_a_full_cache() -> None:
     clock = FakeClock()
     controller = limiter(clock, initial=64)
-    counts = iter([0, 0, 1, 1, 1, 2] + [2] * 1000)  # 2 preemptions over hundreds of replies
+    scrapes = iter(range(0, 100_000, 2))  # 2 more every 5 s, with 24 replies: a full cache, no thrash
 
-    def rare(concurrency: int) -> ServerLoad:
-        return ServerLoad(concurrency, 0, 0.97, next(counts))
+    def full(concurrency: int) -> ServerLoad:
+        return ServerLoad(concurrency, 0, 0.99, next(scrapes))
 
-    assert steps(Server(lambda c: 30.0 * c, rare).drive(controller, clock, 100))[0] == (64, 67)
+    changes = Server(lambda c: 30.0 * c, full).drive(controller, clock, 100)
+    assert changes and all("preempted" not in change.reason for change in changes)
 
 
 def test_backs_off_when_latency_nears_the_timeout() -> None:
@@ -166,7 +230,7 @@ def test_timeouts_count_as_replies_that_took_the_whole_timeout() -> None:
     clock = FakeClock()
     controller = limiter(clock, initial=10, timeout_s=60.0)
     clock.now += 60.0
-    for _ in range(21):  # a hung server: nothing but timeouts (the first starts the window)
+    for _ in range(20):  # a hung server: nothing but timeouts
         clock.now += 6.0
         controller.on_timeout()
     change = controller.update()
@@ -192,11 +256,15 @@ def test_goes_back_to_the_best_level_when_throughput_collapses_after_growth() ->
     clock = FakeClock()
     controller = limiter(clock)  # past 32 streams the server thrashes: 100 tok/s whatever the load
     changes = Server(lambda c: 30.0 * c if c <= 32 else 100.0).drive(controller, clock, 3 * 3600)
-    assert steps(changes)[:4] == [(8, 16), (16, 32), (32, 64), (64, 30)]
-    assert changes[3].reason == "throughput fell 90% (960 -> 100 tok/s) from 32 to 64: trying 30"
-    assert controller.limit == 32
-    # Later re-probes above the cliff last one window each and always come back.
-    assert all(change.new == 32 for change in changes[4:] if change.old > 32)
+    assert steps(changes)[:2] == [(8, 128), (128, 8)]
+    assert changes[1].reason == (
+        "p90 latency 512 s at 128 is above 50% of the 900 s timeout: back to 8, the best level"
+    )
+    assert steps(changes)[2:5] == [(8, 32), (32, 64), (64, 30)]  # halving the bracket: nothing known in it
+    assert changes[4].reason == "throughput fell 90% (960 -> 100 tok/s) from 32 to 64: trying 30"
+    assert controller.best_level == 32 and controller.at_knee
+    # Later probes above the cliff last one window each and always come back.
+    assert all(change.new == 32 for change in changes[5:] if change.old > 32)
 
 
 def test_replies_to_requests_sent_before_a_change_do_not_count() -> None:
@@ -206,37 +274,44 @@ def test_replies_to_requests_sent_before_a_change_do_not_count() -> None:
         clock.now += 1.0
         controller.on_finished(latency_s=200.0, output_tokens=TOKENS, ok=True)
         assert controller.update() is None
-    for _ in range(17):  # the first reply to a new request starts the window, 16 more fill it
+    for _ in range(8):  # the first replies to new requests: 8 and a quarter of their latency
         clock.now += 1.0
         controller.on_finished(latency_s=10.0, output_tokens=TOKENS, ok=True)
     change = controller.update()
-    assert change is not None and change.reason == "8 gives 320 tok/s: trying 16"
+    assert change is not None and change.reason == "8 gives 320 tok/s: trying 128"
 
 
-def test_a_window_lasts_twice_the_limit_in_replies_however_long_they_take() -> None:
+def test_after_a_large_step_only_requests_sent_after_its_first_reply_count() -> None:
+    """The requests sent with a large step run in lockstep: they tell little of the level's steady state."""
     clock = FakeClock()
-    controller = limiter(clock, initial=256)
-    clock.now += 120.0
-    controller.on_finished(latency_s=120.0, output_tokens=TOKENS, ok=True)  # starts the window
-    for _ in range(511):
-        clock.now += 0.5
-        controller.on_finished(latency_s=120.0, output_tokens=TOKENS, ok=True)
+    controller = limiter(clock, initial=8)
+    clock.now += 10.0
+    for _ in range(8):
+        clock.now += 1.0
+        controller.on_finished(latency_s=10.0, output_tokens=TOKENS, ok=True)
+    assert controller.update() == LimitChange(8, 128, "8 gives 320 tok/s: trying 128")
+    clock.now += 20.0
+    for _ in range(300):  # sent with the step (or before its first reply): ten times the tokens, ignored
+        clock.now += 0.01
+        controller.on_finished(latency_s=20.0, output_tokens=TOKENS * 10, ok=True)
         assert controller.update() is None
-    clock.now += 0.5
-    controller.on_finished(latency_s=120.0, output_tokens=TOKENS, ok=True)
+    clock.now += 20.0
+    for _ in range(128):  # sent after the first reply: these count, and a turnover of them decides
+        clock.now += 0.16
+        controller.on_finished(latency_s=20.0, output_tokens=TOKENS, ok=True)
     change = controller.update()
-    assert change is not None and (change.old, change.new) == (256, 512)
+    assert change is not None and change.reason.startswith("throughput rose 700% (320 -> 2560 tok/s)")
 
 
 def test_failed_replies_deliver_nothing() -> None:
     clock = FakeClock()
     controller = limiter(clock, initial=8)
     clock.now += 10.0
-    for number in range(201):  # after the first, which starts the window: one in four fails
+    for number in range(200):  # one in four fails
         clock.now += 1.0
         controller.on_finished(latency_s=10.0, output_tokens=TOKENS, ok=number % 4 != 0)
     change = controller.update()
-    assert change is not None and change.reason == "8 gives 240 tok/s: trying 16"  # 320 with no failures
+    assert change is not None and change.reason == "8 gives 240 tok/s: trying 128"  # 320 with no failures
 
 
 def test_follows_a_server_that_gets_faster() -> None:
@@ -245,12 +320,39 @@ def test_follows_a_server_that_gets_faster() -> None:
     capacity = {"streams": 16}
     server = Server(lambda c: 25.0 * min(c, capacity["streams"]))
     server.drive(controller, clock, 3 * 3600)
-    assert controller.limit == 16 and controller.at_knee
+    assert controller.best_level == 16 and controller.at_knee
     capacity["streams"] = 64  # a neighbour left, or the server was upgraded
     changes = server.drive(controller, clock, 6 * 3600)
-    assert changes[0].reason == "16 gives 400 tok/s: re-probing 17, a step from the knee at 16"
-    assert steps(changes)[:6] == [(16, 17), (17, 19), (19, 23), (23, 32), (32, 60), (60, 120)]
-    assert controller.best_level == 66  # the new edge, 64, to within a step
+    probes = [change for change in changes if "re-probing" in change.reason]
+    assert probes and probes[0].reason == "16 gives 400 tok/s: re-probing 15, a step from the knee at 16"
+    assert steps(changes)[2:7] == [(16, 17), (17, 19), (19, 23), (23, 32), (32, 60)]
+    assert controller.best_level == 64  # the new edge
+
+
+def test_re_probes_after_some_latencies_held_not_after_some_windows() -> None:
+    """At the knee a window is short, but a re-probe costs the same: one comes every ``hold_latencies``."""
+    clock = FakeClock()
+    controller = AdaptiveLimit(
+        maximum=512,
+        timeout_s=900.0,
+        known_knee=KneeMemory(64, bracketed=True, worse_below=61, worse_above=67),
+        clock=clock,
+    )
+    changes = Server(lambda c: 30.0 * c if c <= 64 else 1920.0).drive(controller, clock, 3600)
+    latency = 64 * TOKENS / 1920.0  # 13 s
+    times = [index for index, change in enumerate(changes) if "re-probing" in change.reason]
+    assert changes and changes[0].reason.startswith("64 gives 1920 tok/s: re-probing")
+    assert 3600 / latency / 10 - 4 <= len(times) <= 3600 / latency / 10 + 1  # one per 10 latencies
+
+
+def test_a_best_level_measured_lucky_hands_over_to_the_probe_that_beat_it_since() -> None:
+    knee = KneeSearch.starting(50, DEFAULT_TUNING, None)
+    knee.measured_best(1100.0, 0.001, DEFAULT_TUNING)  # 10% above what 50 gives
+    knee.judge(60, 1150.0, 0.001, DEFAULT_TUNING)  # +4.5% for +20%: not enough against the lucky value
+    assert (knee.best, knee.hi) == (50, 60)
+    words = knee.measured_best(1000.0, 0.001, DEFAULT_TUNING)  # measured again: 60 did better
+    assert words == "50 gives 1000 tok/s; 60 did better when probed: the best level now"
+    assert (knee.lo, knee.best, knee.hi) == (50, 60, None)
 
 
 def test_starts_at_a_known_knee_and_searches_it_in_small_steps() -> None:
@@ -313,3 +415,34 @@ def test_auto_reaches_the_best_fixed_level_and_never_sits_collapsed(
     at_final = run_load(reference, auto.final_limit).throughput(600.0)
     assert at_final >= 0.8 * best, (auto.final_limit, at_final, best)
     assert auto.timeouts == 0 and auto.changes and all(change.reason for _, change in auto.changes)
+
+
+def test_a_run_leaves_the_knee_as_last_bracketed_while_it_re_probes() -> None:
+    clock = FakeClock()
+    controller = AdaptiveLimit(
+        maximum=512, timeout_s=900.0, known_knee=KneeMemory(64, bracketed=True, worse_below=61), clock=clock
+    )
+    server = Server(lambda c: 30.0 * c if c <= 64 else 1920.0)
+    changes: list[LimitChange] = []
+    while not changes or "re-probing" not in changes[-1].reason:
+        changes += server.drive(controller, clock, 1.0)
+    assert controller.limit != 64  # one bound forgotten while the probe lasts
+    assert controller.learned == KneeMemory(64, bracketed=True, worse_below=61, worse_above=67)
+
+
+def test_the_opening_jumps_further_when_replies_leave_room_under_the_timeout() -> None:
+    """Replies of 2 s at 8 in flight: 32 times as many would still take a fraction of the 900 s timeout
+    even if the server queued them all, so the first scrape takes the limit to a descent below the top."""
+    clock = FakeClock()
+    controller = limiter(clock)
+    clock.now += 2.0
+    for _ in range(4):  # too few for a window
+        clock.now += 0.25
+        controller.on_finished(latency_s=2.0, output_tokens=TOKENS, ok=True)
+    controller.on_server_load(ServerLoad(8, 0, 8 / 400, 0))
+    change = controller.update()
+    assert change == LimitChange(
+        8,
+        255,
+        "the server runs all 8 with nothing waiting, KV cache 2% used (room for ~360): jumping to 255",
+    )
