@@ -64,6 +64,12 @@ EmptyFieldOption = Annotated[
     list[str] | None,
     typer.Option("--empty-field", help='A field always answered empty: null, [] or "" (repeatable).'),
 ]
+QuotedAnswersOption = Annotated[
+    bool,
+    typer.Option(
+        help="Text values are phrases copied from the record (found in its text), not made-up words."
+    ),
+]
 _FAULT = "fault_"
 _ADDRESS = ("host", "port")
 _LISTS = ("prompt_sensitive", "empty_fields")
@@ -99,6 +105,7 @@ def sim(
     answer_noise: AnswerNoiseOption = 0.0,
     prompt_sensitive: PromptSensitiveOption = None,
     empty_fields: EmptyFieldOption = None,
+    quoted_answers: QuotedAnswersOption = False,
 ) -> None:
     """Serve a vLLM-like OpenAI-compatible simulator (for tests, benchmarks and dry runs)."""
     import asyncio

@@ -106,6 +106,7 @@ def _status_dict(report: JobStatus) -> dict[str, Any]:
         "orphaned": report.orphaned,
         "tokens_per_done": report.tokens_per_done,
         "grounding": report.grounding,
+        "chunking": report.chunking.to_json() if report.chunking else None,
         "last_run": report.last_run,
         "rate_per_min": report.rate_per_min,
         "eta_s": report.eta_s,
@@ -147,6 +148,8 @@ def _stale_lines(report: JobStatus, asked: _Asked) -> list[str]:
             f"grounded: {path}: {share['found']:,.0f} of {share['values']:,.0f} values found in the text "
             f"({share['share']:.0%})"
         )
+    if report.chunking is not None:
+        lines.append(f"chunked:  {report.chunking.describe()}")
     tokens = report.tokens_per_done
     if tokens:
         lines.append(

@@ -10,6 +10,7 @@ Record-level problems always end as a :class:`Failed` outcome (never silently dr
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -115,9 +116,13 @@ class Extractor:
         self._stats = stats
         self._grounder = grounder
 
-    async def extract(self, record: SourceRecord) -> Outcome:
+    async def extract(self, record: SourceRecord, follow_up: ChatMessage | None = None) -> Outcome:
+        """``follow_up``: a last message after the record's (a later pass over a chunk says what earlier
+        ones found); re-asks keep it, being part of the first request."""
         budget = record.truncated_at_max_tokens
         first = self._prompts.request_for(record.fields, self._growth.after(budget) if budget else None)
+        if follow_up is not None:
+            first = dataclasses.replace(first, messages=(*first.messages, follow_up))
         state = _RecordState(
             record.id, first=first, request=first, longest=longest_field(self._prompts.texts(record.fields))
         )

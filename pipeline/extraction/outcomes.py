@@ -1,4 +1,5 @@
-"""What a worker hands the store writer for each record: a result or a classified failure."""
+"""What a worker hands the store writer for each record: a result or a classified failure; and, for a
+long record extracted in chunks, each chunk as it finishes."""
 
 from __future__ import annotations
 
@@ -36,6 +37,13 @@ class Extracted:
     content_hash: int | None = None
     grounding_json: str | None = None  # where each grounded value is in the record's text
     model: str | None = None  # the model of the endpoint that answered (default: the job's)
+    # Merged from a long record's chunks: what they were (JSON, the results' ``chunks`` column). Its
+    # requests and tokens were counted in the run as each chunk finished (:class:`ChunkDone`).
+    chunking_json: str | None = None
+
+    @property
+    def chunked(self) -> bool:
+        return self.chunking_json is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +57,26 @@ class Failed:
     max_tokens: int  # the last attempt's budget
     content_hash: int | None = None
     model: str | None = None
+    chunked: bool = False  # a long record that failed in one of its chunks
 
 
 Outcome = Extracted | Failed
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkDone:
+    """One chunk of a long record answered in one pass, kept (the chunks table) as soon as it is done,
+    so a run stopped mid-document resumes without asking for it again. ``result`` is the chunk's own
+    answer; its grounding offsets are in the whole field, not the chunk."""
+
+    record_id: RecordId
+    pass_: int  # 1-based
+    chunk: int  # 1-based
+    chunks: int
+    start: int  # the chunk is field[start:end]
+    end: int
+    result: Extracted
+
+
+#: What the store writer keeps: a record's outcome, or a finished chunk of one.
+Stored = Outcome | ChunkDone

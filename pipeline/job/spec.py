@@ -19,6 +19,7 @@ import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from pipeline.errors import ConfigError
+from pipeline.job.chunking import ChunkingSpec, check_chunk_field, checked_merges
 from pipeline.job.examples import Example, check_examples, read_examples_file
 from pipeline.job.text import IDENTIFIER, describe_validation_error, interpolate, one_line
 from pipeline.job.variants import (
@@ -161,6 +162,7 @@ class JobSpec(_Strict):
     operations: OperationsSpec = OperationsSpec()
     output: OutputSpec = OutputSpec()
     variants: dict[VariantName, VariantSpec] = Field(default_factory=dict)
+    chunking: ChunkingSpec | None = None  # a record whose long field does not fit: split, merged
     source_file: Path = Field(default=Path("<memory>"), exclude=True)
     # Which variant's results this spec reads and writes (``main``: the job as written).
     variant: str = Field(default=MAIN_VARIANT, exclude=True)
@@ -172,6 +174,7 @@ class JobSpec(_Strict):
             raise ValueError(f"prompt.user uses {unknown} which are not in source.fields")
         if MAIN_VARIANT in self.variants:
             raise ValueError(f"variants: '{MAIN_VARIANT}' is the job itself; give the variant another name")
+        check_chunk_field(self.chunking, self.content_fields())
         self._check_endpoints()
         return self
 
@@ -315,7 +318,7 @@ def load_job(path: str | Path) -> JobSpec:
         where = _from_environment(raw, exc)
         raise ConfigError(f"{job_file}: {describe_validation_error(exc, JobSpec)}{where}") from exc
     spec = _resolve_paths(spec.model_copy(update={"source_file": job_file}), job_file.resolve().parent)
-    spec.schema_class  # noqa: B018 - resolve now, so a bad import path fails before any request
+    checked_merges(spec.schema_class, f"{job_file}: key 'schema'")  # resolves it: a bad path fails now
     spec = checked_examples(spec)
     for name in spec.variants:
         spec.for_variant(name)  # each variant is checked now too, as the whole job it makes

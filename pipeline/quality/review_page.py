@@ -45,6 +45,7 @@ class GroundedSpan:
     end: int | None
     match: str  # "exact" | "normalised" | "fuzzy" | "none"
     score: float
+    chunk: int | None = None  # the chunk of a long record that found it (1-based); None: sent whole
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +54,7 @@ class VariantView:
     failure: str | None  # failure class + message if it failed
     grounding: Sequence[GroundedSpan]
     model: str | None
+    chunks: int | None = None  # merged from this many chunks of a long record (None: sent whole)
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +155,7 @@ def _variant_data(view: VariantView, offsets: _Utf16Offsets, where: str) -> dict
         "extraction": view.extraction,
         "failure": view.failure,
         "model": view.model,
+        "chunks": view.chunks,
         "grounding": [_span_data(span, offsets, where) for span in view.grounding],
     }
 
@@ -178,6 +181,7 @@ def _span_data(span: GroundedSpan, offsets: _Utf16Offsets, where: str) -> dict[s
         "end": end if located else None,
         "match": str(span.match),  # a StrEnum member is a str too; embed its plain value
         "score": finite(span.score),
+        "chunk": span.chunk,
     }
 
 

@@ -104,6 +104,7 @@ class StoredResult:
     reasoning_tokens: int
     latency_s: float
     grounding: tuple[GroundedSpan, ...] | None  # None: stored without grounding
+    chunks: int | None = None  # merged from this many chunks of a long record (None: sent whole)
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,7 +188,7 @@ class JobOutput:
             "SELECT variant, record_id, extracted, model, coalesce(total_prompt_tokens, prompt_tokens), "
             "coalesce(total_completion_tokens, completion_tokens), "
             "coalesce(total_reasoning_tokens, reasoning_tokens), coalesce(total_latency_s, latency_s), "
-            f"grounding FROM {self.results_table} "
+            f"grounding, CAST(chunks->>'chunks' AS INTEGER) FROM {self.results_table} "
             f"WHERE variant IN (SELECT unnest($variants)) AND {scope.where('record_id')}"
         )
         found: dict[str, dict[str, StoredResult]] = {name: {} for name in variants}
@@ -201,6 +202,7 @@ class JobOutput:
             reasoning,
             latency,
             grounding,
+            chunks,
         ) in self._rows(sql, {**scope.parameters, "variants": list(variants)}):
             key = record_key(record_id)
             found[str(variant)][key] = StoredResult(
@@ -212,6 +214,7 @@ class JobOutput:
                 reasoning_tokens=int(reasoning or 0),
                 latency_s=float(latency or 0.0),
                 grounding=_spans(grounding),
+                chunks=chunks,
             )
         return found
 
@@ -280,6 +283,7 @@ def _spans(text: Any) -> tuple[GroundedSpan, ...] | None:
             end=item.get("end"),
             match=str(item.get("match", "none")),
             score=float(item.get("score") or 0.0),
+            chunk=item.get("chunk"),
         )
         for item in items
         if isinstance(item, dict) and "path" in item and "value" in item

@@ -64,6 +64,7 @@ class ViewBuilder:
                 failure=f"{failure.failure_class}: {failure.message}" if failure else None,
                 grounding=self._spans(result, record_texts) if result else (),
                 model=result.model if result else failure.model if failure else None,
+                chunks=result.chunks if result else None,
             )
         return views
 

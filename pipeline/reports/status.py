@@ -14,6 +14,7 @@ from typing import Any
 
 from pipeline.errors import DatabaseLockedError, SourceMissingError
 from pipeline.job.spec import JobSpec
+from pipeline.reports.chunking import ChunkingStatus, chunking_status
 from pipeline.source.db import Database, quote
 from pipeline.source.pending import PendingQueries
 from pipeline.source.relation import source_columns, source_relation
@@ -48,6 +49,7 @@ class JobStatus:
     orphaned: int = 0  # results whose record is no longer in the source
     tokens_per_done: dict[str, float] | None = None  # every attempt's tokens over the records done
     grounding: dict[str, dict[str, float]] = field(default_factory=dict)  # per grounded path
+    chunking: ChunkingStatus | None = None  # results merged from a long record's chunks, and passes
     last_run: dict[str, Any] | None = None
     live: dict[str, Any] | None = None  # the snapshot of a run that holds the database right now
     read_copy: ReadCopy | None = None  # a run holds the database: the numbers are its copy's
@@ -135,6 +137,7 @@ def _stored(connection: Database, spec: JobSpec, status: JobStatus, *, running: 
         failed=_failed(connection, spec),
         tokens_per_done=_tokens_per_done(connection, spec),
         grounding=_grounding(connection, spec),
+        chunking=chunking_status(connection, spec),
         last_run=_last_run(connection, spec, running=running),
     )
 

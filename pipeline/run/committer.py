@@ -11,7 +11,7 @@ import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from pipeline.errors import DatabaseError, FatalRunError
-from pipeline.extraction.outcomes import Failed, Outcome
+from pipeline.extraction.outcomes import ChunkDone, Failed, Stored
 from pipeline.run.stats import RunStats
 from pipeline.store.writer import StoreWriter
 
@@ -20,10 +20,10 @@ FLUSH_MAX_ROWS = 1000
 
 
 async def commit_outcomes(
-    outcomes: MemoryObjectReceiveStream[Outcome], writer: StoreWriter, stats: RunStats
+    outcomes: MemoryObjectReceiveStream[Stored], writer: StoreWriter, stats: RunStats
 ) -> None:
     """Receive outcomes until the stream ends, committing them in batches; the last batch too."""
-    batch: list[Outcome] = []
+    batch: list[Stored] = []
     deadline = anyio.current_time() + FLUSH_INTERVAL_S
     async with outcomes:
         while True:
@@ -40,7 +40,7 @@ async def commit_outcomes(
     await _commit(batch, writer, stats)
 
 
-async def _commit(batch: list[Outcome], writer: StoreWriter, stats: RunStats) -> None:
+async def _commit(batch: list[Stored], writer: StoreWriter, stats: RunStats) -> None:
     if not batch:
         return
     with anyio.CancelScope(shield=True):
@@ -49,14 +49,16 @@ async def _commit(batch: list[Outcome], writer: StoreWriter, stats: RunStats) ->
         except DatabaseError as error:
             raise FatalRunError(f"{writer.spec.database}: cannot write results ({error.reason})") from error
     for outcome in batch:
-        if isinstance(outcome, Failed):
+        if isinstance(outcome, ChunkDone):
+            stats.chunks_done += 1
+        elif isinstance(outcome, Failed):
             stats.failed += 1
             stats.failures[str(outcome.failure_class)] += 1
         else:
             stats.done += 1
 
 
-def _drain_ready(outcomes: MemoryObjectReceiveStream[Outcome], batch: list[Outcome], limit: int) -> None:
+def _drain_ready(outcomes: MemoryObjectReceiveStream[Stored], batch: list[Stored], limit: int) -> None:
     """Take what is already waiting, without blocking; the next receive() reports the end."""
     while len(batch) < limit:
         try:

@@ -32,20 +32,18 @@ from pipeline.errors import (
     ConfigError,
     DatabaseError,
     FatalRunError,
-    RecordError,
     StalledRunError,
     first_error,
 )
-from pipeline.extraction.extractor import BudgetGrowth, Extractor
-from pipeline.extraction.outcomes import Outcome
-from pipeline.extraction.prompt import PromptBuilder
-from pipeline.extraction.retry import RetryKind, RetryPolicy
+from pipeline.extraction.documents import DocumentExtractor
+from pipeline.extraction.outcomes import Stored
 from pipeline.job.spec import JobSpec
 from pipeline.quality.drift import BASELINE_RUNS, Drift, find_drift
-from pipeline.quality.grounding import Grounder
 from pipeline.run.committer import FLUSH_MAX_ROWS, commit_outcomes
 from pipeline.run.context import RunContext
+from pipeline.run.extractors import record_extractor
 from pipeline.run.fleet import open_fleet
+from pipeline.run.notices import stale_kept, warn_if_timeout_is_short
 from pipeline.run.options import RunOptions, RunStatus, RunSummary
 from pipeline.run.progress import LogProgress
 from pipeline.run.prometheus import publish_metrics
@@ -58,6 +56,7 @@ from pipeline.servers.router import Router
 from pipeline.source.db import Database
 from pipeline.source.lock import RunLock
 from pipeline.source.reader import SourceReader, SourceRecord
+from pipeline.store.chunks import ChunkStore
 from pipeline.store.opening import known_knees, prepare_database
 from pipeline.store.read_copy import remove_copies
 from pipeline.store.snapshot import write_snapshot
@@ -71,8 +70,6 @@ __all__ = ["RunOptions", "RunStatus", "RunSummary", "count_pending", "run_job", 
 log = structlog.get_logger("pipeline.run.runner")
 
 SNAPSHOT_INTERVAL_S = 2.0
-# Below this a request at high concurrency is killed while the server is still working on it.
-SHORT_TIMEOUT_S = 300.0
 
 
 async def count_pending(spec: JobSpec, options: RunOptions | None = None) -> int:
@@ -143,8 +140,8 @@ async def _run_with_reader(
     )
     if pending == 0:
         log.info("nothing to do", job=spec.name, variant=spec.variant)
-        return summary(run_id=None, status=RunStatus.NOTHING_TO_DO, stale_kept=await _stale_kept(reader))
-    _warn_if_timeout_is_short(context)
+        return summary(run_id=None, status=RunStatus.NOTHING_TO_DO, stale_kept=await stale_kept(reader))
+    warn_if_timeout_is_short(context)
     knees = await anyio.to_thread.run_sync(known_knees, connection, spec) if context.auto else {}
     fleet = open_fleet(context, local=options.local_server, sleep=options.sleep, knees=knees)
     async with fleet as (context, router):
@@ -164,7 +161,7 @@ async def _run_with_reader(
         output_tokens=stats.output_tokens,
         timeouts=stats.timeouts,
         elapsed_s=stats.elapsed_s(),
-        stale_kept=await _stale_kept(reader),
+        stale_kept=await stale_kept(reader),
         drift=drift,
     )
 
@@ -178,9 +175,28 @@ async def _run_on(
     pending: int,
 ) -> tuple[RunStats, int, RunStatus, FatalRunError | None, tuple[Drift, ...]]:
     spec = context.spec
-    writer = StoreWriter(connection, spec, context.version)
     stats = RunStats(pending_at_start=pending, concurrency=router.most_in_flight)
     stats.endpoint_numbers = lambda: {e.name: e.stats.as_dict(e) for e in router.endpoints}
+    kept = await ChunkStore.open(connection, spec, context.version) if spec.chunking else None
+    try:
+        extractor = record_extractor(spec, options, router, stats, kept)  # a bad chunking: no run row
+        return await _recorded_run(context, options, connection, reader, router, stats, extractor)
+    finally:
+        if kept is not None:
+            await kept.aclose()
+
+
+async def _recorded_run(
+    context: RunContext,
+    options: RunOptions,
+    connection: Database,
+    reader: SourceReader,
+    router: Router,
+    stats: RunStats,
+    extractor: DocumentExtractor,
+) -> tuple[RunStats, int, RunStatus, FatalRunError | None, tuple[Drift, ...]]:
+    spec, pending = context.spec, stats.pending_at_start
+    writer = StoreWriter(connection, spec, context.version)
     urls = ", ".join(endpoint.config.base_url for endpoint in router.endpoints)
     run_id = await writer.begin_run(
         RunStart(context.version.job_hash, spec.model, urls, router.most_in_flight, pending)
@@ -194,7 +210,7 @@ async def _run_on(
         endpoints=[endpoint.name for endpoint in router.endpoints],
         concurrency=[endpoint.config.concurrency or "auto" for endpoint in router.endpoints],
     )
-    run = _Run(spec, options, reader, writer, stats, router, _extractor(spec, options, router, stats))
+    run = _Run(spec, options, reader, writer, stats, router, extractor)
     status, fatal = await _with_read_copies(run, connection, spec, run_id)
     knees = {e.config.knee_key: e.found_knee for e in router.endpoints if e.found_knee is not None}
     await writer.finish_run(str(status), str(fatal) if fatal else None, knees)
@@ -240,40 +256,6 @@ async def _profile_and_drift(writer: StoreWriter, series: RunSeries) -> tuple[Dr
     return drift
 
 
-async def _stale_kept(reader: SourceReader) -> dict[str, int]:
-    """Results left stale because the job changed, by cause: said once, with how to redo them. The
-    full count reads every result's version, so it runs only when a first stale result exists."""
-    counts = await reader.count_stale() if await reader.any_stale() else {}
-    if counts:
-        log.warning(
-            "results are stale because the job changed: a plain run keeps them, "
-            "`pipeline run JOB --redo-stale` redoes them",
-            **counts,
-        )
-    return counts
-
-
-def _warn_if_timeout_is_short(context: RunContext) -> None:
-    spec = context.spec
-    if spec.request_timeout_s < SHORT_TIMEOUT_S and context.most_in_flight >= 32:
-        log.warning(
-            "request timeout is short for this concurrency: a busy server finishes requests after minutes",
-            request_timeout_s=spec.request_timeout_s,
-            concurrency=spec.concurrency,
-        )
-
-
-def _extractor(spec: JobSpec, options: RunOptions, router: Router, stats: RunStats) -> Extractor:
-    def observe(kind: RetryKind, error: RecordError, attempt: int, wait_s: float) -> None:
-        stats.retries[str(kind)] += 1
-        log.debug("retrying", kind=str(kind), attempt=attempt, wait_s=round(wait_s, 2), error=str(error))
-
-    policy = RetryPolicy(spec.retry, sleep=options.sleep, observer=observe)
-    growth = BudgetGrowth(spec.retry.truncation_growth, spec.max_tokens_ceiling)
-    grounder = Grounder.for_schema(spec.schema_class)
-    return Extractor(router, PromptBuilder(spec), spec.schema_class, policy, growth, stats, grounder)
-
-
 class _Run:
     def __init__(
         self,
@@ -283,7 +265,7 @@ class _Run:
         writer: StoreWriter,
         stats: RunStats,
         router: Router,
-        extractor: Extractor,
+        extractor: DocumentExtractor,
     ) -> None:
         self._spec = spec
         self._router = router
@@ -351,7 +333,7 @@ class _Run:
 
     async def _pump(self) -> None:
         records_tx, records_rx = anyio.create_memory_object_stream[SourceRecord](self._spec.source.batch_size)
-        outcomes_tx, outcomes_rx = anyio.create_memory_object_stream[Outcome](FLUSH_MAX_ROWS)
+        outcomes_tx, outcomes_rx = anyio.create_memory_object_stream[Stored](FLUSH_MAX_ROWS)
         workers = self._router.most_in_flight
         if self._reader.content_counted:  # else the count is not final yet: more may come
             workers = min(workers, self._stats.pending_at_start)
@@ -376,13 +358,13 @@ class _Run:
             await self._reader.stream_pending(records)
 
     async def _work(
-        self, records: ObjectReceiveStream[SourceRecord], outcomes: ObjectSendStream[Outcome]
+        self, records: ObjectReceiveStream[SourceRecord], outcomes: ObjectSendStream[Stored]
     ) -> None:
         async with records, outcomes:
             async for record in records:
                 if self._shutdown.stopping:
                     return  # records still queued stay pending in the database: the next run does them
-                await outcomes.send(await self._extractor.extract(record))
+                await outcomes.send(await self._extractor.extract(record, outcomes.send))
 
     async def _count_content(self) -> None:
         """Count the records whose content changed while the first requests are out (it hashes every

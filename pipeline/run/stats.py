@@ -45,6 +45,7 @@ class RunStats:
     started: float = field(default=-1.0)
     done: int = 0  # committed to the results table
     failed: int = 0  # committed to the failures table
+    chunks_done: int = 0  # chunks of long records committed to the chunks table
     requests: int = 0
     output_tokens: int = 0
     timeouts: int = 0
@@ -120,6 +121,7 @@ class RunStats:
             "pending_at_start": self.pending_at_start,
             "done": self.done,
             "failed": self.failed,
+            "chunks_done": self.chunks_done,
             "in_flight": self.in_flight,
             "remaining": self.remaining,
             "requests": self.requests,

@@ -49,6 +49,7 @@ class Variation:
     noise: float = 0.0  # the chance that a top-level field is drawn afresh for a request
     prompt_sensitive: frozenset[str] = field(default_factory=frozenset)  # depend on the system prompt too
     empty: frozenset[str] = field(default_factory=frozenset)  # always answered empty: null, [] or ""
+    quoted: bool = False  # text values are runs of words copied from the record, as an extractor's are
 
 
 def _first(messages: list[dict[str, Any]], role: str) -> str:
@@ -85,6 +86,8 @@ class Draws:
     ) -> None:
         self._seed = seed
         self._record = _record(messages)
+        # A label of the prompt's template ("Title:") is not the record's: a copied phrase leaves it out.
+        self.words = tuple(word for word in self._record.split() if not word.endswith(":"))
         self._system = _first(messages, "system") if variation.prompt_sensitive else ""
         self.variation = variation
         self._request = request
@@ -118,7 +121,7 @@ def plan_answer(
 
 def answer_value(schema: dict[str, Any], draws: Draws) -> Any:
     """A valid instance of ``schema``, each top-level field from its own draws (``empty`` ones empty)."""
-    generator = InstanceGenerator(schema, draws.whole())
+    generator = InstanceGenerator(schema, draws.whole(), draws.words if draws.variation.quoted else ())
     properties = generator.top_level_properties()
     if properties is None:
         return generator.generate()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Sequence
 from re import _parser  # type: ignore[attr-defined]  # the stdlib's own regex parser
 from typing import Any
 
@@ -41,10 +42,14 @@ _WORDS = (
 
 
 class InstanceGenerator:
-    def __init__(self, schema: dict[str, Any], rng: random.Random) -> None:
+    """``words``: text values are runs of one to three of these in a row (a phrase copied from the
+    record), where the schema allows; without them, words of a fixed list."""
+
+    def __init__(self, schema: dict[str, Any], rng: random.Random, words: Sequence[str] = ()) -> None:
         self._root = schema
         self._rng = rng
         self._counter = 0
+        self._words = words
 
     def generate(self) -> Any:
         return self._value(self._root, depth=0)
@@ -135,6 +140,11 @@ class InstanceGenerator:
             return _matching(str(schema["pattern"]), self._rng)
         low = int(schema.get("minLength", 1))
         high = int(schema.get("maxLength", 60))
+        if self._words:
+            start = self._rng.randrange(len(self._words))
+            quoted = " ".join(self._words[start : start + self._rng.randint(1, 3)])
+            if low <= len(quoted) <= high:
+                return quoted
         text = " ".join(self._rng.sample(_WORDS, 2))
         while len(text) < low:
             text += " " + self._rng.choice(_WORDS)

@@ -75,10 +75,16 @@ class SimConfig:
     answer_noise: float = 0.0
     prompt_sensitive: tuple[str, ...] = ()
     empty_fields: tuple[str, ...] = ()
+    quoted_answers: bool = False  # text values copied from the record (grounded), not made-up words
 
     @property
     def variation(self) -> Variation:
-        return Variation(self.answer_noise, frozenset(self.prompt_sensitive), frozenset(self.empty_fields))
+        return Variation(
+            self.answer_noise,
+            frozenset(self.prompt_sensitive),
+            frozenset(self.empty_fields),
+            self.quoted_answers,
+        )
 
 
 @dataclass(slots=True)

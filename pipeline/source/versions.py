@@ -11,8 +11,10 @@ and the parts that differ say why:
 * ``model``: the model name: a result is current when the job's model made it, or the model an
   endpoint of the job serves instead (``endpoints[].model``).
 * ``settings``: what shapes the answer besides the prompt: ``max_tokens``, ``temperature``,
-  ``reasoning_effort``, ``extra_body``, structured output on or off. Concurrency, timeouts, retry
-  budgets and table names are not part of it.
+  ``reasoning_effort``, ``extra_body``, structured output on or off, and for a result merged from a
+  long record's chunks the ``chunking:`` settings too (a record sent whole keeps the key it had without
+  them, so turning chunking on makes no short record stale). Concurrency, timeouts, retry budgets and
+  table names are not part of it.
 * ``unknown``: the result has no version key (written before results carried one).
 
 Only ``content`` needs the source text. It is hashed inside DuckDB (``content_hash_sql``), both when a
@@ -87,6 +89,8 @@ class JobVersion:
     # The models some endpoints serve instead of the job's (``endpoints[].model``): what they make is
     # as current as what the job's model makes.
     endpoint_models: tuple[str, ...] = ()
+    # The settings with the ``chunking:`` settings, for what is made from chunks; None without them.
+    chunked_settings_hash: str | None = None
 
     @property
     def models(self) -> tuple[str, ...]:
@@ -97,18 +101,25 @@ class JobVersion:
     def job_hash(self) -> str:
         parts: list[object] = [self.prompt_hash, self.schema_hash, self.model, self.settings_hash]
         # Only when there are some: the hash of every job without them stays what it was.
-        return digest([*parts, sorted(self.models)] if self.endpoint_models else parts)
+        if self.endpoint_models:
+            parts.append(sorted(self.models))
+        if self.chunked_settings_hash is not None:
+            parts.append(self.chunked_settings_hash)
+        return digest(parts)
 
-    def key_values(self, content_hash: int | None, model: str | None = None) -> list[object]:
+    def key_values(
+        self, content_hash: int | None, model: str | None = None, *, chunked: bool = False
+    ) -> list[object]:
         """A stored row's version key, in :data:`VERSION_COLUMNS` order. ``model``: the one that
-        answered (an endpoint may serve its own), when it is not the job's."""
+        answered (an endpoint may serve its own), when it is not the job's; ``chunked``: made from a
+        long record's chunks (its settings hash holds the chunking settings)."""
         return [
             content_hash,
             self.content_fields,
             self.prompt_hash,
             self.schema_hash,
             model or self.model,
-            self.settings_hash,
+            self.chunked_settings_hash if chunked and self.chunked_settings_hash else self.settings_hash,
         ]
 
     def parameters(self) -> dict[str, str | list[str]]:
@@ -118,6 +129,8 @@ class JobVersion:
             "schema_hash": self.schema_hash,
             "models": list(self.models),
             "settings_hash": self.settings_hash,
+            # Without chunking the same hash again, so the condition is exactly what it was.
+            "chunked_settings_hash": self.chunked_settings_hash or self.settings_hash,
             "content_fields": self.content_fields,
         }
 
@@ -126,6 +139,14 @@ def version_of(spec: JobSpec) -> JobVersion:
     """The job's half of the key: everything that changes what a result means; not concurrency,
     timeouts or table names. It hashes the schema, so a run computes it once (its context does)."""
     prompt = spec.prompt
+    settings = {
+        "max_tokens": spec.max_tokens,
+        "reasoning_effort": spec.reasoning_effort,
+        "temperature": spec.temperature,
+        "structured_output": spec.endpoint.structured_output,
+        "extra_body": spec.extra_body,
+    }
+    chunking = spec.chunking
     return JobVersion(
         prompt_hash=digest(
             {
@@ -140,14 +161,9 @@ def version_of(spec: JobSpec) -> JobVersion:
         endpoint_models=tuple(
             config.model for config in spec.endpoint_configs() if config.model != spec.model
         ),
-        settings_hash=digest(
-            {
-                "max_tokens": spec.max_tokens,
-                "reasoning_effort": spec.reasoning_effort,
-                "temperature": spec.temperature,
-                "structured_output": spec.endpoint.structured_output,
-                "extra_body": spec.extra_body,
-            }
+        settings_hash=digest(settings),
+        chunked_settings_hash=(
+            None if chunking is None else digest({**settings, "chunking": chunking.settings()})
         ),
         content_fields=",".join(spec.content_fields()),
     )
@@ -177,7 +193,8 @@ def stale_conditions(alias: str) -> dict[StaleCause, str]:
         f"OR {alias}.content_fields IS DISTINCT FROM $content_fields))",
         StaleCause.SCHEMA: f"({versioned} AND {alias}.schema_hash IS DISTINCT FROM $schema_hash)",
         StaleCause.MODEL: f"({versioned} AND NOT coalesce(list_contains($models, {alias}.model), false))",
-        StaleCause.SETTINGS: f"({versioned} AND {alias}.settings_hash IS DISTINCT FROM $settings_hash)",
+        StaleCause.SETTINGS: f"({versioned} AND {alias}.settings_hash IS DISTINCT FROM $settings_hash "
+        f"AND {alias}.settings_hash IS DISTINCT FROM $chunked_settings_hash)",
         StaleCause.UNKNOWN: f"({alias}.content_hash IS NULL)",
     }
 

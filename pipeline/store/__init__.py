@@ -1,8 +1,8 @@
 """The store: the job's DuckDB database as output.
 
-Owns the output tables (results, their history, failures, runs) and their upgrade, opening the
-database for a run or for reading, the single batched writer, and the progress snapshot a run leaves
-beside the database.
+Owns the output tables (results, their history, failures, runs, the chunks of long records) and their
+upgrade, opening the database for a run or for reading, the single batched writer, and the progress
+snapshot a run leaves beside the database.
 
 May import: :mod:`pipeline.extraction` (the outcomes it writes), :mod:`pipeline.source`,
 :mod:`pipeline.job`, :mod:`pipeline.errors`.

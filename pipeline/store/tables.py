@@ -7,6 +7,9 @@
   same transaction as the new result, so nothing extracted is ever lost.
 * ``failures``: one row per (variant, record) that has no result from its last try, with the tokens
   that try spent and the version it was made under.
+* ``results_chunks``: the answer of each chunk of a long record (``chunking:``), one row per (variant,
+  record, pass, chunk), kept as each chunk finishes: a run stopped mid-document redoes only the chunks
+  not kept, and the chunk answers behind every merged result stay there to look at.
 * ``runs``: one row per run, with totals over every attempt, the profile of what it produced and a
   small time series of how it went.
 
@@ -28,6 +31,7 @@ from pipeline.source.versions import VERSION_COLUMNS
 log = structlog.get_logger("pipeline.store.tables")
 
 HISTORY_SUFFIX = "_history"
+CHUNKS_SUFFIX = "_chunks"
 
 # (name, type) after the key columns (variant, record_id); created_at comes last with its default.
 _RESULT_COLUMNS = [
@@ -46,6 +50,16 @@ _RESULT_COLUMNS = [
     ("total_latency_s", "DOUBLE"),
     ("grounding", "JSON"),
     *VERSION_COLUMNS,
+    ("chunks", "JSON"),  # merged from a long record's chunks: which, and what each pass added
+]
+# A chunk's answer: where it is in the record's field, and the columns of a result, less `chunks`.
+_CHUNK_KEY = [("pass", "INTEGER NOT NULL"), ("chunk", "INTEGER NOT NULL")]
+_CHUNK_COLUMNS = [
+    *_CHUNK_KEY,
+    ("chunk_count", "INTEGER"),
+    ("chunk_start", "INTEGER"),  # the chunk is field[chunk_start:chunk_end]
+    ("chunk_end", "INTEGER"),
+    *(column for column in _RESULT_COLUMNS if column[0] != "chunks"),
 ]
 _FAILURE_COLUMNS = [
     ("run_id", "INTEGER"),
@@ -89,10 +103,15 @@ _HISTORY_EXTRA = [("superseded_at", "TIMESTAMP"), ("superseded_by_run", "INTEGER
 KEY_COLUMNS = ["variant", "record_id"]
 RESULT_COLUMNS = [*KEY_COLUMNS, *(name for name, _ in _RESULT_COLUMNS)]
 FAILURE_COLUMNS = [*KEY_COLUMNS, *(name for name, _ in _FAILURE_COLUMNS)]
+CHUNK_COLUMNS = [*KEY_COLUMNS, *(name for name, _ in _CHUNK_COLUMNS)]
 
 
 def history_table(spec: JobSpec) -> str:
     return spec.output.results_table + HISTORY_SUFFIX
+
+
+def chunks_table(spec: JobSpec) -> str:
+    return spec.output.results_table + CHUNKS_SUFFIX
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,13 +119,15 @@ class _Table:
     name: str
     columns: list[tuple[str, str]]
     per_record: bool = True  # starts with (variant, record_id)
-    primary_key: bool = True  # (variant, record_id) is its key
+    primary_key: bool = True  # (variant, record_id, *key_extra) is its key
+    key_extra: tuple[str, ...] = ()
 
     def ddl(self, id_type: str, name: str | None = None) -> str:
-        body = ", ".join(f"{column} {kind}" for column, kind in self.columns)
+        body = ", ".join(f"{quote(column)} {kind}" for column, kind in self.columns)
         if not self.per_record:
             return f"CREATE TABLE IF NOT EXISTS {quote(name or self.name)} ({body})"
-        key = ", PRIMARY KEY (variant, record_id)" if self.primary_key else ""
+        key_columns = ", ".join(["variant", "record_id", *(quote(column) for column in self.key_extra)])
+        key = f", PRIMARY KEY ({key_columns})" if self.primary_key else ""
         return (
             f"CREATE TABLE IF NOT EXISTS {quote(name or self.name)} ("
             f"variant VARCHAR NOT NULL DEFAULT 'main', record_id {id_type} NOT NULL, {body}, "
@@ -121,11 +142,12 @@ def _tables(spec: JobSpec) -> list[_Table]:
         _Table(out.results_table, _RESULT_COLUMNS),
         _Table(history_table(spec), [*_RESULT_COLUMNS, *_HISTORY_EXTRA], primary_key=False),
         _Table(out.failures_table, _FAILURE_COLUMNS),
+        _Table(chunks_table(spec), _CHUNK_COLUMNS, key_extra=tuple(name for name, _ in _CHUNK_KEY)),
     ]
 
 
 def output_table_names(spec: JobSpec) -> list[str]:
-    """The job's output tables: runs, results, their history, failures."""
+    """The job's output tables: runs, results, their history, failures, the chunks of long records."""
     return [table.name for table in _tables(spec)]
 
 
@@ -165,7 +187,7 @@ def _upgrade(connection: Database, table: _Table) -> None:
     for name, kind in table.columns:
         if name not in columns:
             kind = kind.removesuffix(" PRIMARY KEY")
-            connection.execute(f"ALTER TABLE {quote(table.name)} ADD COLUMN {name} {kind}")
+            connection.execute(f"ALTER TABLE {quote(table.name)} ADD COLUMN {quote(name)} {kind}")
 
 
 def _rebuild_with_variant(connection: Database, table: _Table, old_columns: list[str]) -> None:

@@ -19,15 +19,18 @@ import anyio
 import orjson
 import structlog
 
-from pipeline.extraction.outcomes import Extracted, Failed, Outcome
+from pipeline.extraction.outcomes import ChunkDone, Extracted, Failed, Stored
 from pipeline.job.spec import JobSpec
 from pipeline.servers.knee_search import KneeMemory
 from pipeline.source.db import UTC_NOW, Database, quote
 from pipeline.source.versions import JobVersion
+from pipeline.store.chunks import chunk_row
 from pipeline.store.profiles import run_profile, save_profile, save_series, stored_runs
 from pipeline.store.tables import (
+    CHUNK_COLUMNS,
     FAILURE_COLUMNS,
     RESULT_COLUMNS,
+    chunks_table,
     history_table,
 )
 
@@ -51,15 +54,18 @@ class RunCounts:
     completion_tokens: int = 0
     reasoning_tokens: int = 0
 
-    def add(self, outcome: Outcome) -> None:
-        self.attempts += outcome.attempts
+    def add(self, outcome: Stored) -> None:
         if isinstance(outcome, Failed):
             self.failed += 1
-        else:
+        elif isinstance(outcome, Extracted):
             self.done += 1
-        self.prompt_tokens += outcome.usage.prompt_tokens
-        self.completion_tokens += outcome.usage.completion_tokens
-        self.reasoning_tokens += outcome.usage.reasoning_tokens
+        spent = outcome.result if isinstance(outcome, ChunkDone) else outcome
+        if isinstance(spent, Extracted) and spent.chunked:
+            return  # its chunks were counted as each finished
+        self.attempts += spent.attempts
+        self.prompt_tokens += spent.usage.prompt_tokens
+        self.completion_tokens += spent.usage.completion_tokens
+        self.reasoning_tokens += spent.usage.reasoning_tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +98,7 @@ class StoreWriter:
         self.run_id = await self._call(lambda: self._insert_run(start))
         return self.run_id
 
-    async def write(self, outcomes: Sequence[Outcome]) -> None:
+    async def write(self, outcomes: Sequence[Stored]) -> None:
         """Commit a batch of outcomes and the run's new counters in one transaction."""
         if outcomes:
             await self._call(lambda: self._write_batch(outcomes))
@@ -149,15 +155,19 @@ class StoreWriter:
         )
         return run_id
 
-    def _write_batch(self, outcomes: Sequence[Outcome]) -> None:
+    def _write_batch(self, outcomes: Sequence[Stored]) -> None:
         extracted = [o for o in outcomes if isinstance(o, Extracted)]
         failed = [o for o in outcomes if isinstance(o, Failed)]
+        chunks = [o for o in outcomes if isinstance(o, ChunkDone)]
         counts = dataclasses.replace(self.counts)
         for outcome in outcomes:
             counts.add(outcome)
         con, out = self.connection, self.spec.output
         now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
         with con.transaction():
+            if chunks:
+                rows = [chunk_row(done, self.spec, self.version, self.run_id, now) for done in chunks]
+                con.append(chunks_table(self.spec), CHUNK_COLUMNS, rows, "upsert")
             if extracted:
                 ids = [o.record_id for o in extracted]
                 self._move_to_history(ids)
@@ -205,7 +215,8 @@ class StoreWriter:
             usage.reasoning_tokens,
             usage.latency_s,
             outcome.grounding_json,
-            *self.version.key_values(outcome.content_hash, outcome.model),
+            *self.version.key_values(outcome.content_hash, outcome.model, chunked=outcome.chunked),
+            outcome.chunking_json,
             now,
         ]
 
@@ -224,7 +235,7 @@ class StoreWriter:
             usage.completion_tokens,
             usage.reasoning_tokens,
             usage.latency_s,
-            *self.version.key_values(outcome.content_hash, outcome.model),
+            *self.version.key_values(outcome.content_hash, outcome.model, chunked=outcome.chunked),
             now,
         ]
 

@@ -114,6 +114,18 @@ def assert_nothing_lost(folder: Path, before: dict[str, list[tuple[Any, ...]]]) 
             "module 'tests.support.schemas' has no class 'Nope'",
         ),
         ({"schema": "tests.support.schemas:NotAModel"}, "schema", "is not a Pydantic model class"),
+        ({"chunking": {"field": "description", "pases": 2}}, "chunking.pases", "(did you mean 'passes'?)"),
+        ({"chunking": {"field": "body"}}, "chunking.field", "'body' is not a field prompt.user sends"),
+        (
+            {"chunking": {"field": "description", "max_chunk_tokens": 10}},
+            "chunking.max_chunk_tokens",
+            "must be a number of tokens from 64",
+        ),
+        (
+            {"schema": "tests.support.schemas:MisdeclaredMerge"},
+            "schema",
+            "field 'years' (number) declares merge 'union', which does not fit it",
+        ),
         ({"schema": "no colon"}, "schema", "must be an import path like package.module:Class"),
     ],
 )

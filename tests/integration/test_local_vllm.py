@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from pipeline.errors import FailureClass
+from pipeline.quality.normalize import normalize_text
 from schemas.linkedin import JobPosting
 from tests.support.datasets import ADZUNA
 from tests.support.jobs import linkedin_job, table_rows
@@ -230,3 +231,71 @@ def test_no_record_is_refused_for_its_length(tmp_path: Path, local_server: str) 
     attempts = table_rows(database, "SELECT attempts FROM failures WHERE record_id = 999")
     assert attempts == [(0,)]  # never sent
     print(f"\n{len(done)} done, failures {failed} in {time.monotonic() - started:.0f} s")
+
+
+def prose(tokens: int) -> str:
+    """English paragraphs of about ``tokens`` SmolLM2 tokens (about 4.5 characters a token)."""
+    tools = ["Python", "SQL", "Docker", "Kafka", "Spark", "Excel", "Terraform", "React", "Go", "Tableau"]
+    sentences = [
+        f"Team {i} maintains the {tools[i % 10]} service number {i} and reviews the weekly reports with "
+        f"the {tools[(i * 3) % 10]} group."
+        for i in range(tokens * 9 // 2 // 100 + 1)
+    ]
+    return "\n\n".join(" ".join(sentences[i : i + 5]) for i in range(0, len(sentences), 5))
+
+
+def test_a_document_past_the_context_is_chunked_and_no_request_is_refused(
+    tmp_path: Path, local_server: str
+) -> None:
+    """A document of three times the bundled model's context (8,192 tokens, from its /v1/models): split
+    to what the context leaves after max_tokens (the server's /tokenize counts it), no request refused
+    for its length, the merged skills the union of the chunks' with spans in the whole document."""
+    database = tmp_path / "docs.duckdb"
+    text = prose(3 * 8192)
+    with duckdb.connect(str(database)) as connection:
+        connection.execute(
+            "CREATE TABLE docs AS SELECT 1 AS id, 'Platform team' AS title, ? AS description", [text]
+        )
+    spec = {
+        "name": "docs",
+        "database": "docs.duckdb",
+        "source": {"table": "docs", "fields": ["title", "description"]},
+        "prompt": {
+            "system": "List the skills and tools the text names, copied word for word.",
+            "user": "Title: {title}\n\n{description}",
+        },
+        "schema": "tests.support.schemas:BoundedMentions",
+        "model": "smollm2-135m",
+        "endpoint": {"base_url": local_server},
+        "concurrency": 2,
+        "max_tokens": 512,
+        "chunking": {"field": "description", "overlap_tokens": 50},
+    }
+    job = tmp_path / "docs.yaml"
+    job.write_text(yaml.safe_dump(spec))
+    started = time.monotonic()
+    run = subprocess.run(
+        pipeline_command("run", str(job), "--log-format", "json"),
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        cwd=REPO,
+        timeout=900,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "HTTP 400" not in run.stderr
+    extracted, grounding, summary = table_rows(database, "SELECT extracted, grounding, chunks FROM results")[
+        0
+    ]
+    merged, summary = orjson.loads(extracted), orjson.loads(summary)
+    answers = table_rows(database, "SELECT extracted FROM results_chunks ORDER BY chunk")
+    assert summary["chunks"] == len(answers) >= 3
+    union = {normalize_text(skill) for (answer,) in answers for skill in orjson.loads(answer)["skills"]}
+    assert {normalize_text(skill) for skill in merged["skills"]} == union
+    for entry in orjson.loads(grounding):
+        if entry["match"] != "none" and entry["source_field"] == "description":
+            found = text[entry["start"] : entry["end"]]
+            assert normalize_text(found) == normalize_text(entry["value"]) or entry["match"] == "fuzzy"
+    print(
+        f"\n{len(answers)} chunks of a {len(text):,}-character document in {time.monotonic() - started:.0f} s"
+    )

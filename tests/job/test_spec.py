@@ -75,6 +75,23 @@ def test_missing_environment_variable_names_the_key(tmp_path: Path, monkeypatch:
         ({"output": {"results_table": "drop table;"}}, r"key 'output.results_table'"),
         ({"operations": {"metrics_host": "http://0.0.0.0:9100"}}, r"key 'operations.metrics_host': 'http"),
         ({"operations": {"metrics_host": "999.1.1.1"}}, r"key 'operations.metrics_host': .*IP address"),
+        ({"chunking": {"field": "body"}}, r"key 'chunking.field': 'body' is not a field prompt.user sends "),
+        ({"chunking": {}}, r"key 'chunking.field': Field required"),
+        ({"chunking": {"field": "description", "passes": 0}}, r"key 'chunking.passes'"),
+        ({"chunking": {"field": "description", "overlap": 5}}, r"key 'chunking.overlap': unknown key"),
+        (
+            {"chunking": {"field": "description", "max_chunk_tokens": "big"}},
+            r"key 'chunking.max_chunk_tokens': must be a number of tokens from 64 to 1,000,000, or auto$",
+        ),
+        (
+            {"chunking": {"field": "description", "max_chunk_tokens": 100, "overlap_tokens": 60}},
+            r"key 'chunking': overlap_tokens \(60\) must be at most half of max_chunk_tokens \(100\)$",
+        ),
+        (
+            {"schema": "tests.support.schemas:MisdeclaredMerge"},
+            r"key 'schema': field 'years' \(number\) declares merge 'union', which does not fit it; use "
+            r"one of first, most_common, min, max$",
+        ),
     ],
 )
 def test_bad_spec_gives_one_line_naming_file_and_key(
@@ -159,6 +176,16 @@ def test_a_local_run_is_the_bundled_server_with_its_model(tmp_path: Path) -> Non
 def test_metrics_host_takes_addresses_and_names(tmp_path: Path, host: str, kept: str) -> None:
     assert load_job(write_job(tmp_path)).operations.metrics_host == "127.0.0.1"
     assert load_job(write_job(tmp_path, operations={"metrics_host": host})).operations.metrics_host == kept
+
+
+def test_chunking_keys_and_their_defaults(tmp_path: Path) -> None:
+    spec = load_job(write_job(tmp_path, chunking={"field": "description", "max_chunk_tokens": "2000"}))
+    assert spec.chunking is not None
+    assert (spec.chunking.field, spec.chunking.max_chunk_tokens) == ("description", 2000)
+    assert (spec.chunking.overlap_tokens, spec.chunking.passes, spec.chunking.auto) == (100, 1, False)
+    auto = load_job(write_job(tmp_path, chunking={"field": "title", "max_chunk_tokens": "AUTO"}))
+    assert auto.chunking is not None and auto.chunking.auto
+    assert load_job(write_job(tmp_path)).chunking is None
 
 
 def test_template_fields() -> None:

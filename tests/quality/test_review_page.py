@@ -166,6 +166,7 @@ def test_embedded_json_round_trips_to_the_page_data() -> None:
                         "extraction": {"title": "Data Engineer"},
                         "failure": None,
                         "model": "gpt-oss-120b",
+                        "chunks": None,
                         "grounding": [],
                     }
                 ],
@@ -193,8 +194,18 @@ def test_spans_and_missing_variants_are_embedded_with_utf16_offsets() -> None:
             "end": 16,
             "match": "fuzzy",
             "score": 0.875,
+            "chunk": None,
         },
-        {"path": "x", "value": "y", "field": None, "start": None, "end": None, "match": "none", "score": 0.0},
+        {
+            "path": "x",
+            "value": "y",
+            "field": None,
+            "start": None,
+            "end": None,
+            "match": "none",
+            "score": 0.0,
+            "chunk": None,
+        },
     ]
     assert start == 9 and text.encode("utf-16-le")[20:32].decode("utf-16-le") == "Python"
 
@@ -414,6 +425,36 @@ def test_overlapping_spans_and_astral_characters_highlight_the_right_text(
     assert block.find("mark", cls="overlap").attrs["title"] == (
         f"title: {TITLE} (exact)\nexplicit_skills: Python (fuzzy)"
     )
+
+
+def test_a_merged_long_record_shows_which_chunk_found_each_value(browser: str, tmp_path: Path) -> None:
+    """A result merged from three chunks: the card says so, each value says its chunk, and so do the
+    highlights in the whole description (offsets in the whole field, not the chunk)."""
+    long_text = "Intro. " * 40 + "We need Python. " + "Middle. " * 40 + "And Docker."
+    python, docker = long_text.index("Python"), long_text.index("Docker")
+    spans = (
+        GroundedSpan("explicit_skills", "Python", "description", python, python + 6, "exact", 100.0, 2),
+        GroundedSpan("explicit_skills", "Docker", "description", docker, docker + 6, "exact", 100.0, 3),
+        GroundedSpan("explicit_skills", "Rust", None, None, None, "none", 0.0, 1),
+    )
+    merged = VariantView({"explicit_skills": ["Python", "Docker", "Rust"]}, None, spans, "smollm2", chunks=3)
+    record = ReviewRecord("d1", {"description": long_text}, {"base": merged}, None, [])
+    page = ReviewPage("job", ["base"], ["explicit_skills"], ["explicit_skills"], [record], GENERATED_AT)
+    dom = open_page(tmp_path, page)
+    card = dom.find("article", data_record_id="d1")
+    assert card.find("h3", cls="variant-name").find(cls="chunk").text == "merged from 3 chunks"
+    chips = card.find("dl", cls="form").find_all("li", cls="chip")
+    assert [chip.text for chip in chips] == ["Pythonchunk 2", "Dockerchunk 3", "⚠ Rustchunk 1"]
+    assert chips[0].find(cls="value").attrs["title"] == (
+        "explicit_skills: exact match in description, score 100, chunk 2"
+    )
+    description = card.find(cls="text")
+    assert description.text == long_text
+    assert [(mark.text, mark.attrs["data-chunks"]) for mark in description.find_all("mark")] == [
+        ("Python", "2"),
+        ("Docker", "3"),
+    ]
+    assert description.find_all("mark")[1].attrs["title"] == "explicit_skills: Docker (exact, chunk 3)"
 
 
 def test_two_variants_header_and_default_order(two_variant_dom: Element) -> None:

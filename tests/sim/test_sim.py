@@ -437,3 +437,21 @@ async def test_a_restarted_server_binds_the_same_port_at_once() -> None:
     again = await serve(SimServer(SimConfig(model="m")).handle, "127.0.0.1", port)
     async with again, httpx2.AsyncClient(base_url=url, timeout=30) as client:
         assert (await client.get("/health")).status_code == 200
+
+
+async def test_quoted_answers_copy_phrases_from_the_record() -> None:
+    """--quoted-answers: text values are runs of the record's words (grounded in it), never the
+    template's labels; a value the schema bounds more tightly is still a valid one."""
+    server, url, _ = await start(SimConfig(model="m", quoted_answers=True))
+    record = "Title: Data Engineer\n\nWe need Python and SQL for the reporting platform in Berlin."
+    body = chat(
+        Item, messages=[{"role": "system", "content": "Extract."}, {"role": "user", "content": record}]
+    )
+    async with server, httpx2.AsyncClient(base_url=url) as client:
+        answer = orjson.loads(
+            (await client.post("/v1/chat/completions", json=body)).json()["choices"][0]["message"]["content"]
+        )
+    Item.model_validate(answer)
+    words = " ".join(record.split()[1:])  # without the "Title:" label
+    for value in [answer["title"], *answer["skills"]]:
+        assert value in words and "Title:" not in value

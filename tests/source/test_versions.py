@@ -11,7 +11,16 @@ import pytest
 
 from pipeline.errors import ConfigError
 from pipeline.job.spec import JobSpec, load_job
-from pipeline.source.versions import JOB_CAUSES, StaleCause, content_hash_sql, parse_causes, version_of
+from pipeline.source.versions import (
+    JOB_CAUSES,
+    JobVersion,
+    StaleCause,
+    content_hash_sql,
+    digest,
+    parse_causes,
+    stale_conditions,
+    version_of,
+)
 from tests.support.jobs import write_job
 
 
@@ -136,3 +145,65 @@ def test_an_endpoint_with_its_own_model_adds_it_to_the_current_models(tmp_path: 
     plain = load_job(write_job(tmp_path / "plain", endpoint={"base_url": None}, endpoints=endpoints[:1]))
     assert version_of(plain).job_hash == version_of(one).job_hash  # the runs table's hash as before
     assert version_of(several).job_hash != version_of(one).job_hash
+
+
+def test_without_chunking_the_key_is_what_it_always_was(tmp_path: Path) -> None:
+    """A job without ``chunking:`` keeps its settings hash and its runs' job hash, byte for byte: no
+    result made before chunking existed becomes stale."""
+    spec = load_job(write_job(tmp_path))
+    version = version_of(spec)
+    settings = {
+        "max_tokens": 256,
+        "reasoning_effort": "low",
+        "temperature": 0.0,
+        "structured_output": True,
+        "extra_body": {},
+    }
+    assert version.settings_hash == digest(settings)
+    assert version.chunked_settings_hash is None
+    parts = [version.prompt_hash, version.schema_hash, version.model, version.settings_hash]
+    assert version.job_hash == digest(parts)
+    assert version.key_values(7, chunked=True) == version.key_values(7)
+
+
+def chunked(tmp_path: Path, name: str, **chunking: Any) -> JobSpec:
+    (tmp_path / name).mkdir()
+    return load_job(write_job(tmp_path / name, chunking={"field": "description", **chunking}))
+
+
+def test_chunking_settings_are_in_the_key_of_what_chunks_made_only(tmp_path: Path) -> None:
+    plain = version_of(load_job(write_job(tmp_path)))
+    one = version_of(chunked(tmp_path, "one"))
+    two = version_of(chunked(tmp_path, "two", passes=2))
+    assert one.key_values(7) == plain.key_values(7)  # a record sent whole: the key it always had
+    assert one.key_values(7, chunked=True)[-1] == one.chunked_settings_hash != plain.settings_hash
+    assert two.chunked_settings_hash != one.chunked_settings_hash
+    assert one.job_hash != plain.job_hash  # the runs say which chunking they ran with
+
+
+def test_what_is_stale_for_the_settings_with_chunking(tmp_path: Path) -> None:
+    """Turning chunking on makes no result stale; a result made from chunks is stale once the chunking
+    settings change, or are taken away."""
+    plain = version_of(load_job(write_job(tmp_path)))
+    one = version_of(chunked(tmp_path, "one"))
+    two = version_of(chunked(tmp_path, "two", overlap_tokens=10))
+    rows = {
+        "whole": plain.settings_hash,
+        "chunks of one": one.chunked_settings_hash,
+        "chunks of two": two.chunked_settings_hash,
+    }
+
+    def stale(version: JobVersion) -> set[str]:
+        with duckdb.connect() as connection:
+            connection.execute("CREATE TABLE r (name VARCHAR, content_hash UBIGINT, settings_hash VARCHAR)")
+            connection.executemany("INSERT INTO r VALUES (?, 1, ?)", list(rows.items()))
+            condition = stale_conditions("r")[StaleCause.SETTINGS]
+            parameters = {
+                name: value for name, value in version.parameters().items() if f"${name}" in condition
+            }
+            found = connection.execute(f"SELECT name FROM r WHERE {condition}", parameters).fetchall()
+        return {name for (name,) in found}
+
+    assert stale(plain) == {"chunks of one", "chunks of two"}
+    assert stale(one) == {"chunks of two"}
+    assert stale(two) == {"chunks of one"}

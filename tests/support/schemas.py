@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 
 class Item(BaseModel):
@@ -34,3 +36,33 @@ class GroundedItem(Item):
     """Item whose skills are quoted from the posting: grounded after extraction."""
 
     skills: list[str] = Field(json_schema_extra={"grounded": True})
+
+
+class Mentions(BaseModel):
+    """What a long document mentions: a grounded title (the first), grounded skills (all of them), the
+    most years asked for, and tools that are not grounded."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    title: str | None = Field(None, json_schema_extra={"grounded": True})
+    skills: list[str] = Field(default_factory=list, json_schema_extra={"grounded": True})
+    years: int | None = Field(None, ge=0, json_schema_extra={"merge": "max"})
+    tools: list[str] = Field(default_factory=list)
+
+
+class MisdeclaredMerge(BaseModel):
+    """A number that declares a list's merge."""
+
+    years: int | None = Field(None, json_schema_extra={"merge": "union"})
+
+
+class BoundedMentions(BaseModel):
+    """Mentions with bounded lists and texts, for a small real model: constrained decoding closes the
+    JSON within a few hundred tokens instead of looping to the budget."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    title: str | None = Field(None, max_length=80, json_schema_extra={"grounded": True})
+    skills: list[Annotated[str, StringConstraints(min_length=1, max_length=40)]] = Field(
+        default_factory=list, max_length=30, json_schema_extra={"grounded": True}
+    )

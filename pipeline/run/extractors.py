@@ -1,0 +1,44 @@
+"""The extractor a run hands its records to, built once from the job: the one retry policy (its waits
+and the run's retry counters), the budget growth, grounding, and for a job with ``chunking:`` the
+chunk planner over the run's endpoints and the chunks earlier runs kept."""
+
+from __future__ import annotations
+
+import structlog
+
+from pipeline.errors import RecordError
+from pipeline.extraction.chunk_plan import ChunkPlanner
+from pipeline.extraction.documents import DocumentExtractor, KeptChunks
+from pipeline.extraction.extractor import BudgetGrowth, Extractor
+from pipeline.extraction.prompt import PromptBuilder
+from pipeline.extraction.retry import RetryKind, RetryPolicy
+from pipeline.job.spec import JobSpec
+from pipeline.quality.grounding import Grounder
+from pipeline.run.options import RunOptions
+from pipeline.run.stats import RunStats
+from pipeline.servers.router import Router
+
+log = structlog.get_logger("pipeline.run.extractors")
+
+
+def record_extractor(
+    spec: JobSpec, options: RunOptions, router: Router, stats: RunStats, kept: KeptChunks | None
+) -> DocumentExtractor:
+    """The run's extractor. With ``chunking:`` it checks first, against the servers' context, that a
+    chunk can fit at all: a :class:`ConfigError` naming the key before any request."""
+
+    def observe(kind: RetryKind, error: RecordError, attempt: int, wait_s: float) -> None:
+        stats.retries[str(kind)] += 1
+        log.debug("retrying", kind=str(kind), attempt=attempt, wait_s=round(wait_s, 2), error=str(error))
+
+    policy = RetryPolicy(spec.retry, sleep=options.sleep, observer=observe)
+    growth = BudgetGrowth(spec.retry.truncation_growth, spec.max_tokens_ceiling)
+    grounder = Grounder.for_schema(spec.schema_class)
+    prompts = PromptBuilder(spec)
+    extractor = Extractor(router, prompts, spec.schema_class, policy, growth, stats, grounder)
+    planner = None
+    if spec.chunking is not None:
+        where = str(spec.source_file)
+        planner = ChunkPlanner(spec.chunking, prompts, spec.max_tokens, router.endpoints, where)
+        planner.check()
+    return DocumentExtractor(extractor, prompts, spec.schema_class, planner, kept)

@@ -1,0 +1,50 @@
+"""What `status` says about long records: results merged from chunks, what each pass added, and the
+chunks kept for records not finished yet."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pipeline.extraction.outcomes import Extracted, Usage
+from pipeline.reports.chunking import ChunkingStatus, chunking_status
+from pipeline.servers.client import Reply
+from pipeline.source.db import open_database
+from pipeline.source.versions import version_of
+from pipeline.store.opening import prepare_database
+from pipeline.store.writer import RunStart, StoreWriter
+from tests.store.test_chunks import chunk
+from tests.support.jobs import make_job
+
+pytestmark = pytest.mark.anyio
+
+REPLY = Reply("{}", None, "stop", 100, 10, 0, 0.1)
+
+
+def merged(record_id: int, chunks: int, added: dict[str, int]) -> Extracted:
+    summary = f'{{"field": "description", "chunks": {chunks}, "passes": 2, "added": {added}}}'
+    return Extracted(record_id, "{}", 1, REPLY, Usage(1), 256, 9, None, None, summary.replace("'", '"'))
+
+
+async def test_status_counts_merged_records_passes_and_unfinished_chunks(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=5, chunking={"field": "description"})
+    writer = StoreWriter(prepare_database(spec), spec, version_of(spec))
+    await writer.begin_run(RunStart("hash", spec.model, "http://testserver/v1", 8, 5))
+    assert chunking_status(writer.connection, spec) is None  # nothing chunked yet
+    await writer.write([merged(1, 3, {"1": 40, "2": 4}), merged(2, 5, {"1": 60})])
+    await writer.write([chunk(3, 1, 1), chunk(3, 1, 2), chunk(1, 1, 1)])  # record 3 is not finished
+    writer.connection.close()
+    connection = open_database(spec.database, read_only=True)
+    try:
+        status = chunking_status(connection, spec)
+        other = chunking_status(connection, spec.for_variant("other"))
+    finally:
+        connection.close()
+    assert status == ChunkingStatus(2, 8, {1: 100, 2: 4}, unfinished=1, kept=2)
+    assert other is None
+    assert status.describe() == (
+        "2 records from 8 chunks; values found by pass 1: 100, pass 2: +4 (+4.0%); "
+        "2 chunks kept for 1 record not finished yet"
+    )
+    assert status.to_json()["added_by_pass"] == {"1": 100, "2": 4}
