@@ -75,7 +75,18 @@ BenchJobOption = Annotated[
     typer.Option(help="Send this job's own requests (prompt, schema, settings, sampled records)."),
 ]
 RecordsOption = Annotated[int, typer.Option(min=1, help="With --job: how many records to sample.")]
+SeedKneeOption = Annotated[
+    bool,
+    typer.Option(
+        help="With --job: keep the sweep's best level in the job's database, where its next "
+        "`concurrency: auto` run starts instead of ramping from 8."
+    ),
+]
 BenchOutOption = Annotated[Path, typer.Option(help="Folder for bench.csv, bench.json and bench.png.")]
+
+
+_SEED_KNEE_NEEDS = "--seed-knee needs --job: the knee is kept in the job's database"
+_SEED_KNEE_LOCAL = "--seed-knee and --local do not go together: the local server's address changes"
 
 
 @app.command()
@@ -95,6 +106,7 @@ def bench(
     api_key_env: ApiKeyEnvOption = None,
     job: BenchJobOption = None,
     records: RecordsOption = 200,
+    seed_knee: SeedKneeOption = False,
     out: BenchOutOption = Path("bench-out"),
 ) -> None:
     """Concurrency sweep: aggregate and per-sequence tok/s, TTFT, the server's queue, the knee."""
@@ -103,6 +115,8 @@ def bench(
     configure_logging(json_lines=not sys.stderr.isatty(), level="warning")
     if not local and job is None and (endpoint is None or model is None):
         raise fail(ConfigError("bench needs --endpoint and --model, --job, or --local"), EXIT_CONFIG)
+    if seed_knee and (job is None or local):
+        raise fail(ConfigError(_SEED_KNEE_NEEDS if job is None else _SEED_KNEE_LOCAL), EXIT_CONFIG)
     if endpoint is not None:
         try:
             endpoint = checked_url_option("--endpoint", endpoint)
@@ -122,7 +136,11 @@ def bench(
         reasoning_effort=reasoning_effort,
         api_key=os.environ.get(api_key_env) if api_key_env else None,
     )
-    _print_bench(_sweep(options if job is None else _with_job(options, job, records), local), out)
+    swept = options if job is None else _with_job(options, job, records)
+    result = _sweep(swept, local)
+    _print_bench(result, out)
+    if seed_knee and job is not None:
+        _seed_knee(job, swept, result)
 
 
 def _levels(concurrency: str) -> tuple[int, ...]:
@@ -172,6 +190,15 @@ async def _bench(options: BenchOptions, local: bool) -> SweepResult:
         return await run_sweep(
             dataclasses.replace(options, base_url=server.base_url, model=server.model), progress
         )
+
+
+def _seed_knee(job: Path, options: BenchOptions, result: SweepResult) -> None:
+    from pipeline.bench.seed import seed_sweep_knee
+
+    try:
+        typer.echo(seed_sweep_knee(load_job_or_exit(job), options, result.levels))
+    except FatalRunError as error:
+        raise fail(error, exit_code_for(error)) from error
 
 
 def _print_bench(result: SweepResult, out: Path) -> None:

@@ -11,8 +11,9 @@ import structlog
 
 from pipeline.errors import ConfigError, DatabaseError, DatabaseFailure, DatabaseLockedError
 from pipeline.job.spec import JobSpec
+from pipeline.servers.config import EndpointConfig
 from pipeline.servers.knee_search import KneeMemory
-from pipeline.source.db import Database, open_database, quote
+from pipeline.source.db import UTC_NOW, Database, open_database, quote
 from pipeline.source.loader import load_file
 from pipeline.source.relation import describe_source
 from pipeline.store.read_copy import open_read_copy
@@ -79,6 +80,35 @@ def known_knees(connection: Database, spec: JobSpec) -> dict[str, KneeMemory]:
             if known is not None:
                 knees.setdefault(key, known)
     return knees
+
+
+def seed_knee(spec: JobSpec, endpoint: EndpointConfig, knee: KneeMemory, message: str) -> int:
+    """Keep a knee measured outside a run (a ``pipeline bench`` sweep) in the job's database as a row
+    of the runs table with status ``bench``, where :func:`known_knees` reads it as it reads a run's:
+    the next `concurrency: auto` run on that server starts there, until a later run learns better.
+    Returns the row's run id. Blocking; raises ``DatabaseLockedError`` while a run holds the database."""
+    connection = prepare_database(spec)
+    try:
+        runs = quote(spec.output.runs_table)
+        run_id = connection.scalar(f"SELECT coalesce(max(run_id), 0) + 1 FROM {runs}")
+        connection.execute(
+            f"INSERT INTO {runs} (run_id, job_name, variant, model, base_url, concurrency, started_at, "
+            f"updated_at, ended_at, status, pending_at_start, message, knees) "
+            f"VALUES (?, ?, ?, ?, ?, ?, {UTC_NOW}, {UTC_NOW}, {UTC_NOW}, 'bench', 0, ?, ?)",
+            [
+                run_id,
+                spec.name,
+                spec.variant,
+                endpoint.model,
+                endpoint.base_url,
+                knee.level,
+                message,
+                orjson.dumps({endpoint.knee_key: knee.as_json()}).decode(),
+            ],
+        )
+    finally:
+        connection.close()
+    return run_id
 
 
 def open_for_reading(spec: JobSpec, *, memory_limit: str | None = None) -> Database:
