@@ -81,6 +81,9 @@ class RunCollector:
             "class",
             _with_known_keys(s.failures, FailureClass),
         )
+        yield self._counter(
+            "chunks_done_total", "Chunks of long records (chunking:) answered and committed.", s.chunks_done
+        )
         yield self._gauge("records_pending", "Records of this run not finished yet.", s.remaining)
         yield self._gauge("records_at_start", "Records pending when the run started.", s.pending_at_start)
 

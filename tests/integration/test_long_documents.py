@@ -117,6 +117,22 @@ def test_documents_past_the_context_are_chunked_merged_and_never_refused(tmp_pat
             source = text if entry["source_field"] == "description" else f"Document {number}"
             found = source[entry["start"] : entry["end"]]
             assert normalize_text(found) == normalize_text(entry["value"]), entry
+    read_like_any_other(tmp_path, job(tmp_path, url), results)
+
+
+def read_like_any_other(folder: Path, path: Path, results: dict[int, list[str]]) -> None:
+    """eval scores the merged results against a gold file, and review shows them with their chunks."""
+    gold = folder / "gold.jsonl"
+    first = orjson.loads(results[1][0])["skills"]
+    gold.write_bytes(orjson.dumps({"id": 1, "skills": [*first, "not found anywhere"]}) + b"\n")
+    scored = run_pipeline("eval", str(path), "--gold", str(gold), "--json")
+    assert scored.returncode == 0, scored.stderr[-2000:]
+    skills = orjson.loads(scored.stdout)["fields"]["skills"]
+    assert (skills["tp"], skills["fp"], skills["fn"]) == (len(first), 0, 1)
+    page = folder / "review.html"
+    shown = run_pipeline("review", str(path), "--html", str(page))
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    assert '"chunks":' in page.read_text() and '"chunk":1' in page.read_text().replace(" ", "")
 
 
 def test_a_run_killed_mid_document_resumes_without_asking_for_a_kept_chunk_again(tmp_path: Path) -> None:

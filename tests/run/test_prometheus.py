@@ -85,6 +85,7 @@ def assert_busy_numbers(samples: Samples) -> None:
     assert value(samples, "pipeline_records_failed_total", **{"class": "transient"}) == 1
     assert value(samples, "pipeline_records_failed_total", **{"class": "truncated"}) == 0
     assert value(samples, "pipeline_records_failed_total", **{"class": "too_long"}) == 0  # every class
+    assert value(samples, "pipeline_chunks_done_total") == 0  # no long record in this run
     assert value(samples, "pipeline_records_pending") == 13
     assert value(samples, "pipeline_records_at_start") == 20
     assert value(samples, "pipeline_requests_in_flight") == 1
