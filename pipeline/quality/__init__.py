@@ -13,6 +13,7 @@ reads the results and calls these.
   across runs;
 * :mod:`~pipeline.quality.gold`: reading a gold file;
 * :mod:`~pipeline.quality.grounding`: locating values in the record text;
+* :mod:`~pipeline.quality.merging`: merging a long document's chunk answers field by field;
 * :mod:`~pipeline.quality.review_page`: the self-contained HTML review page;
   :mod:`~pipeline.quality.html_page`: what every self-contained page shares (embedded data, CSP,
   atomic write);
