@@ -2,6 +2,9 @@
 the local server), printing what the user's articles print: aggregate and per-sequence tok/s,
 scaling, TTFT, errors, the server's queue and caches, the knee, and what it means.
 
+With ``--job JOB --seed-knee`` the sweep's best level is kept in the job's database, where its next
+``concurrency: auto`` run starts (:mod:`~pipeline.bench.seed`).
+
 Also the closed loop that measures ``concurrency: auto`` against the simulator's engine
 (:mod:`~pipeline.bench.closed_loop`) and the large sources sweeps and scale runs read
 (:mod:`~pipeline.bench.datasets`), shared by tests and ``benchmarks/``.

@@ -42,7 +42,7 @@ class Tuning:
     min_step: float = 0.04  # the smallest relative step: the precision of the knee
     min_elasticity: float = 0.3  # an increase must return >= 0.3% throughput per 1% of concurrency
     ramp_elasticity: float = 0.35  # a step that returns this much is followed by a twice larger one
-    noise: float = 0.01  # relative throughput changes below this are noise
+    noise: float = 0.02  # relative throughput changes below this are noise (a real client's windows)
     window_share: float = 0.25  # a window lasts this share of a turnover (the limit in replies and its
     # mean latency in time) after a small step, a whole one after a doubling or more (the server needs
     # a turnover to settle: a KV cache fills up as the new requests grow),
@@ -53,12 +53,15 @@ class Tuning:
     ramp_precision: float = 0.05  # the precision a window needs for a step of a doubling or more
     min_scrapes: int = 3  # /metrics scrapes before a server signal counts
     waiting_share: float = 0.5  # share of scrapes with waiting > 0 that means "sustained",
+    full_share: float = 0.9  # a window counts while the requests in flight are at least this share of the
+    # limit (a sample a second: a refill in progress is not a gap)
     queue_share: float = 0.05  # unless the mean number waiting is below this share of those running;
     flood_share: float = 0.25  # one scrape suffices after a step up when this share of those running waits
     kv_high: float = 0.9  # mean KV-cache use above which steps up are min_step only
     preemption_rate: float = 1.0  # preemptions per reply above which the limit backs off: a thrash
     latency_share: float = 0.5  # p90 latency above this share of the timeout backs off
-    hold_latencies: float = 10.0  # mean reply latencies held at the knee between two re-probes
+    hold_latencies: float = 10.0  # mean reply latencies held at the knee between two re-probes,
+    confirm_latencies: float = 3.0  # and before the first one, from a knee an earlier run found
     stale_latencies: float = 30.0  # a best level measured longer ago is measured again before a probe
     ceiling_windows: int = 12  # decisions a ceiling from a server signal lasts
     shift: float = 0.25  # throughput change at the held level that restarts the search
@@ -95,6 +98,11 @@ class Window:
             return
         self.replies.append((tokens if ok else 0, latency_s))
 
+    def full(self, share: float) -> bool:
+        """Whether the limit was kept full (every sample at least ``share`` of it): else the window
+        measured the client's supply (a run's start or tail), not the level."""
+        return all(sample >= share * self.limit for sample in self.in_flight)
+
     def sample(self, in_flight: int) -> None:
         if self.started_at is not None:
             self.in_flight.append(in_flight)
@@ -116,10 +124,9 @@ class Window:
 
     @property
     def throughput(self) -> float:
-        """Little's law: requests in flight x tokens per second of latency."""
+        """Little's law: requests in flight (the limit, kept full) x tokens per second of latency."""
         latency = sum(seconds for _, seconds in self.replies)
-        in_flight = sum(self.in_flight) / len(self.in_flight) if self.in_flight else self.limit
-        return in_flight * sum(tokens for tokens, _ in self.replies) / latency if latency > 0 else 0.0
+        return self.limit * sum(tokens for tokens, _ in self.replies) / latency if latency > 0 else 0.0
 
     @property
     def error(self) -> float:
@@ -241,6 +248,10 @@ class KneeSearch:
             hi=above if above is not None and above > level else None,
             reach_up=smallest if memory.bracketed else largest,
             reach_down=smallest,
+            # An earlier run's knee is looked at again soon, a step below first: above a knee may be a
+            # cliff, and a knee found a step too high costs the whole run.
+            held=tuning.hold_latencies - tuning.confirm_latencies,
+            reprobe_up=False,
         )
 
     def measured_best(self, throughput: float, error: float, tuning: Tuning) -> str:

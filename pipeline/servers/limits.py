@@ -169,6 +169,8 @@ class AdaptiveLimit:
             if not window.complete(now, self._tuning):
                 return self._jump_on_room(now, window, in_flight)
             signal = self._latency_signal(window)
+            if signal is None and not window.full(self._tuning.full_share):
+                return self._set(now, self._limit, "")  # the client's supply ran short: measure again
         self._ceiling_left -= 1
         if self._ceiling_left <= 0:
             self._ceiling = None

@@ -338,10 +338,14 @@ def test_re_probes_after_some_latencies_held_not_after_some_windows() -> None:
         known_knee=KneeMemory(64, bracketed=True, worse_below=61, worse_above=67),
         clock=clock,
     )
-    changes = Server(lambda c: 30.0 * c if c <= 64 else 1920.0).drive(controller, clock, 3600)
+    first = Server(lambda c: 30.0 * c if c <= 64 else 1920.0).drive(controller, clock, 4 * 13.4)
+    assert steps(first) == [(64, 61)]
+    changes = first + Server(lambda c: 30.0 * c if c <= 64 else 1920.0).drive(controller, clock, 3600)
     latency = 64 * TOKENS / 1920.0  # 13 s
     times = [index for index, change in enumerate(changes) if "re-probing" in change.reason]
-    assert changes and changes[0].reason.startswith("64 gives 1920 tok/s: re-probing")
+    # An earlier run's knee is looked at again within a few latencies, a step below first: above a knee
+    # may be a cliff, and a knee found a step too high would cost the whole run.
+    assert changes and changes[0].reason == "64 gives 1920 tok/s: re-probing 61, a step from the knee at 64"
     assert 3600 / latency / 10 - 4 <= len(times) <= 3600 / latency / 10 + 1  # one per 10 latencies
 
 
@@ -446,3 +450,16 @@ def test_the_opening_jumps_further_when_replies_leave_room_under_the_timeout() -
         255,
         "the server runs all 8 with nothing waiting, KV cache 2% used (room for ~360): jumping to 255",
     )
+
+
+def test_a_window_the_client_could_not_keep_full_decides_nothing() -> None:
+    """At a run's tail (or while its reader stalls) fewer requests are in flight than the limit: the
+    replies measure the client's supply, not the level, so no window there is judged."""
+    clock = FakeClock()
+    controller = limiter(clock, initial=64)
+    clock.now += 10.0
+    for in_flight in range(64, 0, -1):  # the last records: one fewer in flight with every reply
+        clock.now += 0.5
+        controller.on_finished(latency_s=10.0, output_tokens=TOKENS, ok=True)
+        assert controller.update(in_flight=in_flight) is None
+    assert controller.limit == 64 and controller.learned is None
