@@ -143,6 +143,7 @@ def test_eval_html_puts_the_gold_beside_the_variant(job: JobSpec, gold: Path, tm
         "failure": None,
         "model": None,
         "grounding": [],
+        "chunks": None,
     }
     assert [span["value"] for span in main_view["grounding"]] == ["SQL", "Python"]
     dom = opened(html)
