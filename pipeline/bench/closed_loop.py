@@ -1,6 +1,6 @@
 """A closed-loop load harness over the simulator's in-process engine: keep ``limit`` requests in flight
 at a fixed concurrency or under an :class:`~pipeline.servers.limits.AdaptiveLimit`, fed as an endpoint
-feeds it (every reply, every timeout, a ``/metrics`` scrape every few seconds, ``update`` every second).
+feeds it (every reply, every timeout, a ``/metrics`` scrape and ``update`` at the router's cadences).
 
 By default time is virtual: the event loop's clock jumps to its next timer whenever nothing is ready,
 so a two-hour scenario at c=256 takes seconds of CPU and no real waiting, and a run is deterministic.
@@ -9,7 +9,7 @@ so a two-hour scenario at c=256 takes seconds of CPU and no real waiting, and a 
 Two clocks, as with a real client of ``pipeline sim --speed S``: the server's runs ``Scenario.speed``
 times faster than the client's, which the controller, the timeout and the cadences of scrapes and
 updates use (a 2-minute reply at ``speed`` 120 takes one second of the client's, which still scrapes
-every 5 s). Durations and every number reported are in the profile's own (unscaled) seconds.
+every second). Durations and every number reported are in the profile's own (unscaled) seconds.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from typing import Any
 
 from pipeline.servers.knee_search import DEFAULT_TUNING, KneeMemory, ServerLoad, Tuning
 from pipeline.servers.limits import AdaptiveLimit, LimitChange
+from pipeline.servers.router import METRICS_EVERY_S, TICK_S
 from pipeline.sim.engine import Engine, Sequence
 from pipeline.sim.profiles import PROFILES, REFERENCE_OUTPUT_TOKENS, REFERENCE_PROMPT_TOKENS
 
@@ -99,8 +100,8 @@ class Scenario:
     kv_cache_tokens: int | None = None  # override the profile's
     workload: Workload = field(default_factory=Workload)
     timeout_s: float = 900.0  # the client's timeout per request, in its seconds
-    scrape_every_s: float = 5.0  # the client's seconds, as the router's
-    update_every_s: float = 1.0
+    scrape_every_s: float = METRICS_EVERY_S  # the client's seconds, as the router's
+    update_every_s: float = TICK_S
     metrics: bool = True  # False: the controller gets no /metrics (a server without them)
     maximum: int = 512  # the controller's bounds
     minimum: int = 1

@@ -2,7 +2,7 @@
 output tokens/s and, when the server has them, vLLM's own queue, KV-cache and preemption numbers.
 
 Pure logic, the clock passed in. The endpoint calls ``on_finished`` for every reply, ``on_timeout`` for
-every client timeout, ``on_server_load`` at each ``/metrics`` scrape and ``update`` every second or so;
+every client timeout, ``on_server_load`` at each ``/metrics`` scrape and ``update`` a few times a second;
 ``update`` decides at most once per measurement window and returns the change with its reason.
 
 Why throughput, not latency: vLLM never refuses work (no 429). Past its knee more concurrency only
