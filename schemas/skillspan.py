@@ -47,3 +47,21 @@ class SkillMentions(BaseModel):
     def _each_once(cls, spans: list[str]) -> list[str]:
         # Exact duplicates only: spans are verbatim copies, so 'Python' and 'python' are two mentions.
         return list(dict.fromkeys(spans))
+
+
+class DocumentSkillMentions(SkillMentions):
+    """The same mentions for a whole document of many sentences (``benchmarks/long_documents.py``): a
+    long document is extracted in chunks and their lists merged (``chunking:``), and the merged lists
+    hold every chunk's, so they have room for a document's worth. A chunk's answer still ends within
+    max_tokens: a longer one is cut off (and a loop in it re-asked), not stored."""
+
+    skills: list[Span] = Field(
+        max_length=400,
+        description=SkillMentions.model_fields["skills"].description,
+        json_schema_extra={"grounded": True},
+    )
+    knowledge: list[Span] = Field(
+        max_length=400,
+        description=SkillMentions.model_fields["knowledge"].description,
+        json_schema_extra={"grounded": True},
+    )
