@@ -113,15 +113,7 @@ def bench(
     from pipeline.bench import BenchOptions
 
     configure_logging(json_lines=not sys.stderr.isatty(), level="warning")
-    if not local and job is None and (endpoint is None or model is None):
-        raise fail(ConfigError("bench needs --endpoint and --model, --job, or --local"), EXIT_CONFIG)
-    if seed_knee and (job is None or local):
-        raise fail(ConfigError(_SEED_KNEE_NEEDS if job is None else _SEED_KNEE_LOCAL), EXIT_CONFIG)
-    if endpoint is not None:
-        try:
-            endpoint = checked_url_option("--endpoint", endpoint)
-        except ConfigError as error:
-            raise fail(error, EXIT_CONFIG) from error
+    endpoint = _checked_bench_target(endpoint, model, local, job, seed_knee)
     options = BenchOptions(
         base_url=endpoint or "",
         model=model or "",
@@ -141,6 +133,22 @@ def bench(
     _print_bench(result, out)
     if seed_knee and job is not None:
         _seed_knee(job, swept, result)
+
+
+def _checked_bench_target(
+    endpoint: str | None, model: str | None, local: bool, job: Path | None, seed_knee: bool
+) -> str | None:
+    """What to sweep must be said, once and consistently (exit 2 otherwise); the URL, checked."""
+    if not local and job is None and (endpoint is None or model is None):
+        raise fail(ConfigError("bench needs --endpoint and --model, --job, or --local"), EXIT_CONFIG)
+    if seed_knee and (job is None or local):
+        raise fail(ConfigError(_SEED_KNEE_NEEDS if job is None else _SEED_KNEE_LOCAL), EXIT_CONFIG)
+    if endpoint is None:
+        return None
+    try:
+        return checked_url_option("--endpoint", endpoint)
+    except ConfigError as error:
+        raise fail(error, EXIT_CONFIG) from error
 
 
 def _levels(concurrency: str) -> tuple[int, ...]:
