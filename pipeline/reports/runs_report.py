@@ -1,6 +1,6 @@
 """``pipeline report``: a job's runs side by side, their trends, and what drifted in the last one.
 
-Each run keeps a profile of what it produced and a small time series (:mod:`pipeline.store.profiles`,
+Each run keeps a profile of what it produced and a small time series (:mod:`pipeline.store.run_profiles`,
 :mod:`pipeline.run.series`). This reads the last runs of a variant, read-only, and judges the last one
 against the runs before it (:mod:`pipeline.quality.drift`). ``--fail-on-drift`` turns a drift into
 exit 1 for a nightly cron line.
@@ -17,8 +17,8 @@ from pipeline.errors import ConfigError
 from pipeline.job.spec import JobSpec
 from pipeline.quality.drift import BASELINE_RUNS, RULE, SHARE_FLOOR, Drift, find_drift
 from pipeline.store.opening import open_job_output
-from pipeline.store.profiles import stored_runs
 from pipeline.store.read_copy import ReadCopy, read_copy_of
+from pipeline.store.run_profiles import stored_runs
 
 DEFAULT_RUNS = 10
 _SPARKS = "▁▂▃▄▅▆▇█"

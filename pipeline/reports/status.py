@@ -14,7 +14,7 @@ from typing import Any
 
 from pipeline.errors import DatabaseLockedError, SourceMissingError
 from pipeline.job.spec import JobSpec
-from pipeline.reports.chunking import ChunkingStatus, chunking_status
+from pipeline.reports.chunk_status import ChunkingStatus, chunking_status
 from pipeline.source.db import Database, quote
 from pipeline.source.pending import PendingQueries
 from pipeline.source.relation import source_columns, source_relation

@@ -95,7 +95,7 @@ _RUN_COLUMNS = [
     ("reasoning_tokens", "BIGINT DEFAULT 0"),
     ("message", "VARCHAR"),
     ("knees", "JSON"),  # {"base_url model": level}: where `concurrency: auto` found each server's knee
-    ("profile", "JSON"),  # what the run produced, field by field (store/profiles.py): drift's input
+    ("profile", "JSON"),  # what the run produced, field by field (store/run_profiles.py): drift's input
     ("series", "JSON"),  # the run over time: records/min, in flight, each endpoint's limit (run/series.py)
 ]
 _HISTORY_EXTRA = [("superseded_at", "TIMESTAMP"), ("superseded_by_run", "INTEGER")]

@@ -25,7 +25,7 @@ from pipeline.servers.knee_search import KneeMemory
 from pipeline.source.db import UTC_NOW, Database, quote
 from pipeline.source.versions import JobVersion
 from pipeline.store.chunks import chunk_row
-from pipeline.store.profiles import run_profile, save_profile, save_series, stored_runs
+from pipeline.store.run_profiles import run_profile, save_profile, save_series, stored_runs
 from pipeline.store.tables import (
     CHUNK_COLUMNS,
     FAILURE_COLUMNS,
@@ -122,7 +122,7 @@ class StoreWriter:
         await self._call(lambda: save_series(self.connection, self.spec, self.run_id, points))
 
     async def profile_run(self) -> dict[str, Any]:
-        """Profile what this run wrote (store/profiles.py), keep it in its row, and return it."""
+        """Profile what this run wrote (store/run_profiles.py), keep it in its row, and return it."""
 
         def profile() -> dict[str, Any]:
             found = run_profile(self.connection, self.spec, self.run_id)

@@ -9,7 +9,7 @@ import orjson
 
 from pipeline.job.spec import JobSpec
 from pipeline.store.opening import open_job_output
-from pipeline.store.profiles import stored_runs
+from pipeline.store.run_profiles import stored_runs
 from tests.support.jobs import table_rows
 from tests.support.variants import big_answer, main_answer, run_variant, variants_job
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.extraction.outcomes import Extracted, Usage
-from pipeline.reports.chunking import ChunkingStatus, chunking_status
+from pipeline.reports.chunk_status import ChunkingStatus, chunking_status
 from pipeline.servers.client import Reply
 from pipeline.source.db import open_database
 from pipeline.source.versions import version_of
