@@ -140,7 +140,7 @@ class PendingQueries:
             condition = f"NOT coalesce({self._metadata_condition()}, false)"
         limit = self.selection.limit
         return f"SELECT s.{id_column} {self._joined(relation)} WHERE {condition}{self._restricted()}" + (
-            f" LIMIT {int(limit)}" if limit is not None else ""
+            f" ORDER BY {_FIRST_TAKEN}, s.{id_column} LIMIT {int(limit)}" if limit is not None else ""
         )
 
     def changed_count_sql(self) -> str:
@@ -181,6 +181,15 @@ class PendingQueries:
             f"AND f.record_id = s.{id_column} AND f.failure_class = '{FailureClass.TRUNCATED}' "
             f"WHERE s.{id_column} IN (SELECT unnest($ids))"
         )
+
+
+#: Which records a limited run takes first: the failures it retries (``--retry-failed --limit 50`` is
+#: for them), then new records, then stale results it redoes. Without a limit there is no order to pay
+#: for: every pending record is taken.
+_FIRST_TAKEN = (
+    "CASE WHEN f.record_id IS NOT NULL AND f.retried THEN 0 "
+    "WHEN r.record_id IS NULL AND f.record_id IS NULL THEN 1 ELSE 2 END"
+)
 
 
 def _any_of(conditions: dict[StaleCause, str], causes: Iterable[StaleCause]) -> str:

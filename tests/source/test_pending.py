@@ -207,6 +207,25 @@ async def test_the_limit_holds_over_both_phases_new_records_first(tmp_path: Path
     assert len((await pending(spec, Selection(limit=3)))[0]) == 3
 
 
+async def test_a_limited_retry_takes_the_failures_first_then_new_then_stale(tmp_path: Path) -> None:
+    """`--retry-failed --limit N` is for the failures: with 1,000 new records beside them, a LIMIT
+    without an order took whichever rows the scan met first (the new ones, in source order)."""
+    spec = make_job(tmp_path, records=1000)
+    await write(spec, done, [0, 1, 2])
+    await write(spec, failing(FailureClass.SCHEMA_INVALID), [997, 998])
+    await write(spec, failing(FailureClass.TRANSIENT), [999])
+
+    async def taken(spec: JobSpec, selection: Selection) -> list[Any]:
+        return sorted((await pending(spec, selection))[0])  # a batch is fetched in the source's order
+
+    assert await taken(spec, Selection(retry=frozenset(FailureClass), limit=3)) == [997, 998, 999]
+    assert await taken(spec, Selection(retry=frozenset(FailureClass), limit=4)) == [3, 997, 998, 999]
+    assert await taken(spec, Selection(limit=2)) == [3, 999]  # a plain run: the transient failure first
+    edited = with_prompt(spec, system="Edited.")
+    redo = Selection(retry=frozenset(FailureClass), redo=frozenset(JOB_CAUSES), limit=5)
+    assert await taken(edited, redo) == [3, 4, 997, 998, 999]  # new records before stale redos
+
+
 async def test_a_sample_is_the_same_records_for_every_variant_and_seed(tmp_path: Path) -> None:
     spec = make_job(tmp_path, records=200)
     first, count = await pending(spec, Selection(sample=20, seed=7))
