@@ -14,10 +14,15 @@ from pipeline.errors import EXIT_CONFIG, ConfigError
 if TYPE_CHECKING:  # the simulator loads only for `sim`
     from pipeline.sim import SimConfig
 
-Probability = Annotated[float, typer.Option(min=0, max=1)]
 PortOption = Annotated[int, typer.Option(help="0 picks a free port.")]
-HostOption = Annotated[str, typer.Option()]
-SimModelOption = Annotated[str, typer.Option(help="The model name it serves.")]
+HostOption = Annotated[str, typer.Option(help="The address to listen on.")]
+SimModelOption = Annotated[
+    str | None,
+    typer.Option(
+        help="The model name it serves. Default: the profile's (gpt-oss-120b: openai/gpt-oss-120b, "
+        "what the jobs ask for); sim-model without a profile."
+    ),
+]
 ProfileOption = Annotated[
     str | None,
     typer.Option(help="Calibrated engine: gpt-oss-120b, nemotron-super-49b, nemotron-nano-9b."),
@@ -30,7 +35,9 @@ KvCacheTokensOption = Annotated[int | None, typer.Option(min=1, help="Override t
 LatencyOption = Annotated[float, typer.Option(help="Without a profile: seconds per request.")]
 SecondsPerTokenOption = Annotated[float, typer.Option(help="Without a profile: seconds per token.")]
 JitterOption = Annotated[float, typer.Option(min=0, max=1, help="± fraction of the fixed delay.")]
-SeedOption = Annotated[int, typer.Option()]
+SeedOption = Annotated[
+    int, typer.Option(help="Seeds the answers, the faults and the noise: the same seed, the same run.")
+]
 MaxModelLenOption = Annotated[
     int, typer.Option(min=1, help="The context: prompt and answer tokens a request may take (a 400 past it).")
 ]
@@ -45,6 +52,20 @@ ListContextOption = Annotated[
 TokenizeOption = Annotated[
     bool, typer.Option(help="Count a prompt's tokens at POST /tokenize, as vLLM does (--no-tokenize: a 404).")
 ]
+
+
+def _fault(what: str) -> Any:
+    """A ``--fault-*`` option: the share of chat requests (0 to 1) answered with ``what``."""
+    return typer.Option(min=0, max=1, help=f"Share of chat requests (0-1) that get {what}.")
+
+
+ServerErrorFault = Annotated[float, _fault("a 500 (or a 503 with Retry-After)")]
+ResetFault = Annotated[float, _fault("their connection dropped without an answer")]
+HangFault = Annotated[float, _fault("no answer at all: only the client's timeout ends them")]
+InvalidJsonFault = Annotated[float, _fault("an answer that is not valid JSON")]
+SchemaInvalidFault = Annotated[float, _fault("valid JSON that breaks the requested schema")]
+LengthFault = Annotated[float, _fault('an answer cut short, finish_reason "length"')]
+ContextLengthFault = Annotated[float, _fault("vLLM's 400: the prompt does not fit the context")]
 RejectFormatOption = Annotated[
     bool, typer.Option(help="Answer a request with response_format with HTTP 400, as a server without it.")
 ]
@@ -80,7 +101,7 @@ def sim(
     ctx: typer.Context,
     port: PortOption = 8000,
     host: HostOption = "127.0.0.1",
-    model: SimModelOption = "sim-model",
+    model: SimModelOption = None,
     profile: ProfileOption = None,
     speed: SpeedOption = 1.0,
     max_num_seqs: MaxNumSeqsOption = None,
@@ -94,20 +115,23 @@ def sim(
     tokenize: TokenizeOption = True,
     api_key: ApiKeyOption = None,
     reasoning_field: ReasoningFieldOption = "reasoning",
-    fault_server_error: Probability = 0.0,
-    fault_reset: Probability = 0.0,
-    fault_hang: Probability = 0.0,
-    fault_invalid_json: Probability = 0.0,
-    fault_schema_invalid: Probability = 0.0,
-    fault_length: Probability = 0.0,
-    fault_context_length: Probability = 0.0,
+    fault_server_error: ServerErrorFault = 0.0,
+    fault_reset: ResetFault = 0.0,
+    fault_hang: HangFault = 0.0,
+    fault_invalid_json: InvalidJsonFault = 0.0,
+    fault_schema_invalid: SchemaInvalidFault = 0.0,
+    fault_length: LengthFault = 0.0,
+    fault_context_length: ContextLengthFault = 0.0,
     reject_response_format: RejectFormatOption = False,
     answer_noise: AnswerNoiseOption = 0.0,
     prompt_sensitive: PromptSensitiveOption = None,
     empty_fields: EmptyFieldOption = None,
     quoted_answers: QuotedAnswersOption = False,
 ) -> None:
-    """Serve a vLLM-like OpenAI-compatible simulator (for tests, benchmarks and dry runs)."""
+    """Serve a vLLM-like OpenAI-compatible simulator (for tests, benchmarks and dry runs).
+
+    Each --fault-* is a share of chat requests; at most one fault applies to a request, drawn from --seed.
+    """
     import asyncio
 
     from pipeline.sim import run_sim
@@ -115,7 +139,7 @@ def sim(
     config = sim_config(ctx.params)
 
     def ready(url: str) -> None:
-        typer.echo(f"serving {model} at {url}")
+        typer.echo(f"serving {config.model} at {url}")
         sys.stdout.flush()
 
     asyncio.run(run_sim(config, host, port, on_ready=ready))
@@ -137,4 +161,8 @@ def sim_config(options: Mapping[str, Any]) -> SimConfig:
         for name, value in options.items()
         if not name.startswith(_FAULT) and name not in _ADDRESS
     }
+    # The name the imitated server serves, so `sim --profile` + a job written for that server just run.
+    settings["model"] = settings.get("model") or (PROFILES[profile].served_model if profile else None)
+    if settings["model"] is None:
+        del settings["model"]  # the simulator's own default
     return SimConfig(**settings, faults=Faults(**faults))

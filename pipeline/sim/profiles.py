@@ -20,6 +20,9 @@ class Profile:
     kv_cache_tokens: int
     prefill_tokens_per_s: float
     reasoning_tokens: dict[str, int] = field(default_factory=dict)
+    # The name vLLM serves the model under (its Hugging Face id), so a job written for the real server
+    # runs against the simulator unchanged; None: the simulator's own default name.
+    served_model: str | None = None
 
     def measured_at(self, concurrency: float) -> float:
         """The measured curve, linearly interpolated; flat beyond its ends."""
@@ -70,6 +73,7 @@ PROFILES: dict[str, Profile] = {
             kv_cache_tokens=4_800_000,  # ~9% used at c=256 with the reference shape
             prefill_tokens_per_s=40_000.0,
             reasoning_tokens=_GPT_OSS_REASONING,
+            served_model="openai/gpt-oss-120b",
         ),
         Profile(
             name="nemotron-super-49b",  # dense: slow at one stream, collapses past the KV cache
@@ -77,6 +81,7 @@ PROFILES: dict[str, Profile] = {
             max_num_seqs=512,
             kv_cache_tokens=620_000,  # full at c=320
             prefill_tokens_per_s=12_000.0,
+            served_model="nvidia/Llama-3_3-Nemotron-Super-49B-v1_5",
         ),
         Profile(
             name="nemotron-nano-9b",  # hybrid: scales to 8 sequences, then queues
@@ -84,6 +89,7 @@ PROFILES: dict[str, Profile] = {
             max_num_seqs=8,
             kv_cache_tokens=400_000,
             prefill_tokens_per_s=30_000.0,
+            served_model="nvidia/NVIDIA-Nemotron-Nano-9B-v2",
         ),
     )
 }

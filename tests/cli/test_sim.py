@@ -1,15 +1,24 @@
 from __future__ import annotations
 
+import httpx2
+import pytest
 import typer.main
+from typer.core import TyperCommand, TyperOption
 
 import pipeline.cli as cli
 from pipeline.cli.sim import sim_config
 from pipeline.sim import Faults, SimConfig
+from pipeline.sim.profiles import PROFILES
+from tests.support.processes import sim_server
+
+
+def sim_command() -> TyperCommand:
+    command: TyperCommand = typer.main.get_command(cli.app).commands["sim"]  # type: ignore[attr-defined]
+    return command
 
 
 def sim_defaults() -> dict[str, object]:
-    command = typer.main.get_command(cli.app).commands["sim"]  # type: ignore[attr-defined]
-    return {param.name: param.default for param in command.params}
+    return {param.name: param.default for param in sim_command().params if param.name is not None}
 
 
 def test_every_sim_option_is_a_setting_of_the_simulator() -> None:
@@ -27,3 +36,25 @@ def test_the_context_options_reach_the_simulator() -> None:
     options = {**sim_defaults(), "max_model_len": 4096, "list_context": False, "tokenize": False}
     config = sim_config(options)
     assert (config.max_model_len, config.list_context, config.tokenize) == (4096, False, False)
+
+
+@pytest.mark.parametrize("profile", sorted(PROFILES))
+def test_a_profile_serves_the_model_it_imitates_unless_model_says_otherwise(profile: str) -> None:
+    served = sim_config({**sim_defaults(), "profile": profile}).model
+    assert served == PROFILES[profile].served_model and "/" in served  # a hub name, as vLLM serves it
+    assert sim_config({**sim_defaults(), "profile": profile, "model": "mine"}).model == "mine"
+
+
+def test_pipeline_sim_with_the_gpt_oss_profile_serves_what_the_jobs_ask_for() -> None:
+    """The README's `pipeline sim --profile gpt-oss-120b` beside `pipeline run jobs/linkedin.yaml`,
+    whose model is openai/gpt-oss-120b: the run's preflight finds that name in /v1/models."""
+    with sim_server("--profile", "gpt-oss-120b", "--speed", "50") as url:
+        models = httpx2.get(f"{url}/models", timeout=10).json()["data"]
+    assert [model["id"] for model in models] == ["openai/gpt-oss-120b"]
+
+
+def test_every_option_of_sim_says_what_it_does_in_help() -> None:
+    options = [param for param in sim_command().params if isinstance(param, TyperOption)]
+    assert {option.name for option in options} >= {f"fault_{name}" for name in Faults.__slots__}
+    undocumented = [option.opts[0] for option in options if not option.help]
+    assert undocumented == []
