@@ -130,6 +130,14 @@ HistoryOption = Annotated[
         "results.parquet -> results.history.parquet (with superseded_at, superseded_by_run).",
     ),
 ]
+FlattenOption = Annotated[
+    bool,
+    typer.Option(
+        "--flatten",
+        help="A column per schema field instead of extracted (salary.minimum, requirements[].text); "
+        "lists are arrays, in CSV joined with '; '.",
+    ),
+]
 
 
 @app.command("export")
@@ -139,6 +147,7 @@ def export_command(
     file_format: ExportFormatOption = None,
     include_failures: IncludeFailuresOption = False,
     history: HistoryOption = False,
+    flatten: FlattenOption = False,
     database: DatabaseOption = None,
     variant: VariantOption = None,
 ) -> None:
@@ -146,13 +155,15 @@ def export_command(
 
     One row per result whose id is still in the source, in no particular order.
 
-    Columns: the id (named as the job's source.id_column), extracted (nested JSON in jsonl, JSON in parquet, JSON text in csv), model, attempts, prompt_tokens, completion_tokens, reasoning_tokens (of the last attempt), finish_reason, created_at (UTC), variant, run_id, latency_s, max_tokens, total_prompt_tokens, total_completion_tokens, total_reasoning_tokens, total_latency_s (over every attempt), and the version key: content_hash, prompt_hash, schema_hash, settings_hash.
+    Columns: the id (named as the job's source.id_column), extracted (nested JSON in jsonl, JSON in parquet, JSON text in csv), model, attempts, prompt_tokens, completion_tokens, reasoning_tokens (of the last attempt), finish_reason, created_at (UTC), variant, run_id, latency_s, max_tokens, total_prompt_tokens, total_completion_tokens, total_reasoning_tokens, total_latency_s (over every attempt), and the version key: content_hash, prompt_hash, schema_hash, settings_hash. With --flatten, extracted is replaced by a column per schema field, typed as the schema says.
 
     The file is written beside --out and renamed into place: an interrupted export leaves no half file.
     """  # noqa: E501  (Typer keeps a docstring's line breaks: one paragraph, one line)
     spec = load_job_or_exit(job, database, variant)
     report = read_or_exit(
-        lambda: export_results(spec, out, file_format, include_failures=include_failures, history=history)
+        lambda: export_results(
+            spec, out, file_format, include_failures=include_failures, history=history, flatten=flatten
+        )
     )
     say_read_copy(report.read_copy)
     typer.echo(_export_text(report))

@@ -54,6 +54,7 @@ class FieldSpec:
     subfields: tuple[FieldSpec, ...] = ()  # OBJECT and OBJECT_LIST: the model's fields
     item_kind: FieldKind | None = None  # LIST: the kind of its items
     choices: tuple[Any, ...] = ()  # CHOICE (and a LIST of choices): the allowed values
+    integer: bool = False  # NUMBER (and a LIST of numbers): whole numbers only (an int)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +63,7 @@ class _TypeShape:
     model: type[BaseModel] | None = None
     item_kind: FieldKind | None = None
     choices: tuple[Any, ...] = ()
+    integer: bool = False
 
 
 def schema_fields(schema: type[BaseModel]) -> tuple[FieldSpec, ...]:
@@ -86,6 +88,7 @@ def _field_spec(name: str, info: FieldInfo, expanded: frozenset[type[BaseModel]]
         subfields=subfields,
         item_kind=shape.item_kind,
         choices=shape.choices,
+        integer=shape.integer,
     )
 
 
@@ -119,7 +122,7 @@ def _scalar_shape(annotation: Any) -> _TypeShape | None:
     if issubclass(annotation, bool):
         return _TypeShape(FieldKind.BOOLEAN)
     if issubclass(annotation, int | float | decimal.Decimal):
-        return _TypeShape(FieldKind.NUMBER)
+        return _TypeShape(FieldKind.NUMBER, integer=issubclass(annotation, int))
     if issubclass(annotation, str):
         return _TypeShape(FieldKind.TEXT)
     return None
@@ -149,7 +152,12 @@ def _shape(annotation: Any) -> _TypeShape:
     item = _unwrap(item)
     item_scalar = _scalar_shape(item)
     if item_scalar is not None:
-        return _TypeShape(FieldKind.LIST, item_kind=item_scalar.kind, choices=item_scalar.choices)
+        return _TypeShape(
+            FieldKind.LIST,
+            item_kind=item_scalar.kind,
+            choices=item_scalar.choices,
+            integer=item_scalar.integer,
+        )
     if isinstance(item, type) and issubclass(item, BaseModel):
         return _TypeShape(FieldKind.OBJECT_LIST, model=item)
     return _TypeShape(FieldKind.OTHER)

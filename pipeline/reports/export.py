@@ -3,7 +3,8 @@
 DuckDB's COPY writes the file itself, streaming: no row passes through Python, and memory stays
 within the job's ``duckdb_memory_limit`` whatever the size of the table. Each file is written to a
 hidden temporary file in the same folder and renamed into place, so a crashed export never leaves a
-half-written file at the path asked for.
+half-written file at the path asked for. With ``flatten``, ``extracted`` becomes a column per schema
+field, still computed by DuckDB (:mod:`pipeline.reports.flatten`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from pathlib import Path
 
 from pipeline.errors import ConfigError, DatabaseError
 from pipeline.job.spec import JobSpec
+from pipeline.quality.fields import schema_fields
+from pipeline.reports.flatten import flat_columns, select_list
 from pipeline.source.db import Database, quote
 from pipeline.source.relation import source_relation
 from pipeline.store.opening import open_job_output
@@ -133,14 +136,17 @@ def export_results(
     *,
     include_failures: bool = False,
     history: bool = False,
+    flatten: bool = False,
 ) -> ExportReport:
     """Write the variant's results for ids still in the source to ``out``, in ``fmt`` (by default the
     one ``out``'s extension names); if asked, its failures and the results that redos replaced
-    (``results.history.parquet``), each beside ``out``. Blocking; raises :class:`ConfigError` for an
-    unknown format or a job that has not run."""
+    (``results.history.parquet``), each beside ``out``. ``flatten``: a column per schema field instead
+    of ``extracted``. Blocking; raises :class:`ConfigError` for an unknown format or a job that has
+    not run."""
     out = Path(out)
     fmt = export_format(out, fmt)
     out = _checked_target(spec, out.expanduser().absolute(), include_failures)
+    extracted = _extracted_columns(spec, fmt, flatten)
     failures_out = failures_path(out, fmt) if include_failures else None
     history_out = side_path(out, fmt, "history") if history else None
     tables = [spec.output.results_table]
@@ -154,9 +160,9 @@ def export_results(
     try:
         _make_folder(out)  # only now: a locked or missing database leaves no empty folder behind
         copy = functools.partial(_copy, connection, spec.variant, fmt, written=written)
-        rows = copy(_results_sql(spec, fmt), out)
+        rows = copy(_results_sql(spec, extracted), out)
         failure_rows = copy(_failures_sql(spec), failures_out) if failures_out else None
-        history_rows = copy(_history_sql(spec, fmt), history_out) if history_out else None
+        history_rows = copy(_history_sql(spec, extracted), history_out) if history_out else None
         _move_into_place(written)
         read_copy = read_copy_of(connection)
     finally:
@@ -188,26 +194,43 @@ def _make_folder(out: Path) -> None:
         raise ConfigError(f"{out}: cannot create its folder ({exc.strerror or exc})") from exc
 
 
-def _result_columns(fmt: ExportFormat, extra: tuple[str, ...] = ()) -> str:
-    # CSV has no nested values: the JSON goes in as its text.
-    extracted = "r.extracted::VARCHAR AS extracted" if fmt is ExportFormat.CSV else "r.extracted"
+def _extracted_columns(spec: JobSpec, fmt: ExportFormat, flatten: bool) -> str:
+    """What a row holds of the extraction: ``extracted``, or (``flatten``) a column per schema field."""
+    if not flatten:
+        # CSV has no nested values: the JSON goes in as its text.
+        return "r.extracted::VARCHAR AS extracted" if fmt is ExportFormat.CSV else "r.extracted"
+    columns = flat_columns(schema_fields(spec.schema_class), csv=fmt is ExportFormat.CSV)
+    taken = {
+        name.lower() for name in (*RESULT_EXPORT_COLUMNS, *HISTORY_EXPORT_COLUMNS, spec.source.id_column)
+    }
+    for name, _ in columns:
+        if name.lower() in taken:
+            raise ConfigError(
+                f"{spec.source_file}: key 'schema': field {name!r} of {spec.schema_path} is also the name "
+                "of an exported column; export --flatten cannot name two columns alike (without "
+                "--flatten, `extracted` holds it)"
+            )
+    return select_list(columns)
+
+
+def _result_columns(extracted: str, extra: tuple[str, ...] = ()) -> str:
     return ", ".join([extracted, *(f"r.{column}" for column in (*RESULT_EXPORT_COLUMNS[1:], *extra))])
 
 
-def _results_sql(spec: JobSpec, fmt: ExportFormat) -> str:
+def _results_sql(spec: JobSpec, extracted: str) -> str:
     id_column = quote(spec.source.id_column)
     return (
-        f"SELECT s.{id_column} AS {id_column}, {_result_columns(fmt)} "
+        f"SELECT s.{id_column} AS {id_column}, {_result_columns(extracted)} "
         f"FROM {quote(spec.output.results_table)} r "
         f"JOIN {source_relation(spec)} s ON s.{id_column} = r.record_id WHERE r.variant = $variant"
     )
 
 
-def _history_sql(spec: JobSpec, fmt: ExportFormat) -> str:
+def _history_sql(spec: JobSpec, extracted: str) -> str:
     """Every replaced result, also of ids no longer in the source (that is what a history is for)."""
     return (
         f"SELECT r.record_id AS {quote(spec.source.id_column)}, "
-        f"{_result_columns(fmt, HISTORY_EXPORT_COLUMNS)} "
+        f"{_result_columns(extracted, HISTORY_EXPORT_COLUMNS)} "
         f"FROM {quote(history_table(spec))} r WHERE r.variant = $variant"
     )
 

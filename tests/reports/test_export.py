@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import csv
+import functools
 from pathlib import Path
 from typing import Any
 
+import anyio
 import duckdb
+import httpx2
 import orjson
 import pytest
 from typer.testing import CliRunner
@@ -22,8 +25,10 @@ from pipeline.reports.export import (
     export_results,
     failures_path,
 )
+from tests.support.fakes import completion, respond
 from tests.support.jobs import make_job
-from tests.support.outputs import database_held_by_another_process, job_with_outputs
+from tests.support.outputs import database_held_by_another_process, job_with_outputs, record_number
+from tests.support.runs import run_served
 
 COLUMNS = [
     "id",
@@ -241,3 +246,186 @@ def test_a_database_held_by_a_run_exits_3(tmp_path: Path) -> None:
     assert code == 3 and stdout == ""
     assert len(stderr.splitlines()) == 1 and stderr.startswith(f"error: {spec.database}: ")
     assert not any(path.name.startswith(("out", ".out")) for path in tmp_path.iterdir())
+
+
+# --- --flatten: a column per schema field ------------------------------------------------------------
+
+LINKEDIN_FIELD_COLUMNS = [
+    "title",
+    "company",
+    "recruiter",
+    "location",
+    "remote_policy",
+    "employment_type",
+    "working_time",
+    "seniority",
+    "manages_people",
+    "explicit_skills",
+    "inferred_capabilities",
+    "requirements[].text",
+    "requirements[].kind",
+    "requirements[].mandatory",
+    "experience_years.minimum",
+    "experience_years.maximum",
+    "education.level",
+    "education.fields",
+    "education.mandatory",
+    "salary.minimum",
+    "salary.maximum",
+    "salary.currency",
+    "salary.period",
+    "salary.text",
+    "benefits",
+    "culture_signals",
+]
+
+
+def posting(number: int) -> dict[str, Any]:
+    """A valid LinkedIn extraction; odd records state a salary and years, even ones neither."""
+    paid = number % 2 == 1
+    return {
+        "title": f"Title {number}",
+        "company": "Acme; Sons" if paid else None,
+        "recruiter": None,
+        "location": "Leeds",
+        "remote_policy": "hybrid",
+        "employment_type": "permanent",
+        "working_time": "full-time",
+        "seniority": "Senior",
+        "manages_people": paid,
+        "explicit_skills": ["Python", "SQL"] if paid else [],
+        "inferred_capabilities": ["mentoring"],
+        "requirements": [
+            {"text": "Python", "kind": "skill", "mandatory": True},
+            {"text": "driving licence", "kind": "legal", "mandatory": False},
+        ],
+        "experience_years": {"minimum": number, "maximum": None} if paid else None,
+        "education": {"level": "bachelor", "fields": ["Maths", "Physics"], "mandatory": False},
+        "salary": (
+            {"minimum": 35000.5, "maximum": 40000, "currency": "GBP", "period": "year", "text": "£35k"}
+            if paid
+            else None
+        ),
+        "benefits": [],
+        "culture_signals": [],
+    }
+
+
+def linkedin_answer(request: httpx2.Request) -> httpx2.Response:
+    if request.url.path.endswith("/models"):
+        return respond({"data": [{"id": "test-model"}]})
+    return respond(completion(orjson.dumps(posting(record_number(request))).decode()))
+
+
+@pytest.fixture(scope="module")
+def linkedin_results(tmp_path_factory: pytest.TempPathFactory) -> JobSpec:
+    """Records 0-3 extracted with the LinkedIn schema: nested objects, a list of objects, ints, floats."""
+    spec = make_job(tmp_path_factory.mktemp("linkedin"), records=4, schema="schemas.linkedin:JobPosting")
+    summary = anyio.run(functools.partial(run_served, spec, linkedin_answer))
+    assert (summary.done, summary.failed) == (4, 0), summary
+    return spec
+
+
+def test_flatten_gives_a_typed_column_per_schema_field_in_parquet(
+    linkedin_results: JobSpec, tmp_path: Path
+) -> None:
+    out = tmp_path / "flat.parquet"
+    assert export_results(linkedin_results, out, flatten=True).rows == 4
+    rows = read_rows(out, ExportFormat.PARQUET)
+    assert list(rows[0]) == ["id", *LINKEDIN_FIELD_COLUMNS, *COLUMNS[2:]]  # no `extracted`
+    types = {column: parquet_type(out, column) for column in LINKEDIN_FIELD_COLUMNS}
+    assert types["explicit_skills"] == "VARCHAR[]" and types["requirements[].mandatory"] == "BOOLEAN[]"
+    assert types["experience_years.minimum"] == "BIGINT" and types["salary.minimum"] == "DOUBLE"
+    assert types["manages_people"] == "BOOLEAN" and types["seniority"] == "VARCHAR"
+    paid, unpaid = rows[1], rows[0]
+    assert paid["salary.minimum"] == 35000.5 and paid["salary.maximum"] == 40000.0
+    assert paid["experience_years.minimum"] == 1 and paid["experience_years.maximum"] is None
+    assert paid["requirements[].text"] == ["Python", "driving licence"]
+    assert paid["requirements[].mandatory"] == [True, False]
+    assert (paid["education.fields"], paid["explicit_skills"]) == (["Maths", "Physics"], ["Python", "SQL"])
+    # a null object is null in each of its columns; an empty list stays an empty list
+    assert unpaid["salary.minimum"] is None and unpaid["salary.text"] is None
+    assert unpaid["experience_years.minimum"] is None and unpaid["explicit_skills"] == []
+
+
+def test_flatten_keeps_json_types_in_jsonl(linkedin_results: JobSpec, tmp_path: Path) -> None:
+    out = tmp_path / "flat.jsonl"
+    export_results(linkedin_results, out, flatten=True)
+    paid = read_rows(out, ExportFormat.JSONL)[3]
+    assert {column: paid[column] for column in LINKEDIN_FIELD_COLUMNS} == {
+        "title": "Title 3",
+        "company": "Acme; Sons",
+        "recruiter": None,
+        "location": "Leeds",
+        "remote_policy": "hybrid",
+        "employment_type": "permanent",
+        "working_time": "full-time",
+        "seniority": "Senior",
+        "manages_people": True,
+        "explicit_skills": ["Python", "SQL"],
+        "inferred_capabilities": ["mentoring"],
+        "requirements[].text": ["Python", "driving licence"],
+        "requirements[].kind": ["skill", "legal"],
+        "requirements[].mandatory": [True, False],
+        "experience_years.minimum": 3,
+        "experience_years.maximum": None,
+        "education.level": "bachelor",
+        "education.fields": ["Maths", "Physics"],
+        "education.mandatory": False,
+        "salary.minimum": 35000.5,
+        "salary.maximum": 40000.0,
+        "salary.currency": "GBP",
+        "salary.period": "year",
+        "salary.text": "£35k",
+        "benefits": [],
+        "culture_signals": [],
+    }
+    assert isinstance(paid["experience_years.minimum"], int)
+
+
+def test_flatten_joins_lists_in_csv_for_a_spreadsheet(linkedin_results: JobSpec, tmp_path: Path) -> None:
+    out = tmp_path / "flat.csv"
+    code, stdout, _ = export_cli(str(linkedin_results.source_file), "--out", str(out), "--flatten")
+    assert (code, stdout) == (0, f"exported 4 results to {out} (csv)\n")
+    paid, unpaid = read_rows(out, ExportFormat.CSV)[1], read_rows(out, ExportFormat.CSV)[0]
+    assert (paid["explicit_skills"], paid["requirements[].text"]) == (
+        "Python; SQL",
+        "Python; driving licence",
+    )
+    assert (paid["requirements[].mandatory"], paid["manages_people"]) == ("true; false", "true")
+    assert (paid["company"], paid["salary.minimum"], paid["experience_years.minimum"]) == (
+        "Acme; Sons",
+        "35000.5",
+        "1",
+    )
+    assert (unpaid["salary.minimum"], unpaid["explicit_skills"], unpaid["benefits"]) == ("", "", "")
+
+
+def test_flatten_applies_to_the_history_too(tmp_path: Path) -> None:
+    spec = job_with_outputs(tmp_path)
+    with duckdb.connect(str(spec.database)) as connection:  # as a redo leaves it: one replaced result
+        connection.execute(
+            "INSERT INTO results_history BY NAME "
+            "SELECT *, now() AS superseded_at, 2 AS superseded_by_run FROM results WHERE record_id = 8"
+        )
+    report = export_results(spec, tmp_path / "out.jsonl", history=True, flatten=True)
+    assert report.history_out is not None and report.history_rows == 1
+    (replaced,) = read_rows(report.history_out, ExportFormat.JSONL)
+    assert {key: replaced[key] for key in ("id", "title", "skills", "years", "superseded_by_run")} == {
+        "id": 8,
+        "title": "Title 8",
+        "skills": ["SQL", "Python"],
+        "years": 8,
+        "superseded_by_run": 2,
+    }
+
+
+def test_flatten_refuses_a_field_named_like_an_exported_column(tmp_path: Path) -> None:
+    spec = job_with_outputs(tmp_path, schema="tests.support.schemas:ItemWithModel")
+    with pytest.raises(
+        ConfigError,
+        match=r"job\.yaml: key 'schema': field 'model' of tests\.support\.schemas:ItemWithModel is also the "
+        "name of an exported column",
+    ):
+        export_results(spec, tmp_path / "out.csv", flatten=True)
+    assert export_results(spec, tmp_path / "out.csv").rows == 5  # unflattened, `extracted` holds it

@@ -66,3 +66,9 @@ class BoundedMentions(BaseModel):
     skills: list[Annotated[str, StringConstraints(min_length=1, max_length=40)]] = Field(
         default_factory=list, max_length=30, json_schema_extra={"grounded": True}
     )
+
+
+class ItemWithModel(Item):
+    """Item with a field named like one of export's columns (``model``)."""
+
+    model: str | None = None
