@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -275,11 +277,16 @@ def _print_summary(summary: RunSummary, job: Path) -> None:
     if summary.drift:
         moved = "; ".join(entry.describe() for entry in summary.drift)
         typer.echo(f"drift:    {moved} (beyond the usual run-to-run variation; `pipeline report {job}`)")
+    typer.echo(f"look:     {_look_command(summary)}")
+
+
+def _look_command(summary: RunSummary) -> str:
+    """A shell command that shows a few results when pasted: this interpreter, which has duckdb (a bare
+    `python` may not), with the path as a Python string and the whole quoted for the shell."""
     query = f"SELECT record_id, extracted FROM {summary.results_table} LIMIT 5"
-    typer.echo(
-        'look:     python -c "import duckdb; '
-        f"duckdb.connect('{summary.database}', read_only=True).sql('{query}').show()\""
-    )
+    database = json.dumps(str(summary.database), ensure_ascii=False)  # a JSON string is a Python one
+    code = f"import duckdb; duckdb.connect({database}, read_only=True).sql({json.dumps(query)}).show()"
+    return shlex.join([sys.executable, "-c", code])
 
 
 def _print_stale_kept(summary: RunSummary, job: Path) -> None:

@@ -42,6 +42,24 @@ def test_run_succeeds_prints_a_summary_and_logs_json(tmp_path: Path, sim_url: st
     assert table_rows(tmp_path / "test.duckdb", "SELECT count(*) FROM results") == [(40,)]
 
 
+def test_the_look_line_works_when_pasted_into_a_shell(tmp_path: Path, sim_url: str) -> None:
+    """Pasted where `python` is not the environment's (or is not there at all), into a folder whose
+    name a shell and Python must both be careful with."""
+    folder = tmp_path / 'it\'s a "job" $HOME'
+    folder.mkdir()
+    job = write_job(folder, endpoint={"base_url": sim_url})
+    make_source(folder / "test.duckdb", 3)
+    result = run_pipeline("run", str(job))
+    assert result.returncode == 0, result.stderr
+    (look,) = [line.removeprefix("look:") for line in result.stdout.splitlines() if line.startswith("look:")]
+    pasted = subprocess.run(
+        ["bash", "-c", look], capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"}
+    )
+    assert pasted.returncode == 0, pasted.stderr
+    assert "record_id" in pasted.stdout and "extracted" in pasted.stdout
+    assert all(f" {record} │" in pasted.stdout for record in range(3))  # the ids, right-aligned
+
+
 def test_run_again_has_nothing_to_do(tmp_path: Path, sim_url: str) -> None:
     job = write_job(tmp_path, endpoint={"base_url": sim_url})
     make_source(tmp_path / "test.duckdb", 5)
