@@ -3,7 +3,9 @@ the profiles of a job's runs for drift (:mod:`pipeline.quality.drift`) and ``pip
 
 The fields are profiled from the run's results (:func:`pipeline.quality.profile.profile_fields`); a
 run of more than :data:`PROFILED_RESULTS` results is profiled on a seeded sample of that many, which
-puts a share within about ±0.5 points. Tokens, latency and failures are counted in SQL over all of them.
+puts a share within about ±0.5 points. Tokens, latency and failures are counted in SQL over all of them,
+and so is ``retried``: how many of the run's records had failed before it began (the ids
+:func:`note_failures_before` kept as it began), which is how drift knows a retry from a nightly run.
 """
 
 from __future__ import annotations
@@ -21,6 +23,16 @@ from pipeline.source.db import Database, quote
 PROFILED_RESULTS = 50_000
 PROFILE_VERSION = 1
 _TOKENS = ("prompt", "completion", "reasoning")
+_FAILED_BEFORE = "pipeline_failed_before_run"  # a temporary table of the writer's connection
+
+
+def note_failures_before(connection: Database, spec: JobSpec) -> None:
+    """Keep the ids of the variant's failures as a run begins, for its profile's ``retried``. Blocking."""
+    connection.execute(
+        f"CREATE OR REPLACE TEMP TABLE {_FAILED_BEFORE} AS SELECT record_id "
+        f"FROM {quote(spec.output.failures_table)} WHERE variant = $variant",
+        {"variant": spec.variant},
+    )
 
 
 def run_profile(connection: Database, spec: JobSpec, run_id: int) -> dict[str, Any]:
@@ -87,6 +99,7 @@ def _run_numbers(connection: Database, spec: JobSpec, parameters: Mapping[str, A
         "records": records,
         "failed": sum(failed.values()),
         "attempted": records + sum(failed.values()),
+        "retried": _retried(connection, spec, parameters),
         "failures": {str(name): int(count) for name, count in failed.items()},
         "tokens": {
             name: {"mean": _float(row[1 + 2 * index]), "sd": _float(row[2 + 2 * index])}
@@ -95,6 +108,25 @@ def _run_numbers(connection: Database, spec: JobSpec, parameters: Mapping[str, A
         "latency_s": {"p50": _float(row[7]), "p90": _float(row[8])},
         **_speed(connection, spec, parameters),
     }
+
+
+def _retried(connection: Database, spec: JobSpec, parameters: Mapping[str, Any]) -> int | None:
+    """How many of the run's records (results and failures) had failed before it began; None when
+    :func:`note_failures_before` was not called on this connection."""
+    noted = connection.scalar(
+        "SELECT count(*) FROM duckdb_tables() WHERE temporary AND table_name = $name",
+        {"name": _FAILED_BEFORE},
+    )
+    if not noted:
+        return None
+    took = " UNION ALL ".join(
+        f"SELECT record_id FROM {quote(table)} WHERE variant = $variant AND run_id = $run_id"
+        for table in (spec.output.results_table, spec.output.failures_table)
+    )
+    return connection.scalar(
+        f"SELECT count(*) FROM ({took}) WHERE record_id IN (SELECT record_id FROM {_FAILED_BEFORE})",
+        parameters,
+    )
 
 
 def _float(value: Any) -> float | None:

@@ -25,7 +25,13 @@ from pipeline.servers.knee_search import KneeMemory
 from pipeline.source.db import UTC_NOW, Database, quote
 from pipeline.source.versions import JobVersion
 from pipeline.store.chunks import chunk_row
-from pipeline.store.run_profiles import run_profile, save_profile, save_series, stored_runs
+from pipeline.store.run_profiles import (
+    note_failures_before,
+    run_profile,
+    save_profile,
+    save_series,
+    stored_runs,
+)
 from pipeline.store.tables import (
     CHUNK_COLUMNS,
     FAILURE_COLUMNS,
@@ -136,6 +142,7 @@ class StoreWriter:
         return await self._call(lambda: stored_runs(self.connection, self.spec, most))
 
     def _insert_run(self, start: RunStart) -> int:
+        note_failures_before(self.connection, self.spec)  # the profile counts the records retried
         table = quote(self.spec.output.runs_table)
         run_id = self.connection.scalar(f"SELECT coalesce(max(run_id), 0) + 1 FROM {table}")
         self.connection.execute(

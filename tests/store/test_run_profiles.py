@@ -11,7 +11,16 @@ from pipeline.job.spec import JobSpec
 from pipeline.store.opening import open_job_output
 from pipeline.store.run_profiles import stored_runs
 from tests.support.jobs import table_rows
-from tests.support.variants import big_answer, main_answer, run_variant, variants_job
+from tests.support.variants import (
+    LATE_ID,
+    big_answer,
+    extraction,
+    main_answer,
+    make_postings,
+    reply,
+    run_variant,
+    variants_job,
+)
 
 
 def runs_of(spec: JobSpec, most: int = 10) -> list[dict[str, object]]:
@@ -56,3 +65,17 @@ def test_profiles_are_per_variant_and_in_run_order(tmp_path: Path) -> None:
     assert profile["tokens"]["prompt"]["mean"] == (100 * 8 + 200) / 9
     stored = table_rows(spec.database, "SELECT profile FROM runs WHERE run_id = 2")[0][0]
     assert orjson.loads(stored) == profile
+
+
+def test_a_profile_counts_the_records_that_had_failed_before_the_run(tmp_path: Path) -> None:
+    """What drift needs to leave a retry unjudged (a retried record is a hard one, not the usual input)."""
+    spec = variants_job(tmp_path)
+    run_variant(spec, "main", main_answer)  # record 9 fails for good
+    make_postings(spec.database, [LATE_ID])
+    run_variant(spec, "main", main_answer, retry_failed=True)  # 9 again (fails again) and the new 50
+    run_variant(spec, "main", lambda number, attempt: reply(extraction(number)), only_failed=True)
+    first, mixed, retry = (run["profile"] for run in runs_of(spec))
+    assert isinstance(first, dict) and isinstance(mixed, dict) and isinstance(retry, dict)
+    assert (first["attempted"], first["retried"]) == (10, 0)
+    assert (mixed["attempted"], mixed["retried"]) == (2, 1)
+    assert (retry["attempted"], retry["records"], retry["retried"]) == (1, 1, 1)
