@@ -21,7 +21,13 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from pipeline.errors import ConfigError
 from pipeline.job.chunking import ChunkingSpec, check_chunk_field, checked_merges
 from pipeline.job.examples import Example, check_examples, read_examples_file
-from pipeline.job.text import IDENTIFIER, describe_validation_error, interpolate, one_line
+from pipeline.job.text import (
+    IDENTIFIER,
+    describe_import_error,
+    describe_validation_error,
+    interpolate,
+    one_line,
+)
 from pipeline.job.variants import (
     VARIANT_NAME_RULE,
     VariantName,
@@ -379,8 +385,12 @@ def resolve_schema(import_path: str, job_file: Path) -> type[BaseModel]:
     where = f"{job_file}: key 'schema'"
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(f"{where}: cannot import module '{module_name}' ({exc})") from exc
+    # Whatever a module raises while it runs (a SyntaxError, a NameError, a bare raise, sys.exit) is
+    # the job's configuration going wrong: one line, not a traceback.
+    except (Exception, SystemExit) as exc:
+        raise ConfigError(
+            f"{where}: cannot import module '{module_name}' ({describe_import_error(exc)})"
+        ) from exc
     found = getattr(module, class_name, None)
     if found is None:
         raise ConfigError(f"{where}: module '{module_name}' has no class '{class_name}'")

@@ -1,11 +1,14 @@
-"""Turning a job file's text into values and its errors into one line: ``${VAR}`` interpolation, and
-pydantic's validation errors as ``key 'a.b': message`` with a "did you mean" for typo'd keys."""
+"""Turning a job file's text into values and its errors into one line: ``${VAR}`` interpolation,
+pydantic's validation errors as ``key 'a.b': message`` with a "did you mean" for typo'd keys, and what
+a schema module raised on import, with the file and line at fault."""
 
 from __future__ import annotations
 
 import difflib
 import os
 import re
+import sys
+import traceback
 import types
 import typing
 from collections.abc import Mapping
@@ -17,6 +20,7 @@ from pydantic import BaseModel, ValidationError
 from pipeline.errors import ConfigError
 
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_PACKAGE = str(Path(__file__).resolve().parents[1]) + os.sep
 _ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -106,6 +110,28 @@ def _unknown_key_hint(key: str, allowed: list[str]) -> str:
 
 def _shorten(value: str, limit: int = 60) -> str:
     return repr(value if len(value) <= limit else value[:limit] + "...")
+
+
+def describe_import_error(exc: BaseException) -> str:
+    """What importing a module raised, as ``Kind: message, at file:line``: the line of a SyntaxError,
+    else the deepest frame outside Python's own and installed code (the module's line at fault)."""
+    said = one_line(str(exc.msg if isinstance(exc, SyntaxError) else exc))
+    text = f"{type(exc).__name__}: {said}" if said else type(exc).__name__
+    where = _syntax_error_place(exc) if isinstance(exc, SyntaxError) else _deepest_own_frame(exc)
+    return f"{text}, at {where}" if where else text
+
+
+def _syntax_error_place(exc: SyntaxError) -> str | None:
+    return f"{exc.filename}:{exc.lineno}" if exc.filename and exc.lineno else None
+
+
+def _deepest_own_frame(exc: BaseException) -> str | None:
+    # Not ours (the import call), not Python's (<frozen importlib._bootstrap>), not a library's.
+    skipped = ("<", _PACKAGE, sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)
+    frames = [
+        frame for frame in traceback.extract_tb(exc.__traceback__) if not frame.filename.startswith(skipped)
+    ]
+    return f"{frames[-1].filename}:{frames[-1].lineno}" if frames else None
 
 
 def one_line(text: str) -> str:

@@ -543,3 +543,40 @@ def test_a_model_the_server_does_not_serve_exits_2_naming_both(previous: Path, s
     line = error_line(result)
     assert "'gpt-oss-120b'" in line and "test-model" in line
     assert_nothing_lost(previous, before)
+
+
+# --- one line, exit 2: a schema that fails, options, the local extra, the database, the endpoint ------
+
+SCHEMA_FAILURES = {
+    "name_error": ("from pydantic import BaseModel\nx = undefined_name\n", "NameError", 2),
+    "syntax_error": (
+        "from pydantic import BaseModel\nclass Thing(BaseModel)\n    a: int\n",
+        "SyntaxError",
+        2,
+    ),
+    "bare_raise": ("raise RuntimeError('the schema module is broken')\n", "RuntimeError", 1),
+    "missing_dependency": ("import pipeline_no_such_package\n", "ModuleNotFoundError", 1),
+    "exits": ("import sys\nsys.exit(3)\n", "SystemExit", 2),
+}
+
+
+@pytest.mark.parametrize("failure", sorted(SCHEMA_FAILURES))
+@pytest.mark.parametrize("command", ["run", "status", "load"])
+def test_a_schema_module_that_raises_on_import_is_one_line_with_its_file_and_line(
+    previous: Path, failure: str, command: str
+) -> None:
+    source, kind, line_number = SCHEMA_FAILURES[failure]
+    module = f"broken_schema_{failure}_{command}"  # one module name per test: nothing cached between them
+    module_file = previous / f"{module}.py"
+    module_file.write_text(source)
+    before = database_state(previous / "test.duckdb")
+    job = rewrite_job(previous, schema=f"{module}:Thing")
+    args = {"run": ["run", str(job)], "status": ["status", str(job)]}.get(command)
+    result = cli_run(*(args or ["load", str(previous / "none.jsonl"), "--job", str(job)]))
+    assert result.exit_code == 2, result.output
+    line = error_line(result)
+    assert line.startswith(f"error: {job}: key 'schema': cannot import module '{module}' ({kind}"), line
+    assert f"{module_file}:{line_number}" in line
+    assert_nothing_lost(previous, before)
+
+
