@@ -12,7 +12,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 from typer.core import TyperGroup
 
-from pipeline.cli.logs import configure_logging
+from pipeline.cli.logs import LOG_LEVELS, configure_logging
 from pipeline.errors import (
     EXIT_ABORTED,
     EXIT_CONFIG,
@@ -84,7 +84,7 @@ VariantOption = Annotated[
 
 LogFormatOption = Annotated[LogFormat, typer.Option(help="auto: JSON lines unless stderr is a terminal.")]
 
-LogLevelOption = Annotated[str, typer.Option(help="debug, info, warning or error.")]
+LogLevelOption = Annotated[str, typer.Option(help=f"One of {', '.join(LOG_LEVELS)}.")]
 
 
 def event_loop_options() -> dict[str, Any]:
@@ -97,6 +97,10 @@ def event_loop_options() -> dict[str, Any]:
 
 
 def setup_logging(log_format: LogFormat, log_level: str) -> None:
+    """Logging as the options ask; an unknown ``--log-level`` is one line and exit 2."""
+    if log_level.lower() not in LOG_LEVELS:
+        error = ConfigError(f"--log-level {log_level!r}: must be one of {', '.join(LOG_LEVELS)}")
+        raise fail(error, EXIT_CONFIG)
     json_lines = log_format is LogFormat.JSON or (log_format is LogFormat.AUTO and not sys.stderr.isatty())
     configure_logging(json_lines=json_lines, level=log_level)
 

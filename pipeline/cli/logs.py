@@ -9,6 +9,9 @@ from typing import Any, TextIO
 import orjson
 import structlog
 
+#: What ``--log-level`` accepts (in any case), from the most said to the least.
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
 
 class _CurrentStderr:
     """Resolves ``sys.stderr`` at each write, so rich's live display can redirect it."""

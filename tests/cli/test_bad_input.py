@@ -580,3 +580,18 @@ def test_a_schema_module_that_raises_on_import_is_one_line_with_its_file_and_lin
     assert_nothing_lost(previous, before)
 
 
+@pytest.mark.parametrize("level", ["loud", "", "WARN "])
+def test_an_unknown_log_level_names_the_option_and_the_levels(previous: Path, level: str) -> None:
+    before = database_state(previous / "test.duckdb")
+    result = cli_run("run", str(previous / "job.yaml"), "--log-level", level)
+    assert result.exit_code == 2
+    assert error_line(result) == (f"error: --log-level {level!r}: must be one of debug, info, warning, error")
+    assert_nothing_lost(previous, before)
+
+
+def test_a_log_level_in_capitals_is_taken(previous: Path) -> None:
+    result = cli_run("run", str(previous / "job.yaml"), "--log-level", "WARNING")
+    assert result.exit_code == 0, result.output
+    assert "nothing to do" in result.stdout
+
+
