@@ -12,6 +12,7 @@
     │   ├── StalledRunError      requests in flight, none answered for too long (the stall watchdog)
     │   ├── ServerDownError      the server stayed unreachable past operations.server_down_abort_s
     │   └── LocalServerError     the embedded vLLM server cannot be installed, started or reached
+    │       └── LocalNotInstalledError  the ``local`` extra is missing or broken (also a ConfigError)
     └── RecordError              about one record; the run goes on
         ├── TransientError       retry the same request after backoff (timeouts, resets, 408/429/5xx)
         │   ├── ServerUnreachableError  refused: the request goes to another endpoint, at no cost
@@ -140,6 +141,11 @@ class EndpointUnreachableError(FatalRunError):
 
 class LocalServerError(FatalRunError):
     """The embedded local vLLM server is not installed, cannot start, or died."""
+
+
+class LocalNotInstalledError(LocalServerError, ConfigError):
+    """The ``local`` extra is not installed, or with builds that break vLLM: a configuration error
+    (exit 2), since nothing was started or sent."""
 
 
 class RecordError(PipelineError):

@@ -15,7 +15,6 @@ import typer
 from pipeline.cli.common import LogFormat, LogFormatOption, app, fail, load_job_or_exit, setup_logging
 from pipeline.cli.logs import configure_logging
 from pipeline.errors import (
-    EXIT_ABORTED,
     EXIT_CONFIG,
     EXIT_INTERRUPTED,
     ConfigError,
@@ -41,8 +40,8 @@ def serve_local(
     options = LocalServerOptions(port=port, kv_cache_gib=kv_cache_gib, max_num_seqs=max_num_seqs)
     try:
         anyio.run(_serve_until_signal, options)
-    except FatalRunError as error:
-        raise fail(error, EXIT_ABORTED) from error
+    except FatalRunError as error:  # the extra missing is 2 (nothing started), a failed start 3
+        raise fail(error, exit_code_for(error)) from error
     except KeyboardInterrupt:
         raise typer.Exit(EXIT_INTERRUPTED) from None
 
@@ -167,8 +166,8 @@ def _levels(concurrency: str) -> tuple[int, ...]:
 def _sweep(options: BenchOptions, local: bool) -> SweepResult:
     try:
         return anyio.run(_bench, options, local)
-    except FatalRunError as error:
-        raise fail(error, EXIT_ABORTED) from error
+    except FatalRunError as error:  # a wrong URL or model, the local extra missing: 2; the server down: 3
+        raise fail(error, exit_code_for(error)) from error
     except KeyboardInterrupt:
         raise typer.Exit(EXIT_INTERRUPTED) from None
 

