@@ -110,15 +110,33 @@ def fail(error: Exception, code: int) -> typer.Exit:
     return typer.Exit(code)
 
 
-def load_job_or_exit(job: Path, database: Path | None = None, variant: str | None = None) -> JobSpec:
-    """The job file, as ``variant`` makes it, on ``database`` if given; exit 2 on any problem."""
+def load_job_or_exit(
+    job: Path, database: Path | None = None, variant: str | None = None, *, creates: bool = False
+) -> JobSpec:
+    """The job file, as ``variant`` makes it, on ``database`` if given; exit 2 on any problem.
+
+    ``--database`` in a folder that does not exist is a typo, not a new job: refused before anything
+    is created. A command that ``creates`` the database (run, load) says when it will be a new one."""
     try:
+        path = _database_in_a_folder(database) if database is not None else None
         spec = load_job(job)
         if variant is not None:
             spec = spec.for_variant(variant)
-        return spec.with_overrides(database=database.resolve() if database else None)
+        spec = spec.with_overrides(database=path)
     except ConfigError as error:
         raise fail(error, EXIT_CONFIG) from error
+    if creates and path is not None and not path.exists():
+        typer.echo(
+            f"note: --database {database} does not exist yet: a new database is created there", err=True
+        )
+    return spec
+
+
+def _database_in_a_folder(database: Path) -> Path:
+    path = database.resolve()
+    if not path.parent.is_dir():
+        raise ConfigError(f"--database {database}: folder {path.parent} does not exist (nothing was created)")
+    return path
 
 
 def say_read_copy(copy: ReadCopy | str | None) -> None:

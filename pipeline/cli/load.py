@@ -42,7 +42,7 @@ def load(
     database: DatabaseOption = None,
 ) -> None:
     """Load records into the job's DuckDB source table: new ids are added, changed rows updated."""
-    spec = load_job_or_exit(job, database)
+    spec = load_job_or_exit(job, database, creates=True)
     renames = _parse_renames(rename or [])
     try:
         connection = open_database(spec.database, memory_limit=spec.duckdb_memory_limit)

@@ -223,7 +223,7 @@ def _run_or_exit(runner: Any, spec: JobSpec, options: RunOptions) -> RunSummary:
 
 def _run_spec(job: Path, database: Path | None, variant: str | None, changes: _Overrides) -> JobSpec:
     """The job as the variant and the command-line options make it (exit 2 on a bad one)."""
-    spec = load_job_or_exit(job, database, variant)
+    spec = load_job_or_exit(job, database, variant, creates=True)
     try:
         if changes.base_url is not None:
             checked_url_option("--endpoint", changes.base_url, local_allowed=True)

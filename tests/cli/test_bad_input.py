@@ -621,3 +621,52 @@ def test_local_without_the_local_extra_exits_2_with_the_install_command(previous
     assert_nothing_lost(previous, before)  # no run was recorded
 
 
+@pytest.mark.parametrize("command", ["run", "load", "status"])
+def test_a_database_in_a_folder_that_does_not_exist_is_refused_and_nothing_is_created(
+    previous: Path, command: str
+) -> None:
+    before = database_state(previous / "test.duckdb")
+    typo = previous / "trail" / "test.duckdb"
+    data = write_rows(previous / "more.jsonl", [{"id": 60, "title": "t", "description": "d"}])
+    job = str(rewrite_job(previous, source={"seed_file": str(data)}))  # a typo must not start a new job
+    args = {"run": ["run", job], "status": ["status", job]}.get(command) or ["load", str(data), "--job", job]
+    result = cli_run(*args, "--database", str(typo))
+    assert result.exit_code == 2, result.output
+    assert error_line(result) == (
+        f"error: --database {typo}: folder {typo.parent} does not exist (nothing was created)"
+    )
+    assert not typo.parent.exists()
+    assert_nothing_lost(previous, before)
+
+
+def test_a_new_database_in_an_existing_folder_is_created_with_a_line_saying_so(
+    previous: Path, sim_url: str
+) -> None:
+    seed = write_rows(
+        previous / "seed.jsonl", [{"id": i, "title": "t", "description": "d"} for i in range(3)]
+    )
+    job = str(rewrite_job(previous, endpoint={"base_url": sim_url}, source={"seed_file": str(seed)}))
+    trial = previous / "trial.duckdb"
+    note = f"note: --database {trial} does not exist yet: a new database is created there"
+
+    result = cli_run("run", job, "--database", str(trial), "--log-format", "json")
+    assert result.exit_code == 0, result.output
+    assert note in result.stderr.splitlines()
+    assert "3 done, 0 failed of 3" in result.stdout  # the seed file, loaded into the new database
+    again = cli_run("run", job, "--database", str(trial), "--log-format", "json")
+    assert again.exit_code == 0 and note not in again.stderr  # it exists now
+
+    loaded = cli_run("load", str(seed), "--job", job, "--database", str(previous / "other.duckdb"))
+    assert loaded.exit_code == 0, loaded.output
+    assert f"note: --database {previous / 'other.duckdb'} does not exist yet" in loaded.stderr
+    assert table_rows(previous / "other.duckdb", "SELECT count(*) FROM postings") == [(3,)]
+
+
+def test_status_on_a_database_that_does_not_exist_yet_says_so_and_creates_nothing(previous: Path) -> None:
+    new = previous / "new.duckdb"
+    result = cli_run("status", str(previous / "job.yaml"), "--database", str(new))
+    assert result.exit_code == 2
+    assert "database does not exist yet" in error_line(result)  # a reader creates nothing, says nothing else
+    assert not new.exists()
+
+
