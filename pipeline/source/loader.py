@@ -59,6 +59,12 @@ def _reader_sql(path: Path, file_format: str | None) -> str:
     return template.format(path="'" + str(path).replace("'", "''") + "'")
 
 
+def _is_empty(path: Path) -> bool:
+    """Nothing but whitespace (DuckDB reads such a CSV as one column named column0)."""
+    with path.open("rb") as file:
+        return not file.read(4096).strip() and not file.read(1)
+
+
 def load_file(
     connection: Database,
     spec: JobSpec,
@@ -79,6 +85,8 @@ def load_file(
         raise ConfigError(f"--table {target!r}: must be a plain SQL name (letters, digits and _)")
     if not path.is_file():
         raise ConfigError(f"{path}: no such file")
+    if _is_empty(path):
+        raise ConfigError(f"{path}: empty file (nothing to load)")
     renames = ", ".join(f"{quote(old)} AS {quote(new)}" for old, new in (rename or {}).items())
     incoming = f"SELECT *{f' RENAME ({renames})' if renames else ''} FROM {_reader_sql(path, file_format)}"
     try:

@@ -670,3 +670,17 @@ def test_status_on_a_database_that_does_not_exist_yet_says_so_and_creates_nothin
     assert not new.exists()
 
 
+@pytest.mark.parametrize(
+    ("name", "content"),
+    [("empty.csv", b""), ("blank.csv", b"\n \n"), ("empty.jsonl", b""), ("empty.parquet", b"")],
+)
+def test_an_empty_file_is_refused_as_empty(previous: Path, name: str, content: bytes) -> None:
+    before = database_state(previous / "test.duckdb")
+    data = previous / name
+    data.write_bytes(content)
+    result = cli_run("load", str(data), "--job", str(previous / "job.yaml"))
+    assert result.exit_code == 2
+    assert error_line(result) == f"error: {data}: empty file (nothing to load)"
+    assert_nothing_lost(previous, before)
+
+
