@@ -259,6 +259,10 @@ def _failure_classes(names: list[str], only_failed: bool) -> frozenset[FailureCl
 
 
 def _print_summary(summary: RunSummary, job: Path) -> None:
+    if summary.run_id is None and summary.source_records == 0:
+        load = f"`pipeline load FILE --job {job}` adds some"
+        typer.echo(f"nothing to do: the source has no records ({summary.database}; {load})")
+        return
     if summary.run_id is None:
         typer.echo(f"nothing to do: every record is done or failed permanently ({summary.database})")
         _print_stale_kept(summary, job)

@@ -90,6 +90,8 @@ class RunSummary:
     variant: str = "main"
     # What moved in this run beyond its usual run-to-run variation (pipeline.quality.drift).
     drift: tuple[Drift, ...] = ()
+    # The source's records, counted when nothing was pending (0: the source is empty, not all done).
+    source_records: int | None = None
 
     @property
     def exit_code(self) -> int:

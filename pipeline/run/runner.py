@@ -56,6 +56,7 @@ from pipeline.servers.router import Router
 from pipeline.source.db import Database
 from pipeline.source.lock import RunLock
 from pipeline.source.reader import SourceReader, SourceRecord
+from pipeline.source.relation import count_records
 from pipeline.store.chunks import ChunkStore
 from pipeline.store.opening import known_knees, prepare_database
 from pipeline.store.read_copy import remove_copies
@@ -140,7 +141,9 @@ async def _run_with_reader(
     )
     if pending == 0:
         log.info("nothing to do", job=spec.name, variant=spec.variant)
-        return summary(run_id=None, status=RunStatus.NOTHING_TO_DO, stale_kept=await stale_kept(reader))
+        records = await anyio.to_thread.run_sync(count_records, connection, spec)
+        kept = await stale_kept(reader)
+        return summary(run_id=None, status=RunStatus.NOTHING_TO_DO, stale_kept=kept, source_records=records)
     warn_if_timeout_is_short(context)
     knees = await anyio.to_thread.run_sync(known_knees, connection, spec) if context.auto else {}
     fleet = open_fleet(context, local=options.local_server, sleep=options.sleep, knees=knees)

@@ -34,6 +34,11 @@ def single_select(spec: JobSpec) -> str:
     return query
 
 
+def count_records(connection: Database, spec: JobSpec) -> int:
+    """How many records the source holds (0: an empty table, e.g. a header-only file loaded). Blocking."""
+    return connection.scalar(f"SELECT count(*) FROM {source_relation(spec)}")
+
+
 @dataclass(frozen=True, slots=True)
 class SourceShape:
     id_type: str

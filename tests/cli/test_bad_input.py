@@ -684,3 +684,16 @@ def test_an_empty_file_is_refused_as_empty(previous: Path, name: str, content: b
     assert_nothing_lost(previous, before)
 
 
+def test_a_header_only_csv_loads_0_records_and_run_says_the_source_has_none(tmp_path: Path) -> None:
+    job = write_job(tmp_path, endpoint={"base_url": "http://127.0.0.1:9/v1"})  # never asked: nothing to do
+    data = tmp_path / "header.csv"
+    data.write_text("id,title,description\n")
+    loaded = cli_run("load", str(data), "--job", str(job))
+    assert loaded.exit_code == 0, loaded.output
+    assert loaded.stdout.startswith(f"loaded 0 records from {data} into table postings")
+    result = cli_run("run", str(job), "--log-format", "json")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith(f"nothing to do: the source has no records ({tmp_path / 'test.duckdb'}")
+    assert "done or failed permanently" not in result.stdout
+
+
