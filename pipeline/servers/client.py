@@ -21,6 +21,7 @@ import openai
 import orjson
 
 from pipeline.errors import (
+    ConfigError,
     ConnectionLostError,
     ContextLengthError,
     EndpointUnreachableError,
@@ -32,6 +33,7 @@ from pipeline.errors import (
     StructuredOutputRejectedError,
     TransientError,
 )
+from pipeline.servers.config import api_path_hint
 from pipeline.servers.replies import Reply as Reply
 from pipeline.servers.replies import parse_completion_body, served_models, token_count, tokenize_url
 
@@ -240,7 +242,9 @@ class LLMClient:
                 f"{url}/models did not answer within {self.settings.preflight_timeout_s:g} s "
                 "(operations.preflight_timeout_s): is the server up, and is the address right?"
             ) from exc
-        except openai.NotFoundError:
+        except openai.NotFoundError as exc:
+            if hint := api_path_hint(url):  # its chat completions are not there either: say so now
+                raise ConfigError(f"{url}/models: not found (HTTP 404); {hint}") from exc
             return  # a server without a model list; the first completion will tell
         except openai.APIError as exc:
             error = self._translate(exc)
@@ -351,7 +355,10 @@ def _translate_status(exc: openai.APIStatusError, url: str, model: str, key_hint
     if status in (401, 403):
         return FatalRunError(f"{url} refused the request ({detail}); {key_hint}")
     if status == 404:
-        return FatalRunError(f"{url}: model '{model}' or its chat completions route not found ({detail})")
+        hint = f"; {api_path_hint(url)}" if api_path_hint(url) else ""
+        return FatalRunError(
+            f"{url}: model '{model}' or its chat completions route not found ({detail}){hint}"
+        )
     if status in _RETRYABLE_STATUS or status >= 500:
         return TransientError(detail, retry_after=retry_after_seconds(exc.response.headers))
     if status == 400 and _STRUCTURED_OUTPUT_WORDS.search(detail):

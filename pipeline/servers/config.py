@@ -108,6 +108,16 @@ def checked_url_option(option: str, value: str, *, local_allowed: bool = False) 
         raise ConfigError(f"{option}: {error}") from None
 
 
+def api_path_hint(base_url: str) -> str:
+    """What to say when a server answers 404 at ``base_url`` (its ``/models``, its chat completions):
+    vLLM (and OpenAI) serve the API under ``/v1``, which a URL like ``http://host:8000`` leaves out.
+    Empty when the URL ends in ``/v1``."""
+    url = base_url.rstrip("/")
+    if urllib.parse.urlsplit(url).path.endswith("/v1"):
+        return ""
+    return f"vLLM serves its API under /v1: did you mean {url}/v1?"
+
+
 _HOST_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
 LISTEN_HOST_RULE = (
     "must be an IP address or a host name of this machine (127.0.0.1, ::1, 0.0.0.0, ::), "

@@ -697,3 +697,28 @@ def test_a_header_only_csv_loads_0_records_and_run_says_the_source_has_none(tmp_
     assert "done or failed permanently" not in result.stdout
 
 
+@pytest.mark.parametrize("where", ["option", "job"])
+def test_an_endpoint_without_v1_gets_the_hint_to_add_it(previous: Path, sim_url: str, where: str) -> None:
+    bare = sim_url.removesuffix("/v1")
+    with duckdb.connect(str(previous / "test.duckdb")) as connection:  # something is pending
+        connection.execute("INSERT INTO postings VALUES (50, 'Pending', 'Not extracted yet')")
+    before = database_state(previous / "test.duckdb")
+    if where == "option":
+        result = cli_run("run", str(previous / "job.yaml"), "--endpoint", bare, "--log-format", "json")
+    else:
+        job = rewrite_job(previous, endpoint={"base_url": bare})
+        result = cli_run("run", str(job), "--log-format", "json")
+    assert result.exit_code == 2, result.output
+    line = error_line(result)
+    assert line.startswith(f"error: {bare}/models: not found (HTTP 404)"), line
+    assert f"did you mean {sim_url}?" in line
+    assert_nothing_lost(previous, before)
+
+
+def test_bench_against_an_endpoint_without_v1_gets_the_hint(sim_url: str, tmp_path: Path) -> None:
+    bare = sim_url.removesuffix("/v1")
+    result = cli_run("bench", "--endpoint", bare, "--model", "test-model", "--out", str(tmp_path / "b"))
+    assert result.exit_code == 2, result.output
+    assert f"did you mean {sim_url}?" in error_line(result)
+
+
