@@ -16,13 +16,15 @@ from pathlib import Path
 
 from pipeline.errors import ConfigError, DatabaseError
 from pipeline.job.spec import JobSpec
-from pipeline.source.db import Database, quote
+from pipeline.source.db import Database, open_database, quote
 
 _SQL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")  # as the job spec's table names
+# A column type as DESCRIBE names it (BIGINT, VARCHAR, DECIMAL(18,3)): safe to put into SQL text.
+_PLAIN_TYPE = re.compile(r"[A-Z][A-Z0-9_ ]*(\(\d+(,\s*\d+)?\))?")
 
 _READERS = {
-    ".csv": "read_csv({path}, header = true)",
-    ".tsv": "read_csv({path}, header = true, delim = '\t')",
+    ".csv": "read_csv({path}, header = true{csv_options})",
+    ".tsv": "read_csv({path}, header = true, delim = '\t'{csv_options})",
     ".jsonl": "read_json({path}, format = 'newline_delimited')",
     ".ndjson": "read_json({path}, format = 'newline_delimited')",
     ".json": "read_json({path})",
@@ -49,14 +51,39 @@ class LoadReport:
         return self.rows_in_file - self.inserted
 
 
-def _reader_sql(path: Path, file_format: str | None) -> str:
+def _reader_sql(path: Path, file_format: str | None, text_column: str | None = None) -> str:
+    """The table function reading ``path``; a CSV's ``text_column`` is read as text, as it is written
+    (a guessed number would turn the id 007 into 7)."""
     suffix = f".{file_format.lower().lstrip('.')}" if file_format else path.suffix.lower()
     if path.name.endswith(".gz") and not file_format:
         suffix = Path(path.stem).suffix.lower()
     template = _READERS.get(suffix)
     if template is None:
         raise ConfigError(f"{path}: unknown file type '{suffix}'; use one of {sorted(_READERS)} or --format")
-    return template.format(path="'" + str(path).replace("'", "''") + "'")
+    options = f", types = {{{_literal(text_column)}: 'VARCHAR'}}" if text_column else ""
+    return template.format(path=_literal(str(path)), csv_options=options)
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _incoming_sql(
+    path: Path, file_format: str | None, rename: Mapping[str, str], text_id: tuple[str, str] | None = None
+) -> str:
+    """The file's rows as a SELECT, columns renamed; with ``text_id`` (the renamed id column and the
+    type the file gives it), that column as text."""
+    renames = ", ".join(f"{quote(old)} AS {quote(new)}" for old, new in rename.items())
+    id_column = text_id[0] if text_id else ""
+    in_file = next((old for old, new in rename.items() if new.lower() == id_column.lower()), id_column)
+    reader = _reader_sql(path, file_format, in_file or None)
+    select = f"SELECT *{f' RENAME ({renames})' if renames else ''} FROM {reader}"
+    if text_id is None:
+        return select
+    # A JSON value's text is its ->> '$' (a cast would keep the quotes of "abc").
+    name, file_type = quote(id_column), text_id[1]
+    text = f"{name} ->> '$'" if file_type == "JSON" else f"CAST({name} AS VARCHAR)"
+    return f"SELECT * REPLACE ({text} AS {name}) FROM ({select})"
 
 
 def _is_empty(path: Path) -> bool:
@@ -87,24 +114,58 @@ def load_file(
         raise ConfigError(f"{path}: no such file")
     if _is_empty(path):
         raise ConfigError(f"{path}: empty file (nothing to load)")
-    renames = ", ".join(f"{quote(old)} AS {quote(new)}" for old, new in (rename or {}).items())
-    incoming = f"SELECT *{f' RENAME ({renames})' if renames else ''} FROM {_reader_sql(path, file_format)}"
-    try:
-        columns = [str(row[0]) for row in connection.rows(f"DESCRIBE {incoming}")]
-    except DatabaseError as error:
-        raise ConfigError(f"{path}: cannot read ({error.reason})") from error
-    _check_columns(path, spec, columns)
+    incoming, id_type = _incoming(connection, spec, path, target, rename or {}, file_format)
     try:
         with connection.transaction():
-            return _load(connection, path, incoming, target, spec.source.id_column, replace)
+            return _load(connection, path, incoming, target, spec.source.id_column, replace, id_type)
     except DatabaseError as error:
         raise ConfigError(f"{path}: cannot load into table '{target}' ({error.reason})") from error
 
 
+def _incoming(
+    connection: Database,
+    spec: JobSpec,
+    path: Path,
+    table: str,
+    rename: Mapping[str, str],
+    file_format: str | None,
+) -> tuple[str, str | None]:
+    """The SELECT reading the file, checked to have the job's columns, and the type its ids take:
+    an existing table's (the file's are read as text, then as those), else None (the file's own)."""
+    incoming, id_column = _incoming_sql(path, file_format, rename), spec.source.id_column
+    try:
+        columns = {str(row[0]): str(row[1]) for row in connection.rows(f"DESCRIBE {incoming}")}
+        _check_columns(path, spec, list(columns))
+        id_type = _table_id_type(connection, table, id_column)
+    except DatabaseError as error:
+        raise ConfigError(f"{path}: cannot read ({error.reason})") from error
+    if id_type is None:
+        return incoming, None
+    file_type = next(kind for name, kind in columns.items() if name.lower() == id_column.lower())
+    return _incoming_sql(path, file_format, rename, text_id=(id_column, file_type)), id_type
+
+
+def _table_id_type(connection: Database, table: str, id_column: str) -> str | None:
+    """The type of the id column of ``table`` (None: no such table or column yet, or an exotic type)."""
+    if table.lower() not in connection.table_names():
+        return None
+    types = {str(row[0]).lower(): str(row[1]) for row in connection.rows(f"DESCRIBE {quote(table)}")}
+    id_type = types.get(id_column.lower())
+    return id_type if id_type is not None and _PLAIN_TYPE.fullmatch(id_type) else None
+
+
 def _load(
-    connection: Database, path: Path, incoming: str, table: str, id_column: str, replace: bool
+    connection: Database,
+    path: Path,
+    incoming: str,
+    table: str,
+    id_column: str,
+    replace: bool,
+    id_type: str | None,
 ) -> LoadReport:
     connection.execute(f"CREATE OR REPLACE TEMP TABLE pipeline_incoming AS {incoming}")
+    if id_type is not None:
+        _read_ids_as(connection, path, table, id_column, id_type)
     _check_ids(connection, path, id_column)
     report = _insert(connection, path, table, id_column, replace)
     connection.execute("DROP TABLE pipeline_incoming")
@@ -119,6 +180,25 @@ def _check_columns(path: Path, spec: JobSpec, columns: list[str]) -> None:
             f"{path}: no column {missing} (needed by the job's source.id_column / source.fields); "
             f"the file has {columns}; map one with --rename FILE_COLUMN=NAME"
         )
+
+
+def _read_ids_as(connection: Database, path: Path, table: str, id_column: str, id_type: str) -> None:
+    """The file's ids (read as text) as the table's ``id_type``; one line naming some that are not."""
+    if id_type == "VARCHAR":
+        return
+    column = quote(id_column)
+    refused = connection.rows(
+        f"SELECT {column} FROM pipeline_incoming "
+        f"WHERE {column} IS NOT NULL AND TRY_CAST({column} AS {id_type}) IS NULL LIMIT 3"
+    )
+    if refused:
+        shown = ", ".join(repr(row[0]) for row in refused)
+        raise ConfigError(
+            f"{path}: ids that are not {id_type} (e.g. {shown}) cannot go into table '{table}', whose id "
+            f"column '{id_column}' is {id_type}; load them into a new table (--table) or database "
+            "(--database)"
+        )
+    connection.execute(f"ALTER TABLE pipeline_incoming ALTER {column} TYPE {id_type}")
 
 
 def _check_ids(connection: Database, path: Path, id_column: str) -> None:
@@ -191,3 +271,24 @@ def _shared_columns(connection: Database, table: str, id_column: str) -> list[st
 
 def _differs(columns: list[str]) -> str:
     return " OR ".join(f"t.{name} IS DISTINCT FROM i.{name}" for name in columns)
+
+
+def load_source(
+    spec: JobSpec,
+    path: str | Path,
+    *,
+    table: str | None = None,
+    rename: Mapping[str, str] | None = None,
+    replace: bool = False,
+    file_format: str | None = None,
+) -> LoadReport:
+    """``pipeline load``: :func:`load_file` into the job's own database, opened and closed here.
+    Blocking; raises :class:`ConfigError` for what it cannot load, ``DatabaseLockedError`` while a run
+    holds the database."""
+    connection = open_database(spec.database, memory_limit=spec.duckdb_memory_limit)
+    try:
+        return load_file(
+            connection, spec, Path(path), table=table, rename=rename, replace=replace, file_format=file_format
+        )
+    finally:
+        connection.close()

@@ -722,3 +722,85 @@ def test_bench_against_an_endpoint_without_v1_gets_the_hint(sim_url: str, tmp_pa
     assert f"did you mean {sim_url}?" in error_line(result)
 
 
+# --- pipeline load: the table's id type wins --------------------------------------------------------
+
+
+def text_id_table(folder: Path) -> Path:
+    """A source table whose ids are text, as a first load of ids like 'tiny' makes it."""
+    database = folder / "test.duckdb"
+    with duckdb.connect(str(database)) as connection:
+        connection.execute(
+            "CREATE TABLE postings AS SELECT * FROM (VALUES ('tiny', 'T', 'D'), ('7', 'Seven', 'D7')) "
+            "t(id, title, description)"
+        )
+    return database
+
+
+@pytest.mark.parametrize(
+    ("name", "content"),
+    [
+        ("numeric.csv", "id,title,description\n7,Seven again,D7\n8,Eight,D8\n10,Ten,D\n"),
+        (
+            "numeric.jsonl",
+            '{"id": 7, "title": "Seven again", "description": "D7"}\n'
+            '{"id": 8, "title": "Eight", "description": "D8"}\n'
+            '{"id": 10, "title": "Ten", "description": "D"}\n',
+        ),
+    ],
+)
+def test_numeric_looking_ids_load_into_a_table_of_text_ids_as_text(
+    tmp_path: Path, name: str, content: str
+) -> None:
+    job = write_job(tmp_path)
+    database = text_id_table(tmp_path)
+    data = tmp_path / name
+    data.write_text(content)
+    result = cli_run("load", str(data), "--job", str(job))
+    assert result.exit_code == 0, result.output
+    assert ": 2 new, 1 updated, 0 unchanged" in result.stdout  # 7 is the same record as '7'
+    assert table_rows(database, "SELECT id, title FROM postings ORDER BY id") == [
+        ("10", "Ten"),
+        ("7", "Seven again"),
+        ("8", "Eight"),
+        ("tiny", "T"),
+    ]
+    assert table_rows(database, "SELECT data_type FROM duckdb_columns() WHERE column_name = 'id'") == [
+        ("VARCHAR",)
+    ]
+
+
+def test_ids_past_the_csv_sample_keep_their_leading_zeros_in_a_table_of_text_ids(tmp_path: Path) -> None:
+    job = write_job(tmp_path)
+    database = text_id_table(tmp_path)
+    data = tmp_path / "renamed.csv"  # DuckDB guesses the type from the first 20,480 rows: numbers here
+    rows = "".join(f"{i},T{i},D\n" for i in range(100, 21_100))
+    data.write_text(f"AdId,title,description\n{rows}0042,Zeros,D\n")
+    result = cli_run("load", str(data), "--job", str(job), "--rename", "AdId=id")
+    assert result.exit_code == 0, result.output
+    assert table_rows(database, "SELECT id FROM postings WHERE title = 'Zeros'") == [("0042",)]
+
+
+@pytest.mark.parametrize(
+    ("name", "content"),
+    [
+        ("text.csv", "id,title,description\n60,Sixty,D\nabc,Text id,D\n"),
+        (
+            "text.jsonl",
+            '{"id": 60, "title": "Sixty", "description": "D"}\n'
+            '{"id": "abc", "title": "T", "description": "D"}\n',
+        ),
+    ],
+)
+def test_text_ids_into_a_table_of_integer_ids_is_one_clear_line(
+    previous: Path, name: str, content: str
+) -> None:
+    before = database_state(previous / "test.duckdb")
+    data = previous / name
+    data.write_text(content)
+    result = cli_run("load", str(data), "--job", str(previous / "job.yaml"))
+    assert result.exit_code == 2, result.output
+    assert error_line(result) == (
+        f"error: {data}: ids that are not BIGINT (e.g. 'abc') cannot go into table 'postings', whose id "
+        "column 'id' is BIGINT; load them into a new table (--table) or database (--database)"
+    )
+    assert_nothing_lost(previous, before)
