@@ -3,6 +3,7 @@ live numbers of a run that holds the database."""
 
 from __future__ import annotations
 
+import datetime as dt
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,7 +81,11 @@ _NEEDS_SOURCE = (
     "source_records",
     "done",
     "pending",
+    "pending_new",
+    "pending_retried",
     "content_changed",
+    "redo_failed",
+    "not_taken",
     "stale",
     "models",
     "stale_models",
@@ -99,7 +104,11 @@ def _status_dict(report: JobStatus) -> dict[str, Any]:
         "done": report.done,
         "failed": report.failed,
         "pending": report.pending,
+        "pending_new": report.pending_new,
+        "pending_retried": report.pending_retried,
         "content_changed": report.content_changed,
+        "redo_failed": report.redo_failed,
+        "not_taken": report.not_taken,
         "stale": report.stale,
         "models": list(report.models),
         "stale_models": report.stale_models,
@@ -179,24 +188,75 @@ def _model_lines(report: JobStatus, asked: _Asked) -> list[str]:
 
 
 def _live_text(report: JobStatus) -> str:
+    """The run's progress snapshot alone: it holds the database and has written no read copy yet."""
     live = report.live or {}
     return (
         f"{report.database} is held by a running `pipeline run` "
-        f"(pid {live.get('pid')}, run {live.get('run_id')}):\n"
+        f"(pid {live.get('pid')}, run {live.get('run_id')}){_as_of(live)}:\n"
         f"  done {live.get('done')}, failed {live.get('failed')}, in flight {live.get('in_flight')}, "
-        f"remaining {live.get('remaining')}\n"
-        f"  {live.get('records_per_min')} records/min, {live.get('output_tokens_per_s')} output tok/s, "
+        f"remaining {live.get('remaining')}\n  " + _live_rates(live)
+    )
+
+
+def _live_beside_copy(report: JobStatus) -> str:
+    """What the run's snapshot adds to its copy's counts: no count of its own (taken at another
+    moment, it would not add up with them)."""
+    live = report.live or {}
+    return (
+        f"held by a running `pipeline run` (pid {live.get('pid')}, run {live.get('run_id')}){_as_of(live)}: "
+        f"in flight {live.get('in_flight')}, " + _live_rates(live)
+    )
+
+
+def _live_rates(live: dict[str, Any]) -> str:
+    return (
+        f"{live.get('records_per_min')} records/min, {live.get('output_tokens_per_s')} output tok/s, "
         f"ETA {format_duration(live.get('eta_s'))}" + _endpoint_lines(live.get("endpoints"))
     )
 
 
+def _as_of(live: dict[str, Any]) -> str:
+    stamp = live.get("as_of")
+    if not isinstance(stamp, str):
+        return ""
+    return ", as of " + dt.datetime.fromisoformat(stamp).astimezone().strftime("%H:%M:%S")
+
+
 def _source_lines(report: JobStatus) -> list[str]:
     if report.source_problem is None:
-        return [f"records:  {report.source_records}", f"done:     {report.done}"]
+        kept = (
+            f" ({report.redo_failed} of them kept after a redo failed: `pipeline failures` says why)"
+            if report.redo_failed
+            else ""
+        )
+        return [f"records:  {report.source_records}", f"done:     {report.done}{kept}"]
     return [
         f"source:   {report.source_problem}",
         f"results:  {report.results} stored (which are done or stale, and what is pending, needs the source)",
     ]
+
+
+def _pending_lines(report: JobStatus) -> list[str]:
+    """What a plain run would take, and why; with the done and failed, each record once."""
+    if report.source_problem is not None:
+        return []
+    retried = ", ".join(f"{name} {count}" for name, count in report.pending_retried.items())
+    to_retry = sum(report.pending_retried.values())
+    parts = [
+        *(
+            [f"{report.pending_new} new"]
+            if report.pending_new and report.pending_new != report.pending
+            else []
+        ),
+        *([f"{to_retry} failure{'' if to_retry == 1 else 's'} to retry: {retried}"] if retried else []),
+        *([f"{report.content_changed} with changed content"] if report.content_changed else []),
+    ]
+    lines = [f"pending:  {report.pending}" + (f" ({'; '.join(parts)})" if parts else "")]
+    if report.not_taken:
+        lines.append(
+            f"not taken: {report.not_taken} records without a current result of the variant this re-runs"
+        )
+    return lines
 
 
 def _status_text(report: JobStatus, asked: _Asked) -> str:
@@ -204,7 +264,6 @@ def _status_text(report: JobStatus, asked: _Asked) -> str:
         return _live_text(report)
     failed_total = sum(report.failed.values())
     failed_detail = ", ".join(f"{name} {count}" for name, count in report.failed.items())
-    changed = f" ({report.content_changed} with changed content)" if report.content_changed else ""
     lines: list[str] = [
         f"database: {report.database}" + (f" (variant {report.variant})" if report.variant != "main" else ""),
         *(
@@ -214,12 +273,12 @@ def _status_text(report: JobStatus, asked: _Asked) -> str:
         ),
         *_source_lines(report),
         f"failed:   {failed_total}" + (f" ({failed_detail})" if failed_detail else ""),
-        *([f"pending:  {report.pending}{changed}"] if report.source_problem is None else []),
+        *_pending_lines(report),
         *_stale_lines(report, asked),
     ]
     lines += _last_run_lines(report)
     if report.read_copy is not None and report.live is not None:
-        lines.append("now:      " + _live_text(report))
+        lines.append("now:      " + _live_beside_copy(report))
     return "\n".join(lines)
 
 
@@ -228,7 +287,7 @@ def _last_run_lines(report: JobStatus) -> list[str]:
     if not run:
         return []
     speed = f", {rate:,.1f} records/min" if rate else ""
-    if rate and report.pending is not None:  # no ETA without the source: nothing says what is pending
+    if report.live is None and report.eta_s is not None:  # a live run says its own, on its line
         speed += f", ETA for pending {format_duration(report.eta_s)}"
     return [
         f"last run: #{run['run_id']} {run['status']}, started {run['started_at']:%Y-%m-%d %H:%M:%S %Z}, "

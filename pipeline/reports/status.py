@@ -12,6 +12,8 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from pipeline.errors import DatabaseLockedError, SourceMissingError
 from pipeline.job.spec import JobSpec
 from pipeline.reports.chunk_status import ChunkingStatus, chunking_status
@@ -40,9 +42,17 @@ class JobStatus:
     # Why the source cannot be read (its table is not in the database, a column is missing,
     # source.query fails), with how to fix it: then only what is stored is counted.
     source_problem: str | None = None
+    # With the source, ``done + sum(failed) + pending`` is ``source_records``: each record counted once,
+    # as a plain run would see it. ``done``: a result the run keeps (stale for a job cause included);
+    # ``failed``: by class, a failure it does not retry; ``pending``: what it would take. Without the
+    # source, ``failed`` is every stored failure.
     failed: dict[str, int] = field(default_factory=dict)
     pending: int | None = None
+    pending_new: int = 0  # of the pending: records never tried
+    pending_retried: dict[str, int] = field(default_factory=dict)  # of the pending: failures retried
     content_changed: int = 0  # of the pending: records whose prompt fields changed since
+    redo_failed: int = 0  # of the done: a redo failed since, the older result is kept
+    not_taken: int = 0  # a re-run's records without a current result of what it repeats
     stale: dict[str, int] = field(default_factory=dict)  # "total" and one count per cause
     models: tuple[str, ...] = ()  # the models a current result is made by: the job's, its endpoints'
     stale_models: dict[str, int] = field(default_factory=dict)  # results stale for the model, by maker
@@ -65,8 +75,27 @@ class JobStatus:
 
     @property
     def eta_s(self) -> float | None:
-        rate = self.rate_per_min
-        return self.pending * 60.0 / rate if rate and self.pending is not None else None
+        """How long the pending records take: a run in progress says (from its live rate); else at the
+        last run's rate, unless the server ended it (aborted, stalled: its rate says nothing of how
+        fast the next run goes) or nothing is pending."""
+        if self.live is not None:
+            eta = self.live.get("eta_s")
+            return float(eta) if isinstance(eta, int | float) else None
+        rate, run = self.rate_per_min, self.last_run or {}
+        if not rate or not self.pending or run.get("status") in _ENDED_BY_THE_SERVER:
+            return None
+        return self.pending * 60.0 / rate
+
+
+#: Run statuses whose rate is no estimate for the next run.
+_ENDED_BY_THE_SERVER = frozenset({"aborted", "stalled"})
+#: What a live run's progress snapshot adds to the numbers of its read copy: what the copy cannot have.
+#: Its counts (done, failed, remaining) are left out: taken at another moment than the copy's, they
+#: would not add up with them.
+LIVE_BESIDE_COPY = (
+    *("run_id", "status", "pid", "as_of", "in_flight", "requests", "records_per_min"),
+    *("output_tokens_per_s", "eta_s", "elapsed_s", "timeouts", "endpoints"),
+)
 
 
 def job_status(spec: JobSpec, *, local: bool = False) -> JobStatus:
@@ -87,7 +116,9 @@ def job_status(spec: JobSpec, *, local: bool = False) -> JobStatus:
         connection.close()
     if copy is None:
         return status
-    return dataclasses.replace(status, read_copy=copy, live=read_snapshot(spec.database))
+    live = read_snapshot(spec.database)
+    beside = {key: live[key] for key in LIVE_BESIDE_COPY if key in live} if live is not None else None
+    return dataclasses.replace(status, read_copy=copy, live=beside)
 
 
 def _read_status(connection: Database, spec: JobSpec, *, running: bool = False) -> JobStatus:
@@ -99,30 +130,53 @@ def _read_status(connection: Database, spec: JobSpec, *, running: bool = False) 
         base = dataclasses.replace(base, source_problem=str(error))
         return _stored(connection, spec, base, running=running) if stored else base
     total = connection.scalar(f"SELECT count(*) FROM {source_relation(spec)}")
-    base = dataclasses.replace(base, source_records=total, done=0, pending=total)
+    base = dataclasses.replace(base, source_records=total, done=0, pending=total, pending_new=total)
     if not stored:
         return base
-    return _stored(connection, spec, _against_source(connection, spec, base), running=running)
+    return _against_source(connection, spec, _stored(connection, spec, base, running=running))
 
 
 def _against_source(connection: Database, spec: JobSpec, status: JobStatus) -> JobStatus:
-    """Which stored results are done, stale or orphaned, and what is pending."""
+    """Each source record once (done, failed or pending, as a plain run sees it), which stored results
+    are stale or orphaned, and the models that made them."""
     version = version_of(spec)
     queries = PendingQueries(spec, version)
     parameters = queries.parameters()
-    metadata = connection.scalar(f"SELECT count(*) FROM ({queries.ids_sql('metadata')})", parameters)
-    content = connection.scalar(f"SELECT count(*) FROM ({queries.ids_sql('content')})", parameters)
     counts = _stale_counts(connection, queries, parameters)
-    results, orphaned = counts.pop("results"), counts.pop("orphaned")
+    orphaned = counts.pop("orphaned")
+    counts.pop("results")
     return dataclasses.replace(
-        status,
-        done=results - orphaned,
+        _accounted(status, connection.rows(queries.accounting_sql(), parameters)),
         orphaned=orphaned,
-        pending=metadata + content,
-        content_changed=content,
         stale=counts,
         models=version.models,
         stale_models=read_stale_models(connection, spec, version) if counts[str(StaleCause.MODEL)] else {},
+    )
+
+
+def _accounted(status: JobStatus, rows: list[tuple[Any, ...]]) -> JobStatus:
+    """``status`` with the counts of :meth:`PendingQueries.accounting_sql`'s rows."""
+
+    def total(state: str, reason: str | None = None) -> int:
+        return sum(n for s, r, _, n in rows if s == state and (reason is None or r == reason))
+
+    def by_class(state: str, reason: str | None = None) -> dict[str, int]:
+        found: dict[str, int] = {}
+        for s, r, failure_class, n in sorted(rows, key=lambda row: str(row[2])):
+            if s == state and (reason is None or r == reason):
+                found[str(failure_class)] = found.get(str(failure_class), 0) + int(n)
+        return found
+
+    return dataclasses.replace(
+        status,
+        done=total("done"),
+        redo_failed=total("done", "failed_redo"),
+        failed=by_class("failed"),
+        pending=total("pending"),
+        pending_new=total("pending", "new"),
+        pending_retried=by_class("pending", "retried"),
+        content_changed=total("pending", "content"),
+        not_taken=total("outside"),
     )
 
 
@@ -194,6 +248,7 @@ def _grounding(connection: Database, spec: JobSpec) -> dict[str, dict[str, float
 
 
 def _last_run(connection: Database, spec: JobSpec, *, running: bool = False) -> dict[str, Any] | None:
+    as_json = _json_columns(connection, spec.output.runs_table)
     cursor = connection.execute(
         f"SELECT * FROM {quote(spec.output.runs_table)} WHERE variant = ? ORDER BY run_id DESC LIMIT 1",
         [spec.variant],
@@ -201,11 +256,24 @@ def _last_run(connection: Database, spec: JobSpec, *, running: bool = False) -> 
     row = cursor.fetchone()
     if row is None:
         return None
-    run = {name: _plain(value) for name, value in zip(cursor.columns, row, strict=True)}
+    run = {
+        name: orjson.loads(value) if name in as_json and isinstance(value, str) else _plain(value)
+        for name, value in zip(cursor.columns, row, strict=True)
+    }
     if run["status"] == "running" and not running:
         # We could open the database, so no process holds it: that run was killed without a trace.
         run["status"] = "abandoned"
     return run
+
+
+def _json_columns(connection: Database, table: str) -> set[str]:
+    """The table's JSON columns (DuckDB hands them over as text)."""
+    rows = connection.rows(
+        "SELECT column_name FROM duckdb_columns() WHERE database_name = current_database() "
+        "AND lower(table_name) = lower(?) AND data_type = 'JSON'",
+        [table],
+    )
+    return {str(name) for (name,) in rows}
 
 
 def _plain(value: Any) -> Any:

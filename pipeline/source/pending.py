@@ -74,17 +74,19 @@ class PendingQueries:
             "rerun_of": rerun_of(self.spec.variant),
         }
 
-    def _joined(self, relation: str) -> str:
+    def _joined(self, relation: str, *, failure_class: bool = False) -> str:
         """``relation`` (as ``s``) with what each record has: its result ``r`` (is it stale for a cause
-        to redo?) and its failure ``f`` (is it retried? stale?). Only ids and booleans are joined, so
-        the hash tables stay small for 10^6 results."""
+        to redo?) and its failure ``f`` (is it retried? stale? and, for the accounting, its class).
+        Only ids and booleans are joined to find what is pending, so the hash tables stay small for
+        10^6 results."""
         out, id_column = self.spec.output, quote(self.spec.source.id_column)
         redo = self.selection.redo
         return (
             f"FROM {relation} s "
             f"LEFT JOIN (SELECT record_id, {_any_of(stale_conditions('r'), redo)} AS stale "
             f"FROM {quote(out.results_table)} r WHERE variant = $variant) r ON r.record_id = s.{id_column} "
-            "LEFT JOIN (SELECT record_id, failure_class IN (SELECT unnest($retry_classes)) AS retried, "
+            f"LEFT JOIN (SELECT record_id, {'failure_class, ' if failure_class else ''}"
+            "failure_class IN (SELECT unnest($retry_classes)) AS retried, "
             f"{_any_of(stale_conditions('f'), redo)} AS stale FROM {quote(out.failures_table)} f "
             f"WHERE variant = $variant) f ON f.record_id = s.{id_column}"
         )
@@ -141,6 +143,33 @@ class PendingQueries:
         limit = self.selection.limit
         return f"SELECT s.{id_column} {self._joined(relation)} WHERE {condition}{self._restricted()}" + (
             f" ORDER BY {_FIRST_TAKEN}, s.{id_column} LIMIT {int(limit)}" if limit is not None else ""
+        )
+
+    def accounting_sql(self) -> str:
+        """Every source record counted once, by what a run of this selection makes of it: rows of
+        ``(state, reason, failure_class, count)``. ``pending``, with why: ``new``, ``retried`` (its
+        failure's class is retried), ``stale`` (redone on request), ``content`` (its text changed);
+        ``done``: a result the run keeps (reason ``failed_redo`` when a redo of it failed since);
+        ``failed``: a failure the run does not retry; ``outside``: a re-run's record without a current
+        result of what it repeats. The counts add up to the source's records (``pipeline status``)."""
+        id_column = quote(self.spec.source.id_column)
+        restricted = self._restricted()
+        metadata = f"{self._metadata_condition()}{restricted}"
+        changed = f"s.{id_column} IN (SELECT * FROM ({self.changed_sql()})){restricted}"
+        content = changed if self.has_content_phase else "false"
+        kept = "r.record_id IS NOT NULL"
+        state = (
+            f"CASE WHEN {metadata} OR {content} THEN 'pending' WHEN {kept} THEN 'done' "
+            "WHEN f.record_id IS NOT NULL THEN 'failed' ELSE 'outside' END"
+        )
+        reason = (
+            f"CASE WHEN {metadata} THEN (CASE WHEN f.record_id IS NOT NULL AND f.retried THEN 'retried' "
+            "WHEN r.record_id IS NULL AND f.record_id IS NULL THEN 'new' ELSE 'stale' END) "
+            f"WHEN {content} THEN 'content' WHEN {kept} AND f.record_id IS NOT NULL THEN 'failed_redo' END"
+        )
+        return (
+            f"SELECT {state} AS state, {reason} AS reason, f.failure_class, count(*) AS records "
+            f"{self._joined(source_relation(self.spec), failure_class=True)} GROUP BY ALL"
         )
 
     def changed_count_sql(self) -> str:

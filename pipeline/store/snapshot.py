@@ -4,6 +4,7 @@ open it meanwhile)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -18,7 +19,8 @@ def snapshot_path(database: Path) -> Path:
 def write_snapshot(database: Path, run_id: int, numbers: Mapping[str, object], status: str) -> None:
     """Atomically replace the snapshot file (write a temporary file, then rename)."""
     path = snapshot_path(database)
-    body = {"run_id": run_id, "status": status, "pid": os.getpid(), **numbers}
+    as_of = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")  # a reader says how old it is
+    body = {"run_id": run_id, "status": status, "pid": os.getpid(), "as_of": as_of, **numbers}
     temporary = path.with_name(path.name + ".tmp")
     temporary.write_bytes(orjson.dumps(body, option=orjson.OPT_INDENT_2))
     temporary.replace(path)

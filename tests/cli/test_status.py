@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import duckdb
 import orjson
 
 from pipeline.servers.config import LOCAL_MODEL
+from pipeline.store.opening import prepare_database
+from pipeline.store.read_copy import write_copy
+from pipeline.store.snapshot import write_snapshot
 from tests.support.jobs import make_source, write_job
-from tests.support.outputs import job_with_outputs
+from tests.support.outputs import database_held_by_another_process, job_with_outputs
 from tests.support.processes import run_pipeline, sim_server
 
 
@@ -64,3 +68,56 @@ def test_a_bad_model_override_is_one_line_and_exit_2(tmp_path: Path) -> None:
     job = write_job(tmp_path)
     result = run_pipeline("status", str(job), "--model", "")
     assert result.returncode == 2 and result.stderr.count("\n") == 1 and "key 'model'" in result.stderr
+
+
+def test_each_record_is_counted_once_and_the_json_holds_numbers(tmp_path: Path) -> None:
+    """A transient failure is pending (a plain run retries it), not failed too: the lines add up to the
+    records. The last run's profile and series are JSON values, not JSON in a string."""
+    spec = job_with_outputs(tmp_path)
+    with duckdb.connect(str(spec.database)) as connection:
+        connection.execute("UPDATE failures SET failure_class = 'transient' WHERE record_id = 1")
+    text = run_pipeline("status", str(spec.source_file))
+    assert text.returncode == 0, text.stderr
+    lines = text.stdout.splitlines()
+    assert lines[1:5] == [
+        "records:  12",
+        "done:     5",
+        "failed:   6 (invalid_json 2, permanent 1, schema_invalid 2, truncated 1)",
+        "pending:  1 (1 failure to retry: transient 1)",
+    ]
+    report = orjson.loads(run_pipeline("status", str(spec.source_file), "--json").stdout)
+    assert report["done"] + sum(report["failed"].values()) + report["pending"] == report["source_records"]
+    assert report["pending_retried"] == {"transient": 1} and report["pending_new"] == 0
+    assert report["last_run"]["profile"]["records"] == 5 and report["last_run"]["series"][-1]["done"] == 5
+
+
+def test_during_a_run_the_counts_are_the_copys_and_say_as_of_when(tmp_path: Path) -> None:
+    """Before, the run's live done (11) stood beside the copy's (5) and the last run's: three numbers
+    for one thing, taken at different moments."""
+    spec = job_with_outputs(tmp_path)
+    connection = prepare_database(spec)
+    try:
+        connection.execute("UPDATE runs SET status = 'running', ended_at = NULL")
+        write_copy(connection, spec, 1)
+    finally:
+        connection.close()
+    live = {"done": 11, "failed": 9, "in_flight": 4, "remaining": 1, "eta_s": 90}
+    rates = {"records_per_min": 60.0, "output_tokens_per_s": 21.5}
+    write_snapshot(spec.database, 1, live | rates, "running")
+    with database_held_by_another_process(spec.database):
+        text = run_pipeline("status", str(spec.source_file))
+        report = orjson.loads(run_pipeline("status", str(spec.source_file), "--json").stdout)
+    assert text.returncode == 0, text.stderr
+    lines = text.stdout.splitlines()
+    assert lines[1].startswith("copy:     as of ") and "run #1 in progress" in lines[1]
+    assert lines[2:4] == ["records:  12", "done:     5"]
+    assert lines[-2].startswith("last run: #1 running") and "5 done, 7 failed" in lines[-2]
+    assert "ETA" not in lines[-2]  # one ETA: the run's own
+    assert re.fullmatch(
+        r"now:      held by a running `pipeline run` \(pid \d+, run 1\), as of \d\d:\d\d:\d\d: "
+        r"in flight 4, 60.0 records/min, 21.5 output tok/s, ETA 1:30",
+        lines[-1],
+    ), lines[-1]
+    assert not re.search(r"\b(done|failed|remaining) (11|9|1)\b|\b(11|9) (done|failed)\b", text.stdout)
+    assert report["done"] == 5 and report["read_copy"]["run_id"] == 1
+    assert not {"done", "failed", "remaining"} & set(report["live"]) and report["eta_s"] == 90

@@ -6,10 +6,14 @@ import duckdb
 import pytest
 
 from pipeline.errors import ConfigError
+from pipeline.job.spec import JobSpec
 from pipeline.reports.status import job_status
+from pipeline.store.opening import prepare_database
+from pipeline.store.read_copy import write_copy
+from pipeline.store.snapshot import write_snapshot
 from tests.support.fakes import ScriptedServer, completion, good_completion, respond
 from tests.support.jobs import make_job
-from tests.support.outputs import job_with_outputs
+from tests.support.outputs import database_held_by_another_process, job_with_outputs
 from tests.support.runs import run_served
 
 pytestmark = pytest.mark.anyio
@@ -26,6 +30,29 @@ async def test_status_counts_failures_by_class_and_pending(tmp_path: Path) -> No
     assert report.rate_per_min is not None and report.rate_per_min > 0
     assert report.eta_s is not None
     assert report.live is None
+
+
+def test_the_counts_add_up_to_the_source_records_each_record_counted_once(tmp_path: Path) -> None:
+    """A transient failure is pending (a plain run retries it), not failed as well; a record whose text
+    changed is pending, not done as well; a failure of a record no longer in the source is in no count.
+    Before, 5 done + 7 failed + 6 pending were reported of 14 records."""
+    spec = job_with_outputs(tmp_path)  # 0, 8-11 done; 1-3 invalid_json, 4 truncated, 5-6 schema, 7 400
+    with duckdb.connect(str(spec.database)) as connection:
+        connection.execute("UPDATE failures SET failure_class = 'transient' WHERE record_id = 1")
+        connection.execute("UPDATE postings SET description = 'edited' WHERE id IN (0, 2)")
+        connection.execute("DELETE FROM postings WHERE id = 6")
+        connection.execute(  # a redo of 8 that failed: its older result is kept
+            "INSERT INTO failures SELECT * REPLACE (8 AS record_id, (SELECT content_hash FROM results "
+            "WHERE record_id = 8) AS content_hash) FROM failures WHERE record_id = 5"
+        )
+        connection.execute("INSERT INTO postings SELECT i, 'Title ' || i, 'new' FROM range(12, 15) t(i)")
+    report = job_status(spec)
+    assert report.source_records == 14
+    assert report.done == 4 and report.redo_failed == 1  # 8, 9, 10, 11
+    assert report.failed == {"invalid_json": 1, "permanent": 1, "schema_invalid": 1, "truncated": 1}
+    assert report.pending == 6 and report.content_changed == 2  # 0 and 2
+    assert report.pending_new == 3 and report.pending_retried == {"transient": 1}
+    assert report.done + sum(report.failed.values()) + report.pending == report.source_records
 
 
 def test_status_before_any_run(tmp_path: Path) -> None:
@@ -81,3 +108,60 @@ def test_a_failing_source_query_names_the_key(tmp_path: Path) -> None:
     assert "key source.query fails: Catalog Error: Table with name nothere does not exist" in (
         report.source_problem
     )
+
+
+def add_records(spec: JobSpec, count: int) -> None:
+    """``count`` new records after the 12 of :func:`job_with_outputs`: pending."""
+    with duckdb.connect(str(spec.database)) as connection:
+        connection.execute(
+            f"INSERT INTO postings SELECT i, 'Title ' || i, 'new' FROM range(12, {12 + count}) t(i)"
+        )
+
+
+def test_a_run_the_server_ended_gives_no_eta_and_nothing_pending_none(tmp_path: Path) -> None:
+    spec = job_with_outputs(tmp_path)
+    add_records(spec, 8)
+    assert job_status(spec).eta_s is not None
+    for ended in ("aborted", "stalled"):  # its rate says nothing of how fast the next run goes
+        with duckdb.connect(str(spec.database)) as connection:
+            connection.execute("UPDATE runs SET status = ?", [ended])
+        report = job_status(spec)
+        assert report.rate_per_min is not None and report.eta_s is None
+    with duckdb.connect(str(spec.database)) as connection:
+        connection.execute("UPDATE runs SET status = 'completed'")
+        connection.execute("DELETE FROM postings WHERE id >= 12")  # nothing pending: no ETA
+    assert job_status(spec).pending == 0 and job_status(spec).eta_s is None
+
+
+def test_the_last_runs_json_columns_are_values_not_text(tmp_path: Path) -> None:
+    spec = job_with_outputs(tmp_path)
+    run = job_status(spec).last_run
+    assert run is not None
+    assert isinstance(run["profile"], dict) and run["profile"]["records"] == 5
+    assert isinstance(run["series"], list) and run["series"][-1]["done"] == 5
+    assert run["knees"] is None
+
+
+def test_during_a_run_every_count_is_the_copys_and_the_live_numbers_only_rates(tmp_path: Path) -> None:
+    """One consistent set: the copy's counts, as of when it was taken; of the run's progress snapshot
+    only what the copy cannot have (in flight, rates, ETA), as of its own time. Before, the snapshot's
+    done (a later moment) stood beside the copy's."""
+    spec = job_with_outputs(tmp_path)
+    add_records(spec, 8)
+    connection = prepare_database(spec)
+    try:
+        connection.execute("UPDATE runs SET status = 'running', ended_at = NULL")  # run 1 goes on
+        write_copy(connection, spec, 1)
+    finally:
+        connection.close()
+    live = {"done": 11, "failed": 8, "in_flight": 4, "remaining": 1, "records_per_min": 60.0, "eta_s": 1}
+    write_snapshot(spec.database, 1, live, "running")
+    with database_held_by_another_process(spec.database):
+        report = job_status(spec)
+    assert report.read_copy is not None and report.last_run is not None
+    assert (report.done, sum(report.failed.values()), report.pending) == (5, 7, 8)
+    assert (report.last_run["status"], report.last_run["done"]) == ("running", 5)
+    assert report.live is not None
+    assert not {"done", "failed", "remaining"} & set(report.live)
+    assert report.live["in_flight"] == 4 and report.live["as_of"]
+    assert report.eta_s == 1  # the run's own, from its live rate
