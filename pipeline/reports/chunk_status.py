@@ -15,9 +15,12 @@ from pipeline.store.tables import chunks_table
 class ChunkingStatus:
     records: int  # results merged from chunks
     chunks: int  # the chunks they were merged from
-    added_by_pass: dict[int, int] = field(default_factory=dict)  # values each pass found first
+    # Values each pass found first, every pass the results ran counted (0 when it found nothing new).
+    added_by_pass: dict[int, int] = field(default_factory=dict)
     unfinished: int = 0  # records with kept chunks and no result yet
     kept: int = 0  # the chunks kept for those
+    whole: int = 0  # with `chunking:` in the job, results of records that fit and were sent whole
+    passes: int = 1  # the job's `chunking.passes`
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -26,11 +29,19 @@ class ChunkingStatus:
             "added_by_pass": {str(number): count for number, count in self.added_by_pass.items()},
             "unfinished_records": self.unfinished,
             "kept_chunks": self.kept,
+            "whole_records": self.whole,
+            "passes": self.passes,
         }
 
     def describe(self) -> str:
         """``12 records from 87 chunks; values found by pass 1: 540, pass 2: +37 (+6.9%)``."""
-        text = f"{self.records:,} records from {self.chunks:,} chunks"
+        if not self.records:
+            text = f"no record was split: the {self.whole:,} done fit whole"
+            if self.passes > 1:
+                text += f" (passes: {self.passes} applies to split records only)"
+            return text + self._unfinished()
+        whole = f" ({self.whole:,} sent whole)" if self.whole else ""
+        text = f"{self.records:,} records from {self.chunks:,} chunks{whole}"
         passes = sorted(self.added_by_pass.items())
         if passes:
             first = passes[0][1]
@@ -39,21 +50,26 @@ class ChunkingStatus:
                 for number, count in passes[1:]
             ]
             text += "; values found by " + ", ".join([f"pass {passes[0][0]}: {first:,}", *later])
-        if self.unfinished:
-            records = "record" if self.unfinished == 1 else "records"
-            text += f"; {self.kept:,} chunks kept for {self.unfinished:,} {records} not finished yet"
-        return text
+        return text + self._unfinished()
+
+    def _unfinished(self) -> str:
+        if not self.unfinished:
+            return ""
+        records = "record" if self.unfinished == 1 else "records"
+        return f"; {self.kept:,} chunks kept for {self.unfinished:,} {records} not finished yet"
 
 
 def chunking_status(connection: Database, spec: JobSpec) -> ChunkingStatus | None:
-    """The variant's chunked results and unfinished chunked records; None when it has neither."""
+    """The variant's chunked results and unfinished chunked records (with `chunking:` in the job, also
+    its results sent whole); None when there is nothing to say."""
     results, chunks = quote(spec.output.results_table), quote(chunks_table(spec))
     if chunks_table(spec).lower() not in connection.table_names():
         return None
     parameters = {"variant": spec.variant}
     merged = connection.row(
-        f"SELECT count(*), coalesce(sum(CAST(chunks->>'chunks' AS BIGINT)), 0) FROM {results} "
-        "WHERE variant = $variant AND chunks IS NOT NULL",
+        f"SELECT count(*) FILTER (WHERE chunks IS NOT NULL), "
+        "coalesce(sum(CAST(chunks->>'chunks' AS BIGINT)), 0), count(*) FILTER (WHERE chunks IS NULL), "
+        f"max(CAST(chunks->>'passes' AS INTEGER)) FROM {results} WHERE variant = $variant",
         parameters,
     )
     added = connection.rows(
@@ -67,8 +83,14 @@ def chunking_status(connection: Database, spec: JobSpec) -> ChunkingStatus | Non
         f"NOT EXISTS (SELECT 1 FROM {results} r WHERE r.variant = $variant AND r.record_id = c.record_id)",
         parameters,
     )
-    records, total = (int(value) for value in merged or (0, 0))
+    records, total, whole, stored_passes = merged or (0, 0, 0, None)
     unfinished, kept = (int(value) for value in open_ or (0, 0))
-    if not records and not unfinished:
+    job_chunks = spec.chunking is not None
+    if not records and not unfinished and not (job_chunks and whole):
         return None
-    return ChunkingStatus(records, total, {int(k): int(v) for k, v in added}, unfinished, kept)
+    passes = int(stored_passes or (spec.chunking.passes if spec.chunking else 1))
+    found = {int(k): int(v) for k, v in added}
+    by_pass = {number: found.get(number, 0) for number in range(1, passes + 1)} if records else {}
+    return ChunkingStatus(
+        int(records), int(total), by_pass, unfinished, kept, int(whole) if job_chunks else 0, passes
+    )

@@ -41,10 +41,32 @@ async def test_status_counts_merged_records_passes_and_unfinished_chunks(tmp_pat
         other = chunking_status(connection, spec.for_variant("other"))
     finally:
         connection.close()
-    assert status == ChunkingStatus(2, 8, {1: 100, 2: 4}, unfinished=1, kept=2)
+    assert status == ChunkingStatus(2, 8, {1: 100, 2: 4}, unfinished=1, kept=2, passes=2)
     assert other is None
     assert status.describe() == (
         "2 records from 8 chunks; values found by pass 1: 100, pass 2: +4 (+4.0%); "
         "2 chunks kept for 1 record not finished yet"
     )
     assert status.to_json()["added_by_pass"] == {"1": 100, "2": 4}
+
+
+async def test_a_pass_that_added_nothing_says_so_and_no_split_record_is_said(tmp_path: Path) -> None:
+    """With `passes: 2`, a second pass that found nothing new is `pass 2: +0`, not left out (which read
+    as if no second pass had run); records that all fit whole say that the passes had nothing to do."""
+    spec = make_job(tmp_path, records=5, chunking={"field": "description", "passes": 2})
+    writer = StoreWriter(prepare_database(spec), spec, version_of(spec))
+    await writer.begin_run(RunStart("hash", spec.model, "http://testserver/v1", 8, 5))
+    await writer.write([Extracted(4, "{}", 1, REPLY, Usage(1), 256, 9)])  # sent whole
+    assert chunking_status(writer.connection, spec) == ChunkingStatus(0, 0, {}, whole=1, passes=2)
+    assert chunking_status(writer.connection, spec.for_variant("other")) is None  # no result at all
+    await writer.write([merged(1, 3, {"1": 40}), merged(2, 5, {"1": 60})])
+    status = chunking_status(writer.connection, spec)
+    writer.connection.close()
+    assert status == ChunkingStatus(2, 8, {1: 100, 2: 0}, whole=1, passes=2)
+    assert status.describe() == (
+        "2 records from 8 chunks (1 sent whole); values found by pass 1: 100, pass 2: +0 (+0.0%)"
+    )
+    assert status.to_json()["added_by_pass"] == {"1": 100, "2": 0}
+    assert ChunkingStatus(0, 0, {}, whole=1, passes=2).describe() == (
+        "no record was split: the 1 done fit whole (passes: 2 applies to split records only)"
+    )
