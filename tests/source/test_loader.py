@@ -10,6 +10,7 @@ from pipeline.errors import ConfigError
 from pipeline.job.spec import JobSpec, load_job
 from pipeline.source.db import open_database
 from pipeline.source.loader import load_file
+from pipeline.store.opening import prepare_database
 from tests.support.datasets import ADZUNA
 from tests.support.jobs import table_rows, write_job
 
@@ -165,6 +166,23 @@ def test_missing_unknown_and_unreadable(spec: JobSpec, tmp_path: Path) -> None:
     (tmp_path / "broken.jsonl").write_text('{"id": 1, "title": \n')
     with pytest.raises(ConfigError, match="broken.jsonl: cannot read"):
         load(spec, tmp_path / "broken.jsonl")
+
+
+def test_an_empty_seed_file_names_the_key_and_the_file(tmp_path: Path) -> None:
+    seed = tmp_path / "seed.csv"
+    seed.write_text("")
+    spec = load_job(write_job(tmp_path, source={"seed_file": "seed.csv"}))
+    with pytest.raises(ConfigError) as caught:
+        prepare_database(spec)
+    assert str(caught.value).endswith(f"key 'source.seed_file': {seed}: empty file (nothing to load)")
+
+
+def test_replace_keeps_the_tables_text_ids_as_text(spec: JobSpec, tmp_path: Path) -> None:
+    load(spec, write_jsonl(tmp_path / "text.jsonl", [{"id": "a7", "title": "T", "description": "D"}]))
+    numeric = write_jsonl(tmp_path / "n.jsonl", [{"id": 7, "title": "T", "description": "D"}])
+    report = load(spec, numeric, replace=True)
+    assert (report.inserted, report.removed) == (1, 1)  # type: ignore[attr-defined]
+    assert table_rows(spec.database, "SELECT id FROM postings") == [("7",)]
 
 
 @pytest.mark.skipif(not ADZUNA.is_file(), reason="../shared datasets not present")
