@@ -4,9 +4,11 @@
 prints) into one self-contained HTML document; ``write_runs_page`` writes it atomically. The page is
 the template ``runs_page.html`` (markup, one style, one script) plus the data as JSON in
 ``<script type="application/json" id="report-data">``; the page's script draws everything in the
-browser, with DOM calls and ``textContent`` only: the drift list, inline SVG plots (fill rate and
-grounded share per field, tokens per record over runs; records per minute, requests in flight and
-endpoint limits over the last run) and the runs as table columns.
+browser, with DOM calls and ``textContent`` only: the drift list (or why the last run was not judged),
+inline SVG plots (over runs: fill rate and grounded share per field, tokens per record, latency p50 and
+p90, records per minute, the failure rate overall and per class; over the last run: records per
+minute, requests in flight and endpoint limits) and the runs as table columns, in a box that scrolls
+sideways, opened on the latest run, with a note naming the runs out of view.
 
 Embedding, the Content-Security-Policy and the atomic write are :mod:`pipeline.quality.html_page`'s,
 shared with the review page: no data can end its script element, and the page loads nothing.
@@ -57,6 +59,13 @@ def page_data(data: Mapping[str, Any]) -> dict[str, Any]:
             raise ValueError(
                 f"report data: every drift entry needs a 'field' and a 'measure', not {entry!r:.60}"
             )
+    not_judged = data.get("not_judged")
+    if not_judged is not None and not (
+        isinstance(not_judged, Mapping) and isinstance(not_judged.get("message"), str)
+    ):
+        raise ValueError(
+            f"report data: 'not_judged' must be null or an object with a 'message', not {not_judged!r:.60}"
+        )
     series = data.get("series")
     if series is not None and not (
         isinstance(series, Mapping)

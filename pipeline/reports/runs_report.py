@@ -2,8 +2,9 @@
 
 Each run keeps a profile of what it produced and a small time series (:mod:`pipeline.store.run_profiles`,
 :mod:`pipeline.run.series`). This reads the last runs of a variant, read-only, and judges the last one
-against the runs before it (:mod:`pipeline.quality.drift`). ``--fail-on-drift`` turns a drift into
-exit 1 for a nightly cron line.
+against the runs before it (:mod:`pipeline.quality.drift`), or says why it was not judged (far smaller
+than usual, or a retry of earlier failures). ``--fail-on-drift`` turns a drift into exit 1 for a
+nightly cron line; a run not judged is no drift.
 """
 
 from __future__ import annotations
@@ -15,14 +16,15 @@ from typing import Any
 
 from pipeline.errors import ConfigError
 from pipeline.job.spec import JobSpec
-from pipeline.quality.drift import BASELINE_RUNS, RULE, SHARE_FLOOR, Drift, find_drift
+from pipeline.quality.drift import BASELINE_RUNS, RULE, Drift, NotJudged, judge_last
 from pipeline.store.opening import open_job_output
 from pipeline.store.read_copy import ReadCopy, read_copy_of
 from pipeline.store.run_profiles import stored_runs
 
 DEFAULT_RUNS = 10
+# Runs read to judge the last: enough for BASELINE_RUNS earlier ones when retries are among them.
+_JUDGED_RUNS = 2 * BASELINE_RUNS + 1
 _SPARKS = "▁▂▃▄▅▆▇█"
-SPARK_AMOUNT_FLOOR = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +34,7 @@ class RunsReport:
     runs: tuple[Mapping[str, Any], ...]  # stored_runs' rows, oldest first
     drift: tuple[Drift, ...]  # of the last run
     read_copy: ReadCopy | None = None  # a run holds the database: read from its copy
+    not_judged: NotJudged | None = None  # why the last run was not compared with the runs before it
 
     def to_json(self) -> dict[str, Any]:
         last = self.runs[-1] if self.runs else None
@@ -43,6 +46,7 @@ class RunsReport:
             "rule": RULE,
             "runs": [_run_json(run) for run in self.runs],
             "drift": [entry.to_json() for entry in self.drift],
+            "not_judged": self.not_judged.to_json() if self.not_judged else None,
             "series": {"run_id": last["run_id"], "points": series} if last and series else None,
             "read_copy": self.read_copy.to_json() if self.read_copy else None,
         }
@@ -59,6 +63,7 @@ def _run_json(run: Mapping[str, Any]) -> dict[str, Any]:
         "model": run["model"],
         "records": profile.get("records"),
         "failed": profile.get("failed"),
+        "retried": profile.get("retried"),
         "records_per_min": profile.get("records_per_min"),
         "failure_rate": (profile.get("failed") or 0) / attempted if attempted else None,
         "failures": profile.get("failures") or {},
@@ -91,7 +96,7 @@ def runs_report(spec: JobSpec, runs: int = DEFAULT_RUNS) -> RunsReport:
     connection = open_job_output(spec, tables)
     try:
         # The last run is judged against as many earlier runs as drift uses, however many are shown.
-        found = stored_runs(connection, spec, max(runs, BASELINE_RUNS + 1))
+        found = stored_runs(connection, spec, max(runs, _JUDGED_RUNS))
         read_copy = read_copy_of(connection)
     finally:
         connection.close()
@@ -100,8 +105,20 @@ def runs_report(spec: JobSpec, runs: int = DEFAULT_RUNS) -> RunsReport:
             f"{spec.database}: no run of variant {spec.variant!r} has a profile yet "
             f"(every run keeps one from this version on: `pipeline run {spec.source_file}`)"
         )
-    drift = tuple(find_drift([(run["run_id"], run["profile"]) for run in found]))
-    return RunsReport(spec.name, spec.variant, tuple(found[-runs:]), drift, read_copy)
+    return judged_runs(spec.name, spec.variant, found, runs, read_copy)
+
+
+def judged_runs(
+    job: str,
+    variant: str,
+    found: Sequence[Mapping[str, Any]],
+    shown: int,
+    read_copy: ReadCopy | None = None,
+) -> RunsReport:
+    """The report of ``found`` (stored_runs' rows, oldest first): the last ``shown`` of them, and the
+    last judged against the runs before it."""
+    verdict = judge_last([(run["run_id"], run["profile"]) for run in found])
+    return RunsReport(job, variant, tuple(found[-shown:]), verdict.drift, read_copy, verdict.not_judged)
 
 
 def _cell(value: Any, digits: int = 2) -> str:
@@ -113,15 +130,14 @@ def _cell(value: Any, digits: int = 2) -> str:
 
 
 def sparkline(values: Sequence[float | None], *, share: bool = False) -> str:
-    """The values as a row of block characters (a gap for a missing one), lowest to highest. The
-    scale spans at least a share's drift floor (0.05), or 5% of an amount, so that 0.000 against
-    0.003 (or 300.1 against 300.4 tokens) is drawn flat, not as a spike."""
+    """The values as a row of block characters (a gap for a missing one) on an axis from 0, as the
+    page's plots: to 1 for a share, to the highest value for an amount. A 6% change moves a bar by
+    half a step at most, and 0.000 against 0.003 (a share) is drawn flat."""
     known = [value for value in values if value is not None]
     if not known:
         return ""
-    low, high = min(known), max(known)
-    floor = SHARE_FLOOR if share else SPARK_AMOUNT_FLOOR * max(abs(low), abs(high))
-    span = max(high - low, floor)
+    low, high = min(0.0, *known), max(1.0 if share else 0.0, *known)
+    span = high - low
     return "".join(
         " "
         if value is None
@@ -136,6 +152,7 @@ def _rows(report: RunsReport) -> list[tuple[str, list[Any]]]:
     rows: list[tuple[str, list[Any]]] = [
         ("status", [run["status"] for run in runs]),
         ("records", [run["records"] for run in runs]),
+        ("retried", [run["retried"] for run in runs]),
         ("failure rate", [run["failure_rate"] for run in runs]),
         ("records/min", [run["records_per_min"] for run in runs]),
     ]
@@ -184,6 +201,8 @@ def drift_lines(report: RunsReport) -> list[str]:
     if len(report.runs) < 2 and not report.drift:
         return [f"drift: run {last} is the first with a profile; nothing to compare it with yet"]
     rule = f"({RULE})"
+    if report.not_judged is not None:
+        return [report.not_judged.describe(), rule]
     if not report.drift:
         return [f"no drift in run {last}: every number is within its usual run-to-run variation", rule]
     lines = [f"drift in run {last}:"]

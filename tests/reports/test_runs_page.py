@@ -27,7 +27,7 @@ from tests.support.report_data import (
 
 EVIL = 'Fin & "Ops" </script><script>alert(1)</script> <!-- x \u2028 line'
 DATA_SCRIPT = re.compile(r'<script type="application/json" id="report-data">(.*?)</script>', re.DOTALL)
-RUN_PLOTS = ("fill_rate", "grounded_share", "tokens")
+RUN_PLOTS = ("fill_rate", "grounded_share", "tokens", "latency", "speed", "failure_rate")
 TIME_PLOTS = ("records_per_min", "in_flight")
 LAST_RUN = "8"  # sample_report(): runs 3 to 8
 
@@ -112,6 +112,7 @@ def test_embedding_keeps_report_text_from_ending_the_script_element() -> None:
         ({"series": {"run_id": 8, "points": [None]}}, r"'series' must be null or an object"),
         ({"drift": [{"run_id": 8, "field": "salary"}]}, r"every drift entry needs a 'field' and a 'measure'"),
         ({"runs": [{"started_at": "x"}]}, r"every run needs a 'run_id'"),
+        ({"not_judged": {"reason": "retried"}}, r"'not_judged' must be null or an object with a 'message'"),
     ],
 )
 def test_malformed_report_data_is_refused_naming_the_key(change: dict[str, Any], message: str) -> None:
@@ -188,6 +189,9 @@ def test_each_plot_has_a_line_per_series_and_a_point_per_run_or_sample(sample_do
     assert lines(sample_dom, "fill_rate") == dict.fromkeys(FIELDS, 6)
     assert lines(sample_dom, "grounded_share") == dict.fromkeys(GROUNDED_FIELDS, 6)
     assert lines(sample_dom, "tokens") == {"prompt": 6, "completion": 6, "reasoning": 6}
+    assert lines(sample_dom, "latency") == {"p50": 6, "p90": 6}
+    assert lines(sample_dom, "speed") == {"records/min": 6}
+    assert lines(sample_dom, "failure_rate") == {"all classes": 6, "truncated": 6, "schema_invalid": 6}
     assert lines(sample_dom, "records_per_min") == {"records/min": 49}  # the first sample has none yet
     assert lines(sample_dom, "in_flight") == {"in flight": 50}
     assert lines(sample_dom, "limits") == dict.fromkeys(ENDPOINTS, 50)
@@ -260,6 +264,75 @@ def test_the_table_puts_runs_side_by_side_and_marks_the_drifted_cell(sample_dom:
     assert [row.attrs["data-field"] for row in fill_rows] == list(FIELDS)
     grounded_rows = table.find_all("tr", data_measure="grounded_share")
     assert [row.attrs["data-field"] for row in grounded_rows] == GROUNDED_FIELDS
+
+
+def test_speed_latency_and_failures_are_plotted_across_runs(sample_dom: Element) -> None:
+    """Issue 22: these were only in the last run's time series, so a slower server showed no trend."""
+    latency = sample_dom.find("figure", data_figure="latency")
+    assert latency.find("figcaption").text == "Reply time per run (latency p50, p90)"
+    assert [label.text for label in latency.find_all("text", cls="axis-label")] == ["run", "seconds"]
+    last = latency.find_all("rect", cls="strip")[-1].find("title").text
+    assert last == f"run {LAST_RUN}\np50: 211\np90: 291"
+    assert (
+        sample_dom.find("figure", data_figure="speed").find("figcaption").text == "Records per minute per run"
+    )
+    failures = sample_dom.find("svg", data_plot="failure_rate")
+    ticks = [tick.text for tick in failures.find_all("text", cls="tick") if tick.text.endswith("%")]
+    assert ticks[0] == "0%" and len(ticks) >= 3  # a rate's axis in percent, not 0 and 0
+    first = failures.find_all("rect", cls="strip")[0].find("title").text
+    assert first == "run 3\nall classes: 0.25%\ntruncated: 0.17%\nschema_invalid: 0.08%"
+
+
+def test_a_slower_server_is_marked_on_the_latency_plot(browser: str, tmp_path: Path) -> None:
+    data = sample_report(drift=False)
+    for run in data["runs"]:
+        run["latency_s"] = {"p50": 0.3, "p90": 0.42}
+    data["runs"][-1]["latency_s"] = {"p50": 1.03, "p90": 1.44}
+    data["drift"] = [
+        {
+            "run_id": 8,
+            "field": "(run)",
+            "measure": "latency_p50",
+            "before": 0.3,
+            "now": 1.03,
+            "threshold": 0.15,
+        }
+    ]
+    dom = open_page(tmp_path, data)
+    assert dom.find(id="drift").find("li").text == "run latency_p50 0.30 → 1.03 (threshold ±0.15)"
+    chart = dom.find("svg", data_plot="latency")
+    assert [group.attrs["data-series"] for group in chart.find_all("g", cls="drifted")] == ["p50"]
+    (marked,) = chart.find_all("circle", cls="drift-point")
+    assert marked.find("title").text == f"p50, run {LAST_RUN}: 1.03 (drift)"
+    (cell,) = dom.find("table", id="runs").find_all("td", cls="drifted")
+    assert (cell.attrs["data-measure"], cell.text) == ("latency_p50", "1.03")
+
+
+def test_a_run_not_judged_says_why_and_is_no_drift(browser: str, tmp_path: Path) -> None:
+    data = sample_report(drift=False)
+    message = (
+        "not judged: run 8 retried earlier failures (1 of its 1 record, against the usual 1,225 new ones); "
+        "a retry is not a sample of the usual input"
+    )
+    data["not_judged"] = {"run_id": 8, "reason": "retried", "records": 1, "usual": 1225.0, "retried": 1}
+    data["not_judged"]["message"] = message
+    data["runs"][-1].update(records=1, failed=0, retried=1)
+    dom = open_page(tmp_path, data)
+    assert dom.find(id="drift-title").text == "Run 8, the latest: not judged"
+    assert dom.find(id="not-judged").text == message
+    assert "hidden" in dom.find(id="no-drift").attrs and "hidden" in dom.find(id="drift").attrs
+    assert [cell.text for cell in dom.find("tr", data_measure="retried").find_all("td")][-2:] == ["0", "1"]
+
+
+def test_many_runs_scroll_sideways_with_the_latest_in_view(browser: str, tmp_path: Path) -> None:
+    """Issue 22: the table was cut off at run 6. The page opens scrolled to the latest run and says
+    which runs are to the left (the note is drawn from the table's layout in the browser)."""
+    dom = open_page(tmp_path, sample_report(runs=14))
+    note = dom.find(id="table-note")
+    assert "hidden" not in note.attrs
+    match = re.fullmatch(r"Runs 3 to (\d+) are to the left: scroll the table sideways\.", note.text)
+    assert match is not None and 3 < int(match.group(1)) < 16  # some to the left, the latest (16) in view
+    assert "hidden" in open_page(tmp_path, sample_report(runs=2)).find(id="table-note").attrs
 
 
 def test_run_level_drift_marks_its_table_cell_and_its_plot_line(browser: str, tmp_path: Path) -> None:

@@ -53,6 +53,7 @@ def sample_report(
             for index, run_id in enumerate(run_ids)
         ],
         "drift": [{"run_id": last, **SALARY_DRIFT}] if drift else [],
+        "not_judged": None,
         "series": None if series_points is None else sample_series(last, series_points, endpoints),
     }
 
@@ -69,6 +70,7 @@ def sample_run(run_id: int, index: int, *, drifted: bool = False) -> dict[str, A
         "model": MODEL,
         "records": records,
         "failed": failed,
+        "retried": 0,
         "records_per_min": round(64.2 + 40 * wobble, 1),
         "failure_rate": round(failed / records, 4),
         "failures": {"truncated": failed - 1, "schema_invalid": 1},
