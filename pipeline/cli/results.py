@@ -191,7 +191,11 @@ def report(
         Path | None, typer.Option(help="Also write the report page (one self-contained HTML file) here.")
     ] = None,
     fail_on_drift: Annotated[
-        bool, typer.Option(help="Exit 1 when the last run drifted (for a nightly cron line).")
+        bool,
+        typer.Option(
+            help="Exit 1 when the last run drifted (for a nightly cron line); "
+            "a run not judged (far smaller than usual, or a retry of failures) is 0."
+        ),
     ] = False,
     database: DatabaseOption = None,
     variant: VariantOption = None,

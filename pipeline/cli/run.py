@@ -184,7 +184,7 @@ def run(
     selection = _Selection(limit, retry_failed, retry_class, only_failed, redo_stale, sample, seed)
     options = _run_options(selection, _reporter(progress), metrics_port, metrics_textfile)
     summary = _run_or_exit(run_job_locally if local or spec.endpoint.is_local else run_job, spec, options)
-    _print_summary(summary, job)
+    _print_summary(summary, job, database)
     raise typer.Exit(summary.exit_code)
 
 
@@ -258,7 +258,7 @@ def _failure_classes(names: list[str], only_failed: bool) -> frozenset[FailureCl
         raise fail(error, EXIT_CONFIG) from error
 
 
-def _print_summary(summary: RunSummary, job: Path) -> None:
+def _print_summary(summary: RunSummary, job: Path, database: Path | None = None) -> None:
     if summary.run_id is None and summary.source_records == 0:
         load = f"`pipeline load FILE --job {job}` adds some"
         typer.echo(f"nothing to do: the source has no records ({summary.database}; {load})")
@@ -280,7 +280,8 @@ def _print_summary(summary: RunSummary, job: Path) -> None:
     _print_stale_kept(summary, job)
     if summary.drift:
         moved = "; ".join(entry.describe() for entry in summary.drift)
-        typer.echo(f"drift:    {moved} (beyond the usual run-to-run variation; `pipeline report {job}`)")
+        report = ["pipeline", "report", str(job), *(["--database", str(database)] if database else [])]
+        typer.echo(f"drift:    {moved} (beyond the usual run-to-run variation; `{shlex.join(report)}`)")
     typer.echo(f"look:     {_look_command(summary)}")
 
 
