@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, TypeVar
 
 import orjson
 import typer
@@ -45,35 +45,9 @@ def failures(
     report = read_or_exit(lambda: failure_report(spec, classes, examples))
     say_read_copy(report.read_copy)
     if as_json:
-        typer.echo(orjson.dumps(_failures_dict(report), default=str).decode())
+        typer.echo(orjson.dumps(report.to_json(), default=str).decode())
         return
     typer.echo(_failures_text(report, classes, _retry_command(job, database, report)))
-
-
-def _failures_dict(report: FailureReport) -> dict[str, Any]:
-    return {
-        "database": report.database,
-        "table": report.table,
-        "total": report.total,
-        "read_copy": report.read_copy.to_json() if report.read_copy else None,
-        "classes": [
-            {
-                "failure_class": summary.failure_class,
-                "count": summary.count,
-                "advice": summary.advice,
-                "examples": [
-                    {
-                        "record_id": example.record_id,
-                        "attempts": example.attempts,
-                        "message": example.message,
-                        "raw_output": example.raw_output,
-                    }
-                    for example in summary.examples
-                ],
-            }
-            for summary in report.classes
-        ],
-    }
 
 
 def _retry_command(job: Path, database: Path | None, report: FailureReport) -> str:

@@ -2,6 +2,7 @@
 
 Only a handful of rows per class ever reach Python (a window function picks them in DuckDB), and the
 raw outputs are cut in SQL, so a table of a million failures with megabyte replies reads in a blink.
+An example's message is read whole (the JSON gives it as stored); the text shows it on one line.
 """
 
 from __future__ import annotations
@@ -34,8 +35,17 @@ _SQL_CUT_CHARS = 2000
 class FailureExample:
     record_id: Any
     attempts: int | None
-    message: str
+    message: str  # one line, cut to MESSAGE_CHARS: what the text shows
     raw_output: str | None  # an excerpt of last_raw_output, one line
+    whole_message: str = ""  # as stored: what the JSON gives
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "record_id": self.record_id,
+            "attempts": self.attempts,
+            "message": self.whole_message,
+            "raw_output": self.raw_output,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +70,24 @@ class FailureReport:
     @property
     def total(self) -> int:
         return sum(summary.count for summary in self.classes)
+
+    def to_json(self) -> dict[str, Any]:
+        """What ``failures --json`` prints: each example's message whole, as it was stored."""
+        return {
+            "database": self.database,
+            "table": self.table,
+            "total": self.total,
+            "read_copy": self.read_copy.to_json() if self.read_copy else None,
+            "classes": [
+                {
+                    "failure_class": summary.failure_class,
+                    "count": summary.count,
+                    "advice": summary.advice,
+                    "examples": [example.to_json() for example in summary.examples],
+                }
+                for summary in self.classes
+            ],
+        }
 
 
 def class_names(allowed: Collection[FailureClass] = tuple(FailureClass)) -> list[str]:
@@ -133,7 +161,7 @@ def _examples(
     """The most recent ``per_class`` failures of each class."""
     where, parameters = _class_filter(variant, classes)
     rows = connection.execute(
-        f"SELECT failure_class, record_id, attempts, left(message, {_SQL_CUT_CHARS}), "
+        "SELECT failure_class, record_id, attempts, message, "
         f"left(last_raw_output, {_SQL_CUT_CHARS}) FROM ("
         "SELECT *, row_number() OVER (PARTITION BY failure_class ORDER BY created_at DESC, record_id) AS n "
         f"FROM {quote(table)}{where}) WHERE n <= ? ORDER BY failure_class, n",
@@ -147,6 +175,7 @@ def _examples(
                 attempts=attempts,
                 message=one_line(message, MESSAGE_CHARS) or "",
                 raw_output=one_line(raw_output, RAW_OUTPUT_CHARS),
+                whole_message=message or "",
             )
         )
     return picked

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import duckdb
 import orjson
 import pytest
 from typer.testing import CliRunner
@@ -192,3 +193,18 @@ def test_a_database_held_by_a_run_exits_3(tmp_path: Path) -> None:
     assert code == 3 and out == ""
     assert len(err.splitlines()) == 1 and err.startswith(f"error: {spec.database}: ")
     assert failure_report(spec).total == 7  # once the run has ended
+
+
+def test_json_gives_whole_messages_the_text_one_line_each(tmp_path: Path) -> None:
+    """A script reads the message a failure was stored with, not the text's 200-character line."""
+    spec = job_with_outputs(tmp_path)
+    message = "HTTP 400: This model's maximum context length is 2048 tokens.\n" + "However, " * 60
+    with duckdb.connect(str(spec.database)) as connection:
+        connection.execute("UPDATE failures SET message = ? WHERE record_id = 7", [message])
+    (permanent,) = failure_report(spec, [FailureClass.PERMANENT]).to_json()["classes"]
+    assert permanent["examples"][0]["message"] == message
+    code, out, _ = failures_cli(str(spec.source_file), "--json", "--class", "permanent")
+    assert code == 0 and orjson.loads(out)["classes"][0]["examples"][0]["message"] == message
+    code, out, _ = failures_cli(str(spec.source_file), "--class", "permanent")
+    (line,) = [line for line in out.splitlines() if line.startswith("  id 7 ")]
+    assert line.endswith("…") and len(line) < MESSAGE_CHARS + 30
