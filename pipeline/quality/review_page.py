@@ -10,6 +10,9 @@ with every page the pipeline writes): the JSON is escaped so that no record text
 element (``</script>``, ``<!--``), and a Content-Security-Policy allows exactly the template's own
 script and style (by hash) and nothing else: no injected script, and no network request of any kind.
 
+A compare page (``pipeline compare --html``) also carries the numbers ``compare`` prints, as its
+``--json`` gives them (:attr:`ReviewPage.comparison`): the page shows them above the records.
+
 Grounding offsets arrive as Python ``str`` offsets (code points); JavaScript strings count UTF-16
 units, so offsets are converted here and highlights after an emoji still land on the right text.
 """
@@ -27,11 +30,19 @@ from typing import Any
 # of ``pipeline report`` needed them too.
 from pipeline.quality.html_page import content_security_policy as content_security_policy
 from pipeline.quality.html_page import embed_json as embed_json
-from pipeline.quality.html_page import finite, render_page, write_page
+from pipeline.quality.html_page import finite, finite_numbers, render_page, write_page
 
 MATCH_KINDS = ("exact", "normalised", "fuzzy", "none")
 TEMPLATE = importlib.resources.files("pipeline.quality").joinpath("review_page.html")
 _DATA_MARKER = "__REVIEW_DATA__"
+# What the comparison section cannot do without (the rest of compare's JSON may be missing or null).
+_COMPARISON_REQUIRED = {
+    "title": str,
+    "reference": str,
+    "candidate": str,
+    "fields": Mapping,
+    "variants": Mapping,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +99,9 @@ class ReviewPage:
     notes: Sequence[str] = ()  # e.g. "sample of 50 of 1,234 records, seed 0"
     scores: Sequence[ScoreRow] = ()  # eval's scores against the gold file, shown above the records
     read_copy: str | None = None  # a run holds the database: how old the copy read is, in words
+    # compare's numbers, as its --json has them (fields, micro, macro, noise, variants, failures_over),
+    # with the captions of its text (title, means_over, noise_hint): shown above the records
+    comparison: Mapping[str, Any] | None = None
 
 
 def render_review(page: ReviewPage) -> str:
@@ -121,8 +135,19 @@ def page_data(page: ReviewPage) -> dict[str, Any]:
             }
             for row in page.scores
         ],
+        "comparison": None if page.comparison is None else _comparison_data(page.comparison),
         "records": [_record_data(record, page.variants) for record in page.records],
     }
+
+
+def _comparison_data(comparison: Mapping[str, Any]) -> dict[str, Any]:
+    """``comparison`` as the page's script reads it: checked for what it needs, non-finite numbers null."""
+    for key, kind in _COMPARISON_REQUIRED.items():
+        if not isinstance(comparison.get(key), kind):
+            raise ValueError(
+                f"comparison: {key!r} must be a {kind.__name__}, not {comparison.get(key)!r:.60}"
+            )
+    return dict(finite_numbers(comparison))
 
 
 @functools.cache

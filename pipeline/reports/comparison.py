@@ -9,12 +9,16 @@
 * the noise floor (:mod:`pipeline.reports.noise`): per field, A-vs-B agreement beside A against a
   re-run of itself, and whether B is beyond that noise; without a re-run, the commands that make one.
 
+With ``review``, the report also holds its page (``compare --html``): these numbers, as ``--json``
+gives them, above both variants' records side by side.
+
 Every agreement has a bootstrap interval. With ``--sample N`` only the records of the seeded sample are
 read (the sample of ``pipeline run --sample``: the same records for every variant).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,7 +29,7 @@ from pipeline.job.variants import rerun_name
 from pipeline.quality import AgreementReport, RecordAgreement, format_table, grounded_paths
 from pipeline.quality.bootstrap import Bootstrap
 from pipeline.quality.intervals import with_intervals
-from pipeline.quality.review_page import ReviewPage
+from pipeline.quality.review_page import ReviewPage, ReviewRecord
 from pipeline.reports.noise import NoiseReport, measure_noise, noise_floor_hint, noise_lines
 from pipeline.reports.reading import JobOutput, Sample, Scope, StoredResult, open_output, sample_scope
 from pipeline.reports.review import (
@@ -46,6 +50,20 @@ from pipeline.store.read_copy import ReadCopy
 
 DEFAULT_SHOWN = 5
 FAILURES_BASE = "over the {n:,} records both variants attempted (each has a result or a failure for them)"
+#: What the page takes of the report's JSON: everything but the matching rules and the disagreements
+#: (the page's cards are the records, most differing first).
+PAGE_KEYS = (
+    "reference",
+    "candidate",
+    "records",
+    "fields",
+    "micro",
+    "macro",
+    "intervals",
+    "noise",
+    "variants",
+    "failures_over",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +174,7 @@ def compare_variants(
         failures = output.failures(names, attempted)
         attempted_count = output.count_attempted(names, attempted)
         rerun = _rerun_results(output, names, sampled)
-        review = _review(spec, output, names, attempted) if settings.review else None
+        shown = _review_records(spec, output, names, attempted) if settings.review else None
         read_copy = output.read_copy
     agreement = variant_agreement(spec, results[reference], results[candidate], settings.fuzzy_threshold)
     agreement = with_intervals(agreement, settings.bootstrap)
@@ -167,7 +185,7 @@ def compare_variants(
         _summary(name, results[name], class_counts(f.failure_class for f in failures[name].values()), paths)
         for name in names
     ]
-    return CompareReport(
+    report = CompareReport(
         reference=reference,
         candidate=candidate,
         sample=settings.sample,
@@ -175,9 +193,9 @@ def compare_variants(
         variants=(summaries[0], summaries[1]),
         attempted=attempted_count,
         noise=noise,
-        review=review,
         read_copy=read_copy,
     )
+    return report if shown is None else dataclasses.replace(report, review=_review(spec, report, *shown))
 
 
 def _rerun_results(
@@ -211,8 +229,10 @@ def _summary(
     )
 
 
-def _review(spec: JobSpec, output: JobOutput, names: Sequence[str], scope: Scope) -> ReviewPage:
-    """Both variants over the records both attempted (in the sample)."""
+def _review_records(
+    spec: JobSpec, output: JobOutput, names: Sequence[str], scope: Scope
+) -> tuple[list[ReviewRecord], list[str]]:
+    """Both variants over the records both attempted (in the sample), and the page's notes on them."""
     texts = output.texts(scope, prompt_fields(spec, names))
     results = output.results(names, scope)
     failures = output.failures(names, scope)
@@ -224,7 +244,25 @@ def _review(spec: JobSpec, output: JobOutput, names: Sequence[str], scope: Scope
         DISAGREEMENT_NOTE.format(a=names[0], b=names[1]),
         *builder.note(),
     ]
-    return page(spec, names, review_records(texts, views, agreement), notes, read_copy=output.read_copy)
+    return review_records(texts, views, agreement), notes
+
+
+def _review(
+    spec: JobSpec, report: CompareReport, records: list[ReviewRecord], notes: list[str]
+) -> ReviewPage:
+    """The compare page: the report's numbers above the records. Its noise-floor commands name the job
+    file and the database in full, so that they work from any folder."""
+    data = report.to_json(show=0)
+    hint = noise_floor_hint(
+        report.reference, report.candidate, report.sample, str(spec.source_file), str(spec.database)
+    )
+    comparison = {key: data[key] for key in PAGE_KEYS} | {
+        "title": _title(report),
+        "means_over": _means_over(report),
+        "noise_hint": hint,
+    }
+    names = (report.reference, report.candidate)
+    return page(spec, names, records, notes, read_copy=report.read_copy, comparison=comparison)
 
 
 def format_compare(
@@ -233,10 +271,8 @@ def format_compare(
     """The report as text; ``job`` (the job file as given) and ``database`` (``--database``, if given)
     go into the noise-floor commands."""
     a, b = report.reference, report.candidate
-    scope = f" ({report.sample.describe()})" if report.sample else ""
     lines = [
-        f"{b} compared with {a} (the reference) over the {report.agreement.records_scored:,} records both "
-        f"extracted{scope}",
+        _title(report),
         "",
         format_table(report.agreement),
         "",
@@ -247,6 +283,18 @@ def format_compare(
         *noise_lines(report.noise, noise_floor_hint(a, b, report.sample, job, database)),
     ]
     return "\n".join(lines)
+
+
+def _title(report: CompareReport) -> str:
+    scope = f" ({report.sample.describe()})" if report.sample else ""
+    return (
+        f"{report.candidate} compared with {report.reference} (the reference) over the "
+        f"{report.agreement.records_scored:,} records both extracted{scope}"
+    )
+
+
+def _means_over(report: CompareReport) -> str:
+    return f"means per record over the {report.agreement.records_scored:,} records both extracted"
 
 
 def _number(value: float | None, digits: int = 1) -> str:
@@ -266,7 +314,7 @@ def _variant_lines(report: CompareReport) -> list[str]:
         for summary in report.variants
     ]
     widths = [max(len(row[column]) for row in rows) for column in range(len(header))]
-    lines = [f"means per record over the {report.agreement.records_scored:,} records both extracted:"]
+    lines = [f"{_means_over(report)}:"]
     lines += [
         "  "
         + "  ".join(

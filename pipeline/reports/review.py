@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from pipeline.job.spec import JobSpec
 from pipeline.quality import AgreementReport, ground, grounded_paths, measure_agreement, schema_fields
@@ -167,8 +168,10 @@ def page(
     notes: Sequence[str],
     scores: Sequence[ScoreRow] = (),
     read_copy: ReadCopy | None = None,
+    comparison: Mapping[str, Any] | None = None,
 ) -> ReviewPage:
-    """The page; with ``read_copy`` (a run holds the database), a first note saying how old it is."""
+    """The page; with ``read_copy`` (a run holds the database), a first note saying how old it is;
+    ``comparison``: compare's numbers, shown above the records."""
     if read_copy is not None:
         notes = [f"a run holds the database: read from its copy, {read_copy.describe()}", *notes]
     return ReviewPage(
@@ -181,6 +184,7 @@ def page(
         notes=tuple(notes),
         scores=tuple(scores),
         read_copy=read_copy.describe() if read_copy else None,
+        comparison=comparison,
     )
 
 

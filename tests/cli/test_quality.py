@@ -398,6 +398,36 @@ def test_compare_html_shows_both_variants_over_the_records_both_attempted(
     dom = opened(html)
     assert dom.find(id="shown-count").text == "10 of 10 records shown"
     assert card_ids(dom)[:3] == ["3", "2", "5"]
+    # above the records, the numbers `compare` prints (see the text test above)
+    section = dom.find("section", id="comparison")
+    assert (
+        section.find("h2").text == "big compared with main (the reference) over the 8 records both extracted"
+    )
+    agreement = {
+        row.attrs["data-path"]: row for row in section.find("table", id="agreement").find_all("tr")[1:5]
+    }
+    assert [cell.text for cell in agreement["skills"].find_all("td")] == [
+        "skills",
+        "list",
+        "8",
+        "0.903",
+        "0.800 \u2013 0.970",
+        "0.933",
+        "0.875",
+    ]
+    assert [cell.text for cell in agreement["years"].find_all("td")][3:5] == ["0.875", "0.625 \u2013 1.000"]
+    variants = section.find("table", id="variant-numbers")
+    assert [[cell.text for cell in row.find_all("td")][:4] for row in variants.find_all("tr")[1:]] == [
+        ["main", "100.0", "40.0", "10.0"],
+        ["big", "112.5", "45.0", "11.3"],  # 11.25, as the text's 11.2 rounds it half to even
+    ]
+    assert [[cell.text for cell in row.find_all("td")][5:] for row in variants.find_all("tr")[1:]] == [
+        ["1 (schema_invalid 1)", "skills 16 of 16 (100%)"],
+        ["1 (truncated 1)", "skills 14 of 15 (93%)"],
+    ]
+    (hint,) = section.find_all("p", cls="noise-note")
+    assert hint.text.startswith("noise floor: not measured (main~rerun has no results).")
+    assert f"`pipeline run {job.source_file} --variant main --rerun --database {job.database}`" in hint.text
 
 
 @pytest.mark.parametrize(
@@ -432,6 +462,19 @@ def test_compare_with_a_rerun_says_it_is_the_noise_floor(tmp_path: Path) -> None
     # against its own re-run, the re-run is its noise: nothing is beyond it
     assert lines[-1] == "beyond the noise (the gap's interval is above 0): no field"
     assert "  skills  1.000   1.000 [1.000, 1.000]  +0.000 [+0.000, +0.000]  no" in lines
+    # and the page shows the same noise floor above the records
+    html = tmp_path / "noise.html"
+    code, _, _ = cli("compare", spec.source_file, "--variants", "main,main~rerun", "--html", html)
+    section = opened(html).find("section", id="comparison")
+    skills = section.find("tr", data_path="skills")
+    assert [cell.text for cell in skills.find_all("td")][-3:] == [
+        "1.000 [1.000 \u2013 1.000]",
+        "+0.000 [+0.000 \u2013 +0.000]",
+        "no",
+    ]
+    assert [note.text for note in section.find_all("p", cls="noise-note")][-1] == (
+        "beyond the noise (the gap's interval is above 0): no field"
+    )
 
 
 # --- review -----------------------------------------------------------------------------------------

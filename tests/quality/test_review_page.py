@@ -102,6 +102,67 @@ def two_variant_page() -> ReviewPage:
     return ReviewPage("linkedin", ["base", "new"], FIELDS, ["title"], records, GENERATED_AT)
 
 
+def comparison(*, rerun: bool) -> dict[str, Any]:
+    """What `compare` gives the page (the numbers of its --json, the captions of its text): new against
+    base; with ``rerun``, base's re-run as the noise floor, beyond which only seniority is."""
+    noise_fields = {
+        "explicit_skills": {
+            "noise_agreement": 0.95,
+            "noise_agreement_ci": [0.9, 1.0],
+            "noise_gap": {"metric": "f1", "value": 0.0468, "ci": [-0.02, 0.11], "level": 0.9833},
+            "beyond_noise": False,
+        },
+        "seniority": {
+            "noise_agreement": 1.0,
+            "noise_agreement_ci": [1.0, 1.0],
+            "noise_gap": {"metric": "accuracy", "value": 0.25, "ci": [0.125, 0.5], "level": 0.9833},
+            "beyond_noise": True,
+        },
+    }
+    fields = {
+        "explicit_skills": {
+            "kind": "list",
+            "scored": 8,
+            "agreement": 0.9032,
+            "agreement_ci": [0.8, 0.9697],
+            "precision": 0.9333,
+            "recall": 0.875,
+        },
+        "seniority": {"kind": "choice", "scored": 8, "agreement": 0.75, "agreement_ci": [0.5, 1.0]},
+    }
+    if rerun:
+        fields = {path: data | noise_fields[path] for path, data in fields.items()}
+
+    def variant(tokens: list[float], latency: float, failures: dict[str, int], found: int) -> dict[str, Any]:
+        return {
+            "records": 8,
+            "tokens_per_record": dict(zip(("prompt", "completion", "reasoning"), tokens, strict=True)),
+            "latency_s_per_record": latency,
+            "failures": failures,
+            "grounding": {"title": {"found": found, "values": 8, "share": found / 8}},
+        }
+
+    return {
+        "title": "new compared with base (the reference) over the 8 records both extracted",
+        "reference": "base",
+        "candidate": "new",
+        "records": 8,
+        "fields": fields,
+        "micro": {"f1": 0.9474, "f1_ci": [0.8817, 0.9897]},
+        "macro": {"score": 0.8266, "score_ci": None},
+        "intervals": "95% intervals: percentile bootstrap over records, 1,000 resamples, seed 0",
+        "noise": {"rerun": "base~rerun", "records": 7, "beyond_noise": ["seniority"]} if rerun else None,
+        "noise_hint": "noise floor: not measured (base~rerun has no results). Run `pipeline run job.yaml "
+        "--variant base --rerun`",
+        "means_over": "means per record over the 8 records both extracted",
+        "variants": {
+            "base": variant([1234.5, 40.0, 10.0], 12.3456, {"schema_invalid": 1}, 8),
+            "new": variant([1312.5, 45.0, float("nan")], 9.5, {"truncated": 2, "invalid_json": 1}, 7),
+        },
+        "failures_over": {"records": 10, "rule": "over the 10 records both variants attempted"},
+    }
+
+
 def open_page(tmp_path: Path, page: ReviewPage, fragment: str = "") -> Element:
     """The page's DOM after its scripts ran in Chromium."""
     return parse_dom(dump_dom(write_review(page, tmp_path / "review.html"), fragment=fragment))
@@ -157,6 +218,7 @@ def test_embedded_json_round_trips_to_the_page_data() -> None:
         "generatedAt": GENERATED_AT,
         "notes": ["a note"],
         "scores": [],
+        "comparison": None,
         "records": [
             {
                 "id": "7",
@@ -337,6 +399,99 @@ def test_eval_scores_show_above_the_records_with_their_intervals(browser: str, t
 
 def test_a_page_without_scores_hides_the_score_table(one_variant_dom: Element) -> None:
     assert "hidden" in one_variant_dom.find(id="scores").attrs
+
+
+def table_cells(table: Element) -> list[list[str]]:
+    return [[cell.text for cell in row.find_all("td")] for row in table.find("tbody").find_all("tr")]
+
+
+def test_compare_page_shows_the_numbers_compare_prints_then_the_records(browser: str, tmp_path: Path) -> None:
+    dom = open_page(tmp_path, dataclasses.replace(two_variant_page(), comparison=comparison(rerun=True)))
+    assert dom.find("h1").text == "Compare: linkedin"
+    section = dom.find("section", id="comparison")
+    assert "hidden" not in section.attrs
+    assert (
+        section.find("h2").text == "new compared with base (the reference) over the 8 records both extracted"
+    )
+    agreement = section.find("table", id="agreement")
+    assert [cell.text for cell in agreement.find("thead").find_all("th")] == [
+        "field",
+        "kind",
+        "records",
+        "agreement",
+        "95% interval",
+        "precision",
+        "recall",
+        "base vs base~rerun",
+        "gap (rerun - B)",
+        "beyond noise",
+    ]
+    interval = "{} \u2013 {}".format
+    skills_noise = [f"0.950 [{interval('0.900', '1.000')}]", f"+0.047 [{interval('-0.020', '+0.110')}]", "no"]
+    seniority_noise = [f"1.000 [{interval('1.000', '1.000')}]", f"+0.250 [{interval('+0.125', '+0.500')}]"]
+    assert table_cells(agreement) == [
+        [
+            "explicit_skills",
+            "list",
+            "8",
+            "0.903",
+            interval("0.800", "0.970"),
+            "0.933",
+            "0.875",
+            *skills_noise,
+        ],
+        ["seniority", "choice", "8", "0.750", interval("0.500", "1.000"), "", "", *seniority_noise, "yes"],
+        ["micro f1", "", "8", "0.947", interval("0.882", "0.990"), "", "", "", "", ""],
+        ["macro", "", "8", "0.827", "-", "", "", "", "", ""],
+    ]
+    assert "beyond" in agreement.find("tr", data_path="seniority").classes
+    assert [note.text for note in section.find_all("p", cls="noise-note")] == [
+        "noise floor: base against its re-run base~rerun, over the 7 records A, B and the re-run all "
+        "extracted; gap intervals simultaneous over the 2 fields (98.3% each)",
+        "beyond the noise (the gap's interval is above 0): seniority",
+    ]
+    variants = section.find("table", id="variant-numbers")
+    assert variants.find("caption").text == (
+        "means per record over the 8 records both extracted; failures over the 10 records both variants "
+        "attempted"
+    )
+    assert table_cells(variants) == [
+        ["base", "1,234.5", "40.0", "10.0", "12.35", "1 (schema_invalid 1)", "title 8 of 8 (100%)"],
+        ["new", "1,312.5", "45.0", "-", "9.50", "3 (truncated 2, invalid_json 1)", "title 7 of 8 (88%)"],
+    ]
+    # then the records, side by side, as on every two-variant page
+    order = [
+        element.attrs.get("id")
+        for element in dom.iter()
+        if element.attrs.get("id") in {"comparison", "cards"}
+    ]
+    assert order == ["comparison", "cards"] and card_ids(dom) == ["a1", "a3", "a10", "a2"]
+
+
+def test_compare_page_without_a_rerun_says_how_to_measure_the_noise_floor(
+    browser: str, tmp_path: Path
+) -> None:
+    dom = open_page(tmp_path, dataclasses.replace(two_variant_page(), comparison=comparison(rerun=False)))
+    agreement = dom.find("table", id="agreement")
+    assert [cell.text for cell in agreement.find("thead").find_all("th")][-1] == "recall"
+    assert table_cells(agreement)[0] == [
+        "explicit_skills",
+        "list",
+        "8",
+        "0.903",
+        "0.800 \u2013 0.970",
+        "0.933",
+        "0.875",
+    ]
+    assert [note.text for note in dom.find_all("p", cls="noise-note")] == [
+        "noise floor: not measured (base~rerun has no results). Run `pipeline run job.yaml --variant base "
+        "--rerun`"
+    ]
+
+
+def test_a_page_without_a_comparison_hides_the_section(two_variant_dom: Element) -> None:
+    section = two_variant_dom.find("section", id="comparison")
+    assert "hidden" in section.attrs and section.find_all("table") == []
 
 
 def test_one_variant_highlights_grounded_values_in_the_text(one_variant_dom: Element) -> None:
