@@ -98,6 +98,7 @@ class DatabaseFailure(StrEnum):
     OUT_OF_MEMORY = "out_of_memory"  # past duckdb_memory_limit
     MISSING = "missing"  # a table, column or function that does not exist
     IO = "io"  # the file could not be read or written
+    DISK_FULL = "disk_full"  # no space left on the device that holds the file (or its WAL)
     INVALID = "invalid"  # SQL DuckDB cannot parse or bind
     OTHER = "other"
 
@@ -109,7 +110,10 @@ class DatabaseError(FatalRunError):
     def __init__(self, reason: str, *, kind: DatabaseFailure, database: Path | None = None) -> None:
         where = f"{database}: " if database is not None else ""
         hint = "; raise duckdb_memory_limit in the job" if kind is DatabaseFailure.OUT_OF_MEMORY else ""
-        super().__init__(f"{where}DuckDB failed ({reason}){hint}")
+        if kind is DatabaseFailure.DISK_FULL:  # the reason says so first: DuckDB did nothing wrong
+            super().__init__(f"{where}{reason}; free space and run again (what was committed is kept)")
+        else:
+            super().__init__(f"{where}DuckDB failed ({reason}){hint}")
         self.reason = reason
         self.kind = kind
         self.database = database

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Literal
 
@@ -33,6 +33,8 @@ AppendAction = Literal["upsert", "delete"]
 
 _REASON_LIMIT = 400
 _CONVERTED_VALUE = re.compile(r'convert string "(?:[^"\\]|\\.)*"')
+# ENOSPC as the C library words it (Linux, macOS), and as Windows does.
+_DISK_FULL = re.compile(r"No space left on device|not enough space on the disk", re.IGNORECASE)
 _KINDS: tuple[tuple[type[duckdb.Error], DatabaseFailure], ...] = (
     (duckdb.OutOfMemoryException, DatabaseFailure.OUT_OF_MEMORY),
     (duckdb.CatalogException, DatabaseFailure.MISSING),
@@ -63,12 +65,20 @@ def reason(exc: BaseException, limit: int = _REASON_LIMIT) -> str:
     said = _CONVERTED_VALUE.sub("convert a value", said)  # the value is record text
     if re.search(r"utf-?8|unicode", said, re.IGNORECASE):
         said += "; the file must be UTF-8 (convert it, e.g. iconv -f latin1 -t utf-8)"
+    if disk_full(said):  # DuckDB says it as an I/O or commit failure: say what to do about it
+        said = f"the disk is full ({said})"
     return said if len(said) <= limit else said[: limit - 3] + "..."
 
 
+def disk_full(said: str) -> bool:
+    """Whether DuckDB's message says the disk that holds the database (or its WAL, or a spill) is full."""
+    return _DISK_FULL.search(said) is not None
+
+
 def translated_error(exc: duckdb.Error, database: Path | None) -> DatabaseError:
+    said = reason(exc)
     kind = next((kind for cls, kind in _KINDS if isinstance(exc, cls)), DatabaseFailure.OTHER)
-    return DatabaseError(reason(exc), kind=kind, database=database)
+    return DatabaseError(said, kind=DatabaseFailure.DISK_FULL if disk_full(said) else kind, database=database)
 
 
 @contextmanager
@@ -142,17 +152,19 @@ class Database:
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
-        """One transaction for the block: committed at its end, rolled back by any exception."""
+        """One transaction for the block: committed at its end, rolled back by any exception. A commit
+        that fails (a full disk, a conflict) has ended the transaction already: its error is the one
+        raised, not that nothing was left to roll back."""
         with _translated(self.path):
             self._connection.begin()
         try:
             yield
-            with _translated(self.path):
-                self._connection.commit()
         except BaseException:
-            with _translated(self.path):
+            with suppress(duckdb.Error):  # the block's error is the one to say, even if this fails too
                 self._connection.rollback()
             raise
+        with _translated(self.path):
+            self._connection.commit()
 
     def append(
         self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], action: AppendAction

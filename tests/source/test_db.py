@@ -6,10 +6,11 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from pipeline.errors import EXIT_ABORTED, EXIT_CONFIG, DatabaseError, DatabaseFailure, exit_code_for
-from pipeline.source.db import Database, open_database, reason, statement_kinds
+from pipeline.source.db import Database, open_database, reason, statement_kinds, translated_error
 
 
 @pytest.fixture
@@ -92,3 +93,42 @@ def test_statement_kinds() -> None:
     assert statement_kinds("SELECT 1; DELETE FROM t") == ["SELECT", "DELETE"]
     with pytest.raises(DatabaseError, match="syntax error"):
         statement_kinds("SELEC (")
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        'TransactionContext Error: Failed to commit: Could not write file "{wal}": No space left on device',
+        'IO Error: Could not write file "{wal}": No space left on device',
+    ],
+)
+def test_a_full_disk_is_said_in_one_line_naming_the_database(database: Database, said: str) -> None:
+    """DuckDB's words when the disk that holds the database (or its WAL) is full, as a commit or a write
+    says them: the error says the disk is full, names the database, and the run stops (exit 3)."""
+    wal = f"{database.path}.wal"
+    exc = duckdb.TransactionException if said.startswith("Transaction") else duckdb.IOException
+    error = translated_error(exc(said.format(wal=wal)), database.path)
+    assert error.kind is DatabaseFailure.DISK_FULL
+    assert str(error).startswith(f"{database.path}: the disk is full (")
+    assert "No space left on device" in str(error) and "\n" not in str(error)
+    assert error.reason.startswith("the disk is full (")  # what a caller that words it itself says
+    assert exit_code_for(error) == EXIT_ABORTED
+
+
+def test_a_commit_that_fails_says_why_not_that_nothing_was_left_to_roll_back(database: Database) -> None:
+    """A failed commit ends DuckDB's transaction itself; rolling back then failed with "cannot rollback -
+    no transaction is active", which hid the real reason (a full disk, for `pipeline load`)."""
+    other = database.cursor()
+
+    def insert_beside_another() -> None:
+        with database.transaction():
+            database.execute("INSERT INTO t VALUES (1, 'mine')")
+            other.execute("INSERT INTO t VALUES (1, 'theirs')")  # committed first: ours conflicts at commit
+
+    with pytest.raises(DatabaseError) as raised:
+        insert_beside_another()
+    assert "Failed to commit" in raised.value.reason and "duplicate key" in raised.value.reason
+    assert database.rows("SELECT * FROM t") == [(1, "theirs")]
+    with database.transaction():  # and the connection goes on
+        database.execute("INSERT INTO t VALUES (2, 'next')")
+    assert database.scalar("SELECT count(*) FROM t") == 2
