@@ -43,7 +43,9 @@ class _StatsColumn(ProgressColumn):
         return Text(
             f"done {s.done:,} · failed {s.failed:,} · in flight {s.in_flight} · "
             f"{s.records_per_min():,.1f} rec/min · {s.output_tokens_per_s():,.0f} tok/s · "
-            f"ETA {format_duration(s.eta_s())}" + (f" · timeouts {s.timeouts}" if s.timeouts else "")
+            f"ETA {format_duration(s.eta_s())}"
+            + (f" · timeouts {s.timeouts}" if s.timeouts else "")
+            + (f" · {failing}" if (failing := s.server_failing()) else "")
         )
 
 

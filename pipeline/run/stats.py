@@ -55,6 +55,10 @@ class RunStats:
     reasoning_tokens: int = 0
     latency: LatencyHistogram = field(default_factory=LatencyHistogram)
     last_answer_at: float = field(default=-1.0)  # when the server last finished a request
+    # Records in a row failing on the server side that take an endpoint out (the last one: the run
+    # stops): retry.abort_after_consecutive_failures. 0: not said in the progress line.
+    abort_after_failures: int = 0
+    last_failure: str | None = None  # the message of the last record that failed
     # Per endpoint (pipeline.servers.endpoint), by name: set by the runner, read by snapshots and metrics.
     endpoint_numbers: Callable[[], dict[str, dict[str, Any]]] = field(default=dict)
     _sent_at: dict[int, float] = field(default_factory=dict)
@@ -115,8 +119,28 @@ class RunStats:
         rate = self.records_per_min(now) / 60.0
         return self.remaining / rate if rate > 0 else None
 
+    def server_failing(self) -> str | None:
+        """How close the endpoints failing records in a row are to being given up, or ``None``: at 100%
+        5xx a run waits minutes (a restart is plausible) before it stops, and the progress line says so."""
+        if not self.abort_after_failures:
+            return None
+        most = self.abort_after_failures  # records finishing together can pass it before the run stops
+        numbers = self.endpoint_numbers().items()
+        counts = {name: min(most, int(n.get("failures_in_a_row", 0))) for name, n in numbers}
+        failing = {name: count for name, count in counts.items() if count > 0}
+        if not failing:
+            return None
+        of = f"of {most} records in a row failed on the server side"
+        if len(counts) == 1:
+            said = f"{next(iter(failing.values()))} {of} before the run stops"
+        else:
+            each = ", ".join(f"{name}: {count}" for name, count in failing.items())
+            said = f"{each} {of} before it leaves the rotation (the run stops when no endpoint is left)"
+        return f"server failing: {said}; last: {self.last_failure}"
+
     def snapshot(self) -> dict[str, Any]:
         now = self.clock()
+        failing = self.server_failing()
         return {
             "pending_at_start": self.pending_at_start,
             "done": self.done,
@@ -133,4 +157,5 @@ class RunStats:
             "retries": dict(self.retries),
             "failures": dict(self.failures),
             "endpoints": self.endpoint_numbers(),
+            **({"server_failing": failing} if failing else {}),
         }

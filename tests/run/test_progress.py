@@ -93,3 +93,51 @@ def test_json_log_lines() -> None:
     assert "timestamp" in event
     assert len(stream.getvalue().splitlines()) == 1
     structlog.reset_defaults()
+
+
+def failing_stats(failures_in_a_row: dict[str, int]) -> RunStats:
+    """A run whose endpoints have had that many records in a row fail on the server side."""
+    stats = busy_stats()
+    stats.abort_after_failures = 50
+    stats.last_failure = "HTTP 503 from http://gpu-box:8000/v1: Service Unavailable"
+    stats.endpoint_numbers = lambda: {
+        name: {"limit": 16, "failures_in_a_row": count} for name, count in failures_in_a_row.items()
+    }
+    return stats
+
+
+def test_a_failing_server_is_said_with_how_far_the_run_is_from_stopping() -> None:
+    """At 100% 5xx the run waits minutes (a restart is plausible) before it stops: the progress line
+    says how close it is, and why."""
+    expected = (
+        "server failing: 31 of 50 records in a row failed on the server side before the run stops; "
+        "last: HTTP 503 from http://gpu-box:8000/v1: Service Unavailable"
+    )
+    stats = failing_stats({"gpu-box:8000": 31})
+    assert stats.server_failing() == expected
+    with capture_logs() as logs:
+        LogProgress().close(stats)
+    assert logs[-1]["server_failing"] == expected
+    out = io.StringIO()
+    LiveProgress(Console(file=out, force_terminal=True, width=400)).close(stats)
+    assert "server failing: 31 of 50 records in a row" in out.getvalue()
+
+
+def test_with_several_endpoints_each_failing_one_is_named() -> None:
+    stats = failing_stats({"a:8000": 0, "b:8000": 12})
+    assert stats.server_failing() == (
+        "server failing: b:8000: 12 of 50 records in a row failed on the server side before it leaves "
+        "the rotation (the run stops when no endpoint is left); last: HTTP 503 from "
+        "http://gpu-box:8000/v1: Service Unavailable"
+    )
+
+
+def test_a_healthy_run_says_nothing_of_failures() -> None:
+    stats = failing_stats({"gpu-box:8000": 0})
+    assert stats.server_failing() is None
+    with capture_logs() as logs:
+        LogProgress().close(stats)
+    assert "server_failing" not in logs[-1]
+    out = io.StringIO()
+    LiveProgress(Console(file=out, force_terminal=True, width=400)).close(stats)
+    assert "server failing" not in out.getvalue()
