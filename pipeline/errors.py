@@ -11,6 +11,7 @@
     │   ├── DatabaseError        DuckDB failed a statement (out of memory, a missing table, I/O...)
     │   ├── StalledRunError      requests in flight, none answered for too long (the stall watchdog)
     │   ├── ServerDownError      the server stayed unreachable past operations.server_down_abort_s
+    │   ├── AnswersRejectedError the server answers, but a window of its answers failed validation
     │   └── LocalServerError     the embedded vLLM server cannot be installed, started or reached
     │       └── LocalNotInstalledError  the ``local`` extra is missing or broken (also a ConfigError)
     └── RecordError              about one record; the run goes on
@@ -69,6 +70,12 @@ EXIT_INTERRUPTED = 130  # SIGINT/SIGTERM: finished records were saved
 #: Failure classes a plain re-run does not retry (``--retry-failed`` does). Transient failures are
 #: not in here: they say nothing about the record, so the next run tries them again.
 PERMANENT_FAILURE_CLASSES: frozenset[FailureClass] = frozenset(FailureClass) - {FailureClass.TRANSIENT}
+
+#: Failure classes that say the server's answer could not be used (it answered: not a network or HTTP
+#: failure, nor a prompt never sent): what the run's answer breaker (pipeline.run.answer_breaker) counts.
+ANSWER_FAILURE_CLASSES: frozenset[FailureClass] = frozenset(
+    {FailureClass.INVALID_JSON, FailureClass.SCHEMA_INVALID, FailureClass.EMPTY, FailureClass.TRUNCATED}
+)
 
 
 class PipelineError(Exception):
@@ -137,6 +144,12 @@ class StalledRunError(FatalRunError):
 
 class ServerDownError(FatalRunError):
     """Every endpoint went away mid-run and none came back within ``server_down_abort_s``."""
+
+
+class AnswersRejectedError(FatalRunError):
+    """The server answers, but the records of a window all failed on their answers (or their valid
+    share collapsed against the run so far): a wrong chat template, reasoning parser or model would
+    otherwise mark the whole backlog failed (:mod:`pipeline.run.answer_breaker`)."""
 
 
 class EndpointUnreachableError(FatalRunError):

@@ -3,8 +3,9 @@
 Owns ``run_job`` (producer → bounded stream → workers → one writer) and ``run_job_sync`` (the same
 from code that is not async, a notebook's included), what a run is asked and returns,
 opening the run's servers (the fleet, with the local server as one endpoint factory), committing
-outcomes, and operating an unattended run: signals and shutdown, the stall watchdog, live counters,
-progress and Prometheus metrics.
+outcomes, and operating an unattended run: signals and shutdown, the stall watchdog, the answer
+breaker (a server whose answers stopped validating stops the run), live counters, progress and
+Prometheus metrics.
 
 May import every stage below it: :mod:`pipeline.store`, :mod:`pipeline.extraction`,
 :mod:`pipeline.source`, :mod:`pipeline.job`, :mod:`pipeline.servers`, :mod:`pipeline.quality`,

@@ -58,6 +58,10 @@ class RunOptions:
             return transient | (self.retry_classes or PERMANENT_FAILURE_CLASSES)
         return transient
 
+    def capped(self, count: int) -> int:
+        """``count`` records, at most ``limit`` of them."""
+        return count if self.limit is None else min(count, self.limit)
+
     @property
     def selection(self) -> Selection:
         return Selection(

@@ -7,9 +7,9 @@
   most what was in flight, and resume redoes exactly that.
 * What is pending (:mod:`pipeline.source.pending`) is counted in two phases; the content phase (hashing
   every record's text) is counted in the background while the first requests are out.
-* A fatal error cancels the producer and the workers; a signal stops the producer and gives the
-  requests in flight a grace period (:mod:`pipeline.run.shutdown`). Either way the writer still drains
-  and commits every finished outcome before the run ends.
+* The task groups themselves, and how a fatal error or a signal stops them while the writer drains, are
+  :mod:`pipeline.run.execution`. Here the run is recorded: its row is finished whatever ended it, also
+  when the caller cancels the run (``asyncio.wait_for``): then ``interrupted``, never ``abandoned``.
 * Requests go through the :mod:`pipeline.servers.router` to the job's endpoints
   (:mod:`pipeline.run.fleet`), each at its own concurrency; an endpoint that goes away is held while
   the others go on.
@@ -26,41 +26,28 @@ from typing import TYPE_CHECKING
 
 import anyio
 import structlog
-from anyio.abc import ObjectReceiveStream, ObjectSendStream
 
-from pipeline.errors import (
-    ConfigError,
-    DatabaseError,
-    FatalRunError,
-    StalledRunError,
-    first_error,
-)
+from pipeline.errors import ConfigError, DatabaseError, FatalRunError
 from pipeline.extraction.documents import DocumentExtractor
-from pipeline.extraction.outcomes import Stored
 from pipeline.job.spec import JobSpec
 from pipeline.quality.drift import BASELINE_RUNS, Drift, find_drift
-from pipeline.run.committer import FLUSH_MAX_ROWS, commit_outcomes
 from pipeline.run.context import RunContext
+from pipeline.run.execution import RunExecution, save_snapshot
 from pipeline.run.extractors import record_extractor
 from pipeline.run.fleet import open_fleet
 from pipeline.run.notices import stale_kept, warn_if_timeout_is_short
 from pipeline.run.options import RunOptions, RunStatus, RunSummary
-from pipeline.run.progress import LogProgress
-from pipeline.run.prometheus import publish_metrics
 from pipeline.run.read_copies import ReadCopies
 from pipeline.run.series import RunSeries
-from pipeline.run.shutdown import Shutdown
 from pipeline.run.stats import RunStats
-from pipeline.run.watchdog import StallWatchdog
 from pipeline.servers.router import Router
 from pipeline.source.db import Database
 from pipeline.source.lock import RunLock
-from pipeline.source.reader import SourceReader, SourceRecord
+from pipeline.source.reader import SourceReader
 from pipeline.source.relation import count_records
 from pipeline.store.chunks import ChunkStore
 from pipeline.store.opening import known_knees, prepare_database
 from pipeline.store.read_copy import remove_copies
-from pipeline.store.snapshot import write_snapshot
 from pipeline.store.writer import RunStart, StoreWriter
 
 if TYPE_CHECKING:
@@ -70,7 +57,8 @@ __all__ = ["RunOptions", "RunStatus", "RunSummary", "count_pending", "run_job", 
 
 log = structlog.get_logger("pipeline.run.runner")
 
-SNAPSHOT_INTERVAL_S = 2.0
+#: The message of a run its caller cancelled (the row's status is ``interrupted``).
+CANCELLED = "cancelled by its caller (e.g. asyncio.wait_for's timeout); what finished is saved"
 
 
 async def count_pending(spec: JobSpec, options: RunOptions | None = None) -> int:
@@ -79,15 +67,11 @@ async def count_pending(spec: JobSpec, options: RunOptions | None = None) -> int
     connection = await anyio.to_thread.run_sync(prepare_database, spec)
     reader = await SourceReader.open(connection, RunContext.of(spec).pending(options.selection))
     try:
-        return _capped(await reader.count_metadata() + await reader.count_content(), options.limit)
+        return options.capped(await reader.count_metadata() + await reader.count_content())
     finally:
         await reader.aclose()
         with anyio.CancelScope(shield=True):
             await anyio.to_thread.run_sync(connection.close)
-
-
-def _capped(count: int, limit: int | None) -> int:
-    return count if limit is None else min(count, limit)
 
 
 async def run_job(spec: JobSpec, options: RunOptions | None = None) -> RunSummary:
@@ -128,9 +112,9 @@ async def _run_with_reader(
     context: RunContext, options: RunOptions, connection: Database, reader: SourceReader
 ) -> RunSummary:
     spec = context.spec
-    pending = _capped(await reader.count_metadata(), options.limit)
+    pending = options.capped(await reader.count_metadata())
     if pending == 0:  # only now is the content phase worth waiting for
-        pending = _capped(await reader.count_content(), options.limit)
+        pending = options.capped(await reader.count_content())
     summary = functools.partial(
         RunSummary,
         database=spec.database,
@@ -178,8 +162,15 @@ async def _run_on(
     pending: int,
 ) -> tuple[RunStats, int, RunStatus, FatalRunError | None, tuple[Drift, ...]]:
     spec = context.spec
-    stats = RunStats(pending_at_start=pending, concurrency=router.most_in_flight)
-    stats.endpoint_numbers = lambda: {e.name: e.stats.as_dict(e) for e in router.endpoints}
+    stats = RunStats(
+        pending_at_start=pending,
+        concurrency=router.most_in_flight,
+        abort_after_failures=spec.retry.abort_after_consecutive_failures,
+    )
+    stats.endpoint_numbers = lambda: {
+        e.name: {**e.stats.as_dict(e), "failures_in_a_row": e.health.failures_in_a_row}
+        for e in router.endpoints
+    }
     kept = await ChunkStore.open(connection, spec, context.version) if spec.chunking else None
     try:
         extractor = record_extractor(spec, options, router, stats, kept)  # a bad chunking: no run row
@@ -213,17 +204,45 @@ async def _recorded_run(
         endpoints=[endpoint.name for endpoint in router.endpoints],
         concurrency=[endpoint.config.concurrency or "auto" for endpoint in router.endpoints],
     )
-    run = _Run(spec, options, reader, writer, stats, router, extractor)
-    status, fatal = await _with_read_copies(run, connection, spec, run_id)
-    knees = {e.config.knee_key: e.found_knee for e in router.endpoints if e.found_knee is not None}
-    await writer.finish_run(str(status), str(fatal) if fatal else None, knees)
-    await anyio.to_thread.run_sync(write_snapshot, spec.database, run_id, stats.snapshot(), str(status))
+    run = RunExecution(spec, options, reader, writer, stats, router, extractor)
+    try:
+        status, fatal = await _with_read_copies(run, connection, spec, run_id)
+    except anyio.get_cancelled_exc_class():
+        # The caller cancelled the run: what finished is committed (the writer drains first); the row
+        # says so, or the next run would take it for one killed without a trace.
+        with anyio.CancelScope(shield=True):
+            await _finish(writer, router, stats, RunStatus.INTERRUPTED, CANCELLED, quiet=True)
+        raise
+    await _finish(writer, router, stats, status, str(fatal) if fatal else None, quiet=fatal is not None)
     run.series.sample()
     return stats, run_id, status, fatal, await _profile_and_drift(writer, run.series)
 
 
+async def _finish(
+    writer: StoreWriter,
+    router: Router,
+    stats: RunStats,
+    status: RunStatus,
+    message: str | None,
+    *,
+    quiet: bool,
+) -> None:
+    """The run's row and snapshot at its end. ``quiet``: the run is ending on an error of its own already
+    (a full disk that also refuses this last update), which stays the one the caller sees."""
+    knees = {e.config.knee_key: e.found_knee for e in router.endpoints if e.found_knee is not None}
+    try:
+        await writer.finish_run(str(status), message, knees)
+    except DatabaseError as error:
+        if not quiet:
+            raise
+        log.warning("the run's row was not updated at its end", status=str(status), error=str(error))
+    unsaved = await anyio.to_thread.run_sync(save_snapshot, writer.spec, writer.run_id, stats, str(status))
+    if unsaved is not None:
+        log.warning("the progress snapshot was not written", error=str(unsaved))
+
+
 async def _with_read_copies(
-    run: _Run, connection: Database, spec: JobSpec, run_id: int
+    run: RunExecution, connection: Database, spec: JobSpec, run_id: int
 ) -> tuple[RunStatus, FatalRunError | None]:
     """Execute the run while keeping a read copy for readers; remove it when the run ends, so readers
     open the database again."""
@@ -257,136 +276,3 @@ async def _profile_and_drift(writer: StoreWriter, series: RunSeries) -> tuple[Dr
             drift=[entry.describe() for entry in drift],
         )
     return drift
-
-
-class _Run:
-    def __init__(
-        self,
-        spec: JobSpec,
-        options: RunOptions,
-        reader: SourceReader,
-        writer: StoreWriter,
-        stats: RunStats,
-        router: Router,
-        extractor: DocumentExtractor,
-    ) -> None:
-        self._spec = spec
-        self._router = router
-        self._options = options
-        self._reader = reader
-        self._writer = writer
-        self._stats = stats
-        self._extractor = extractor
-        self._progress = options.progress or LogProgress()
-        self._shutdown = Shutdown(spec.operations.shutdown_grace_s)
-        self._watchdog = StallWatchdog(
-            stats,
-            warn_after_s=spec.operations.stall_warning_s,
-            abort_after_s=spec.operations.stall_abort_s,
-            on_abort=self._abort,
-        )
-        self._fatal: FatalRunError | None = None
-        self.series = RunSeries(stats)  # real time, like the progress snapshot
-
-    def _abort(self, error: FatalRunError) -> None:
-        self._fatal = self._fatal or error
-        self._shutdown.stop_now()
-
-    async def execute(self, copies: ReadCopies) -> tuple[RunStatus, FatalRunError | None]:
-        async with anyio.create_task_group() as watchers:
-            options = self._options
-            publish = functools.partial(
-                publish_metrics,
-                self._stats,
-                self._spec.name,
-                port=options.metrics_port,
-                host=self._spec.operations.metrics_host,
-                textfile=options.metrics_textfile,
-            )
-            try:
-                await watchers.start(publish)
-            except ConfigError as error:  # e.g. the metrics port is taken: before any request
-                watchers.cancel_scope.cancel()
-                return RunStatus.ABORTED, error
-            watchers.start_soon(self._progress.run, self._stats)
-            watchers.start_soon(self._write_snapshots)
-            watchers.start_soon(self.series.run, self._writer.save_series)
-            watchers.start_soon(copies.run)
-            await watchers.start(self._router.run)
-            watchers.start_soon(self._watchdog.run)
-            if not self._reader.content_counted:
-                watchers.start_soon(self._count_content)
-            if self._options.handle_signals:
-                watchers.start_soon(self._shutdown.watch_signals, lambda: self._stats.in_flight)
-            try:
-                await self._pump()
-            finally:
-                watchers.cancel_scope.cancel()
-                self._progress.close(self._stats)
-        return self._status(), self._fatal
-
-    def _status(self) -> RunStatus:
-        if isinstance(self._fatal, StalledRunError):
-            return RunStatus.STALLED
-        if self._fatal is not None:
-            return RunStatus.ABORTED
-        if self._shutdown.interrupted:
-            return RunStatus.INTERRUPTED
-        return RunStatus.COMPLETED_WITH_FAILURES if self._stats.failed else RunStatus.COMPLETED
-
-    async def _pump(self) -> None:
-        records_tx, records_rx = anyio.create_memory_object_stream[SourceRecord](self._spec.source.batch_size)
-        outcomes_tx, outcomes_rx = anyio.create_memory_object_stream[Stored](FLUSH_MAX_ROWS)
-        workers = self._router.most_in_flight
-        if self._reader.content_counted:  # else the count is not final yet: more may come
-            workers = min(workers, self._stats.pending_at_start)
-        try:
-            async with anyio.create_task_group() as io:
-                io.start_soon(commit_outcomes, outcomes_rx, self._writer, self._stats)
-                with self._shutdown.work:
-                    async with outcomes_tx, records_rx:
-                        try:
-                            async with anyio.create_task_group() as work:
-                                work.start_soon(self._produce, records_tx)
-                                for _ in range(workers):
-                                    work.start_soon(self._work, records_rx.clone(), outcomes_tx.clone())
-                        except* FatalRunError as group:
-                            # Caught inside the writer's task group, so the writer still drains.
-                            self._fatal = self._fatal or first_error(group)
-        except* FatalRunError as group:  # the writer itself failed
-            self._fatal = self._fatal or first_error(group)
-
-    async def _produce(self, records: ObjectSendStream[SourceRecord]) -> None:
-        with self._shutdown.intake:
-            await self._reader.stream_pending(records)
-
-    async def _work(
-        self, records: ObjectReceiveStream[SourceRecord], outcomes: ObjectSendStream[Stored]
-    ) -> None:
-        async with records, outcomes:
-            async for record in records:
-                if self._shutdown.stopping:
-                    return  # records still queued stay pending in the database: the next run does them
-                await outcomes.send(await self._extractor.extract(record, outcomes.send))
-
-    async def _count_content(self) -> None:
-        """Count the records whose content changed while the first requests are out (it hashes every
-        record's text), then make the run's pending count final. A count that fails stops the run like
-        the stream would (it runs beside it, so its error would otherwise escape the run's accounting)."""
-        try:
-            counted = await self._reader.count_content()
-        except FatalRunError as error:
-            self._abort(error)
-            return
-        metadata = self._stats.pending_at_start
-        self._stats.pending_at_start = _capped(metadata + counted, self._options.limit)
-        if counted:
-            log.info("content changed since extraction", records=counted)
-            await self._writer.set_pending(self._stats.pending_at_start)
-
-    async def _write_snapshots(self) -> None:
-        while True:
-            await anyio.to_thread.run_sync(
-                write_snapshot, self._spec.database, self._writer.run_id, self._stats.snapshot(), "running"
-            )
-            await anyio.sleep(SNAPSHOT_INTERVAL_S)

@@ -11,6 +11,7 @@ import dataclasses
 import datetime as dt
 import os
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -19,10 +20,12 @@ import anyio
 import orjson
 import structlog
 
+from pipeline.errors import ANSWER_FAILURE_CLASSES
 from pipeline.extraction.outcomes import ChunkDone, Extracted, Failed, Stored
 from pipeline.job.spec import JobSpec
 from pipeline.servers.knee_search import KneeMemory
 from pipeline.source.db import UTC_NOW, Database, quote
+from pipeline.source.reader import RecordId
 from pipeline.source.versions import JobVersion
 from pipeline.store.chunks import chunk_row
 from pipeline.store.run_profiles import (
@@ -123,6 +126,23 @@ class StoreWriter:
         text = orjson.dumps(found).decode() if found else None
         await self._call(lambda: self._update_run(self.counts, status=status, message=message, knees=text))
 
+    async def keep_retryable(self, record_ids: Sequence[RecordId], note: str) -> Counter[str]:
+        """Make this run's failures of ``record_ids`` transient, so a plain run does them again: they
+        say nothing of their records (the run's answer breaker stopped the run on them). Each message
+        then starts with ``note`` and the class it had; returns how many of each class changed."""
+        return await self._call(lambda: self._keep_retryable(list(record_ids), note))
+
+    async def failed_on_answers(self) -> frozenset[RecordId]:
+        """The variant's records whose failure was on the server's answers (a class of
+        :data:`ANSWER_FAILURE_CLASSES`): what ``--retry-failed`` asks for again."""
+        sql = (
+            f"SELECT record_id FROM {quote(self.spec.output.failures_table)} "
+            "WHERE variant = ? AND failure_class IN (SELECT unnest(?))"
+        )
+        classes = sorted(str(failure_class) for failure_class in ANSWER_FAILURE_CLASSES)
+        rows = await self._call(lambda: self.connection.rows(sql, [self.spec.variant, classes]))
+        return frozenset(row[0] for row in rows)
+
     async def save_series(self, points: Sequence[Mapping[str, Any]]) -> None:
         """The run's time series (run/series.py) in its row, replacing what was there."""
         await self._call(lambda: save_series(self.connection, self.spec, self.run_id, points))
@@ -192,6 +212,23 @@ class StoreWriter:
                 log.warning("chaos: transaction open before commit", rows=len(outcomes))
                 time.sleep(self._chaos_commit_delay_s)
         self.counts = counts
+
+    def _keep_retryable(self, ids: list[RecordId], note: str) -> Counter[str]:
+        table = quote(self.spec.output.failures_table)
+        where = (
+            "variant = ? AND run_id = ? AND record_id IN (SELECT unnest(?)) AND failure_class <> 'transient'"
+        )
+        keys = [self.spec.variant, self.run_id, ids]
+        with self.connection.transaction():
+            rows = self.connection.rows(
+                f"SELECT failure_class, count(*) FROM {table} WHERE {where} GROUP BY ALL", keys
+            )
+            self.connection.execute(
+                f"UPDATE {table} SET failure_class = 'transient', "
+                f"message = ? || failure_class || ': ' || message WHERE {where}",
+                [note, *keys],
+            )
+        return Counter({str(failure_class): int(count) for failure_class, count in rows})
 
     def _move_to_history(self, ids: list[Any]) -> None:
         """Copy the results these ids replace into the history table (same transaction as the new ones)."""

@@ -16,7 +16,7 @@ from structlog.testing import capture_logs
 
 from pipeline.errors import FatalRunError
 from pipeline.reports.status import job_status
-from pipeline.run.runner import RunStatus, run_job
+from pipeline.run.runner import CANCELLED, RunStatus, run_job
 from pipeline.servers.endpoint import Endpoint
 from pipeline.servers.knee_search import KneeMemory
 from pipeline.source.reader import SourceReader
@@ -29,6 +29,7 @@ from tests.support.fakes import (
     error,
     good_completion,
     respond,
+    serving,
 )
 from tests.support.jobs import make_job, table_rows
 from tests.support.runs import QuietProgress, options, run_served, served
@@ -374,3 +375,54 @@ async def test_grounded_values_are_located_and_stored_with_the_result(tmp_path: 
     sql = stored[0]
     assert "You know  sql and Excel."[sql["start"] : sql["end"]] == "sql"
     assert job_status(spec).grounding == {"skills": {"found": 2, "values": 3, "share": 2 / 3}}
+
+
+async def test_a_run_its_caller_cancels_is_recorded_interrupted_and_keeps_what_it_finished(
+    tmp_path: Path,
+) -> None:
+    """``asyncio.wait_for(run_job(...), timeout)``: the run row said ``running`` (then ``abandoned``)
+    and the outcomes not yet committed were dropped."""
+    spec = make_job(tmp_path, records=300, concurrency=8)
+    enough = asyncio.Event()
+    answered = 0
+
+    async def answer(request: httpx2.Request) -> httpx2.Response:
+        nonlocal answered
+        if request.url.path.endswith("/models"):
+            return respond({"data": [{"id": "test-model"}]})
+        if answered == 60:
+            enough.set()
+            await asyncio.Event().wait()  # the rest hangs: only the caller's timeout ends the run
+        answered += 1
+        return respond(good_completion())
+
+    async with serving(answer) as server:
+        run = asyncio.ensure_future(run_job(served(spec, server), options()))
+        await enough.wait()
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(run, timeout=0.05)
+    kept = table_rows(spec.database, "SELECT count(*) FROM results")[0][0]
+    assert kept >= 60 - 8  # every answer the client had read when cancelled (8 at most were not)
+    assert table_rows(spec.database, "SELECT status, done, message FROM runs") == [
+        ("interrupted", kept, CANCELLED)
+    ]
+    resumed = await run_served(spec, ScriptedServer([respond(good_completion())]))
+    assert resumed.done == 300 - kept
+    assert table_rows(spec.database, "SELECT count(*), count(DISTINCT record_id) FROM results") == [
+        (300, 300)
+    ]
+
+
+async def test_a_server_failing_every_record_is_said_in_the_progress_line(tmp_path: Path) -> None:
+    spec = make_job(
+        tmp_path, records=40, retry={"transient_retries": 1, "abort_after_consecutive_failures": 5}
+    )
+    progress = QuietProgress()
+    with pytest.raises(FatalRunError, match="5 records in a row failed on the server side"):
+        await run_served(spec, ScriptedServer([error(503, "Service Unavailable")]), progress=progress)
+    assert progress.closed_with is not None
+    said = progress.closed_with["server_failing"]
+    assert said.startswith(
+        "server failing: 5 of 5 records in a row failed on the server side before the run stops"
+    )
+    assert "last: " in said and "503" in said

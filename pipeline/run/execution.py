@@ -1,0 +1,232 @@
+"""One run's task groups: the watchers (progress, snapshots, read copies, metrics, the router, the stall
+watchdog, signals) around producer → bounded stream → N workers → the writer.
+
+* A fatal error (the router's, the watchdog's, the answer breaker's) cancels the producer and the
+  workers; a signal stops the producer and gives the requests in flight a grace period
+  (:mod:`pipeline.run.shutdown`). Either way the writer still drains and commits every finished outcome.
+* Every record's outcome passes the :mod:`pipeline.run.answer_breaker` on its way to the writer: a
+  server whose answers stopped validating stops the run before it marks the backlog failed, and the
+  records failed in the breaker's window are kept retryable once the writer has drained.
+* A writer that fails (the disk is full) ends the run with its own error: the workers that then find
+  its stream closed stop quietly instead of adding errors of their own.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import anyio
+import structlog
+from anyio.abc import ObjectReceiveStream, ObjectSendStream
+
+from pipeline.errors import (
+    ANSWER_FAILURE_CLASSES,
+    ConfigError,
+    DatabaseError,
+    FatalRunError,
+    StalledRunError,
+    first_error,
+)
+from pipeline.extraction.documents import DocumentExtractor
+from pipeline.extraction.outcomes import Failed, Outcome, Stored
+from pipeline.job.spec import JobSpec
+from pipeline.run.answer_breaker import KEPT_NOTE, AnswerBreaker
+from pipeline.run.committer import FLUSH_MAX_ROWS, commit_outcomes
+from pipeline.run.options import RunOptions, RunStatus
+from pipeline.run.progress import LogProgress
+from pipeline.run.prometheus import publish_metrics
+from pipeline.run.read_copies import ReadCopies
+from pipeline.run.series import RunSeries
+from pipeline.run.shutdown import Shutdown
+from pipeline.run.stats import RunStats
+from pipeline.run.watchdog import StallWatchdog
+from pipeline.servers.router import Router
+from pipeline.source.reader import SourceReader, SourceRecord
+from pipeline.store.snapshot import write_snapshot
+from pipeline.store.writer import StoreWriter
+
+log = structlog.get_logger("pipeline.run.execution")
+
+SNAPSHOT_INTERVAL_S = 2.0
+
+
+def save_snapshot(spec: JobSpec, run_id: int, stats: RunStats, status: str) -> OSError | None:
+    """Write the progress snapshot ``status`` reads (blocking: call it in a worker thread). A disk too
+    full for it costs only the snapshot: the error is given back, for the caller to say once."""
+    try:
+        write_snapshot(spec.database, run_id, stats.snapshot(), status)
+    except OSError as error:
+        return error
+    return None
+
+
+class RunExecution:
+    def __init__(
+        self,
+        spec: JobSpec,
+        options: RunOptions,
+        reader: SourceReader,
+        writer: StoreWriter,
+        stats: RunStats,
+        router: Router,
+        extractor: DocumentExtractor,
+    ) -> None:
+        self._spec = spec
+        self._router = router
+        self._options = options
+        self._reader = reader
+        self._writer = writer
+        self._stats = stats
+        self._extractor = extractor
+        self._progress = options.progress or LogProgress()
+        self._shutdown = Shutdown(spec.operations.shutdown_grace_s)
+        self._watchdog = StallWatchdog(
+            stats,
+            warn_after_s=spec.operations.stall_warning_s,
+            abort_after_s=spec.operations.stall_abort_s,
+            on_abort=self._abort,
+        )
+        self._breaker = AnswerBreaker()
+        self._fatal: FatalRunError | None = None
+        self.series = RunSeries(stats)  # real time, like the progress snapshot
+
+    def _abort(self, error: FatalRunError) -> None:
+        self._fatal = self._fatal or error
+        self._shutdown.stop_now()
+
+    async def execute(self, copies: ReadCopies) -> tuple[RunStatus, FatalRunError | None]:
+        if self._options.retry & ANSWER_FAILURE_CLASSES:  # --retry-failed: known to fail, not judged
+            self._breaker = AnswerBreaker(failed_before=await self._writer.failed_on_answers())
+        async with anyio.create_task_group() as watchers:
+            options = self._options
+            publish = functools.partial(
+                publish_metrics,
+                self._stats,
+                self._spec.name,
+                port=options.metrics_port,
+                host=self._spec.operations.metrics_host,
+                textfile=options.metrics_textfile,
+            )
+            try:
+                await watchers.start(publish)
+            except ConfigError as error:  # e.g. the metrics port is taken: before any request
+                watchers.cancel_scope.cancel()
+                return RunStatus.ABORTED, error
+            watchers.start_soon(self._progress.run, self._stats)
+            watchers.start_soon(self._write_snapshots)
+            watchers.start_soon(self.series.run, self._writer.save_series)
+            watchers.start_soon(copies.run)
+            await watchers.start(self._router.run)
+            watchers.start_soon(self._watchdog.run)
+            if not self._reader.content_counted:
+                watchers.start_soon(self._count_content)
+            if self._options.handle_signals:
+                watchers.start_soon(self._shutdown.watch_signals, lambda: self._stats.in_flight)
+            try:
+                await self._pump()
+                await self._keep_retryable()
+            finally:
+                watchers.cancel_scope.cancel()
+                self._progress.close(self._stats)
+        return self._status(), self._fatal
+
+    def _status(self) -> RunStatus:
+        if isinstance(self._fatal, StalledRunError):
+            return RunStatus.STALLED
+        if self._fatal is not None:
+            return RunStatus.ABORTED
+        if self._shutdown.interrupted:
+            return RunStatus.INTERRUPTED
+        return RunStatus.COMPLETED_WITH_FAILURES if self._stats.failed else RunStatus.COMPLETED
+
+    async def _pump(self) -> None:
+        records_tx, records_rx = anyio.create_memory_object_stream[SourceRecord](self._spec.source.batch_size)
+        outcomes_tx, outcomes_rx = anyio.create_memory_object_stream[Stored](FLUSH_MAX_ROWS)
+        workers = self._router.most_in_flight
+        if self._reader.content_counted:  # else the count is not final yet: more may come
+            workers = min(workers, self._stats.pending_at_start)
+        try:
+            async with anyio.create_task_group() as io:
+                io.start_soon(commit_outcomes, outcomes_rx, self._writer, self._stats)
+                with self._shutdown.work:
+                    async with outcomes_tx, records_rx:
+                        try:
+                            async with anyio.create_task_group() as work:
+                                work.start_soon(self._produce, records_tx)
+                                for _ in range(workers):
+                                    work.start_soon(self._work, records_rx.clone(), outcomes_tx.clone())
+                        except* FatalRunError as group:
+                            # Caught inside the writer's task group, so the writer still drains.
+                            self._fatal = self._fatal or first_error(group)
+        except* FatalRunError as group:  # the writer itself failed
+            self._fatal = self._fatal or first_error(group)
+
+    async def _produce(self, records: ObjectSendStream[SourceRecord]) -> None:
+        with self._shutdown.intake:
+            await self._reader.stream_pending(records)
+
+    async def _work(
+        self, records: ObjectReceiveStream[SourceRecord], outcomes: ObjectSendStream[Stored]
+    ) -> None:
+        async with records, outcomes:
+            try:
+                async for record in records:
+                    if self._shutdown.stopping:
+                        return  # records still queued stay pending in the database: the next run does them
+                    outcome = await self._extractor.extract(record, outcomes.send)
+                    self._judge(outcome)
+                    await outcomes.send(outcome)
+            except* anyio.BrokenResourceError:
+                pass  # the writer failed and closed its stream: its error ends the run, the rest is pending
+
+    def _judge(self, outcome: Outcome) -> None:
+        """What a record's outcome says of the server: the answer breaker's verdict, and the last
+        server-side failure for the progress line."""
+        if isinstance(outcome, Failed):
+            self._stats.last_failure = outcome.message
+        tripped = self._breaker.observe(outcome)
+        if tripped is not None:
+            self._abort(tripped)
+
+    async def _keep_retryable(self) -> None:
+        """After the answer breaker stopped the run (the writer has drained): the records that failed in
+        its window failed on the server's answers, not their own, so a plain run does them again."""
+        kept = self._breaker.kept_retryable
+        if not kept:
+            return
+        try:
+            changed = await self._writer.keep_retryable(kept, KEPT_NOTE)
+        except DatabaseError as error:
+            log.warning(
+                "the failures of the breaker's window were not made retryable: retry them with "
+                "`pipeline run --retry-failed`",
+                error=str(error),
+            )
+            return
+        self._stats.failures -= changed
+        self._stats.failures["transient"] += changed.total()
+
+    async def _count_content(self) -> None:
+        """Count the records whose content changed while the first requests are out (it hashes every
+        record's text), then make the run's pending count final. A count that fails stops the run like
+        the stream would (it runs beside it, so its error would otherwise escape the run's accounting)."""
+        try:
+            counted = await self._reader.count_content()
+        except FatalRunError as error:
+            self._abort(error)
+            return
+        metadata = self._stats.pending_at_start
+        self._stats.pending_at_start = self._options.capped(metadata + counted)
+        if counted:
+            log.info("content changed since extraction", records=counted)
+            await self._writer.set_pending(self._stats.pending_at_start)
+
+    async def _write_snapshots(self) -> None:
+        said = False  # a full disk is said once, not every few seconds
+        while True:
+            run_id = self._writer.run_id
+            error = await anyio.to_thread.run_sync(save_snapshot, self._spec, run_id, self._stats, "running")
+            if error is not None and not said:
+                log.warning("the progress snapshot was not written", error=str(error))
+            said = error is not None
+            await anyio.sleep(SNAPSHOT_INTERVAL_S)

@@ -1,0 +1,203 @@
+"""The answer breaker: a window of records whose answers all failed, or whose valid share collapsed
+against the run so far, stops the run; a normal run's few bad answers never do."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import httpx2
+import pytest
+
+from pipeline.errors import EXIT_ABORTED, AnswersRejectedError, FailureClass, exit_code_for
+from pipeline.extraction.outcomes import Extracted, Failed, Outcome, Usage
+from pipeline.run.answer_breaker import WINDOW, AnswerBreaker
+from pipeline.run.options import RunStatus
+from pipeline.servers.client import Reply
+from tests.support.fakes import completion, good_completion, respond
+from tests.support.jobs import make_job, table_rows
+from tests.support.outputs import record_number
+from tests.support.runs import run_served
+
+REPLY = Reply('{"a": 1}', None, "stop", 100, 40, None, 0.1)
+GARBAGE = (
+    "Sure! Here is the JSON you asked for:\n\n{title: Data Engineer, skills: [SQL, Python] ...  and more"
+)
+
+
+def valid(record_id: int) -> Extracted:
+    return Extracted(record_id, '{"a": 1}', 1, REPLY, Usage(1), 256)
+
+
+def failed(
+    record_id: int, failure_class: FailureClass = FailureClass.INVALID_JSON, raw: str | None = GARBAGE
+) -> Failed:
+    message = "not valid JSON (unexpected character: line 1 column 1 (char 0))"
+    return Failed(record_id, failure_class, message, 3, raw, Usage(3), 256)
+
+
+def feed(breaker: AnswerBreaker, outcomes: list[Outcome]) -> list[AnswersRejectedError]:
+    return [error for outcome in outcomes if (error := breaker.observe(outcome)) is not None]
+
+
+def test_a_window_of_records_whose_answers_all_failed_trips_once_with_one_line() -> None:
+    breaker = AnswerBreaker()
+    classes = [FailureClass.INVALID_JSON, FailureClass.SCHEMA_INVALID]
+    tripped = feed(breaker, [failed(i, classes[i % 2]) for i in range(WINDOW + 5)])
+    assert len(tripped) == 1 and breaker.tripped is tripped[0]
+    message = str(tripped[0])
+    assert "\n" not in message
+    assert f"the last {WINDOW} records all failed" in message
+    assert f"invalid_json {WINDOW // 2}, schema_invalid {WINDOW // 2}" in message
+    assert "'Sure! Here is the JSON you asked for: {title: Data Engineer," in message  # shortened, one line
+    assert "and more" not in message
+    assert "plain `pipeline run`" in message
+    assert exit_code_for(tripped[0]) == EXIT_ABORTED
+    # every record failed in the window (and the ones after: they were in flight) stays retryable
+    assert breaker.kept_retryable == list(range(WINDOW + 5))
+
+
+def test_a_window_not_yet_full_does_not_trip() -> None:
+    breaker = AnswerBreaker()
+    assert feed(breaker, [failed(i) for i in range(WINDOW - 1)]) == []
+    assert breaker.kept_retryable == []
+
+
+def test_an_empty_answer_is_named_as_such() -> None:
+    breaker = AnswerBreaker()
+    tripped = feed(breaker, [failed(i, FailureClass.EMPTY, raw=None) for i in range(WINDOW)])
+    assert f"empty {WINDOW}" in str(tripped[0]) and "(no content)" in str(tripped[0])
+
+
+def test_failures_that_say_nothing_of_the_answers_do_not_count() -> None:
+    """Transient and permanent failures are the server's (retry.abort_after_consecutive_failures stops
+    those); a too_long record was never sent."""
+    breaker = AnswerBreaker()
+    neutral = [FailureClass.TRANSIENT, FailureClass.PERMANENT, FailureClass.TOO_LONG]
+    outcomes: list[Outcome] = [failed(i, neutral[i % 3]) for i in range(10 * WINDOW)]
+    outcomes += [failed(10 * WINDOW + i) for i in range(WINDOW - 1)]
+    assert feed(breaker, outcomes) == []
+
+
+@pytest.mark.parametrize("bad_share", [0.05, 0.10, 0.25])
+def test_a_normal_run_with_some_bad_answers_never_trips(bad_share: float) -> None:
+    rng = random.Random(22)
+    breaker = AnswerBreaker()
+    outcomes = [failed(i) if rng.random() < bad_share else valid(i) for i in range(200_000)]
+    assert feed(breaker, outcomes) == []
+
+
+def test_a_collapse_against_the_run_so_far_trips_within_a_window() -> None:
+    rng = random.Random(7)
+    breaker = AnswerBreaker()
+    before = [failed(i) if rng.random() < 0.05 else valid(i) for i in range(400)]
+    assert feed(breaker, before) == []
+    after = [
+        valid(i) if rng.random() < 0.1 else failed(i, FailureClass.SCHEMA_INVALID) for i in range(400, 800)
+    ]
+    tripped_at = next(o.record_id for o in after if breaker.observe(o) is not None)
+    assert isinstance(tripped_at, int) and tripped_at < 400 + WINDOW  # within one window of the collapse
+    message = str(breaker.tripped)
+    assert f"of the last {WINDOW} records valid, against 9" in message and "schema_invalid" in message
+    kept = [int(record_id) for record_id in breaker.kept_retryable]  # the window's failures, most after it
+    assert kept and all(tripped_at - WINDOW < record_id <= tripped_at for record_id in kept)
+    assert sum(record_id >= 400 for record_id in kept) > WINDOW // 2
+
+
+def test_a_run_that_was_always_poor_is_not_a_collapse() -> None:
+    """Half the records failing from the start is a poor model, not a server that broke mid-run: the
+    window is compared with the run's own share."""
+    rng = random.Random(3)
+    breaker = AnswerBreaker()
+    assert feed(breaker, [failed(i) if rng.random() < 0.5 else valid(i) for i in range(100_000)]) == []
+
+
+# -- in a run ---------------------------------------------------------------------------------------
+
+
+class GarbageServer:
+    """Answers every completion with ``content`` (until ``fixed``), counting the requests."""
+
+    def __init__(self, content: str) -> None:
+        self.content = content
+        self.fixed = False
+        self.requests = 0
+
+    def __call__(self, request: httpx2.Request) -> httpx2.Response:
+        if request.url.path.endswith("/models"):
+            return respond({"data": [{"id": "test-model"}]})
+        self.requests += 1
+        return respond(good_completion() if self.fixed else completion(self.content))
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("content", "failure_class"),
+    [
+        ("analysis: the user wants JSON.assistantfinal {not json", "invalid_json"),
+        ('{"title": "Data Engineer", "skills": "SQL"}', "schema_invalid"),
+    ],
+)
+async def test_a_server_whose_answers_never_validate_stops_the_run_and_burns_no_record(
+    tmp_path: Path, content: str, failure_class: str
+) -> None:
+    spec = make_job(tmp_path, records=400, concurrency=32)
+    server = GarbageServer(content)
+    with pytest.raises(AnswersRejectedError, match=f"all failed \\({failure_class} {WINDOW}\\)") as raised:
+        await run_served(spec, server)
+    assert server.requests <= 300  # 3 attempts per record: 1,200 without the breaker
+    assert content[:20] in str(raised.value)
+    runs = table_rows(spec.database, "SELECT status, message FROM runs")
+    assert runs == [("aborted", str(raised.value))]
+    # nothing was marked failed for good: what failed in the window is kept as transient
+    permanent = table_rows(spec.database, "SELECT count(*) FROM failures WHERE failure_class <> 'transient'")
+    assert permanent == [(0,)]
+    kept = table_rows(spec.database, "SELECT failure_class, message FROM failures")
+    assert all(message.startswith("the run stopped: the server's answers") for _, message in kept)
+
+    server.fixed = True  # once the server is fixed, a plain run (no --retry-failed) does all of them
+    summary = await run_served(spec, server)
+    assert summary.status is RunStatus.COMPLETED and summary.done == 400
+    assert table_rows(spec.database, "SELECT count(*), count(DISTINCT record_id) FROM results") == [
+        (400, 400)
+    ]
+    assert table_rows(spec.database, "SELECT count(*) FROM failures") == [(0,)]
+
+
+@pytest.mark.anyio
+async def test_a_tenth_of_the_records_failing_does_not_stop_the_run(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=400, concurrency=32)
+
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        if request.url.path.endswith("/models"):
+            return respond({"data": [{"id": "test-model"}]})
+        if record_number(request) % 10 == 7:
+            return respond(completion("not JSON at all"))
+        return respond(good_completion())
+
+    summary = await run_served(spec, answer)
+    assert summary.status is RunStatus.COMPLETED_WITH_FAILURES
+    assert (summary.done, summary.failed) == (360, 40)
+    assert table_rows(spec.database, "SELECT DISTINCT failure_class FROM failures") == [("invalid_json",)]
+
+
+@pytest.mark.anyio
+async def test_retrying_records_that_failed_before_is_not_a_server_that_broke(tmp_path: Path) -> None:
+    """``--only-failed`` (or ``--retry-failed``) asks again for records known to fail: more than a window
+    of them failing again says nothing of the server, and they stay failures of their own."""
+    spec = make_job(tmp_path, records=400, concurrency=8)
+
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        if request.url.path.endswith("/models"):
+            return respond({"data": [{"id": "test-model"}]})
+        if record_number(request) % 10 == 0:  # these records never get a valid answer
+            return respond(completion("not JSON at all"))
+        return respond(good_completion())
+
+    first = await run_served(spec, answer)
+    assert (first.done, first.failed) == (360, 40)
+    again = await run_served(spec, answer, only_failed=True)
+    assert again.status is RunStatus.COMPLETED_WITH_FAILURES and again.failed == 40
+    assert table_rows(spec.database, "SELECT failure_class, count(*) FROM failures GROUP BY 1") == [
+        ("invalid_json", 40)
+    ]

@@ -1,0 +1,62 @@
+"""A run's task groups: a writer that fails (the disk is full) ends the run with its own one error,
+never a group of the workers' errors, and what it wrote stays written."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from pipeline.errors import EXIT_ABORTED, FatalRunError, exit_code_for
+from pipeline.extraction.outcomes import Stored
+from pipeline.run import committer
+from pipeline.run.options import RunStatus
+from pipeline.source.db import translated_error
+from pipeline.store.writer import StoreWriter
+from tests.support.fakes import ScriptedServer, good_completion, respond
+from tests.support.jobs import make_job, table_rows
+from tests.support.runs import run_served
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_full_disk_ends_the_run_in_one_line_and_the_next_run_does_the_rest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The third batch finds the disk full, as DuckDB says it at commit. The workers still sending then
+    find the writer's stream closed: that used to escape as an ExceptionGroup of BrokenResourceErrors
+    (a traceback, exit 1)."""
+    spec = make_job(tmp_path, records=600, concurrency=32)
+    monkeypatch.setattr(committer, "FLUSH_MAX_ROWS", 40)  # many small batches, whatever the timing
+    write_batch = StoreWriter._write_batch
+    batches = 0
+
+    def disk_fills_up(writer: StoreWriter, outcomes: Sequence[Stored]) -> None:
+        nonlocal batches
+        batches += 1
+        if batches > 2:
+            said = f'TransactionContext Error: Failed to commit: Could not write file "{spec.database}.wal"'
+            full = duckdb.TransactionException(f"{said}: No space left on device")
+            raise translated_error(full, spec.database)
+        write_batch(writer, outcomes)
+
+    server = ScriptedServer([respond(good_completion())])
+    with monkeypatch.context() as full_disk:
+        full_disk.setattr(StoreWriter, "_write_batch", disk_fills_up)
+        with pytest.raises(FatalRunError) as raised:
+            await run_served(spec, server)
+    message = str(raised.value)
+    assert message.startswith(f"{spec.database}: cannot write results: the disk is full (")
+    assert "free space and run again" in message and "\n" not in message
+    assert exit_code_for(raised.value) == EXIT_ABORTED
+    written = table_rows(spec.database, "SELECT count(*) FROM results")[0][0]
+    assert 0 < written < 600
+    assert table_rows(spec.database, "SELECT status, done FROM runs") == [("aborted", written)]
+
+    again = await run_served(spec, server)  # space freed: the next run does the rest, none twice
+    assert again.status is RunStatus.COMPLETED and again.done == 600 - written
+    assert table_rows(spec.database, "SELECT count(*), count(DISTINCT record_id) FROM results") == [
+        (600, 600)
+    ]
