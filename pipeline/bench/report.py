@@ -105,12 +105,18 @@ def find_knee(levels: list[LevelSummary], drop: float = 0.05) -> SweepKnee | Non
     return SweepKnee(best.concurrency, regress)
 
 
+def queued(level: LevelSummary) -> bool:
+    """Whether the server ran fewer requests than the level sent and made the rest wait (its
+    --max-num-seqs, or its KV cache, is below the level): more concurrency only queues."""
+    return bool(level.max_waiting) and level.max_running is not None and level.max_running < level.concurrency
+
+
 def diagnose(levels: list[LevelSummary], timeout_s: float, max_tokens: int) -> list[str]:
     """What the server's behaviour says, in plain words."""
     notes = []
     for level in levels:
         c = level.concurrency
-        if level.max_waiting and level.max_running is not None and level.max_running < c:
+        if queued(level):
             notes.append(
                 f"c={c}: the server ran at most {level.max_running:.0f} requests and queued up to "
                 f"{level.max_waiting:.0f}: the server's --max-num-seqs is below your concurrency"

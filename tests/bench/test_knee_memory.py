@@ -14,8 +14,8 @@ import structlog
 from structlog.testing import capture_logs
 from typer.testing import CliRunner
 
-from pipeline.bench.report import LevelSummary
-from pipeline.bench.seed import sweep_knee
+from pipeline.bench.report import LevelSummary, queued
+from pipeline.bench.seed import SEED_TOLERANCE, sweep_knee
 from pipeline.cli import app
 from pipeline.job.spec import JobSpec, load_job
 from pipeline.run.runner import run_job
@@ -73,20 +73,24 @@ async def test_a_run_too_short_to_bracket_its_knee_leaves_what_it_learned_and_th
 
 
 def test_a_bench_sweep_seeds_the_knee_the_next_auto_run_starts_from(tmp_path: Path) -> None:
-    with sim_server("--profile", "nemotron-nano-9b", "--speed", "50", "--model", MODEL) as url:
+    """nemotron-nano-9b runs 8 sequences and queues the rest: c=16 and c=32 deliver what c=8 does,
+    give or take the noise, with requests waiting. The knee kept is c=8, whichever of them measured
+    highest (before: the highest, c=16 at +1.4%)."""
+    # Slow enough that each level's queue shows in the server's /metrics.
+    with sim_server("--profile", "nemotron-nano-9b", "--speed", "20", "--model", MODEL) as url:
         path, spec = auto_job(tmp_path, url, records=60)
-        args = ["bench", "--job", str(path), "--concurrency", "2,8,32", "--rounds", "1", "--records", "20"]
+        swept = "2,8,16,32"
+        args = ["bench", "--job", str(path), "--concurrency", swept, "--rounds", "2", "--records", "20"]
         result = CliRunner().invoke(app, [*args, "--seed-knee", "--out", str(tmp_path / "bench")])
         assert result.exit_code == 0, result.output
         levels = orjson.loads((tmp_path / "bench" / "bench.json").read_bytes())["levels"]
-        best = max(levels, key=lambda level: level["aggregate_tok_s"])["concurrency"]
+        assert [queued(LevelSummary(**level)) for level in levels] == [False, False, True, True]
         key = spec.endpoint_configs()[0].knee_key
-        assert f"kept c={best} as the knee of {url} ({MODEL}) in {spec.database}" in result.output
-        below, above = [c for c in (2, 8, 32) if c < best], [c for c in (2, 8, 32) if c > best]
-        seeded = KneeMemory(best, False, max(below, default=None), min(above, default=None))
-        assert stored_knees(spec) == {key: seeded}
-        assert table_rows(spec.database, "SELECT status, done, concurrency FROM runs") == [("bench", 0, best)]
-        assert anyio.run(starting_levels, spec) == [best]
+        assert f"kept c=8 as the knee of {url} ({MODEL}) in {spec.database}" in result.output
+        assert "the lowest level within 5% of the best that did not queue" in result.output
+        assert stored_knees(spec) == {key: KneeMemory(8, False, worse_below=2, worse_above=16)}
+        assert table_rows(spec.database, "SELECT status, done, concurrency FROM runs") == [("bench", 0, 8)]
+        assert anyio.run(starting_levels, spec) == [8]
     assert table_rows(spec.database, "SELECT status FROM runs ORDER BY run_id")[1][0] == "completed"
 
 
@@ -97,7 +101,9 @@ def test_seeding_a_knee_needs_a_job() -> None:
     assert "--seed-knee needs --job: the knee is kept in the job's database" in result.output
 
 
-def summary(concurrency: int, aggregate: float) -> LevelSummary:
+def summary(
+    concurrency: int, aggregate: float, running: float | None = None, waiting: float | None = None
+) -> LevelSummary:
     return LevelSummary(
         concurrency,
         10,
@@ -109,8 +115,8 @@ def summary(concurrency: int, aggregate: float) -> LevelSummary:
         None,
         1.0,
         0,
-        None,
-        None,
+        running,
+        waiting,
         None,
         None,
     )
@@ -127,3 +133,23 @@ def test_a_sweeps_knee_is_its_best_level_between_the_nearest_swept_ones() -> Non
     assert sweep_knee(levels) == KneeMemory(256, bracketed=False, worse_below=128, worse_above=384)
     assert sweep_knee(levels[:4]) == KneeMemory(256, bracketed=False, worse_below=128)  # the top swept
     assert sweep_knee([summary(8, 0.0)]) is None  # nothing delivered: nothing to keep
+
+
+def test_the_knee_kept_is_the_lowest_level_near_the_best_that_did_not_queue() -> None:
+    """A server that runs 8 at most: c=16 did 1.4% more than c=8 with 8 requests waiting, which is
+    c=8's throughput with a queue in front; before, c=16 was kept."""
+    flat = [
+        summary(2, 300.0, 2, 0),
+        summary(8, 1000.0, 8, 0),
+        summary(16, 1014.0, 8, 8),
+        summary(32, 1010.0, 8, 24),
+    ]
+    assert sweep_knee(flat) == KneeMemory(8, bracketed=False, worse_below=2, worse_above=16)
+    # Within the tolerance of the best, the lowest level; above it, the first that did worse than it.
+    near = [summary(64, 700.0), summary(128, 836.0), summary(256, 860.0), summary(384, 770.0)]
+    assert SEED_TOLERANCE == 0.05 and 860.0 * (1 - SEED_TOLERANCE) <= 836.0
+    assert sweep_knee(near) == KneeMemory(128, bracketed=False, worse_below=64, worse_above=384)
+    # Every level queued (a server smaller than the sweep's first level): the same rule over them all.
+    assert sweep_knee([summary(16, 500.0, 4, 12), summary(32, 520.0, 4, 28)]) == KneeMemory(
+        16, bracketed=False, worse_above=32
+    )
