@@ -10,8 +10,7 @@ import typer
 from pipeline.cli.common import DatabaseOption, app, fail, load_job_or_exit
 from pipeline.errors import EXIT_CONFIG, PERMANENT_FAILURE_CLASSES, ConfigError, FatalRunError, exit_code_for
 from pipeline.reports.failures import class_names
-from pipeline.source.db import open_database
-from pipeline.source.loader import LoadReport, load_file
+from pipeline.source.loader import LoadReport, load_source
 
 # Transient failures are retried by every run, so --class takes only the others.
 FAILURE_CLASSES = class_names(PERMANENT_FAILURE_CLASSES)
@@ -45,13 +44,9 @@ def load(
     spec = load_job_or_exit(job, database, creates=True)
     renames = _parse_renames(rename or [])
     try:
-        connection = open_database(spec.database, memory_limit=spec.duckdb_memory_limit)
-        try:
-            report = load_file(
-                connection, spec, file, table=table, rename=renames, replace=replace, file_format=file_format
-            )
-        finally:
-            connection.close()
+        report = load_source(
+            spec, file, table=table, rename=renames, replace=replace, file_format=file_format
+        )
     except FatalRunError as error:
         raise fail(error, exit_code_for(error)) from error
     typer.echo(_load_text(report, file, spec.database, replace))

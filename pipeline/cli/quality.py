@@ -29,6 +29,7 @@ from pipeline.reports import (
     CompareSettings,
     EvalSettings,
     Sample,
+    compare_page,
     compare_variants,
     evaluate,
     evaluate_pair,
@@ -78,7 +79,12 @@ def _write_page(page: ReviewPage | None, path: Path | None, *, to_stderr: bool =
     if page is None or path is None:
         return
     written = read_or_exit(lambda: write_review(page, path))
-    typer.echo(f"wrote {written} ({len(page.records):,} records)", err=to_stderr)
+    _say_written(written, page, to_stderr=to_stderr)
+
+
+def _say_written(path: Path, page: ReviewPage | None, *, to_stderr: bool = False) -> None:
+    if page is not None:
+        typer.echo(f"wrote {path} ({len(page.records):,} records)", err=to_stderr)
 
 
 GoldOption = Annotated[
@@ -167,7 +173,13 @@ def compare(
         DEFAULT_SHOWN
     ),
     as_json: JsonOption = False,
-    html: HtmlOption = None,
+    html: Annotated[
+        Path | None,
+        typer.Option(
+            help="Also write the compare page (one self-contained HTML file) here: these numbers, then "
+            "the records side by side."
+        ),
+    ] = None,
     fuzzy: FuzzyOption = None,
     resamples: ResamplesOption = DEFAULT_RESAMPLES,
     resample_seed: ResampleSeedOption = DEFAULT_SEED,
@@ -182,17 +194,20 @@ def compare(
     settings = CompareSettings(
         sample=Sample(sample, seed) if sample is not None else None,
         fuzzy_threshold=fuzzy,
-        review=html is not None,
         bootstrap=read_or_exit(lambda: Bootstrap(resamples, resample_seed)),
     )
-    report = read_or_exit(lambda: compare_variants(spec, reference, candidate, settings))
+    if html is None:
+        report = read_or_exit(lambda: compare_variants(spec, reference, candidate, settings))
+    else:
+        report = read_or_exit(lambda: compare_page(spec, html, reference, candidate, settings))
     say_read_copy(report.read_copy)
     if as_json:
         typer.echo(_json(report.to_json(show)))
     else:
         database_text = str(database) if database is not None else None
         typer.echo(format_compare(report, job=str(job), show=show, database=database_text))
-    _write_page(report.review, html, to_stderr=as_json)
+    if html is not None:
+        _say_written(html, report.review, to_stderr=as_json)
 
 
 @app.command()
@@ -222,6 +237,6 @@ def review(
     names = (
         (spec.variant,) if variants is None else read_or_exit(lambda: _variant_names(spec, variants, least=1))
     )
-    page = read_or_exit(lambda: review_page(spec, names, Sample(sample, seed)))
+    page = read_or_exit(lambda: review_page(spec, html, names, Sample(sample, seed)))
     say_read_copy(page.read_copy)
-    _write_page(page, html)
+    _say_written(html, page)

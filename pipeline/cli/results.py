@@ -21,7 +21,7 @@ from pipeline.cli.common import (
 from pipeline.errors import EXIT_FAILURES, FailureClass
 from pipeline.reports.export import FORMAT_BY_EXTENSION, ExportReport, export_results
 from pipeline.reports.failures import FailureReport, failure_report, parse_failure_classes
-from pipeline.reports.runs_page import write_runs_page
+from pipeline.reports.pages import runs_page
 from pipeline.reports.runs_report import DEFAULT_RUNS, format_runs_report, runs_report
 
 T = TypeVar("T")
@@ -176,12 +176,11 @@ def report(
 ) -> None:
     """The last runs side by side: fill rate and grounded share per field, tokens, latency, failures and speed, with their trends, and what drifted in the last run beyond its usual run-to-run variation."""  # noqa: E501
     spec = load_job_or_exit(job, database, variant)
-    found = read_or_exit(lambda: runs_report(spec, runs))
+    found = read_or_exit(lambda: runs_report(spec, runs) if html is None else runs_page(spec, html, runs))
     say_read_copy(found.read_copy)
     data = found.to_json()
     typer.echo(orjson.dumps(data, default=str).decode() if as_json else format_runs_report(found))
     if html is not None:
-        written = read_or_exit(lambda: write_runs_page(data, html))
-        typer.echo(f"wrote {written} ({len(found.runs)} runs)", err=as_json)
+        typer.echo(f"wrote {html} ({len(found.runs)} runs)", err=as_json)
     if fail_on_drift and found.drift:
         raise typer.Exit(EXIT_FAILURES)

@@ -10,9 +10,11 @@ reads the database for it, read-only and filtered in SQL, through the DuckDB bou
   --variants A,B`` (the paired difference and its verdict);
 * :mod:`~pipeline.reports.comparison`: ``compare``; :mod:`~pipeline.reports.noise`: its noise floor;
 * :mod:`~pipeline.reports.review`: the review page of one or two variants;
+* :mod:`~pipeline.reports.pages`: each page (review, compare, report) read, built and written in one call;
 * :mod:`~pipeline.reports.runs_report`, :mod:`~pipeline.reports.runs_page`: ``pipeline report``, a
   job's runs side by side with their drift, and its HTML page;
-* :mod:`~pipeline.reports.shared`: grounded shares and how values are shown.
+* :mod:`~pipeline.reports.shared`: grounded shares and how values are shown;
+* :mod:`~pipeline.reports.flatten`: the columns of ``export --flatten``, one per schema field.
 
 May import: :mod:`pipeline.store`, :mod:`pipeline.extraction` (what a prompt carries),
 :mod:`pipeline.source`, :mod:`pipeline.job`, :mod:`pipeline.quality`, :mod:`pipeline.errors`.
@@ -31,9 +33,10 @@ from pipeline.reports.comparison import (
 )
 from pipeline.reports.evaluation import EvalReport, EvalSettings, evaluate, format_eval, parse_fields
 from pipeline.reports.noise import NoiseReport, noise_floor_hint
+from pipeline.reports.pages import compare_page, review_page, runs_page
 from pipeline.reports.paired_evaluation import PairedEvalReport, evaluate_pair, format_paired_eval
 from pipeline.reports.reading import JobOutput, Sample, Scope, StoredFailure, StoredResult, open_output
-from pipeline.reports.review import DEFAULT_REVIEW_SAMPLE, review_page
+from pipeline.reports.review import DEFAULT_REVIEW_SAMPLE, read_review
 from pipeline.reports.shared import GroundingShare, GroundingSummary
 
 __all__ = [
@@ -53,6 +56,7 @@ __all__ = [
     "StoredFailure",
     "StoredResult",
     "VariantSummary",
+    "compare_page",
     "compare_variants",
     "evaluate",
     "evaluate_pair",
@@ -63,5 +67,7 @@ __all__ = [
     "open_output",
     "parse_fields",
     "parse_variants",
+    "read_review",
     "review_page",
+    "runs_page",
 ]

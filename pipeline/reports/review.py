@@ -188,7 +188,7 @@ def page(
     )
 
 
-def review_page(spec: JobSpec, variants: Sequence[str], sample: Sample) -> ReviewPage:
+def read_review(spec: JobSpec, variants: Sequence[str], sample: Sample) -> ReviewPage:
     """The review page of one or two variants over the records of ``sample`` that some of them has
     a result or a failure for. Raises :class:`ConfigError` for a variant with neither."""
     with open_output(spec) as output:

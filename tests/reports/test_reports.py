@@ -24,7 +24,7 @@ from pipeline.reports import (
     evaluate,
     parse_fields,
     parse_variants,
-    review_page,
+    read_review,
 )
 from pipeline.reports.reading import Scope, keys_scope
 from tests.support.jobs import table_rows
@@ -200,7 +200,7 @@ def test_a_variant_without_results_is_named_with_the_variants_that_have_some(
     with pytest.raises(ConfigError, match="variant 'nope' has no results"):
         compare_variants(job, "main", "nope")
     with pytest.raises(ConfigError, match="variant 'nope' has no results or failures"):
-        review_page(job, ["nope"], Sample(100))
+        read_review(job, ["nope"], Sample(100))
 
 
 def test_a_held_database_is_database_locked(tmp_path: Path) -> None:
@@ -304,7 +304,7 @@ def test_sample_takes_the_records_a_sampled_run_takes_for_every_variant(job: Job
         ("3", approx(1 - (3 + 2 / 3) / 5), ["skills", "years"]),
         ("2", approx(1 - (4 + 2 / 3) / 5), ["skills"]),
     ]
-    page = review_page(job, ["main", "big"], SAMPLE)
+    page = read_review(job, ["main", "big"], SAMPLE)
     assert [record.record_id for record in page.records] == ["2", "3", "6", "9"]
 
     # eval --sample: only the gold records of the same sample (9 failed: listed, not scored)
@@ -351,7 +351,7 @@ def views(records: Sequence[ReviewRecord], key: str) -> Mapping[str, VariantView
 
 
 def test_review_of_one_variant_shows_its_results_and_failures_in_the_sample(job: JobSpec) -> None:
-    page = review_page(job, ["main"], Sample(100))
+    page = read_review(job, ["main"], Sample(100))
     assert [record.record_id for record in page.records] == [
         "1",
         "2",
@@ -388,7 +388,7 @@ def test_review_of_one_variant_shows_its_results_and_failures_in_the_sample(job:
 
 
 def test_review_of_two_variants_has_disagreements_failures_and_ungrounded_values(job: JobSpec) -> None:
-    page = review_page(job, ["main", "big"], Sample(100))
+    page = read_review(job, ["main", "big"], Sample(100))
     by_id = {record.record_id: record for record in page.records}
     assert list(by_id) == ["1", "2", "3", "4", "5", "6", "7", "8", "9", "42"]
     assert (by_id["3"].disagreement, tuple(by_id["3"].differing_fields)) == (
@@ -411,7 +411,7 @@ def test_review_grounds_again_results_whose_text_changed_or_that_have_none(
     with duckdb.connect(str(own_job.database)) as connection:
         connection.execute("UPDATE postings SET description = 'Only SQL here.' WHERE id = 4")
         connection.execute("UPDATE results SET grounding = NULL WHERE record_id = 6 AND variant = 'main'")
-    page = review_page(own_job, ["main"], Sample(100))
+    page = read_review(own_job, ["main"], Sample(100))
     four = views(page.records, "4")["main"].grounding
     assert [(span.value, span.start, span.end, span.match) for span in four] == [
         ("SQL", 5, 8, "exact"),
@@ -431,11 +431,11 @@ def test_the_page_shows_the_prompt_fields_of_the_variants_shown(tmp_path: Path) 
     spec = variants_job(tmp_path)
     run_variant(spec, "main", main_answer, sample=2)
     run_variant(spec, "titles", main_answer, sample=2)
-    alone = review_page(spec, ["titles"], Sample(2))
+    alone = read_review(spec, ["titles"], Sample(2))
     assert [list(record.texts) for record in alone.records] == [["title"], ["title"]]
     # its skills are looked for in the title only: not found
     assert {span.match for record in alone.records for span in record.variants["titles"].grounding} == {
         "none"
     }
-    both = review_page(spec, ["titles", "main"], Sample(2))
+    both = read_review(spec, ["titles", "main"], Sample(2))
     assert [list(record.texts) for record in both.records] == [["title", "description"]] * 2
