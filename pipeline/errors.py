@@ -265,12 +265,21 @@ class PermanentRecordError(RecordError):
 
 class ContextLengthError(PermanentRecordError):
     """The server refused the request for its context length (HTTP 400 naming it): ``context_length``
-    tokens, and the prompt's tokens when the message says. Retried once when a smaller budget fits."""
+    tokens, and the prompt's tokens when the message says (``prompt_at_least``: at least that many, as
+    in "your prompt contains at least N input tokens"). Retried once when a smaller budget fits."""
 
-    def __init__(self, message: str, *, context_length: int, prompt_tokens: int | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        context_length: int,
+        prompt_tokens: int | None = None,
+        prompt_at_least: bool = False,
+    ) -> None:
         super().__init__(message)
         self.context_length = context_length
         self.prompt_tokens = prompt_tokens
+        self.prompt_at_least = prompt_at_least
 
 
 def summarize_validation_error(exc: ValidationError, limit: int = 8) -> str:

@@ -49,13 +49,23 @@ _NO_ROUTE_STATUS = frozenset({404, 405, 501})
 _STRUCTURED_OUTPUT_WORDS = re.compile(
     r"response_format|json_schema|guided_(json|decoding)|structured output", re.I
 )
-# A 400 about the context, as vLLM's versions word it: "This model's maximum context length is 8192 tokens.
-# However, you requested 9000 tokens (5000 in the messages, ...)", "... your prompt contains 9000 input
-# tokens", "max_tokens=16384 cannot be greater than max_model_len=8192", "Input length (9000) exceeds ...".
+# A 400 about the context, as vLLM's versions word it (tests/servers/test_client.py has each): "This
+# model's maximum context length is 8192 tokens. However, you requested 9000 tokens (5000 in the messages,
+# 4000 in the completion)", "... you requested 9000 tokens in the messages", "... your request has 9000
+# input tokens", "'max_tokens' ... is too large: 4096. This model's maximum context length is 8192 tokens
+# and your request has 5000 input tokens", "... your prompt contains [at least] 9000 input tokens",
+# "max_tokens=16384 cannot be greater than max_model_len=8192", "Input length (9000) exceeds ...".
 _CONTEXT_LENGTH = re.compile(r"maximum context length (?:is |\()(\d+)|max_model_len ?= ?(\d+)", re.I)
 _PROMPT_TOKENS = re.compile(
-    r"(\d+) in the messages|prompt contains (?:at least )?(\d+) input tokens|input length \((\d+)\)", re.I
+    r"(?P<messages>\d+) (?:tokens )?in the messages"
+    r"|(?:prompt contains|request has) (?P<at_least>at least )?(?P<input>\d+) input tokens"
+    r"|input length \((?P<length>\d+)\)",
+    re.I,
 )
+# vLLM 0.32 refuses a prompt of more characters than the context's tokens can hold without counting it:
+# "your prompt contains 900000 characters (more than 524288 characters, which is the upper bound for 8192
+# input tokens)". Its tokens are unknown, but past the context.
+_PROMPT_PAST_CONTEXT = re.compile(r"prompt contains \d+ characters", re.I)
 
 
 class ChatMessage(TypedDict):
@@ -364,13 +374,24 @@ def _translate_status(exc: openai.APIStatusError, url: str, model: str, key_hint
     if status == 400 and _STRUCTURED_OUTPUT_WORDS.search(detail):
         return StructuredOutputRejectedError(f"{url} does not take response_format ({detail})")
     if status == 400 and (context := _CONTEXT_LENGTH.search(detail)):
-        prompt = _PROMPT_TOKENS.search(detail)
-        return ContextLengthError(
-            detail,
-            context_length=int(next(group for group in context.groups() if group)),
-            prompt_tokens=int(next(group for group in prompt.groups() if group)) if prompt else None,
-        )
+        return _context_length_error(detail, int(next(group for group in context.groups() if group)))
     return PermanentRecordError(detail)
+
+
+def _context_length_error(detail: str, context_length: int) -> ContextLengthError:
+    """A 400 naming the context, with the prompt's tokens where it names them (or, where it says only
+    that the prompt's characters are past the context, at least one token more than the context)."""
+    if prompt := _PROMPT_TOKENS.search(detail):
+        tokens = int(prompt["messages"] or prompt["input"] or prompt["length"])
+        at_least = prompt["at_least"] is not None
+        return ContextLengthError(
+            detail, context_length=context_length, prompt_tokens=tokens, prompt_at_least=at_least
+        )
+    if _PROMPT_PAST_CONTEXT.search(detail):
+        return ContextLengthError(
+            detail, context_length=context_length, prompt_tokens=context_length + 1, prompt_at_least=True
+        )
+    return ContextLengthError(detail, context_length=context_length)
 
 
 def _server_message(exc: openai.APIStatusError) -> str:

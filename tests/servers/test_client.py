@@ -319,32 +319,67 @@ async def test_count_tokens_against_the_simulator_counts_as_its_completions_do()
     assert counted == reply.prompt_tokens and sim.metrics.tokenize_requests == 1
 
 
+# vLLM's wordings of a request past the context, old and new (the installed 0.32 clamps max_tokens and
+# refuses only a prompt past the context: renderers/params.py, entrypoints/serve/utils/api_utils.py);
+# each with the context it names, the prompt's tokens it names, and whether that count is a floor.
 CONTEXT_MESSAGES = [
-    (
+    (  # before 0.10: the prompt and the budget together past the context
         "This model's maximum context length is 8192 tokens. However, you requested 9000 tokens (5000 in "
         "the messages, 4000 in the completion). Please reduce the length of the messages or completion.",
         8192,
         5000,
+        False,
     ),
-    (
+    (  # before 0.6: the prompt alone
+        "This model's maximum context length is 8192 tokens. However, you requested 8193 tokens in the "
+        "messages, Please reduce the length of the messages.",
+        8192,
+        8193,
+        False,
+    ),
+    (  # 0.6 to 0.10: the prompt alone
+        "This model's maximum context length is 32768 tokens. However, your request has 40000 input "
+        "tokens. Please reduce the length of the input messages.",
+        32768,
+        40000,
+        False,
+    ),
+    (  # 0.10 and 0.11: the budget past what the prompt leaves
+        "'max_tokens' or 'max_completion_tokens' is too large: 4096. This model's maximum context length "
+        "is 8192 tokens and your request has 5000 input tokens (4096 > 8192 - 5000). None",
+        8192,
+        5000,
+        False,
+    ),
+    (  # 0.32: the prompt alone, counted up to one token past the context
         "This model's maximum context length is 8192 tokens. However, your prompt contains at least 8193 "
         "input tokens, which exceeds this limit even without any output tokens.",
         8192,
         8193,
+        True,
+    ),
+    (  # 0.32: the prompt alone, more characters than the context's tokens can hold
+        "This model's maximum context length is 8192 tokens. However, your prompt contains 900000 "
+        "characters (more than 524288 characters, which is the upper bound for 8192 input tokens). "
+        "Please reduce the length of the input prompt.",
+        8192,
+        8193,
+        True,
     ),
     (
         "max_tokens=16384 cannot be greater than max_model_len=8192. Please request fewer output tokens.",
         8192,
         None,
+        False,
     ),
-    ("Input length (9000) exceeds model's maximum context length (4096).", 4096, 9000),
-    ("This model's maximum context length is 8192 tokens.", 8192, None),
+    ("Input length (9000) exceeds model's maximum context length (4096).", 4096, 9000, False),
+    ("This model's maximum context length is 8192 tokens.", 8192, None, False),
 ]
 
 
-@pytest.mark.parametrize(("message", "context", "prompt"), CONTEXT_MESSAGES)
+@pytest.mark.parametrize(("message", "context", "prompt", "at_least"), CONTEXT_MESSAGES)
 async def test_a_400_naming_the_context_is_translated_with_its_numbers(
-    message: str, context: int, prompt: int | None
+    message: str, context: int, prompt: int | None, at_least: bool
 ) -> None:
     server = ScriptedServer([error(400, message)], max_model_len=131072)
     async with serving(server) as served, LLMClient(settings(base_url=served.url)) as client:
@@ -352,8 +387,13 @@ async def test_a_400_naming_the_context_is_translated_with_its_numbers(
         with pytest.raises(ContextLengthError) as caught:
             await client.complete(REQUEST)
         assert isinstance(caught.value, PermanentRecordError)  # unless the extractor can make it fit
-        assert (caught.value.context_length, caught.value.prompt_tokens) == (context, prompt)
-        assert str(caught.value) == f"HTTP 400: {message}"
+        refused = caught.value
+        assert (refused.context_length, refused.prompt_tokens, refused.prompt_at_least) == (
+            context,
+            prompt,
+            at_least,
+        )
+        assert str(refused) == f"HTTP 400: {message}"
         assert client.context_length == context  # the server's own word wins over what it lists
 
 
