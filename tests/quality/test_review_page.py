@@ -489,6 +489,19 @@ def test_compare_page_without_a_rerun_says_how_to_measure_the_noise_floor(
     ]
 
 
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"title": None}, r"comparison: 'title' must be a str, not None"),
+        ({"fields": []}, r"comparison: 'fields' must be a Mapping, not \[\]"),
+    ],
+)
+def test_a_comparison_without_what_the_page_needs_is_refused(change: dict[str, Any], message: str) -> None:
+    page = dataclasses.replace(two_variant_page(), comparison=comparison(rerun=False) | change)
+    with pytest.raises(ValueError, match=message):
+        render_review(page)
+
+
 def test_a_page_without_a_comparison_hides_the_section(two_variant_dom: Element) -> None:
     section = two_variant_dom.find("section", id="comparison")
     assert "hidden" in section.attrs and section.find_all("table") == []
