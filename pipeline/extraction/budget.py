@@ -4,18 +4,25 @@ and whether it fits at all.
 The context length is the endpoint's (:attr:`pipeline.servers.endpoint.Endpoint.context_length`). The
 prompt is counted by the server in every reply (``usage.prompt_tokens``): a record's later requests
 that start with messages the server has counted use that count and estimate only what was added (a
-re-ask's two messages). A prompt never counted is estimated from its size, conservatively: one token
-per :data:`CHARS_PER_TOKEN` bytes of UTF-8 plus :data:`TOKENS_PER_MESSAGE` per message for the chat
-template. Tokenizers use more characters per token on English prose and JSON schemas (SmolLM2's 3.7 on
-the LinkedIn job's prompts), and counting bytes makes a character outside ASCII (an accent, CJK) weigh
-more, so an estimate errs towards a smaller budget, not a refused request.
+re-ask's two messages). A prompt never counted is judged from its text, two ways:
+
+* the estimate, for the budget: one token per :data:`CHARS_PER_TOKEN` bytes of UTF-8 plus
+  :data:`TOKENS_PER_MESSAGE` per message for the chat template. Tokenizers use more characters per
+  token on English prose and JSON schemas (SmolLM2's 3.7 on the LinkedIn job's prompts), and counting
+  bytes makes a character outside ASCII weigh more, so a budget errs towards smaller, not refused;
+* the floor, for refusing: one token a word (:func:`fewest_tokens`). Tokenizers split text at
+  whitespace before they merge (byte-level BPE's pre-tokenizer, SentencePiece's default), so no token
+  spans two words, whatever their characters; a count of characters bounds nothing (a run of 500 '='
+  or of spaces can be one token). A prompt is refused unsent only when it certainly does not fit.
 
 Only a request the estimate says could overflow (its prompt and budget past the context:
 :func:`needs_count`) is counted exactly before it is sent, by the server (``POST /tokenize``): the
-prompt of every other record is far enough from the context for the estimate. A prompt that alone
-fills the context is :class:`TooLongError` (class ``too_long``) and is never sent; without a server
-count, the estimate decides. When the estimate is wrong all the same, the server's 400 naming its
-context corrects it (one retry, or ``too_long`` when the prompt alone does not fit).
+prompt of every other record is far enough from the context for the estimate. A prompt the server's
+count, or its floor, puts past the context is :class:`TooLongError` (class ``too_long``) and is never
+sent. Without a server count (a proxy or a router without ``/tokenize``), a prompt the estimate puts
+past the context but its floor does not is sent with what the floor leaves: the server's answer then
+says (its 400 names the prompt's tokens: retried once with the budget that fits, or ``too_long`` when
+the prompt alone does not fit; vLLM from 0.12 cuts the budget itself).
 """
 
 from __future__ import annotations
@@ -26,10 +33,20 @@ from dataclasses import dataclass
 
 from pipeline.errors import TooLongError
 from pipeline.extraction.parse import grown_budget
+from pipeline.job.chunking import MIN_CHUNK_TOKENS
 from pipeline.servers.client import ChatMessage, ChatRequest, Reply
 
 CHARS_PER_TOKEN = 3
 TOKENS_PER_MESSAGE = 8
+#: How a floor of one token a word is named in a message.
+ONE_A_WORD = "one a word"
+#: Said early in a ``too_long`` message when the fixed part of the prompt leaves no room (``pipeline
+#: failures`` looks for it in the messages, which it cuts to 200 characters).
+FIXED_PART_FULL = "chunking cannot help"
+#: What to do then.
+FIXED_PART_ADVICE = (
+    "shorten the system prompt or the examples, or use a larger context (the server's --max-model-len)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,9 +65,19 @@ class BudgetGrowth:
 class PromptCount:
     tokens: int
     exact: bool  # counted by the server, not estimated
+    floor: str | None = None  # a floor (the prompt has no fewer tokens), and why: ONE_A_WORD, the server's
 
     def __str__(self) -> str:
-        return f"{self.tokens} tokens" if self.exact else f"about {self.tokens} tokens (estimated)"
+        if self.exact:
+            return f"{self.tokens} tokens"
+        if self.floor is not None:
+            return f"at least {self.tokens} tokens ({self.floor})"
+        return f"about {self.tokens} tokens (estimated)"
+
+    @property
+    def certain(self) -> bool:
+        """Whether a prompt of this count certainly has at least this many tokens."""
+        return self.exact or self.floor is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,12 +98,28 @@ def estimated_tokens(messages: Sequence[ChatMessage]) -> int:
     return sum(estimated_text_tokens(message["content"]) + TOKENS_PER_MESSAGE for message in messages)
 
 
+def fewest_tokens(messages: Sequence[ChatMessage]) -> int:
+    """The fewest tokens any tokenizer that splits at whitespace makes of ``messages``: one a word (and
+    none for the chat template, which may add none)."""
+    return sum(len(message["content"].split()) for message in messages)
+
+
 def prompt_count(messages: tuple[ChatMessage, ...], counted: CountedPrompt | None) -> PromptCount:
     """The prompt tokens of ``messages``: the server's count where it has one, else an estimate."""
     if counted is not None and messages[: len(counted.messages)] == counted.messages:
         added = messages[len(counted.messages) :]
         return PromptCount(counted.tokens + estimated_tokens(added), exact=not added)
     return PromptCount(estimated_tokens(messages), exact=False)
+
+
+def prompt_floor(messages: tuple[ChatMessage, ...], counted: CountedPrompt | None) -> PromptCount:
+    """The fewest tokens ``messages`` can be: the server's count where it has one, one a word for the rest."""
+    if counted is not None and messages[: len(counted.messages)] == counted.messages:
+        added = messages[len(counted.messages) :]
+        if not added:
+            return PromptCount(counted.tokens, exact=True)
+        return PromptCount(counted.tokens + fewest_tokens(added), exact=False, floor=ONE_A_WORD)
+    return PromptCount(fewest_tokens(messages), exact=False, floor=ONE_A_WORD)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +138,15 @@ def longest_field(texts: Mapping[str, str]) -> LongestField | None:
     return LongestField(name, len(texts[name]))
 
 
+@dataclass(frozen=True, slots=True)
+class PromptParts:
+    """What a prompt is made of, for a ``too_long`` failure to say what to do: the record's longest field,
+    and the fixed part every record sends (system prompt, examples, the template with no fields)."""
+
+    longest: LongestField | None
+    fixed: tuple[ChatMessage, ...] = ()
+
+
 def needs_count(request: ChatRequest, context: int | None, prompt: PromptCount) -> bool:
     """Whether the server should count the prompt before the request goes: the estimate says the prompt
     and the budget could be past the context (its budget would be cut, or it may not fit at all)."""
@@ -102,32 +154,76 @@ def needs_count(request: ChatRequest, context: int | None, prompt: PromptCount) 
 
 
 def fitted(
-    request: ChatRequest, context: int | None, prompt: PromptCount, longest: LongestField | None = None
+    request: ChatRequest,
+    context: int | None,
+    counted: CountedPrompt | None,
+    parts: PromptParts | None = None,
 ) -> ChatRequest:
-    """``request`` asking for at most what ``context`` leaves after ``prompt``; a prompt that alone fills
-    the context is a :class:`TooLongError` (the server's count where it gave one, else the estimate)."""
+    """``request`` asking for at most what ``context`` leaves after its prompt (``counted``: the
+    server's count of it, or of the messages it starts with). A prompt whose estimate leaves no room
+    but whose floor does is sent with what the floor leaves; one that certainly fills the context is a
+    :class:`TooLongError`."""
     if context is None:
         return request
+    prompt = prompt_count(request.messages, counted)
     room = context - prompt.tokens
     if room >= request.max_tokens:
         return request
+    if room < 1 and not prompt.exact:
+        prompt = prompt_floor(request.messages, counted)
+        room = context - prompt.tokens
     if room >= 1:
-        return dataclasses.replace(request, max_tokens=room)
-    raise too_long(prompt, context, longest)
+        return dataclasses.replace(request, max_tokens=min(room, request.max_tokens))
+    raise too_long(prompt, context, parts or PromptParts(None), request.messages)
 
 
-def too_long(prompt: PromptCount, context: int, longest: LongestField | None) -> TooLongError:
-    """The ``too_long`` failure of a prompt that alone does not fit, with the numbers and what to do."""
-    field = f"; most of it is field '{longest.name}' ({longest.chars:,} characters)" if longest else ""
+def too_long(
+    prompt: PromptCount, context: int, parts: PromptParts, messages: tuple[ChatMessage, ...]
+) -> TooLongError:
+    """The ``too_long`` failure of a prompt that alone does not fit, with the numbers and what to do:
+    chunking the longest field, unless the fixed part alone leaves no room for a chunk."""
+    longest = parts.longest
+    fixed = fixed_part_count(parts.fixed, messages, prompt) if parts.fixed else None
+    if fixed is not None and fixed_part_leaves_no_room(fixed, context):
+        advice = f", and {fixed_part_full(fixed)}"
+    else:
+        field = f"; most of it is field '{longest.name}' ({longest.chars:,} characters)" if longest else ""
+        advice = (
+            f"{field}: enable chunking (chunking: field: {longest.name if longest else 'FIELD'}), raise "
+            "the context (the server's --max-model-len), or shorten the field"
+        )
     return TooLongError(
-        f"{prompt_does_not_fit(prompt, context)}{field}: enable chunking (chunking: field: "
-        f"{longest.name if longest else 'FIELD'}), raise the context (the server's --max-model-len), or "
-        "shorten the field",
+        f"{prompt_does_not_fit(prompt, context)}{advice}",
         tokens=prompt.tokens,
         context=context,
         exact=prompt.exact,
         field=longest.name if longest else None,
     )
+
+
+def fixed_part_leaves_no_room(fixed: PromptCount, context: int) -> bool:
+    """Whether the fixed part leaves less than the smallest chunk of a record: no split of it fits."""
+    return fixed.tokens > context - MIN_CHUNK_TOKENS
+
+
+def fixed_part_full(fixed: PromptCount) -> str:
+    """What a ``too_long`` message says of a fixed part that leaves no room, and what to do."""
+    return (
+        f"{FIXED_PART_FULL}: its fixed part (system prompt, examples, template: what every record sends) "
+        f"is {fixed} of it; {FIXED_PART_ADVICE}"
+    )
+
+
+def fixed_part_count(
+    fixed: tuple[ChatMessage, ...], messages: tuple[ChatMessage, ...], prompt: PromptCount
+) -> PromptCount:
+    """The fixed part's tokens in a prompt of ``messages``: where the server counted the prompt, its
+    count scaled by the fixed part's share of the estimate (the server's own rate on this text); else
+    its floor."""
+    if prompt.exact:
+        share = estimated_tokens(fixed) / max(1, estimated_tokens(messages))
+        return PromptCount(round(prompt.tokens * share), exact=False)
+    return PromptCount(fewest_tokens(fixed), exact=False, floor=ONE_A_WORD)
 
 
 def no_room_to_grow(sent: ChatRequest, context: int | None, prompt: PromptCount) -> bool:
@@ -145,8 +241,9 @@ def prompt_does_not_fit(prompt: PromptCount, context: int) -> str:
 def cut_off_at_context(reply: Reply, sent: ChatRequest, prompt: PromptCount, context: int) -> str:
     """The numbers of an answer cut off with every token the context left it."""
     reasoning = f", {reply.reasoning_tokens} of them reasoning" if reply.reasoning_tokens else ""
+    budget = min(sent.max_tokens, context - prompt.tokens)  # a server that cuts the budget to fit (vLLM)
     return (
-        f"answer truncated at the end of the context: prompt {prompt} + budget {sent.max_tokens} "
+        f"answer truncated at the end of the context: prompt {prompt} + budget {budget} "
         f"tokens of a context of {context}; it produced {reply.completion_tokens} completion tokens"
         f"{reasoning} (finish_reason={reply.finish_reason}); a larger budget does not fit: shorten the "
         "prompt, lower reasoning_effort, or use a server with a longer context"

@@ -2,8 +2,9 @@
 
 Each attempt takes a slot on an endpoint from the :class:`~pipeline.servers.router.Router`, and asks for
 no more tokens than that endpoint's context leaves after the prompt (:mod:`pipeline.extraction.budget`);
-a prompt the estimate puts near the context is counted by the server first, and one that alone does
-not fit is a ``too_long`` failure without a request.
+a prompt the estimate puts near the context is counted by the server first, one that certainly does not
+fit is a ``too_long`` failure without a request, and one that may fit is sent: a 400 naming the
+prompt's tokens then gives the budget that fits (or ``too_long``).
 Record-level problems always end as a :class:`Failed` outcome (never silently dropped); only a
 :class:`FatalRunError` escapes, to stop the run.
 """
@@ -36,14 +37,15 @@ from pipeline.errors import (
 from pipeline.extraction.budget import (
     BudgetGrowth,
     CountedPrompt,
-    LongestField,
     PromptCount,
+    PromptParts,
     cut_off_at_context,
     fitted,
     longest_field,
     needs_count,
     no_room_to_grow,
     prompt_count,
+    prompt_floor,
     too_long,
 )
 from pipeline.extraction.outcomes import Extracted, Failed, Outcome, Usage
@@ -84,13 +86,13 @@ class _RecordState:
     record_id: RecordId
     first: ChatRequest
     request: ChatRequest  # the next request, before it is fitted to an endpoint's context
+    parts: PromptParts  # its longest field and the fixed part, for a too_long failure
     attempts: int = 0
     last_raw_output: str | None = None
     usage: Usage = field(default_factory=Usage)
     sent: ChatRequest | None = None  # the last request sent, as fitted (the next one may be larger)
     endpoint: Endpoint | None = None  # where the last request went
     counted: CountedPrompt | None = None  # the server's count of a prompt this record sent
-    longest: LongestField | None = None  # the prompt field with the most text, for a too_long failure
 
     @property
     def sent_max_tokens(self) -> int:
@@ -115,6 +117,7 @@ class Extractor:
         self._growth = growth
         self._stats = stats
         self._grounder = grounder
+        self._fixed = prompts.request_for({}).messages  # what every record sends: system, examples, template
 
     async def extract(self, record: SourceRecord, follow_up: ChatMessage | None = None) -> Outcome:
         """``follow_up``: a last message after the record's (a later pass over a chunk says what earlier
@@ -123,9 +126,8 @@ class Extractor:
         first = self._prompts.request_for(record.fields, self._growth.after(budget) if budget else None)
         if follow_up is not None:
             first = dataclasses.replace(first, messages=(*first.messages, follow_up))
-        state = _RecordState(
-            record.id, first=first, request=first, longest=longest_field(self._prompts.texts(record.fields))
-        )
+        parts = PromptParts(longest_field(self._prompts.texts(record.fields)), self._fixed)
+        state = _RecordState(record.id, first=first, request=first, parts=parts)
         try:
             async for attempt in self._policy.attempts():
                 with attempt:
@@ -194,30 +196,44 @@ class Extractor:
 
     async def _refused_for_context(self, state: _RecordState, error: ContextLengthError) -> None:
         """The server refused the request for its context (the client now uses the length it named):
-        retried once when a smaller budget fits; a prompt that alone does not fit is ``too_long`` (the
-        server counts it first when its 400 did not say), anything else fails with the numbers."""
+        retried once when a smaller budget fits, or may (a prompt only its floor says fits); a prompt
+        that alone does not fit is ``too_long``; anything else fails with the numbers."""
         assert state.sent is not None  # it was sent
         assert state.endpoint is not None
-        if error.prompt_tokens is not None:
-            state.counted = CountedPrompt(state.sent.messages, error.prompt_tokens)
-        prompt = prompt_count(state.sent.messages, state.counted)
-        if not prompt.exact and prompt.tokens >= error.context_length:
-            prompt = await self._counted(state, state.endpoint, state.sent.messages) or prompt
-        room = error.context_length - prompt.tokens
+        context = error.context_length
+        prompt = await self._refused_prompt(state, state.endpoint, error)
+        room = context - prompt.tokens
         if room < 1:
-            raise too_long(prompt, error.context_length, state.longest) from error
-        if room >= state.sent_max_tokens:  # no smaller budget to try: the 400 is not about the budget
+            raise too_long(prompt, context, state.parts, state.sent.messages) from error
+        if room >= state.sent_max_tokens and prompt.floor is None:  # the 400 is not about the budget
             raise PermanentRecordError(
                 f"{error} (by these numbers the request fits: prompt {prompt} + budget "
-                f"{state.sent_max_tokens} of a context of {error.context_length})"
+                f"{state.sent_max_tokens} of a context of {context})"
             ) from error
         log.info(
             "the server's context is shorter than the request: retrying with a budget that fits",
             record_id=state.record_id,
-            context_length=error.context_length,
+            context_length=context,
             prompt_tokens=prompt.tokens,
-            budget=room,
+            budget=min(room, state.request.max_tokens),
         )
+
+    async def _refused_prompt(
+        self, state: _RecordState, endpoint: Endpoint, error: ContextLengthError
+    ) -> PromptCount:
+        """The prompt's tokens after a 400 about the context: as the 400 names them (kept for the
+        retry), else the server's count or the estimate, else (both past the context) the floor."""
+        assert state.sent is not None
+        messages = state.sent.messages
+        if error.prompt_tokens is not None and error.prompt_at_least:
+            return PromptCount(error.prompt_tokens, exact=False, floor="the server's count")
+        if error.prompt_tokens is not None:
+            state.counted = CountedPrompt(messages, error.prompt_tokens)
+            return PromptCount(error.prompt_tokens, exact=True)
+        prompt = prompt_count(messages, state.counted)
+        if prompt.exact or prompt.tokens < error.context_length:
+            return prompt
+        return await self._counted(state, endpoint, messages) or prompt_floor(messages, state.counted)
 
     async def _send(self, state: _RecordState) -> Reply:
         """One attempt, on an endpoint with room. A request that never reached a server (refused),
@@ -252,8 +268,8 @@ class Extractor:
         context = endpoint.context_length
         prompt = prompt_count(state.request.messages, state.counted)
         if needs_count(state.request, context, prompt):
-            prompt = await self._counted(state, endpoint, state.request.messages) or prompt
-        return fitted(state.request, context, prompt, state.longest)
+            await self._counted(state, endpoint, state.request.messages)
+        return fitted(state.request, context, state.counted, state.parts)
 
     async def _counted(
         self, state: _RecordState, endpoint: Endpoint, messages: tuple[ChatMessage, ...]

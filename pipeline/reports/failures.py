@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline.errors import ConfigError, FailureClass
+from pipeline.extraction.budget import FIXED_PART_ADVICE, FIXED_PART_FULL
 from pipeline.job.spec import JobSpec
 from pipeline.source.db import Database, quote
 from pipeline.store.opening import open_job_output
@@ -26,6 +27,12 @@ ADVICE: dict[str, str] = {
         "shorten the field; then retry them (`--retry-failed --class too_long`)"
     ),
 }
+#: What to do about ``too_long`` failures whose prompts' fixed part alone leaves no room for a record.
+FIXED_PART_TOO_LONG_ADVICE = (
+    "not sent: the fixed part of the prompt (system prompt, examples, template), sent with every record, "
+    f"leaves no room for one, so {FIXED_PART_FULL}: {FIXED_PART_ADVICE}; then retry them "
+    "(`--retry-failed --class too_long`)"
+)
 RAW_OUTPUT_CHARS = 120
 # Cut long texts in SQL first, with room for the whitespace that one_line() squeezes out.
 _SQL_CUT_CHARS = 2000
@@ -56,7 +63,13 @@ class FailureClassSummary:
 
     @property
     def advice(self) -> str | None:
-        """What to do about these failures, when retrying as they are would not help."""
+        """What to do about these failures, when retrying as they are would not help: for ``too_long``,
+        chunking, unless the latest examples say the fixed part of the prompt leaves no room (it is the
+        same for every record, so the latest failures say how the prompt is now)."""
+        if self.failure_class == FailureClass.TOO_LONG and any(
+            FIXED_PART_FULL in example.message for example in self.examples
+        ):
+            return FIXED_PART_TOO_LONG_ADVICE
         return ADVICE.get(self.failure_class)
 
 

@@ -5,18 +5,25 @@ import pytest
 from pipeline.errors import FailureClass, TooLongError
 from pipeline.extraction.budget import (
     CHARS_PER_TOKEN,
+    FIXED_PART_ADVICE,
+    FIXED_PART_FULL,
+    ONE_A_WORD,
     TOKENS_PER_MESSAGE,
     BudgetGrowth,
     CountedPrompt,
     LongestField,
     PromptCount,
+    PromptParts,
     estimated_text_tokens,
     estimated_tokens,
+    fewest_tokens,
     fitted,
     longest_field,
     needs_count,
     no_room_to_grow,
     prompt_count,
+    prompt_floor,
+    too_long,
 )
 from pipeline.servers.client import ChatMessage, ChatRequest
 
@@ -58,41 +65,99 @@ def test_the_servers_count_is_used_for_what_it_counted() -> None:
     assert prompt_count(REQUEST.messages, None) == PromptCount(estimated_tokens(REQUEST.messages), False)
 
 
+def test_the_fewest_tokens_are_one_a_word_whatever_its_characters() -> None:
+    """A tokenizer splits text at whitespace before it merges (byte-level BPE's pre-tokenizer, and
+    SentencePiece's default): no token spans two words, whatever their characters. A run of 500 '='
+    or of spaces may be one token, so characters alone bound nothing."""
+    prose: ChatMessage = {"role": "user", "content": "We need SQL, and Python.\n\n  Apply now!"}
+    assert fewest_tokens([prose]) == 7
+    assert fewest_tokens([{"role": "user", "content": "=" * 500 + "\n" + " " * 300}]) == 1
+    assert fewest_tokens([SYSTEM, USER]) == 2  # and nothing for the chat template: it may add none
+
+
+def test_the_floor_uses_the_servers_count_for_what_it_counted() -> None:
+    counted = CountedPrompt(REQUEST.messages, 90)
+    assert prompt_floor(REQUEST.messages, counted) == PromptCount(90, exact=True)
+    added: tuple[ChatMessage, ...] = ({"role": "assistant", "content": "two words"}, USER)
+    assert prompt_floor((*REQUEST.messages, *added), counted) == PromptCount(93, False, floor=ONE_A_WORD)
+    assert prompt_floor(REQUEST.messages, None) == PromptCount(2, exact=False, floor=ONE_A_WORD)
+
+
 @pytest.mark.parametrize(
-    ("context", "prompt", "budget"),
+    ("context", "counted", "budget"),
     [
-        (None, PromptCount(90, exact=True), 500),  # unknown context: the request as it is
-        (1000, PromptCount(90, exact=True), 500),  # room enough
-        (400, PromptCount(90, exact=True), 310),  # capped at what the context leaves
-        (91, PromptCount(90, exact=True), 1),
-        (91, PromptCount(90, exact=False), 1),  # the estimate, where the server cannot count
+        (None, 90, 500),  # unknown context: the request as it is
+        (1000, 90, 500),  # room enough
+        (400, 90, 310),  # capped at what the context leaves
+        (91, 90, 1),
+        (1000, None, 500),  # the estimate (127 tokens) leaves room enough
+        (400, None, 273),  # capped at what the estimate leaves
+        # The estimate leaves no room, but the prompt may fit: its floor is 2 tokens (one a word). It is
+        # sent with what the floor leaves, and the server's answer says the rest.
+        (100, None, 98),
     ],
 )
 def test_a_request_asks_for_at_most_what_the_context_leaves(
-    context: int | None, prompt: PromptCount, budget: int
+    context: int | None, counted: int | None, budget: int
 ) -> None:
-    sent = fitted(REQUEST, context, prompt)
+    count = CountedPrompt(REQUEST.messages, counted) if counted is not None else None
+    sent = fitted(REQUEST, context, count)
     assert sent.max_tokens == budget
     assert sent.messages is REQUEST.messages
 
 
-@pytest.mark.parametrize(("context", "exact"), [(90, True), (10, True), (50, False)])
-def test_a_prompt_that_fills_the_context_is_too_long_with_the_numbers_and_the_field(
-    context: int, exact: bool
+WORDY = ChatRequest(({"role": "system", "content": "word " * 200}, USER), max_tokens=500)
+
+
+@pytest.mark.parametrize(
+    ("request_", "context", "counted", "tokens", "said"),
+    [
+        (REQUEST, 90, 90, 90, "90 tokens"),  # the server's count fills the context
+        (REQUEST, 10, 90, 90, "90 tokens"),
+        (WORDY, 201, None, 201, f"at least 201 tokens ({ONE_A_WORD})"),  # the floor alone fills it
+    ],
+)
+def test_a_prompt_that_certainly_fills_the_context_is_too_long_with_the_numbers_and_the_field(
+    request_: ChatRequest, context: int, counted: int | None, tokens: int, said: str
 ) -> None:
     longest = LongestField("description", 41_000)
+    count = CountedPrompt(request_.messages, counted) if counted is not None else None
     with pytest.raises(TooLongError) as caught:
-        fitted(REQUEST, context, PromptCount(90, exact=exact), longest)
+        fitted(request_, context, count, PromptParts(longest))
     error = caught.value
     assert error.failure_class is FailureClass.TOO_LONG
-    assert (error.tokens, error.context, error.exact, error.field) == (90, context, exact, "description")
-    counted = "90 tokens" if exact else "about 90 tokens (estimated)"
+    assert (error.tokens, error.context, error.exact, error.field) == (
+        tokens,
+        context,
+        counted is not None,
+        "description",
+    )
     assert str(error) == (
-        f"the prompt alone does not fit the context: {counted} against a context of {context} tokens "
+        f"the prompt alone does not fit the context: {said} against a context of {context} tokens "
         "(the server's max_model_len); most of it is field 'description' (41,000 characters): enable "
         "chunking (chunking: field: description), raise the context (the server's --max-model-len), or "
         "shorten the field"
     )
+
+
+def test_a_fixed_part_that_leaves_no_room_says_chunking_cannot_help() -> None:
+    """The system prompt and the examples are sent with every record (and every chunk): when they
+    leave less than the smallest chunk, no split of the record fits. The prompt's count is the
+    server's, so the fixed part's share of it is the server's rate applied to its text. `failures`
+    looks for the words early in the message (it shows 200 characters)."""
+    fixed: tuple[ChatMessage, ...] = (SYSTEM, {"role": "user", "content": ""})
+    whole = ChatRequest((SYSTEM, USER), max_tokens=500)
+    parts = PromptParts(LongestField("description", 31), fixed)
+    error = too_long(PromptCount(254, exact=True), 200, parts, whole.messages)
+    assert str(error) == (
+        "the prompt alone does not fit the context: 254 tokens against a context of 200 tokens (the "
+        f"server's max_model_len), and {FIXED_PART_FULL}: its fixed part (system prompt, examples, "
+        f"template: what every record sends) is about 232 tokens (estimated) of it; {FIXED_PART_ADVICE}"
+    )
+    assert str(error).index(FIXED_PART_FULL) < 200
+    assert FIXED_PART_ADVICE.startswith("shorten the system prompt or the examples, or use a larger context")
+    room_left = too_long(PromptCount(254, exact=True), 400, parts, whole.messages)
+    assert FIXED_PART_FULL not in str(room_left) and "enable chunking" in str(room_left)
 
 
 def test_the_longest_field_is_the_one_with_the_most_text() -> None:

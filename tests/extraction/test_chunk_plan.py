@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from pipeline.errors import ConfigError, TooLongError
-from pipeline.extraction.budget import estimated_tokens
+from pipeline.extraction.budget import FIXED_PART_ADVICE, FIXED_PART_FULL, estimated_tokens, fewest_tokens
 from pipeline.extraction.chunk_plan import CHARS_MARGIN, ChunkPlanner
 from pipeline.extraction.prompt import PromptBuilder
 from pipeline.job.spec import JobSpec, load_job
@@ -118,12 +118,38 @@ async def test_other_fields_that_leave_no_room_are_too_long(tmp_path: Path) -> N
     assert caught.value.field == "description" and caught.value.context == 1500
 
 
+async def test_without_a_count_other_fields_the_floor_leaves_room_for_get_the_smallest_chunks(
+    tmp_path: Path,
+) -> None:
+    """Behind a server that cannot count, the estimate of the other fields leaves no room for a chunk,
+    their floor (one token a word) does: not refused, but split into the smallest chunks."""
+    server = ScriptedServer([], max_model_len=1500)  # no /tokenize
+    spec = job(tmp_path, max_tokens=500)
+    record = SourceRecord(1, {"title": "word " * 800, "description": TEXT})
+    rest = PromptBuilder(spec).request_for({**record.fields, "description": ""}).messages
+    assert 1500 - 500 - estimated_tokens(rest) < 64 <= 1500 - 500 - fewest_tokens(rest)
+    async with planner(spec, server) as plans:
+        plan = await plans.plan(record)
+    assert plan is not None and all(len(span) <= 64 * 3 for span in plan.spans)
+
+
+async def test_a_fixed_part_that_leaves_no_room_for_a_chunk_says_chunking_cannot_help(tmp_path: Path) -> None:
+    server = ScriptedServer([], max_model_len=1500, count_tokens=per_char)
+    spec = job(tmp_path, max_tokens=200, prompt={"system": "Extract the posting, carefully. " * 180})
+    async with planner(spec, server) as plans:
+        with pytest.raises(TooLongError) as caught:
+            await plans.plan(SourceRecord(1, {"title": "T", "description": TEXT}))
+    assert str(caught.value).startswith("the prompt without field 'description' is ")
+    assert f", and {FIXED_PART_FULL}: its fixed part (system prompt, examples" in str(caught.value)
+    assert str(caught.value).endswith(f"; {FIXED_PART_ADVICE}")
+
+
 @pytest.mark.parametrize(
     ("overrides", "listed", "message"),
     [
         ({}, None, "auto fits chunks to the server's context, which the server does not list"),
         ({"max_tokens": 1450}, 1500, "auto leaves no room for a chunk: a context of 1,500 tokens less"),
-        ({"chunking": {"max_chunk_tokens": 1490}}, 1500, "1,490 tokens of chunk and about"),
+        ({"chunking": {"max_chunk_tokens": 1490}}, 1500, "1,490 tokens of chunk and at least"),
     ],
 )
 async def test_chunks_that_cannot_fit_are_a_configuration_error(

@@ -241,8 +241,8 @@ async def test_the_other_fields_leaving_no_room_is_too_long_without_a_request(tm
             chunking={"field": "description"},
         )
     )
-    server = ScriptedServer([reader])
-    record = SourceRecord(9, {"title": "word " * 600, "description": DOCUMENT}, 1)
+    server = ScriptedServer([reader])  # no /tokenize: only the floor (one token a word) may refuse
+    record = SourceRecord(9, {"title": "word " * 900, "description": DOCUMENT}, 1)
     async with documents(spec, server) as extractor:
         outcome, emitted = await extract(extractor, record)
     assert server.bodies == [] and emitted == []

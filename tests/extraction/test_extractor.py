@@ -7,10 +7,10 @@ from pathlib import Path
 
 import orjson
 import pytest
-from httpx2 import Response
+from httpx2 import Request, Response
 
 from pipeline.errors import FailureClass, FatalRunError
-from pipeline.extraction.budget import estimated_tokens
+from pipeline.extraction.budget import FIXED_PART_ADVICE, FIXED_PART_FULL, estimated_tokens, fewest_tokens
 from pipeline.extraction.extractor import BudgetGrowth, Extractor
 from pipeline.extraction.outcomes import Extracted, Failed, Outcome
 from pipeline.extraction.prompt import PromptBuilder
@@ -404,7 +404,8 @@ async def test_a_400_naming_the_context_is_retried_once_with_a_budget_that_fits(
 async def test_a_400_saying_the_prompt_alone_does_not_fit_is_too_long_with_the_numbers(
     spec: JobSpec, make_harness: MakeHarness
 ) -> None:
-    """A server that lists no context and cannot count (no /tokenize): its 400 says what does not fit."""
+    """A server that lists no context and cannot count (no /tokenize): its 400 says what does not fit.
+    The record's fields are a few words: the rest, the part every record sends, fills the context."""
     message = (
         "This model's maximum context length is 1000 tokens. However, your prompt contains 1500 input "
         "tokens, which exceeds this limit even without any output tokens."
@@ -414,8 +415,10 @@ async def test_a_400_saying_the_prompt_alone_does_not_fit_is_too_long_with_the_n
     assert (outcome.failure_class, outcome.attempts) == (FailureClass.TOO_LONG, 1)
     assert outcome.message.startswith(
         "the prompt alone does not fit the context: 1500 tokens against a context of 1000 tokens (the "
-        "server's max_model_len); most of it is field 'title' (13 characters): enable chunking"
+        f"server's max_model_len), and {FIXED_PART_FULL}: its fixed part (system prompt, examples, "
+        "template: what every record sends) is about 14"
     )
+    assert outcome.message.endswith(FIXED_PART_ADVICE)
 
 
 async def test_a_400_without_the_prompts_count_is_counted_by_the_server_before_it_is_judged(
@@ -496,10 +499,12 @@ async def test_a_record_that_cannot_fit_is_never_sent(spec: JobSpec, make_harnes
 
 
 async def test_a_400_whose_own_numbers_fit_stays_permanent(spec: JobSpec, make_harness: MakeHarness) -> None:
-    """No smaller budget to try (as the simulator's context-length fault): the 400 is not about it."""
+    """No smaller budget to try: the server got a larger budget than was sent (a proxy in between that
+    raised max_tokens, as the simulator's context-length fault), so the 400 is not about the budget."""
     message = (
-        "This model's maximum context length is 1000 tokens. However, you requested 356 tokens "
-        "(100 in the messages, 256 in the completion)."
+        "This model's maximum context length is 1000 tokens. However, you requested 1100 tokens "
+        "(100 in the messages, 1000 in the completion). Please reduce the length of the messages or "
+        "completion."
     )
     outcome = await make_harness(spec, ScriptedServer([refused_for_context(message)])).extract()
     assert isinstance(outcome, Failed)
@@ -509,16 +514,117 @@ async def test_a_400_whose_own_numbers_fit_stays_permanent(spec: JobSpec, make_h
     )
 
 
+def answered_with_prompt(prompt_tokens: int) -> dict[str, object]:
+    return completion(orjson.dumps(GOOD_ITEM).decode(), prompt_tokens=prompt_tokens)
+
+
+def refused_past_the_context(prompt: int) -> Callable[[Request], Response]:
+    """vLLM's 400 for a prompt of ``prompt`` tokens and the budget asked for, past the context (before
+    vLLM cut the budget to fit itself)."""
+
+    def refuse(request: Request) -> Response:
+        budget = orjson.loads(request.content)["max_tokens"]
+        return refused_for_context(
+            f"This model's maximum context length is {CONTEXT} tokens. However, you requested "
+            f"{prompt + budget} tokens ({prompt} in the messages, {budget} in the completion). Please "
+            "reduce the length of the messages or completion."
+        )
+
+    return refuse
+
+
+async def test_behind_a_server_that_cannot_count_a_prompt_that_may_fit_is_sent(
+    spec: JobSpec, make_harness: MakeHarness
+) -> None:
+    """A proxy or a router without /tokenize: the estimate puts the prompt past the context, its floor
+    (one token a word) does not, so it may fit: it is sent, asking for what the floor leaves, and the
+    server's answer settles it."""
+    server = ScriptedServer([respond(answered_with_prompt(744))], max_model_len=CONTEXT)
+    harness = make_harness(spec, server)
+    messages = harness.prompts.request_for(LONG_RECORD.fields).messages
+    assert estimated_tokens(messages) > CONTEXT > fewest_tokens(messages)
+    outcome = await harness.extract(LONG_RECORD)
+    assert isinstance(outcome, Extracted) and outcome.attempts == 1
+    assert [body["max_tokens"] for body in server.bodies] == [min(256, CONTEXT - fewest_tokens(messages))]
+
+
+async def test_behind_a_server_that_cannot_count_its_400_gives_the_budget_that_fits(
+    spec: JobSpec, make_harness: MakeHarness
+) -> None:
+    """Sent on its floor, the request asks for more than the context leaves; the server's 400 names the
+    prompt's tokens (900), and the retry asks for what they leave."""
+    server = ScriptedServer(
+        [refused_past_the_context(900), respond(answered_with_prompt(900))], max_model_len=CONTEXT
+    )
+    harness = make_harness(spec, server)
+    floor = fewest_tokens(harness.prompts.request_for(LONG_RECORD.fields).messages)
+    outcome = await harness.extract(LONG_RECORD)
+    assert isinstance(outcome, Extracted) and outcome.attempts == 2
+    assert [body["max_tokens"] for body in server.bodies] == [CONTEXT - floor, CONTEXT - 900]
+
+
+async def test_behind_a_server_that_cannot_count_its_400_says_when_the_prompt_alone_is_over(
+    spec: JobSpec, make_harness: MakeHarness
+) -> None:
+    server = ScriptedServer([refused_past_the_context(1200)], max_model_len=CONTEXT)
+    outcome = await make_harness(spec, server).extract(LONG_RECORD)
+    assert isinstance(outcome, Failed)
+    assert (outcome.failure_class, outcome.attempts) == (FailureClass.TOO_LONG, 1)
+    assert outcome.message.startswith(
+        "the prompt alone does not fit the context: 1200 tokens against a context of 1000 tokens (the "
+        "server's max_model_len); most of it is field 'description' (3,250 characters): enable chunking"
+    )
+
+
+async def test_a_prompt_whose_floor_is_past_the_context_is_never_sent(
+    spec: JobSpec, make_harness: MakeHarness
+) -> None:
+    server = ScriptedServer([respond(good_completion())], max_model_len=CONTEXT)
+    harness = make_harness(spec, server)
+    huge = SourceRecord(10, {"title": "Huge", "description": "word " * CONTEXT})
+    floor = fewest_tokens(harness.prompts.request_for(huge.fields).messages)
+    outcome = await harness.extract(huge)
+    assert isinstance(outcome, Failed) and server.bodies == []
+    assert (outcome.failure_class, outcome.attempts) == (FailureClass.TOO_LONG, 0)
+    assert floor > CONTEXT and outcome.message.startswith(
+        f"the prompt alone does not fit the context: at least {floor} tokens (one a word) against a "
+        "context of 1000 tokens"
+    )
+
+
+async def test_a_fixed_part_that_leaves_no_room_is_too_long_saying_chunking_cannot_help(
+    tmp_path: Path, make_harness: MakeHarness
+) -> None:
+    """The system prompt alone is about the context: no record fits, and no chunk of one would."""
+    long_system = load_job(write_job(tmp_path, prompt={"system": "Extract the posting, carefully. " * 150}))
+    server = ScriptedServer(
+        [respond(good_completion())], max_model_len=CONTEXT, count_tokens=lambda messages: 1050
+    )
+    outcome = await make_harness(long_system, server).extract()
+    assert isinstance(outcome, Failed) and outcome.failure_class is FailureClass.TOO_LONG
+    assert server.bodies == []
+    assert outcome.message.startswith(
+        "the prompt alone does not fit the context: 1050 tokens against a context of 1000 tokens (the "
+        f"server's max_model_len), and {FIXED_PART_FULL}: its fixed part (system prompt, examples, "
+        "template: what every record sends) is about "
+    )
+    assert outcome.message.endswith(FIXED_PART_ADVICE)
+
+
 Seen = list[tuple[int, int, int]]
 
 
 @asynccontextmanager
-async def small_context_sim(context: int, *, counts: bool = True) -> AsyncIterator[tuple[str, Seen]]:
+async def small_context_sim(
+    context: int, *, counts: bool = True, lists: bool | None = None
+) -> AsyncIterator[tuple[str, Seen]]:
     """`pipeline sim --max-model-len CONTEXT` on 127.0.0.1, and every chat request it got: the prompt
-    as it counts it, the max_tokens asked for, and its status. ``counts`` false: a server that neither
-    lists its context nor counts tokens (``--no-list-context --no-tokenize``)."""
+    as it counts it, the max_tokens asked for, and its status. ``counts`` false: a server that cannot
+    count tokens (``--no-tokenize``), and unless ``lists``, does not list its context either
+    (``--no-list-context``)."""
+    lists = counts if lists is None else lists
     sim = SimServer(
-        SimConfig(model="test-model", max_model_len=context, seed=3, list_context=counts, tokenize=counts)
+        SimConfig(model="test-model", max_model_len=context, seed=3, list_context=lists, tokenize=counts)
     )
     seen: Seen = []
 
@@ -535,18 +641,25 @@ async def small_context_sim(context: int, *, counts: bool = True) -> AsyncIterat
 
 
 async def extract_at_the_simulator(
-    spec: JobSpec, context: int, effort: str, *, counts: bool = True
+    spec: JobSpec,
+    context: int,
+    effort: str,
+    *,
+    counts: bool = True,
+    lists: bool | None = None,
+    sizes: range = range(5),
 ) -> tuple[list[Outcome], Seen]:
-    """Five small records and one whose prompt alone is five times the context, one by one, with
-    max_tokens far past the context."""
-    records = [SourceRecord(i, {"title": f"Job {i}", "description": "We need SQL. " * i}) for i in range(5)]
+    """Records of ``sizes`` sentences and one whose prompt alone is five times the context, one by
+    one, with max_tokens far past the context."""
+    records = [SourceRecord(i, {"title": f"Job {i}", "description": "We need SQL. " * i}) for i in sizes]
     records.append(SourceRecord(99, {"title": "Huge", "description": "word " * context * 4}))
-    async with small_context_sim(context, counts=counts) as (url, seen):
+    async with small_context_sim(context, counts=counts, lists=lists) as (url, seen):
         job = spec.with_overrides(base_url=url, max_tokens=4096, reasoning_effort=effort)
         endpoint = endpoint_for(job)
         try:
             await endpoint.client.check_server()
-            assert endpoint.context_length == (context if counts else None)  # from its /v1/models
+            listed = counts if lists is None else lists
+            assert endpoint.context_length == (context if listed else None)  # from its /v1/models
             async with running_router([endpoint]) as router:
                 extractor = Extractor(
                     router,
@@ -590,9 +703,31 @@ async def test_a_server_that_neither_lists_nor_counts_learns_the_context_from_it
     `too_long` without being sent."""
     (*normal, huge), seen = await extract_at_the_simulator(spec, 700, "low", counts=False)
     assert isinstance(huge, Failed) and huge.failure_class is FailureClass.TOO_LONG and huge.attempts == 0
-    assert huge.message.startswith("the prompt alone does not fit the context: about ")
-    assert "tokens (estimated) against a context of 700 tokens" in huge.message
+    assert huge.message.startswith("the prompt alone does not fit the context: at least ")
+    assert "tokens (one a word) against a context of 700 tokens" in huge.message
     assert all(isinstance(outcome, Extracted) for outcome in normal)
     statuses = [status for _, _, status in seen]
     assert statuses[0] == 400 and statuses.count(400) == 1
     assert all(prompt + budget <= 700 for prompt, budget, status in seen if status == 200)
+
+
+async def test_behind_a_server_without_tokenize_records_that_fit_are_done(spec: JobSpec) -> None:
+    """Issue 22's proxy: the server lists its context but cannot count (``sim --no-tokenize``). These
+    records' estimates are past the context of 700, their prompts as the server counts them are not:
+    each is sent on its floor, refused with its count, and done with the budget that fits; the huge
+    one, whose floor alone is past the context, is never sent."""
+    sizes = range(120, 140, 5)
+    (*normal, huge), seen = await extract_at_the_simulator(
+        spec, 700, "low", counts=False, lists=True, sizes=sizes
+    )
+    job = PromptBuilder(spec)
+    prompts = [
+        job.request_for({"title": f"Job {i}", "description": "We need SQL. " * i}).messages for i in sizes
+    ]
+    assert all(
+        estimated_tokens(messages) > 700 > sim_prompt_tokens([*map(dict, messages)]) for messages in prompts
+    )
+    assert all(isinstance(outcome, Extracted) and outcome.attempts == 2 for outcome in normal)
+    assert [status for _, _, status in seen] == [400, 200] * len(sizes)
+    assert all(prompt + budget == 700 for prompt, budget, status in seen if status == 200)
+    assert isinstance(huge, Failed) and huge.failure_class is FailureClass.TOO_LONG and huge.attempts == 0

@@ -97,9 +97,15 @@ def test_cli_prints_classes_examples_and_the_retry_command(tmp_path: Path) -> No
 
 
 def test_too_long_failures_say_what_to_do(tmp_path: Path) -> None:
-    """Records whose prompt alone is past a context of 20 tokens (the job's max_model_len; the server
-    cannot count): never sent, and `failures` says how to make them fit, then how to retry them."""
-    spec = make_job(tmp_path, records=2, max_model_len=20)
+    """Records whose prompt alone is past a context of 300 tokens (the job's max_model_len; the server
+    cannot count), by their floor of one token a word: never sent, and `failures` says how to make
+    them fit, then how to retry them."""
+    spec = make_job(tmp_path, records=0, max_model_len=300)
+    with duckdb.connect(str(spec.database)) as connection:
+        connection.execute(
+            "CREATE TABLE postings AS SELECT i AS id, 'Title ' || i AS title, repeat('word ', 400) AS description "
+            "FROM range(2) t(i)"
+        )
     summary = run_scripted(spec)
     assert summary.failed == 2 and summary.requests == 0
     code, out, _ = failures_cli(str(spec.source_file), "--class", "too_long")
@@ -111,9 +117,27 @@ def test_too_long_failures_say_what_to_do(tmp_path: Path) -> None:
         "message names with `chunking: {field: NAME}` in the job, raise the context (the server's "
         "--max-model-len), or shorten the field; then retry them (`--retry-failed --class too_long`)",
     ]
-    assert "against a context of 20 tokens (the server's max_model_len); most of it is field " in out
+    assert "against a context of 300 tokens (the server's max_model_len); most of it is field " in out
     code, out, _ = failures_cli(str(spec.source_file), "--json")
     assert orjson.loads(out)["classes"][0]["advice"].startswith("not sent: the prompt does not fit")
+
+
+def test_too_long_failures_of_a_fixed_part_that_leaves_no_room_say_chunking_cannot_help(
+    tmp_path: Path,
+) -> None:
+    """A context of 20 tokens: the system prompt alone fills it, so no chunk of a record would fit."""
+    spec = make_job(tmp_path, records=2, max_model_len=20)
+    summary = run_scripted(spec)
+    assert summary.failed == 2 and summary.requests == 0
+    code, out, _ = failures_cli(str(spec.source_file), "--class", "too_long")
+    assert code == 0
+    assert out.splitlines()[3] == (
+        "  what to do: not sent: the fixed part of the prompt (system prompt, examples, template), sent "
+        "with every record, leaves no room for one, so chunking cannot help: shorten the system prompt or "
+        "the examples, or use a larger context (the server's --max-model-len); then retry them "
+        "(`--retry-failed --class too_long`)"
+    )
+    assert "against a context of 20 tokens (the server's max_model_len), and chunking cannot help" in out
 
 
 def test_cli_retry_command_keeps_the_database_override(tmp_path: Path) -> None:
