@@ -149,7 +149,7 @@ def comparison(*, rerun: bool) -> dict[str, Any]:
         "records": 8,
         "fields": fields,
         "micro": {"f1": 0.9474, "f1_ci": [0.8817, 0.9897]},
-        "macro": {"score": 0.8266, "score_ci": None},
+        "macro": {"score": 0.8266, "score_ci": None, "score_ci_note": "sample too small"},
         "intervals": "95% intervals: percentile bootstrap over records, 1,000 resamples, seed 0",
         "noise": {"rerun": "base~rerun", "records": 7, "beyond_noise": ["seniority"]} if rerun else None,
         "noise_hint": "noise floor: not measured (base~rerun has no results). Run `pipeline run job.yaml "
@@ -442,7 +442,7 @@ def test_compare_page_shows_the_numbers_compare_prints_then_the_records(browser:
         ],
         ["seniority", "choice", "8", "0.750", interval("0.500", "1.000"), "", "", *seniority_noise, "yes"],
         ["micro f1", "", "8", "0.947", interval("0.882", "0.990"), "", "", "", "", ""],
-        ["macro", "", "8", "0.827", "-", "", "", "", "", ""],
+        ["macro", "", "8", "0.827", "sample too small", "", "", "", "", ""],  # an interval of no width
     ]
     assert "beyond" in agreement.find("tr", data_path="seniority").classes
     assert [note.text for note in section.find_all("p", cls="noise-note")] == [
