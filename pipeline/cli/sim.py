@@ -65,7 +65,9 @@ HangFault = Annotated[float, _fault("no answer at all: only the client's timeout
 InvalidJsonFault = Annotated[float, _fault("an answer that is not valid JSON")]
 SchemaInvalidFault = Annotated[float, _fault("valid JSON that breaks the requested schema")]
 LengthFault = Annotated[float, _fault('an answer cut short, finish_reason "length"')]
-ContextLengthFault = Annotated[float, _fault("vLLM's 400: the prompt does not fit the context")]
+ContextLengthFault = Annotated[
+    float, _fault("vLLM's 400 for a request past the context, as if a proxy set max_tokens to all of it")
+]
 RejectFormatOption = Annotated[
     bool, typer.Option(help="Answer a request with response_format with HTTP 400, as a server without it.")
 ]

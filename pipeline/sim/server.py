@@ -44,7 +44,9 @@ class Faults:
     invalid_json: float = 0.0
     schema_invalid: float = 0.0
     length: float = 0.0  # the answer is cut short: finish_reason "length"
-    context_length: float = 0.0  # 400: the prompt does not fit the context
+    # 400 for a request past the context, as behind a proxy that sends the whole context as max_tokens:
+    # the real context, the prompt as counted, and that budget (never a request that fits refused)
+    context_length: float = 0.0
 
     def items(self) -> list[tuple[str, float]]:
         return [(name, getattr(self, name)) for name in self.__slots__]
@@ -252,7 +254,9 @@ class SimServer:
         self.metrics.max_messages = max(self.metrics.max_messages, len(messages))
         max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 1024)
         fault = self._draw_fault()
-        if fault == "context_length" or prompt + max_tokens > self.config.max_model_len:
+        if fault == "context_length":
+            max_tokens = self.config.max_model_len  # what the proxy in between asked for
+        if prompt + max_tokens > self.config.max_model_len:
             return self._context_error(prompt, max_tokens)
         failure = await self._failure(fault)
         if failure is not None:

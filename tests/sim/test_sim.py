@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import functools
 import random
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -15,6 +16,7 @@ from pipeline.extraction.parse import loop_reask_request, reask_request
 from pipeline.extraction.prompt import response_format_for
 from pipeline.servers.client import ChatRequest
 from pipeline.sim import Faults, SimConfig, SimServer
+from pipeline.sim.answers import prompt_tokens
 from pipeline.sim.http import HttpRequest, serve
 from pipeline.sim.instances import InstanceGenerator
 from schemas.linkedin import JobPosting
@@ -131,6 +133,28 @@ async def test_a_server_that_neither_lists_its_context_nor_counts_tokens() -> No
         assert (await client.post("/tokenize", json={"prompt": "x"})).status_code == 404
         too_long = await client.post("/v1/chat/completions", json=chat(max_tokens=2000))
         assert "maximum context length is 1000 tokens" in too_long.json()["error"]["message"]
+
+
+async def test_the_context_length_fault_is_a_request_really_past_the_real_context() -> None:
+    """vLLM's 400 with consistent numbers: the server's real context, the prompt as it counts it, and a
+    budget that with it is past the context (the budget a proxy in between sent: the whole context)."""
+    server, url, sim = await start(
+        SimConfig(model="m", max_model_len=4096, faults=Faults(context_length=1.0))
+    )
+    body = chat(max_tokens=100)
+    async with server, httpx2.AsyncClient(base_url=url) as client:
+        refused = await client.post("/v1/chat/completions", json=body)
+    words = re.fullmatch(
+        r"This model's maximum context length is (\d+) tokens\. However, you requested (\d+) tokens "
+        r"\((\d+) in the messages, (\d+) in the completion\)\. Please reduce the length of the messages "
+        r"or completion\.",
+        refused.json()["error"]["message"],
+    )
+    assert refused.status_code == 400 and words is not None
+    context, requested, prompt, budget = map(int, words.groups())
+    assert context == 4096 and prompt == prompt_tokens(body["messages"])
+    assert requested == prompt + budget > context
+    assert sim.metrics.context_rejections == 1 and sim.metrics.faults == {"context_length": 1}
 
 
 @pytest.mark.parametrize(
