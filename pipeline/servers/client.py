@@ -34,6 +34,7 @@ from pipeline.errors import (
     TransientError,
 )
 from pipeline.servers.config import api_path_hint
+from pipeline.servers.lookup import look_up_host
 from pipeline.servers.replies import Reply as Reply
 from pipeline.servers.replies import parse_completion_body, served_models, token_count, tokenize_url
 
@@ -246,6 +247,7 @@ class LLMClient:
         url = self.settings.base_url
         try:
             with anyio.fail_after(self.settings.preflight_timeout_s):
+                await look_up_host(url)  # abandoned at the timeout, it holds up no exit
                 raw = await self._openai.models.with_raw_response.list()
         except TimeoutError as exc:
             raise EndpointUnreachableError(

@@ -2,6 +2,9 @@ from __future__ import annotations
 
 import contextlib
 import re
+import socket
+import threading
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -460,6 +463,38 @@ async def test_check_server_fails_fast_on_a_real_socket_that_accepts_and_never_a
                     await client.check_server()
                 assert anyio.current_time() - started < 3
             group.cancel_scope.cancel()
+
+
+def test_the_preflight_takes_what_it_says_when_the_name_lookup_never_answers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A DNS server that does not answer (a host name over a VPN that is down): the preflight gives up
+    at its timeout, and the lookup it leaves running holds neither the event loop's end nor the
+    process's exit (asyncio's own lookups run in threads that both wait for: 22 s where 10 were said)."""
+    answer = threading.Event()
+    real_lookup = socket.getaddrinfo
+
+    def lookup(host: object, *args: Any, **kwargs: Any) -> Any:
+        if host == "gpu-box.invalid":
+            answer.wait(20)
+            raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+        return real_lookup(host, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(socket, "getaddrinfo", lookup)
+
+    async def preflight() -> None:
+        client = LLMClient(settings(base_url="http://gpu-box.invalid:8000/v1", preflight_timeout_s=0.3))
+        async with client:
+            with pytest.raises(EndpointUnreachableError, match="did not answer within 0.3 s"):
+                await client.check_server()
+
+    started = time.monotonic()
+    try:
+        anyio.run(preflight)  # the whole event loop, its end included, as a command runs it
+        took = time.monotonic() - started
+    finally:
+        answer.set()
+    assert took < 3
 
 
 async def _hold_silently(stream: anyio.abc.SocketStream) -> None:
