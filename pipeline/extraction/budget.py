@@ -22,7 +22,7 @@ count, or its floor, puts past the context is :class:`TooLongError` (class ``too
 sent. Without a server count (a proxy or a router without ``/tokenize``), a prompt the estimate puts
 past the context but its floor does not is sent with what the floor leaves: the server's answer then
 says (its 400 names the prompt's tokens: retried once with the budget that fits, or ``too_long`` when
-the prompt alone does not fit; vLLM from 0.12 cuts the budget itself).
+the prompt alone does not fit; newer vLLM, as the bundled 0.32, cuts the budget itself).
 """
 
 from __future__ import annotations
