@@ -421,6 +421,29 @@ async def test_a_400_saying_the_prompt_alone_does_not_fit_is_too_long_with_the_n
     assert outcome.message.endswith(FIXED_PART_ADVICE)
 
 
+@pytest.mark.parametrize(
+    "message",
+    [
+        "This model's maximum context length is 1000 tokens. However, your prompt contains at least 1001 "
+        "input tokens, which exceeds this limit even without any output tokens.",
+        "This model's maximum context length is 1000 tokens. However, your prompt contains 90000 characters "
+        "(more than 64000 characters, which is the upper bound for 1000 input tokens).",
+    ],
+)
+async def test_a_400_saying_the_prompt_is_past_the_context_without_its_count_is_too_long(
+    spec: JobSpec, make_harness: MakeHarness, message: str
+) -> None:
+    """vLLM 0.32 counts a prompt only up to one token past the context, or refuses it on its characters
+    alone: the prompt is at least one token past the context, whatever the estimate says."""
+    outcome = await make_harness(spec, ScriptedServer([refused_for_context(message)])).extract(LONG_RECORD)
+    assert isinstance(outcome, Failed)
+    assert (outcome.failure_class, outcome.attempts) == (FailureClass.TOO_LONG, 1)
+    assert outcome.message.startswith(
+        "the prompt alone does not fit the context: at least 1001 tokens (the server's count) against a "
+        "context of 1000 tokens"
+    )
+
+
 async def test_a_400_without_the_prompts_count_is_counted_by_the_server_before_it_is_judged(
     spec: JobSpec, make_harness: MakeHarness
 ) -> None:
