@@ -129,9 +129,8 @@ def eval_command(
 
     Also: how many grounded values were found in the record text, and every gold record without a result (failed, with its class; not extracted yet; not in the source). With --variants A,B: whether B is better than A, per field. The exit code is 0 whatever the scores.
     """  # noqa: E501  (Typer keeps a docstring's line breaks: one paragraph, one line)
-    if variants is not None and (variant is not None or html is not None):
-        error = ConfigError("--variants compares two variants: give it without --variant and --html")
-        raise fail(error, EXIT_CONFIG)
+    if variants is not None and variant is not None:
+        raise fail(ConfigError("--variants compares two variants: give it without --variant"), EXIT_CONFIG)
     spec = load_job_or_exit(job, database, variant)
     settings = read_or_exit(
         lambda: EvalSettings(
@@ -144,7 +143,7 @@ def eval_command(
         )
     )
     if variants is not None:
-        _eval_pair(spec, gold, variants, settings, as_json)
+        _eval_pair(spec, gold, variants, settings, as_json, html)
         return
     report = read_or_exit(lambda: evaluate(spec, gold, settings))
     say_read_copy(report.read_copy)
@@ -152,11 +151,14 @@ def eval_command(
     _write_page(report.review, html, to_stderr=as_json)
 
 
-def _eval_pair(spec: JobSpec, gold: Path, variants: str, settings: EvalSettings, as_json: bool) -> None:
+def _eval_pair(
+    spec: JobSpec, gold: Path, variants: str, settings: EvalSettings, as_json: bool, html: Path | None
+) -> None:
     names = read_or_exit(lambda: _variant_names(spec, variants, least=2))
     pair = read_or_exit(lambda: evaluate_pair(spec, gold, names, settings))
     say_read_copy(pair.a.read_copy)
     typer.echo(_json(pair.to_json()) if as_json else format_paired_eval(pair))
+    _write_page(pair.review, html, to_stderr=as_json)
 
 
 def _json(data: dict[str, Any]) -> str:

@@ -25,9 +25,12 @@ from pipeline.quality.scores import (
     COLUMNS,
     LIST_KINDS,
     REFERENCE,
+    TOO_SMALL,
     TP,
     AgreementReport,
     Interval,
+    has_spread,
+    interval_json,
 )
 
 if TYPE_CHECKING:
@@ -161,21 +164,31 @@ class Difference:
         return {
             "metric": self.metric,
             "value": self.value,
-            "ci": list(self.ci) if self.ci else None,
+            **(interval_json("ci", self.ci) if self.ci else {"ci": None}),
             "verdict": str(self.verdict),
             "records": self.records,
             "records_needed": self.records_needed,
             "level": self.level,
         }
 
+    def interval_text(self) -> str:
+        """`` [-0.010, +0.050]``, `` [sample too small]``, or nothing without an interval."""
+        if self.ci is None:
+            return ""
+        return f" [{self.ci[0]:+.3f}, {self.ci[1]:+.3f}]" if has_spread(self.ci) else f" [{TOO_SMALL}]"
+
     def describe(self) -> str:
         if self.value is None:
             return "not scored"
-        ci = f" [{self.ci[0]:+.3f}, {self.ci[1]:+.3f}]" if self.ci else ""
         needed = ""
         if self.verdict is Verdict.NONE and self.records_needed:
             needed = f"; ~{self.records_needed:,} records would detect a difference this size"
-        return f"{self.value:+.3f}{ci} {self.verdict}{needed}"
+        return f"{self.value:+.3f}{self.interval_text()} {self.verdict}{needed}"
+
+
+#: Differences are shown to 3 decimals: one smaller than half the last digit shows as ±0.000, and how
+#: many records would detect it is not worth saying.
+SHOWN_ZERO = 0.0005
 
 
 #: How the interval of a paired difference is made, in words (reports print it).
@@ -208,8 +221,11 @@ def difference(
     z = two_sided_z(level)
     # Scores are shares (0..1), so their difference is within ±1 whatever the normal tails say.
     ci = (max(-1.0, value - z * standard_error), min(1.0, value + z * standard_error))
+    if not has_spread(ci):  # every resample the same: no evidence either way
+        return Difference(metric, value, ci, Verdict.NONE, records, None, level)
     verdict = Verdict.BETTER if ci[0] > 0 else Verdict.WORSE if ci[1] < 0 else Verdict.NONE
-    needed = records_to_detect(records, value, standard_error, z)
+    shown = abs(value) >= SHOWN_ZERO
+    needed = records_to_detect(records, value, standard_error, z) if shown else None
     return Difference(metric, value, ci, verdict, records, needed, level)
 
 

@@ -17,6 +17,23 @@ LIST_KINDS = frozenset({FieldKind.LIST, FieldKind.OBJECT_LIST})
 
 #: A confidence interval: (low, high).
 Interval = tuple[float, float]
+#: What a report shows for an interval of no width: every resample gave the same score (one record, or
+#: every record scored alike: a perfect or a zero score). That is not certainty; the sample is too small
+#: for the bootstrap to say how much the score depends on it.
+TOO_SMALL = "sample too small"
+
+
+def has_spread(interval: Interval) -> bool:
+    """Whether an interval says something: its resamples did not all give the same score."""
+    return interval[1] > interval[0]
+
+
+def interval_json(name: str, interval: Interval) -> dict[str, Any]:
+    """``{name: [low, high]}``; for one of no width ``{name: None, name_note: TOO_SMALL}``."""
+    if has_spread(interval):
+        return {name: list(interval)}
+    return {name: None, f"{name}_note": TOO_SMALL}
+
 
 #: The per-record columns of one scored path, in this order: whether the reference gives the field,
 #: the matched items (a scalar: 1 or 0), the reference's and the candidate's items (a scalar: 1 each),
@@ -103,7 +120,7 @@ class AgreementReport:
             "micro": _with_ci(_scores_json(self.micro), self.micro_ci)
             | {"tp": self.true_positives, "fp": self.false_positives, "fn": self.false_negatives},
             "macro": {"score": self.macro, "fields": self.macro_fields}
-            | ({"score_ci": list(self.macro_ci)} if self.macro_ci else {}),
+            | (interval_json("score_ci", self.macro_ci) if self.macro_ci else {}),
             "intervals": self.intervals,
             "missing": {
                 "reference_only": list(self.only_in_reference),
@@ -129,7 +146,7 @@ def _with_ci(scores: dict[str, Any], intervals: Mapping[str, Interval], prefix: 
         out[name] = value
         interval = intervals.get(prefix + name)
         if interval is not None:
-            out[f"{name}_ci"] = list(interval)
+            out |= interval_json(f"{name}_ci", interval)
     return out
 
 
@@ -181,7 +198,9 @@ _TABLE_INTERVALS = {False: ("accuracy", "exact"), True: ("precision", "recall", 
 
 
 def _interval(interval: Interval | None) -> str:
-    return "" if interval is None else f"{_number(interval[0])}-{_number(interval[1])}"
+    if interval is None:
+        return ""
+    return f"{_number(interval[0])}-{_number(interval[1])}" if has_spread(interval) else TOO_SMALL
 
 
 def _interval_row(score: FieldScore) -> tuple[str, ...]:
@@ -214,7 +233,21 @@ def _micro_line(report: AgreementReport) -> str:
 def _bootstrap_line(report: AgreementReport) -> list[str]:
     if report.intervals is None:
         return []
-    return [f"{report.intervals} (the row under a field's scores; [low-high])"]
+    why = f"; {TOO_SMALL}: {NO_SPREAD}" if some_without_spread(report) else ""
+    return [f"{report.intervals} (the row under a field's scores; [low-high]{why})"]
+
+
+NO_SPREAD = "every resample gave the same score, as one record or a perfect score does"
+
+
+def some_without_spread(report: AgreementReport) -> bool:
+    """Whether some interval of the report has no width (:data:`TOO_SMALL`)."""
+    intervals = [
+        *(interval for score in report.fields for interval in score.ci.values()),
+        *report.micro_ci.values(),
+        *([report.macro_ci] if report.macro_ci else []),
+    ]
+    return not all(has_spread(interval) for interval in intervals)
 
 
 def format_table(report: AgreementReport) -> str:

@@ -26,6 +26,7 @@ from pipeline.quality import (
 from pipeline.quality.bootstrap import Bootstrap
 from pipeline.quality.intervals import with_intervals
 from pipeline.quality.review_page import ReviewPage, ScoreRow, VariantView
+from pipeline.quality.scores import NO_SPREAD, TOO_SMALL, Interval, has_spread, some_without_spread
 from pipeline.reports.reading import (
     JobOutput,
     Sample,
@@ -181,6 +182,7 @@ def _review(
         f"of {spec.variant}",
         f"disagreement: 1 - the mean field agreement of {spec.variant} with the gold, over the fields "
         "each gold record gives",
+        *interval_notes(agreement),
         *builder.note(),
     ]
     records = review_records(texts, views, agreement)
@@ -197,12 +199,24 @@ def score_rows(agreement: AgreementReport) -> list[ScoreRow]:
             else {"accuracy": score.accuracy}
         )
         for name, value in values.items():
-            rows.append(ScoreRow(score.path, name, value, score.ci.get(name), score.scored))
+            rows.append(ScoreRow(score.path, name, value, page_interval(score.ci.get(name)), score.scored))
     micro_f1 = agreement.micro.f1 if agreement.micro else None
-    scored = agreement.records_scored
-    rows.append(ScoreRow("overall", "micro f1", micro_f1, agreement.micro_ci.get("f1"), scored))
-    rows.append(ScoreRow("overall", "macro", agreement.macro, agreement.macro_ci, scored))
+    micro_ci, scored = page_interval(agreement.micro_ci.get("f1")), agreement.records_scored
+    rows.append(ScoreRow("overall", "micro f1", micro_f1, micro_ci, scored))
+    rows.append(ScoreRow("overall", "macro", agreement.macro, page_interval(agreement.macro_ci), scored))
     return rows
+
+
+def interval_notes(agreement: AgreementReport) -> list[str]:
+    """Why the page shows a score without an interval, when it does."""
+    if not some_without_spread(agreement):
+        return []
+    return [f"a score without an interval: {TOO_SMALL} ({NO_SPREAD})"]
+
+
+def page_interval(interval: Interval | None) -> Interval | None:
+    """An interval the page shows; one of no width is none (the page's note says why)."""
+    return interval if interval is not None and has_spread(interval) else None
 
 
 def format_eval(report: EvalReport) -> str:

@@ -18,6 +18,7 @@ from pipeline.job.spec import JobSpec
 from pipeline.job.variants import rerun_name
 from pipeline.quality.bootstrap import Bootstrap
 from pipeline.quality.intervals import NoiseFloor, noise_floor
+from pipeline.quality.scores import TOO_SMALL, has_spread, interval_json
 from pipeline.reports.reading import Sample, StoredResult
 from pipeline.reports.review import variant_agreement
 
@@ -35,7 +36,11 @@ class NoiseReport:
             return {}
         return {
             "noise_agreement": floor.noise_agreement,
-            "noise_agreement_ci": list(floor.noise_agreement_ci) if floor.noise_agreement_ci else None,
+            **(
+                interval_json("noise_agreement_ci", floor.noise_agreement_ci)
+                if floor.noise_agreement_ci
+                else {"noise_agreement_ci": None}
+            ),
             "noise_gap": floor.gap.to_json(),
             "beyond_noise": floor.beyond_noise,
         }
@@ -78,7 +83,7 @@ def noise_lines(noise: NoiseReport | None, hint: str) -> list[str]:
                 path,
                 _number(floor.agreement),
                 _number(floor.noise_agreement) + _interval(floor.noise_agreement_ci),
-                "-" if floor.gap.value is None else f"{floor.gap.value:+.3f}{_interval(floor.gap.ci, '+')}",
+                "-" if floor.gap.value is None else f"{floor.gap.value:+.3f}{floor.gap.interval_text()}",
                 "yes" if floor.beyond_noise else "no",
             )
         )
@@ -102,10 +107,10 @@ def _number(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
-def _interval(interval: tuple[float, float] | None, sign: str = "") -> str:
+def _interval(interval: tuple[float, float] | None) -> str:
     if interval is None:
         return ""
-    return f" [{interval[0]:{sign}.3f}, {interval[1]:{sign}.3f}]"
+    return f" [{interval[0]:.3f}, {interval[1]:.3f}]" if has_spread(interval) else f" [{TOO_SMALL}]"
 
 
 def noise_floor_hint(

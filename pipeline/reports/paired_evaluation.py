@@ -11,23 +11,35 @@ it. The overall micro F1 gets the same.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pipeline.job.spec import JobSpec
-from pipeline.quality import read_gold
+from pipeline.quality import grounded_paths, read_gold
 from pipeline.quality.intervals import Difference, PairedComparison, Verdict, paired_differences
+from pipeline.quality.review_page import ReviewPage, ScoreRow
+from pipeline.quality.scores import NO_SPREAD, TOO_SMALL, Interval, has_spread, some_without_spread
 from pipeline.reports.evaluation import (
     EvalReport,
     EvalSettings,
     eval_report,
     find_in_gold,
     gold_in_sample,
+    interval_notes,
     measure_against_gold,
+    page_interval,
 )
-from pipeline.reports.reading import open_output
+from pipeline.reports.reading import StoredResult, keys_scope, open_output
+from pipeline.reports.review import (
+    DISAGREEMENT_NOTE,
+    ViewBuilder,
+    page,
+    prompt_fields,
+    review_records,
+    variant_agreement,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +47,7 @@ class PairedEvalReport:
     a: EvalReport  # scored over the gold records both variants have a result for
     b: EvalReport
     comparison: PairedComparison
+    review: ReviewPage | None = None  # A beside B on those records, with both scores and B - A
 
     @property
     def records(self) -> int:
@@ -88,8 +101,9 @@ def evaluate_pair(
             output.require_results(name)
         gold = gold_in_sample(output, spec, gold, settings.sample)
         found = [find_in_gold(output, name, gold) for name in variants]
+        both = {key: value for key, value in gold.records.items() if all(key in f.results for f in found)}
+        texts = output.texts(keys_scope(both), prompt_fields(spec, variants)) if settings.review else {}
         read_copy = output.read_copy
-    both = {key: value for key, value in gold.records.items() if all(key in f.results for f in found)}
     reports = [
         dataclasses.replace(
             eval_report(one, gold, one_found, measure_against_gold(one, both, one_found, settings)),
@@ -98,7 +112,71 @@ def evaluate_pair(
         for one, one_found in zip(specs, found, strict=True)
     ]
     comparison = paired_differences(reports[0].agreement, reports[1].agreement, settings.bootstrap)
-    return PairedEvalReport(reports[0], reports[1], comparison)
+    pair = PairedEvalReport(reports[0], reports[1], comparison)
+    if not settings.review:
+        return pair
+    results = [{key: f.results[key] for key in both} for f in found]
+    return dataclasses.replace(pair, review=_pair_page(spec, pair, results, texts))
+
+
+def _pair_page(
+    spec: JobSpec,
+    pair: PairedEvalReport,
+    results: Sequence[Mapping[str, StoredResult]],
+    texts: Mapping[str, Mapping[str, str]],
+) -> ReviewPage:
+    """A beside B on the gold records both have a result for, where they differ marked, with each
+    one's scores against the gold and B - A above the records."""
+    names = (pair.a.variant, pair.b.variant)
+    builder = ViewBuilder(grounded_paths(spec.schema_class))
+    shown = {key: value for key, value in texts.items() if key in results[0]}
+    views = {name: builder.views(found, {}, shown) for name, found in zip(names, results, strict=True)}
+    notes = [
+        f"gold file {pair.a.gold.path}: {len(pair.a.gold.records):,} records, {pair.records:,} of them with "
+        f"a result of both {names[0]} and {names[1]}: each variant's scores against the gold and B - A "
+        f"are above; `pipeline eval --variant {names[0]} --html` shows the gold beside one variant",
+        DISAGREEMENT_NOTE.format(a=names[0], b=names[1]),
+        pair.comparison.rule,
+        *interval_notes(pair.a.agreement),
+        *builder.note(),
+    ]
+    agreement = variant_agreement(spec, results[0], results[1])
+    records = review_records(shown, views, agreement)
+    return page(spec, names, records, notes, _pair_score_rows(pair), pair.a.read_copy)
+
+
+def _pair_score_rows(pair: PairedEvalReport) -> list[ScoreRow]:
+    """Per field and overall: A's score, B's, and B - A with its interval and verdict."""
+    a, b = pair.a.agreement, pair.b.agreement
+    rows = []
+    for score_a, score_b in zip(a.fields, b.fields, strict=True):
+        sides = [(side.agreement, side.ci.get("agreement"), side.scored) for side in (score_a, score_b)]
+        path = score_a.path
+        rows += _score_rows(pair, path, score_a.headline_metric, sides, pair.comparison.fields[path])
+    sides = [
+        (side.micro.f1 if side.micro else None, side.micro_ci.get("f1"), side.records_scored)
+        for side in (a, b)
+    ]
+    return rows + _score_rows(pair, "overall", "micro f1", sides, pair.comparison.micro_f1)
+
+
+def _score_rows(
+    pair: PairedEvalReport,
+    path: str,
+    metric: str,
+    sides: Sequence[tuple[float | None, Interval | None, int]],
+    difference: Difference,
+) -> list[ScoreRow]:
+    names = (pair.a.variant, pair.b.variant)
+    rows = [
+        ScoreRow(path, f"{metric} ({name})", value, page_interval(interval), records)
+        for name, (value, interval, records) in zip(names, sides, strict=True)
+    ]
+    verdict = f"B - A: {difference.verdict}"
+    return [
+        *rows,
+        ScoreRow(path, verdict, difference.value, page_interval(difference.ci), difference.records),
+    ]
 
 
 def format_paired_eval(report: PairedEvalReport) -> str:
@@ -112,7 +190,7 @@ def format_paired_eval(report: PairedEvalReport) -> str:
         "",
         *_aligned(_rows(report)),
         "",
-        f"scores: {a.agreement.intervals}" if a.agreement.intervals else "",
+        _scores_line(report),
         report.comparison.rule,
         f"verdict: {Verdict.BETTER} or {Verdict.WORSE} when the interval of B - A excludes 0, else "
         f"{Verdict.NONE}",
@@ -120,6 +198,21 @@ def format_paired_eval(report: PairedEvalReport) -> str:
         *_missing_lines(report),
     ]
     return "\n".join(lines)
+
+
+def _scores_line(report: PairedEvalReport) -> str:
+    a, b = report.a.agreement, report.b.agreement
+    if not a.intervals:
+        return ""
+    without = (
+        some_without_spread(a)
+        or some_without_spread(b)
+        or not all(
+            difference.ci is None or has_spread(difference.ci)
+            for difference in [*report.comparison.fields.values(), report.comparison.micro_f1]
+        )
+    )
+    return f"scores: {a.intervals}" + (f"; {TOO_SMALL}: {NO_SPREAD}" if without else "")
 
 
 def _rows(report: PairedEvalReport) -> list[tuple[str, ...]]:
@@ -153,14 +246,16 @@ def _rows(report: PairedEvalReport) -> list[tuple[str, ...]]:
 def _with_ci(value: float | None, interval: tuple[float, float] | None) -> str:
     if value is None:
         return "-"
-    return f"{value:.3f}" + (f" [{interval[0]:.3f}-{interval[1]:.3f}]" if interval else "")
+    if interval is None:
+        return f"{value:.3f}"
+    shown = f"{interval[0]:.3f}-{interval[1]:.3f}" if has_spread(interval) else TOO_SMALL
+    return f"{value:.3f} [{shown}]"
 
 
 def _difference_cells(difference: Difference) -> tuple[str, str]:
     if difference.value is None:
         return ("-", "not scored")
-    ci = f" [{difference.ci[0]:+.3f}, {difference.ci[1]:+.3f}]" if difference.ci else ""
-    return (f"{difference.value:+.3f}{ci}", str(difference.verdict))
+    return (f"{difference.value:+.3f}{difference.interval_text()}", str(difference.verdict))
 
 
 def _aligned(rows: Sequence[tuple[str, ...]]) -> list[str]:

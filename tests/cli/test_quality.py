@@ -71,10 +71,14 @@ def test_eval_prints_the_table_grounding_and_every_missing_gold_record(job: JobS
     assert (code, err) == (0, "")
     lines = out.splitlines()
     assert lines[0] == f"variant main against {gold} (6 gold records)"
-    row = "skills  list          3" + " " * 34 + "0.667        0.800        0.727        0.722"
-    assert row in lines
+    (row,) = [line for line in lines if line.startswith("skills  ")]
+    assert row.split() == ["skills", "list", "3", "0.667", "0.800", "0.727", "0.722"]
     # the row under a field's scores holds their 95% intervals (3 records: wide)
     assert lines[lines.index(row) + 1].split() == ["0.500-1.000"] * 4
+    # one record, or every record alike, gives no interval: not certainty, too small a sample
+    (title,) = [line for line in lines if line.startswith("title  ")]
+    assert title.split() == ["title", "text", "1", "1.000", "1.000"]
+    assert lines[lines.index(title) + 1].split() == ["sample", "too", "small"] * 2
     # TP 7, FP 3, FN 2 and macro (1 + 8/11 + 2/3) / 3: see test_reports' partial gold test
     micro = (
         "micro P 0.700 [0.333-1.000]  R 0.778 [0.500-1.000]  F1 0.737 [0.400-1.000]  "
@@ -84,7 +88,8 @@ def test_eval_prints_the_table_grounding_and_every_missing_gold_record(job: JobS
     assert lines[lines.index(micro) + 1] == macro
     assert lines[lines.index(micro) + 2] == (
         "95% intervals: percentile bootstrap over records, 1,000 resamples, seed 0 "
-        "(the row under a field's scores; [low-high])"
+        "(the row under a field's scores; [low-high]; sample too small: every resample gave the same "
+        "score, as one record or a perfect score does)"
     )
     assert lines[-7:] == [
         "grounding of main over the 3 scored records (values of grounded fields found in the record text):",
@@ -195,12 +200,18 @@ def test_eval_two_variants_gives_the_paired_difference_and_a_verdict(job: JobSpe
         "verdict: better or worse when the interval of B - A excludes 0, else no detectable difference"
         in lines
     )
+    # the one gold title: every resample the same, no interval; each difference's level is said
+    (title,) = [" ".join(line.split()) for line in lines if line.startswith("title ")]
+    assert title.startswith("title accuracy 1.000 [sample too small] 1.000 [sample too small]")
+    (scores,) = [line for line in lines if line.startswith("scores: 95% intervals")]
+    assert "sample too small: every resample gave the same score" in scores
+    assert any("simultaneous over the 4 differences shown (98.8% each" in line for line in lines)
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--variants", "main,big", "--variant", "big"], r"give it without --variant and --html"),
+        (["--variants", "main,big", "--variant", "big"], r"give it without --variant$"),
         (["--variants", "main"], r"--variants 'main': give exactly 2 variant names"),
         (["--variants", "main,nope"], r"variant 'nope' has no results"),
         (["--resamples", "10"], r"--resamples"),
@@ -209,6 +220,29 @@ def test_eval_two_variants_gives_the_paired_difference_and_a_verdict(job: JobSpe
 def test_eval_variants_bad_input_exits_2(job: JobSpec, gold: Path, args: list[str], message: str) -> None:
     code, out, err = cli("eval", job.source_file, "--gold", gold, *args)
     assert code == 2 and out == "" and re.search(message, err) and "Traceback" not in err
+
+
+def test_eval_two_variants_html_shows_a_beside_b_with_both_scores_and_the_difference(
+    job: JobSpec, gold: Path, tmp_path: Path
+) -> None:
+    """`eval --variants A,B --html` was refused (exit 2): the page of the paired evaluation."""
+    html = tmp_path / "pair.html"
+    code, out, err = cli("eval", job.source_file, "--gold", gold, "--variants", "main,big", "--html", html)
+    assert (code, err) == (0, "") and out.splitlines()[-1] == f"wrote {html} (3 records)"
+    data = page_data(html)
+    assert data["variants"] == ["main", "big"]
+    assert [record["id"] for record in data["records"]] == ["1", "2", "42"]  # both have a result
+    assert all(len(record["variants"]) == 2 and None not in record["variants"] for record in data["records"])
+    scores = {(row["path"], row["metric"]): row for row in data["scores"]}
+    assert scores[("skills", "f1 (main)")]["value"] == approx(8 / 11)
+    assert scores[("skills", "f1 (big)")]["value"] == approx(0.8)
+    difference = scores[("skills", "B - A: no detectable difference")]
+    assert difference["value"] == approx(0.8 - 8 / 11) and difference["records"] == 3
+    assert ("overall", "micro f1 (big)") in scores
+    # title, skills, years and the overall micro F1: each interval at 1 - 0.05/4
+    assert any("simultaneous over the 4 differences shown (98.8% each" in note for note in data["notes"])
+    dom = opened(html)
+    assert dom.find(id="shown-count").text == "3 of 3 records shown"
 
 
 def test_eval_json_with_html_keeps_stdout_one_json_object(job: JobSpec, gold: Path, tmp_path: Path) -> None:
@@ -292,7 +326,8 @@ def test_compare_prints_agreement_per_variant_numbers_disagreements_and_the_nois
     assert (code, err) == (0, "")
     lines = out.splitlines()
     assert lines[0] == "big compared with main (the reference) over the 8 records both extracted"
-    row = "skills  list          8" + " " * 34 + "0.933        0.875        0.903        0.892"
+    (row,) = [line for line in lines if line.startswith("skills  ")]
+    assert row.split() == ["skills", "list", "8", "0.933", "0.875", "0.903", "0.892"]
     assert lines[lines.index(row) + 1].split() == ["0.824-1.000", "0.750-1.000", "0.800-0.970", "0.783-0.975"]
     start = lines.index("means per record over the 8 records both extracted:")
     assert lines[start + 1].split() == [
@@ -454,14 +489,16 @@ def test_compare_with_a_rerun_says_it_is_the_noise_floor(tmp_path: Path) -> None
     lines = out.splitlines()
     # 9 records: 4 scalars (36 values) and 2 skills (18) each
     micro = (
-        "micro P 1.000 [1.000-1.000]  R 1.000 [1.000-1.000]  F1 1.000 [1.000-1.000]  "
+        "micro P 1.000 [sample too small]  R 1.000 [sample too small]  F1 1.000 [sample too small]  "
         "(pooled over every value: 54 TP, 0 FP, 0 FN; a scalar counts once)"
     )
     assert code == 0 and micro in lines
     assert "no record differs" in lines
     # against its own re-run, the re-run is its noise: nothing is beyond it
     assert lines[-1] == "beyond the noise (the gap's interval is above 0): no field"
-    assert "  skills  1.000   1.000 [1.000, 1.000]  +0.000 [+0.000, +0.000]  no" in lines
+    (skills,) = [line for line in lines if line.startswith("  skills  ")]
+    # every resample the same: no interval, and it says why
+    assert " ".join(skills.split()) == "skills 1.000 1.000 [sample too small] +0.000 [sample too small] no"
     # and the page shows the same noise floor above the records
     html = tmp_path / "noise.html"
     code, _, _ = cli("compare", spec.source_file, "--variants", "main,main~rerun", "--html", html)

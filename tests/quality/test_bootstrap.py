@@ -22,6 +22,8 @@ from pipeline.quality.intervals import (
     swapped,
     with_intervals,
 )
+from pipeline.quality.intervals import difference as paired_difference
+from pipeline.quality.scores import TOO_SMALL
 from tests.support.quality_schemas import posting_fields
 
 SKILLS = [f"skill {index}" for index in range(40)]
@@ -128,6 +130,39 @@ def test_a_variant_against_itself_is_no_detectable_difference_with_a_zero_interv
     for difference in [*paired.fields.values(), paired.micro_f1]:
         assert difference.value == 0 and difference.ci == (0.0, 0.0)
         assert difference.verdict is Verdict.NONE and difference.records_needed is None
+        # every resample the same: no interval to give, and the report says why
+        assert difference.describe() == f"+0.000 [{TOO_SMALL}] no detectable difference"
+        assert difference.to_json()["ci"] is None and difference.to_json()["ci_note"] == TOO_SMALL
+
+
+def test_a_zero_width_interval_from_one_record_or_a_perfect_score_says_the_sample_is_too_small() -> None:
+    """Before: ``1.000 [1.000-1.000]``, as if one record, or 40 that all agree, made the score certain."""
+    one = measured({1: {"level": "junior", "skills": ["sql"]}}, {1: {"level": "junior", "skills": ["sql"]}})
+    gold, _ = simulated(random.Random(12), 40, match=1.0, found=1.0)
+    perfect = measured(gold, gold)
+    for report in (one, perfect):
+        level = by_path(report, "level")
+        assert level.ci["accuracy"][0] == level.ci["accuracy"][1] == 1.0
+        table = format_table(report)
+        assert "1.000-1.000" not in table and TOO_SMALL in table
+        assert f"F1 1.000 [{TOO_SMALL}]" in table
+        data = report.to_json()["fields"]["level"]
+        assert data["accuracy_ci"] is None and data["accuracy_ci_note"] == TOO_SMALL
+        assert report.to_json()["macro"]["score_ci"] is None
+    # a score with a spread keeps its interval
+    spread = measured(*simulated(random.Random(13), 40, match=0.7, found=0.6))
+    assert TOO_SMALL not in format_table(spread) and spread.to_json()["fields"]["level"]["accuracy_ci"]
+
+
+def test_a_difference_shown_as_zero_is_given_no_records_to_detect_it() -> None:
+    """+0.0002 prints as +0.000: "needs about 22,065 records" to detect a difference the report shows
+    as none would be noise about noise."""
+    spread = (np.full(1000, 0.0002) + np.linspace(-0.01, 0.01, 1000), np.linspace(-0.01, 0.01, 1000))
+    tiny = paired_difference("f1", 0.5, 0.5002, spread, 300, 0.95)
+    assert tiny.verdict is Verdict.NONE and tiny.records_needed is None
+    assert "records" not in tiny.describe() and tiny.describe().startswith("+0.000 [")
+    shown = paired_difference("f1", 0.5, 0.503, spread, 300, 0.95)
+    assert shown.records_needed is not None and shown.records_needed > 300
 
 
 def test_a_better_variant_is_better_and_a_worse_one_worse() -> None:
