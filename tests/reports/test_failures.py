@@ -103,8 +103,8 @@ def test_too_long_failures_say_what_to_do(tmp_path: Path) -> None:
     spec = make_job(tmp_path, records=0, max_model_len=300)
     with duckdb.connect(str(spec.database)) as connection:
         connection.execute(
-            "CREATE TABLE postings AS SELECT i AS id, 'Title ' || i AS title, repeat('word ', 400) AS description "
-            "FROM range(2) t(i)"
+            "CREATE TABLE postings AS SELECT i AS id, 'Title ' || i AS title, "
+            "repeat('word ', 400) AS description FROM range(2) t(i)"
         )
     summary = run_scripted(spec)
     assert summary.failed == 2 and summary.requests == 0
