@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import shlex
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -132,6 +132,15 @@ class _Overrides:
     stall_abort_s: float | None
     metrics_host: str | None
 
+    def as_given(self, local: bool) -> tuple[str, ...]:
+        """The options that change what is sent, as a hint repeats them (the prompt file in full)."""
+        return (
+            *(("--endpoint", self.base_url) if self.base_url else ()),
+            *(("--model", self.model) if self.model else ()),
+            *(("--prompt-file", str(self.prompt.resolve())) if self.prompt else ()),
+            *(("--local",) if local else ()),
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class _Selection:
@@ -183,6 +192,7 @@ def run(
     spec = _run_spec(job, database, rerun_name(variant or MAIN_VARIANT) if rerun else variant, changes)
     selection = _Selection(limit, retry_failed, retry_class, only_failed, redo_stale, sample, seed)
     options = _run_options(selection, _reporter(progress), metrics_port, metrics_textfile)
+    options = replace(options, variant_options=changes.as_given(local))
     summary = _run_or_exit(run_job_locally if local or spec.endpoint.is_local else run_job, spec, options)
     _print_summary(summary, job, database)
     raise typer.Exit(summary.exit_code)

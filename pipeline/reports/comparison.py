@@ -30,7 +30,13 @@ from pipeline.quality import AgreementReport, RecordAgreement, format_table, gro
 from pipeline.quality.bootstrap import Bootstrap
 from pipeline.quality.intervals import with_intervals
 from pipeline.quality.review_page import ReviewPage, ReviewRecord
-from pipeline.reports.noise import NoiseReport, measure_noise, noise_floor_hint, noise_lines
+from pipeline.reports.noise import (
+    NoiseReport,
+    measure_noise,
+    noise_floor_hint,
+    noise_lines,
+    variant_options,
+)
 from pipeline.reports.reading import JobOutput, Sample, Scope, StoredResult, open_output, sample_scope
 from pipeline.reports.review import (
     DISAGREEMENT_NOTE,
@@ -108,6 +114,7 @@ class CompareReport:
     variants: tuple[VariantSummary, VariantSummary]  # A, B
     attempted: int  # records both attempted: what the failure counts are over
     noise: NoiseReport | None = None  # None: A has no re-run (A~rerun) to measure the noise floor with
+    reference_options: tuple[str, ...] = ()  # the command-line options A was made with: its re-run's too
     review: ReviewPage | None = None
     read_copy: ReadCopy | None = None  # a run holds the database: read from its copy
 
@@ -174,6 +181,7 @@ def compare_variants(
         failures = output.failures(names, attempted)
         attempted_count = output.count_attempted(names, attempted)
         rerun = _rerun_results(output, names, sampled)
+        options = variant_options(output, reference) if rerun is None else ()
         shown = _review_records(spec, output, names, attempted) if settings.review else None
         read_copy = output.read_copy
     agreement = variant_agreement(spec, results[reference], results[candidate], settings.fuzzy_threshold)
@@ -193,6 +201,7 @@ def compare_variants(
         variants=(summaries[0], summaries[1]),
         attempted=attempted_count,
         noise=noise,
+        reference_options=options,
         read_copy=read_copy,
     )
     return report if shown is None else dataclasses.replace(report, review=_review(spec, report, *shown))
@@ -254,7 +263,12 @@ def _review(
     file and the database in full, so that they work from any folder."""
     data = report.to_json(show=0)
     hint = noise_floor_hint(
-        report.reference, report.candidate, report.sample, str(spec.source_file), str(spec.database)
+        report.reference,
+        report.candidate,
+        report.sample,
+        str(spec.source_file),
+        str(spec.database),
+        report.reference_options,
     )
     comparison = {key: data[key] for key in PAGE_KEYS} | {
         "title": _title(report),
@@ -280,7 +294,9 @@ def format_compare(
         "",
         *_disagreement_lines(report, show),
         "",
-        *noise_lines(report.noise, noise_floor_hint(a, b, report.sample, job, database)),
+        *noise_lines(
+            report.noise, noise_floor_hint(a, b, report.sample, job, database, report.reference_options)
+        ),
     ]
     return "\n".join(lines)
 

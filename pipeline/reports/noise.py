@@ -10,17 +10,20 @@ on the records A, B and the re-run all extracted, and resampled together.
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 from pipeline.job.spec import JobSpec
 from pipeline.job.variants import rerun_name
 from pipeline.quality.bootstrap import Bootstrap
 from pipeline.quality.intervals import NoiseFloor, noise_floor
 from pipeline.quality.scores import TOO_SMALL, has_spread, interval_json
-from pipeline.reports.reading import Sample, StoredResult
+from pipeline.reports.reading import JobOutput, Sample, StoredResult
 from pipeline.reports.review import variant_agreement
+from pipeline.source.db import quote
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,17 +116,34 @@ def _interval(interval: tuple[float, float] | None) -> str:
     return f" [{interval[0]:.3f}, {interval[1]:.3f}]" if has_spread(interval) else f" [{TOO_SMALL}]"
 
 
+def variant_options(output: JobOutput, variant: str) -> tuple[str, ...]:
+    """The command-line options the variant's last run was given (``--model M``, ``--prompt-file F``...):
+    a variant made with them is re-run with them. None kept (an older database): none."""
+    runs = output.spec.output.runs_table
+    if "options" not in output.connection.column_names(runs):
+        return ()
+    row = output.connection.row(
+        f"SELECT options FROM {quote(runs)} WHERE variant = $variant ORDER BY run_id DESC LIMIT 1",
+        {"variant": variant},
+    )
+    words = orjson.loads(row[0]) if row and row[0] else []
+    return tuple(str(word) for word in words) if isinstance(words, list) else ()
+
+
 def noise_floor_hint(
     reference: str,
     candidate: str,
     sample: Sample | None,
     job: str,
     database: str | None = None,
+    options: Sequence[str] = (),
 ) -> str:
-    """Without a re-run of A: what the noise floor is, and the exact commands that measure it."""
+    """Without a re-run of A: what the noise floor is, and the exact commands that measure it;
+    ``options``: those A was made with (:func:`variant_options`), which its re-run needs too."""
     on = ["--database", database] if database else []
     sampled = ["--sample", str(sample.size), "--seed", str(sample.seed)] if sample else []
-    run = shlex.join(["pipeline", "run", job, "--variant", reference, "--rerun", *sampled, *on])
+    words = ["pipeline", "run", job, "--variant", reference, "--rerun", *options, *sampled, *on]
+    run = shlex.join(words)
     compare = shlex.join(
         ["pipeline", "compare", job, "--variants", f"{reference},{candidate}", *sampled, *on]
     )

@@ -47,6 +47,9 @@ class RunOptions:
     sleep: Callable[[float], Awaitable[None]] = anyio.sleep
     # With endpoint.base_url: local, how to start the bundled vLLM server (pipeline.local).
     local_server: LocalServerOptions | None = None
+    # The command-line options that changed the job (--model M, --prompt-file F...), kept with the run
+    # so that a hint can repeat them: a re-run of a variant made with them needs them again.
+    variant_options: tuple[str, ...] = ()
 
     @property
     def retry(self) -> frozenset[FailureClass]:

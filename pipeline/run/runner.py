@@ -192,9 +192,8 @@ async def _recorded_run(
     spec, pending = context.spec, stats.pending_at_start
     writer = StoreWriter(connection, spec, context.version)
     urls = ", ".join(endpoint.config.base_url for endpoint in router.endpoints)
-    run_id = await writer.begin_run(
-        RunStart(context.version.job_hash, spec.model, urls, router.most_in_flight, pending)
-    )
+    start = RunStart(context.version.job_hash, spec.model, urls, router.most_in_flight, pending)
+    run_id = await writer.begin_run(dataclasses.replace(start, options=options.variant_options))
     log.info(
         "run started",
         job=spec.name,

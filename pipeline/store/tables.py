@@ -97,6 +97,7 @@ _RUN_COLUMNS = [
     ("knees", "JSON"),  # {"base_url model": level}: where `concurrency: auto` found each server's knee
     ("profile", "JSON"),  # what the run produced, field by field (store/run_profiles.py): drift's input
     ("series", "JSON"),  # the run over time: records/min, in flight, each endpoint's limit (run/series.py)
+    ("options", "JSON"),  # the command-line options that changed the job (--model, --prompt-file...)
 ]
 _HISTORY_EXTRA = [("superseded_at", "TIMESTAMP"), ("superseded_by_run", "INTEGER")]
 

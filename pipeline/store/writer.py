@@ -84,6 +84,7 @@ class RunStart:
     base_url: str
     concurrency: int
     pending: int
+    options: Sequence[str] = ()  # the command-line options that changed the job, as given
 
 
 class StoreWriter:
@@ -167,8 +168,8 @@ class StoreWriter:
         run_id = self.connection.scalar(f"SELECT coalesce(max(run_id), 0) + 1 FROM {table}")
         self.connection.execute(
             f"INSERT INTO {table} (run_id, job_name, variant, job_hash, model, base_url, concurrency, "
-            f"started_at, updated_at, status, pending_at_start) "
-            f"VALUES (?, ?, ?, ?, ?, ?, ?, {UTC_NOW}, {UTC_NOW}, 'running', ?)",
+            f"started_at, updated_at, status, pending_at_start, options) "
+            f"VALUES (?, ?, ?, ?, ?, ?, ?, {UTC_NOW}, {UTC_NOW}, 'running', ?, ?)",
             [
                 run_id,
                 self.spec.name,
@@ -178,6 +179,7 @@ class StoreWriter:
                 start.base_url,
                 start.concurrency,
                 start.pending,
+                orjson.dumps(list(start.options)).decode(),
             ],
         )
         return run_id

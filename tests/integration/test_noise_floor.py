@@ -4,6 +4,8 @@ nowhere; a variant whose prompt changes two fields' answers is beyond the noise 
 
 from __future__ import annotations
 
+import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -77,3 +79,45 @@ def test_a_rerun_is_the_noise_floor_and_a_changed_prompt_is_beyond_it(tmp_path: 
     beyond = {path for path, field in other["fields"].items() if field["beyond_noise"]}
     assert beyond == set(PROMPT_SENSITIVE), beyond
     assert other["noise"]["beyond_noise"] == [path for path in other["fields"] if path in beyond]
+
+
+def hinted_run(compare_text: str) -> list[str]:
+    """The `pipeline run ... --rerun ...` command compare prints without a re-run, as words."""
+    match = re.search(r"`(pipeline run [^`]*--rerun[^`]*)`", compare_text)
+    assert match is not None, compare_text
+    return shlex.split(match.group(1))
+
+
+def test_the_hint_for_a_variant_made_with_command_line_options_does_the_rerun(tmp_path: Path) -> None:
+    """A variant made with --prompt-file (and one with --endpoint --model, on another server) is re-run
+    by the command compare prints, pasted as it is. Before, the hint left the options out: the re-run
+    had the job's own settings, A's results were stale against it, and it said "nothing to do"."""
+    database = tmp_path / "postings.duckdb"
+    build_postings(database, 40)
+    terse = tmp_path / "terse prompt.txt"
+    terse.write_text("Extract the posting, tersely.")
+    with sim_server("--model", "test-model", "--seed", "5") as url, sim_server("--model", "big") as big:
+        job = write_job(
+            tmp_path,
+            database="postings.duckdb",
+            endpoint={"base_url": url},
+            concurrency=4,
+            schema="schemas.linkedin:JobPosting",
+            max_tokens=2048,
+        )
+        sample = ("--sample", "12", "--seed", "3")
+        run("run", job, *sample)
+        run("run", job, "--variant", "terse", "--prompt-file", terse, *sample)
+        run("run", job, "--variant", "large", "--endpoint", big, "--model", "big", *sample)
+        for variant in ("terse", "large"):
+            text = run("compare", job, "--variants", f"{variant},main", *sample)
+            assert isinstance(text, str) and "noise floor: not measured" in text
+            command = hinted_run(text)
+            assert command[:2] == ["pipeline", "run"] and f"{variant}" in command
+            rerun = run(*command[1:])
+            assert isinstance(rerun, str) and "12 done" in rerun, rerun
+            measured = run("compare", job, "--variants", f"{variant},main", *sample, "--json")
+            assert isinstance(measured, dict) and measured["noise"]["records"] == 12
+    assert table_rows(database, "SELECT DISTINCT model FROM results WHERE variant = 'large~rerun'") == [
+        ("big",)
+    ]
