@@ -4,11 +4,21 @@ included) add up in the runs table to exactly what the server counted."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import orjson
 import pytest
 
 from tests.support.jobs import make_source, table_rows, write_job
-from tests.support.processes import pipeline_command, sim_metrics, sim_server, subprocess_env
+from tests.support.logged_run import Run
+from tests.support.processes import (
+    pipeline_command,
+    run_pipeline,
+    sim_metrics,
+    sim_server,
+    subprocess_env,
+    wait_until,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -54,3 +64,41 @@ def test_token_totals_equal_the_sum_over_attempts_at_the_server(tmp_path: Path) 
     )[0][0]
     # what the rows carry is what the runs counted, less what earlier tries of redone records spent
     assert 0 < per_record <= runs[1]
+
+
+def added_up(report: dict[str, Any]) -> int:
+    return int(report["done"] + sum(report["failed"].values()) + report["pending"])
+
+
+def test_status_counts_each_record_once_during_and_after_a_run(tmp_path: Path) -> None:
+    """Against the simulator with 5xx (transient, not retried here) and invalid answers (permanent):
+    done + failed + pending is the source's records, while a run holds the database (every count from
+    its read copy) and after it. Before, each transient failure was counted as failed and as pending
+    (888 + 49 + 1,611 of 2,499 records)."""
+    faults = ("--fault-server-error", "0.1", "--fault-invalid-json", "0.1", "--latency", "0.05")
+    with sim_server("--model", "test-model", "--seed", "7", *faults) as url:
+        job = write_job(
+            tmp_path,
+            endpoint={"base_url": url},
+            concurrency=4,
+            retry={"transient_retries": 0, "reasks": 0, "abort_after_consecutive_failures": 1000},
+            operations={"snapshot_interval_s": 1},
+        )
+        make_source(tmp_path / "test.duckdb", 400)
+        run = Run(job)
+        run.wait_for("run started")
+        wait_until(lambda: (tmp_path / "test.duckdb.read.duckdb").exists(), timeout_s=60)
+        during = orjson.loads(run_pipeline("status", str(job), "--json").stdout)
+        assert run.process.poll() is None, "the run ended before status read its copy"
+        assert run.finish() == 1  # finished with failures
+    assert during["read_copy"] is not None and during["source_records"] == 400
+    assert added_up(during) == 400, during
+    assert not {"done", "failed", "remaining"} & set(during["live"] or {})  # one snapshot's counts
+    after = orjson.loads(run_pipeline("status", str(job), "--json").stdout)
+    stored = dict(
+        table_rows(tmp_path / "test.duckdb", "SELECT failure_class, count(*) FROM failures GROUP BY 1")
+    )
+    assert stored["transient"] > 0 and stored["invalid_json"] > 0
+    assert after["failed"] == {"invalid_json": stored["invalid_json"]}  # a plain run retries the rest
+    assert after["pending"] == after["pending_retried"]["transient"] == stored["transient"]
+    assert added_up(after) == 400 and after["done"] == 400 - sum(stored.values())
