@@ -19,7 +19,9 @@ def broken(tmp_path_factory: pytest.TempPathFactory) -> JobSpec:
     """Outputs whose columns have types the reports' queries cannot use (as a hand-edited table has)."""
     spec = job_with_outputs(tmp_path_factory.mktemp("broken"))
     with duckdb.connect(str(spec.database)) as connection:
-        for table, column in (("runs", "done"), ("failures", "message"), ("results", "total_latency_s")):
+        # failures: the raw answer, which the examples cut in SQL (the message is read whole)
+        broken = (("runs", "done"), ("failures", "last_raw_output"), ("results", "total_latency_s"))
+        for table, column in broken:
             connection.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
             connection.execute(f"ALTER TABLE {table} ADD COLUMN {column} BLOB")
     return spec
