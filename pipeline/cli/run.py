@@ -285,20 +285,30 @@ def _print_summary(summary: RunSummary, job: Path, database: Path | None = None)
         f"({minutes:,.1f} records/min, {tokens:,.0f} output tok/s)"
     )
     typer.echo(f"results:  table {summary.results_table} in {summary.database}")
+    same_job = _same_job(summary, job, database)
     if summary.failed:
-        typer.echo(f"failures: table {summary.failures_table} (`pipeline run --retry-failed` retries them)")
+        failures = shlex.join(["pipeline", "failures", *same_job])
+        typer.echo(f"failures: table {summary.failures_table} (`{failures}` shows them)")
     _print_stale_kept(summary, job)
     if summary.drift:
         moved = "; ".join(entry.describe() for entry in summary.drift)
-        report = ["pipeline", "report", str(job), *(["--database", str(database)] if database else [])]
-        typer.echo(f"drift:    {moved} (beyond the usual run-to-run variation; `{shlex.join(report)}`)")
+        report = shlex.join(["pipeline", "report", *same_job])
+        typer.echo(f"drift:    {moved} (beyond the usual run-to-run variation; `{report}`)")
     typer.echo(f"look:     {_look_command(summary)}")
+
+
+def _same_job(summary: RunSummary, job: Path, database: Path | None) -> list[str]:
+    """The arguments that make a reader's hint read what this run wrote: its database and variant."""
+    variant = [] if summary.variant == MAIN_VARIANT else ["--variant", summary.variant]
+    return [str(job), *(["--database", str(database)] if database else []), *variant]
 
 
 def _look_command(summary: RunSummary) -> str:
     """A shell command that shows a few results when pasted: this interpreter, which has duckdb (a bare
     `python` may not), with the path as a Python string and the whole quoted for the shell."""
-    query = f"SELECT record_id, extracted FROM {summary.results_table} LIMIT 5"
+    literal = summary.variant.replace("'", "''")
+    where = f" WHERE variant = '{literal}'" if summary.variant != MAIN_VARIANT else ""
+    query = f"SELECT record_id, extracted FROM {summary.results_table}{where} LIMIT 5"
     database = json.dumps(str(summary.database), ensure_ascii=False)  # a JSON string is a Python one
     code = f"import duckdb; duckdb.connect({database}, read_only=True).sql({json.dumps(query)}).show()"
     return shlex.join([sys.executable, "-c", code])

@@ -60,6 +60,30 @@ def test_the_look_line_works_when_pasted_into_a_shell(tmp_path: Path, sim_url: s
     assert all(f" {record} │" in pasted.stdout for record in range(3))  # the ids, right-aligned
 
 
+def test_the_hints_after_a_variant_run_read_its_database_and_variant(tmp_path: Path) -> None:
+    """A trial (--database elsewhere, a variant): the failures hint and the look line, pasted, read what
+    this run wrote, not the job's own database or variant main."""
+    job = write_job(tmp_path, endpoint={"base_url": "http://127.0.0.1:1/v1"}, model="test-model")
+    trial = tmp_path / "trial"
+    trial.mkdir()
+    make_source(trial / "trial.duckdb", 20)
+    with sim_server("--model", "test-model", "--fault-invalid-json", "0.6", "--seed", "3") as url:
+        variant = ["--variant", "quick", "--database", str(trial / "trial.duckdb")]
+        result = run_pipeline("run", str(job), "--endpoint", url, *variant)
+    assert result.returncode == 1, result.stderr  # some records failed their re-asks too
+    (hint,) = [line for line in result.stdout.splitlines() if line.startswith("failures:")]
+    command = hint.split("`")[1]
+    assert command.startswith("pipeline failures ") and command.endswith(
+        f"--database {trial / 'trial.duckdb'} --variant quick"
+    )
+    shown = run_pipeline(*command.split()[1:])
+    assert shown.returncode == 0 and "invalid_json" in shown.stdout, shown.stderr
+    (look,) = [line.removeprefix("look:") for line in result.stdout.splitlines() if line.startswith("look:")]
+    pasted = subprocess.run(["bash", "-c", look], capture_output=True, text=True, timeout=60)
+    assert pasted.returncode == 0 and "record_id" in pasted.stdout, pasted.stderr
+    assert "WHERE variant = " in look and "quick" in look
+
+
 def test_run_again_has_nothing_to_do(tmp_path: Path, sim_url: str) -> None:
     job = write_job(tmp_path, endpoint={"base_url": sim_url})
     make_source(tmp_path / "test.duckdb", 5)
