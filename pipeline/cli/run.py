@@ -288,7 +288,10 @@ def _print_summary(summary: RunSummary, job: Path, database: Path | None = None)
     same_job = _same_job(summary, job, database)
     if summary.failed:
         failures = shlex.join(["pipeline", "failures", *same_job])
-        typer.echo(f"failures: table {summary.failures_table} (`{failures}` shows them)")
+        retry = shlex.join(["pipeline", "run", *same_job, "--retry-failed"])
+        typer.echo(
+            f"failures: table {summary.failures_table} (`{failures}` shows them, `{retry}` retries them)"
+        )
     _print_stale_kept(summary, job)
     if summary.drift:
         moved = "; ".join(entry.describe() for entry in summary.drift)
