@@ -9,7 +9,12 @@ from collections.abc import Sequence
 import orjson
 import structlog
 
-from pipeline.errors import ConfigError, DatabaseError, DatabaseFailure, DatabaseLockedError
+from pipeline.errors import (
+    AlreadyRunningError,
+    ConfigError,
+    DatabaseError,
+    DatabaseFailure,
+)
 from pipeline.job.spec import JobSpec
 from pipeline.servers.config import EndpointConfig
 from pipeline.servers.knee_search import KneeMemory
@@ -121,8 +126,10 @@ def open_for_reading(spec: JobSpec, *, memory_limit: str | None = None) -> Datab
     limit = memory_limit or spec.duckdb_memory_limit
     try:
         connection = open_database(spec.database, read_only=True, memory_limit=limit)
-    except DatabaseLockedError as locked:  # a run holds the database for its whole length
-        return open_read_copy(spec, locked)
+    except AlreadyRunningError as running:  # a run holds the database for its whole length
+        return open_read_copy(spec, running)
+    # Any other holder (a `load`, a DuckDB shell) writes no read copy: waiting for one would only
+    # delay the same error, so DatabaseLockedError goes on at once.
     try:
         outdated = needs_upgrade(connection, spec)
     except DatabaseError as error:

@@ -309,7 +309,7 @@ def test_a_job_that_never_ran_is_exit_2(tmp_path: Path) -> None:
         ["review", "--html", "{html}"],
     ],
 )
-def test_a_database_held_by_a_run_is_exit_3(tmp_path: Path, gold: Path, command: list[str]) -> None:
+def test_a_database_held_by_another_process_is_exit_3(tmp_path: Path, gold: Path, command: list[str]) -> None:
     spec = two_variant_job(tmp_path)
     args = [arg.format(gold=gold, html=tmp_path / "review.html") for arg in command]
     with database_held_by_another_process(spec.database):

@@ -104,7 +104,7 @@ def test_during_a_run_the_counts_are_the_copys_and_say_as_of_when(tmp_path: Path
     live: dict[str, float] = {"done": 11, "failed": 9, "in_flight": 4, "remaining": 1, "eta_s": 90}
     rates = {"records_per_min": 60.0, "output_tokens_per_s": 21.5}
     write_snapshot(spec.database, 1, live | rates, "running")
-    with database_held_by_another_process(spec.database):
+    with database_held_by_another_process(spec.database, as_run=True):
         text = run_pipeline("status", str(spec.source_file))
         report = orjson.loads(run_pipeline("status", str(spec.source_file), "--json").stdout)
     assert text.returncode == 0, text.stderr

@@ -208,7 +208,7 @@ def test_missing_database_or_tables_exit_2(tmp_path: Path) -> None:
     ]
 
 
-def test_a_database_held_by_a_run_exits_3(tmp_path: Path) -> None:
+def test_a_database_held_by_another_process_exits_3(tmp_path: Path) -> None:
     spec = job_with_outputs(tmp_path)
     with database_held_by_another_process(spec.database):
         with pytest.raises(DatabaseLockedError):

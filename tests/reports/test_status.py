@@ -156,7 +156,7 @@ def test_during_a_run_every_count_is_the_copys_and_the_live_numbers_only_rates(t
         connection.close()
     live = {"done": 11, "failed": 8, "in_flight": 4, "remaining": 1, "records_per_min": 60.0, "eta_s": 1}
     write_snapshot(spec.database, 1, live, "running")
-    with database_held_by_another_process(spec.database):
+    with database_held_by_another_process(spec.database, as_run=True):
         report = job_status(spec)
     assert report.read_copy is not None and report.last_run is not None
     assert (report.done, sum(report.failed.values()), report.pending) == (5, 7, 8)

@@ -11,7 +11,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from pipeline.errors import DatabaseLockedError
+from pipeline.errors import AlreadyRunningError, DatabaseLockedError
 from pipeline.job.spec import JobSpec
 from pipeline.reports.reading import keys_scope, open_output
 from pipeline.store.opening import prepare_database
@@ -27,9 +27,10 @@ from pipeline.store.read_copy import (
     wait_for_copy,
     write_copy,
 )
+from tests.support.outputs import database_held_by_another_process
 from tests.support.variants import SOURCE_IDS, main_answer, run_variant, variants_job
 
-LOCKED = DatabaseLockedError("test.duckdb: this job is already running (pid 1)")
+LOCKED = AlreadyRunningError("test.duckdb: this job is already running (pid 1)", pid=1)
 
 
 @pytest.fixture
@@ -86,6 +87,24 @@ def test_the_readers_library_reads_a_copy_like_the_database(
             assert len(output.results(["main"], keys_scope([str(n) for n in SOURCE_IDS]))["main"]) == 9
     with open_output(job) as output:  # the run ended: the database itself
         assert output.read_copy is None
+
+
+def test_a_database_held_by_another_process_than_a_run_is_refused_without_waiting_for_a_copy(
+    job: JobSpec,
+) -> None:
+    """A `load` or a DuckDB shell writes no read copy: the reader says so at once instead of asking for
+    one and waiting 30 s (before, every such reader waited the whole 30 s for nothing)."""
+    copy_of(job)  # a copy left by a run killed earlier: not what this holder holds
+    stale = time.time() - 120
+    os.utime(copy_path(job.database), (stale, stale))
+    with (
+        database_held_by_another_process(job.database),
+        pytest.raises(DatabaseLockedError) as refused,
+        open_output(job),
+    ):
+        pass
+    assert "in use by another process" in str(refused.value)
+    assert not request_path(job.database).exists()  # no copy was asked for
 
 
 def test_a_reader_asks_for_a_fresh_copy_and_waits_for_it(job: JobSpec) -> None:

@@ -64,17 +64,24 @@ def job_with_outputs(folder: Path, records: int = 12, **overrides: Any) -> JobSp
 
 
 @contextmanager
-def database_held_by_another_process(database: Path) -> Iterator[int]:
-    """Another process holds ``database`` open for writing, as a running `pipeline run` does."""
+def database_held_by_another_process(database: Path, *, as_run: bool = False) -> Iterator[int]:
+    """Another process holds ``database`` open for writing: a `load` or a DuckDB shell, or with
+    ``as_run`` a running `pipeline run` (which also holds the job's run lock, so readers wait for its
+    read copy)."""
     holder = subprocess.Popen(
         [
             sys.executable,
             "-c",
             "import sys, time, duckdb\n"
+            "from pipeline.source.lock import RunLock\n"
+            "from pathlib import Path\n"
+            "lock = RunLock(Path(sys.argv[1])) if sys.argv[2] == 'run' else None\n"
+            "lock and lock.acquire()\n"
             "connection = duckdb.connect(sys.argv[1])\n"
             "print('holding', flush=True)\n"
             "time.sleep(120)\n",
             str(database),
+            "run" if as_run else "other",
         ],
         stdout=subprocess.PIPE,
         text=True,
