@@ -99,17 +99,20 @@ class Bootstrap:
             moved[start : start + size] = flips @ delta
         return a.sum(axis=0) + moved, b.sum(axis=0) - moved
 
-    def interval(self, values: Array) -> Interval | None:
+    def interval(self, values: Array, records: int = 0) -> Interval | None:
         """The percentile interval of resampled scores; None when most resamples have no score (no
-        record scored)."""
+        record scored). A perfect or a zero score over ``records`` records gives every resample the same
+        score: then the exact binomial bound (:func:`all_alike_bound`) says how far it may be from 1 or 0."""
         import numpy as np
 
         finite = values[np.isfinite(values)]
         if finite.size < max(1, values.size // 2):
             return None
         tail = (1 - self.confidence) / 2
-        low, high = np.quantile(finite, [tail, 1 - tail])
-        return (float(low), float(high))
+        low, high = (float(bound) for bound in np.quantile(finite, [tail, 1 - tail]))
+        if low == high and low in (0.0, 1.0) and (share := all_alike_bound(records, self.confidence)):
+            return (1.0 - share, 1.0) if low == 1.0 else (0.0, share)
+        return (low, high)
 
     @property
     def z(self) -> float:
@@ -120,6 +123,21 @@ class Bootstrap:
         """The level each of ``count`` intervals needs for all of them to cover together at
         :attr:`confidence` (Bonferroni)."""
         return 1 - (1 - self.confidence) / max(count, 1)
+
+
+#: Fewer records than this that all score alike say nothing a bound could add: "sample too small".
+MIN_RECORDS_FOR_BOUND = 2
+
+
+def all_alike_bound(records: int, confidence: float) -> float | None:
+    """When all of ``records`` records scored alike (all right, or all wrong), the largest share of
+    records that could score otherwise at ``confidence``: the exact (Clopper-Pearson) bound at 0 of n,
+    1 - (tail)^(1/n). 200 records all right: at least 98.2% at 95%. Resampling cannot show this: every
+    resample of such records gives the same score. None for too few records to say anything."""
+    if records < MIN_RECORDS_FOR_BOUND:
+        return None
+    tail = (1 - confidence) / 2
+    return 1.0 - float(tail ** (1 / records))
 
 
 def two_sided_z(level: float) -> float:

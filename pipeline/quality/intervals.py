@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.quality.bootstrap import (
     Bootstrap,
+    all_alike_bound,
     list_ratios,
     path_scores,
     records_to_detect,
@@ -132,20 +133,23 @@ def with_intervals(report: AgreementReport, bootstrap: Bootstrap) -> AgreementRe
     """``report`` with a bootstrap interval beside each of its scores."""
     (resampled,) = resample([report], bootstrap)
     fields = tuple(
-        dataclasses.replace(score, ci=_intervals(resampled.paths[score.path], bootstrap))
+        dataclasses.replace(score, ci=_intervals(resampled.paths[score.path], bootstrap, score.scored))
         for score in report.fields
     )
+    records = report.records_scored
     return dataclasses.replace(
         report,
         fields=fields,
         intervals=bootstrap.describe(),
-        micro_ci=_intervals(resampled.micro, bootstrap) if report.micro else {},
-        macro_ci=bootstrap.interval(resampled.macro) if report.macro is not None else None,
+        micro_ci=_intervals(resampled.micro, bootstrap, records) if report.micro else {},
+        macro_ci=bootstrap.interval(resampled.macro, records) if report.macro is not None else None,
     )
 
 
-def _intervals(scores: dict[str, Array], bootstrap: Bootstrap) -> dict[str, Interval]:
-    return {name: interval for name, values in scores.items() if (interval := bootstrap.interval(values))}
+def _intervals(scores: dict[str, Array], bootstrap: Bootstrap, records: int) -> dict[str, Interval]:
+    return {
+        name: interval for name, values in scores.items() if (interval := bootstrap.interval(values, records))
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,7 +225,9 @@ def difference(
     z = two_sided_z(level)
     # Scores are shares (0..1), so their difference is within ±1 whatever the normal tails say.
     ci = (max(-1.0, value - z * standard_error), min(1.0, value + z * standard_error))
-    if not has_spread(ci):  # every resample the same: no evidence either way
+    if not has_spread(ci):  # every resample the same: B and A scored alike on every record
+        if value == 0 and (share := all_alike_bound(records, level)):
+            ci = (-share, share)  # a score cannot differ by more than the share of records that differ
         return Difference(metric, value, ci, Verdict.NONE, records, None, level)
     verdict = Verdict.BETTER if ci[0] > 0 else Verdict.WORSE if ci[1] < 0 else Verdict.NONE
     shown = abs(value) >= SHOWN_ZERO
@@ -300,7 +306,7 @@ def noise_floor(
         floors[path] = NoiseFloor(
             agreement=score.agreement,
             noise_agreement=noise.agreement,
-            noise_agreement_ci=bootstrap.interval(noise_resampled),
+            noise_agreement_ci=bootstrap.interval(noise_resampled, noise.scored),
             gap=gap,
             beyond_noise=gap.verdict is Verdict.BETTER,
         )

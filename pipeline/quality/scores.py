@@ -17,10 +17,15 @@ LIST_KINDS = frozenset({FieldKind.LIST, FieldKind.OBJECT_LIST})
 
 #: A confidence interval: (low, high).
 Interval = tuple[float, float]
-#: What a report shows for an interval of no width: every resample gave the same score (one record, or
-#: every record scored alike: a perfect or a zero score). That is not certainty; the sample is too small
-#: for the bootstrap to say how much the score depends on it.
+#: What a report shows for an interval of no width: every resample gave the same score, and too few
+#: records for a bound (one record). That is not certainty. (Many records all scored alike, a perfect or
+#: a zero score, get the exact binomial bound instead: :func:`pipeline.quality.bootstrap.all_alike_bound`.)
 TOO_SMALL = "sample too small"
+#: How a report says where the interval of a perfect or zero score comes from.
+ALL_ALIKE = (
+    "a perfect or zero score: the exact binomial bound for that many records (every resample gives the "
+    "same score)"
+)
 
 
 def has_spread(interval: Interval) -> bool:
@@ -234,10 +239,31 @@ def _bootstrap_line(report: AgreementReport) -> list[str]:
     if report.intervals is None:
         return []
     why = f"; {TOO_SMALL}: {NO_SPREAD}" if some_without_spread(report) else ""
+    why += f"; {ALL_ALIKE}" if some_all_alike(report) else ""
     return [f"{report.intervals} (the row under a field's scores; [low-high]{why})"]
 
 
-NO_SPREAD = "every resample gave the same score, as one record or a perfect score does"
+NO_SPREAD = "every resample gave the same score, as one record does"
+
+
+def some_all_alike(report: AgreementReport) -> bool:
+    """Whether some score is perfect or zero with an interval: the exact bound, not the bootstrap's."""
+    micro = report.micro
+    pairs = [
+        *((_values(score).get(name), ci) for score in report.fields for name, ci in score.ci.items()),
+        *(((getattr(micro, name), ci) for name, ci in report.micro_ci.items()) if micro else ()),
+        (report.macro, report.macro_ci),
+    ]
+    return any(value in (0.0, 1.0) and ci is not None and has_spread(ci) for value, ci in pairs)
+
+
+def _values(score: FieldScore) -> dict[str, float | None]:
+    """A field's scores by the names of its intervals (``score.ci``)."""
+    values = {"agreement": score.agreement, "accuracy": score.accuracy, "exact": score.exact}
+    for prefix, scores in (("", score.micro), ("macro_", score.macro)):
+        if scores is not None:
+            values |= {f"{prefix}{name}": getattr(scores, name) for name in ("precision", "recall", "f1")}
+    return values
 
 
 def some_without_spread(report: AgreementReport) -> bool:

@@ -89,7 +89,7 @@ def test_eval_prints_the_table_grounding_and_every_missing_gold_record(job: JobS
     assert lines[lines.index(micro) + 2] == (
         "95% intervals: percentile bootstrap over records, 1,000 resamples, seed 0 "
         "(the row under a field's scores; [low-high]; sample too small: every resample gave the same "
-        "score, as one record or a perfect score does)"
+        "score, as one record does)"
     )
     assert lines[-7:] == [
         "grounding of main over the 3 scored records (values of grounded fields found in the record text):",
@@ -489,7 +489,7 @@ def test_compare_with_a_rerun_says_it_is_the_noise_floor(tmp_path: Path) -> None
     lines = out.splitlines()
     # 9 records: 4 scalars (36 values) and 2 skills (18) each
     micro = (
-        "micro P 1.000 [sample too small]  R 1.000 [sample too small]  F1 1.000 [sample too small]  "
+        "micro P 1.000 [0.664-1.000]  R 1.000 [0.664-1.000]  F1 1.000 [0.664-1.000]  "
         "(pooled over every value: 54 TP, 0 FP, 0 FN; a scalar counts once)"
     )
     assert code == 0 and micro in lines
@@ -497,8 +497,8 @@ def test_compare_with_a_rerun_says_it_is_the_noise_floor(tmp_path: Path) -> None
     # against its own re-run, the re-run is its noise: nothing is beyond it
     assert lines[-1] == "beyond the noise (the gap's interval is above 0): no field"
     (skills,) = [line for line in lines if line.startswith("  skills  ")]
-    # every resample the same: no interval, and it says why
-    assert " ".join(skills.split()) == "skills 1.000 1.000 [sample too small] +0.000 [sample too small] no"
+    # alike on all 9 records: every resample the same, so the exact bound of 9 records (at 99% for the gap)
+    assert " ".join(skills.split()) == "skills 1.000 1.000 [0.664, 1.000] +0.000 [-0.445, +0.445] no"
     # and the page shows the same noise floor above the records
     html = tmp_path / "noise.html"
     code, _, _ = cli("compare", spec.source_file, "--variants", "main,main~rerun", "--html", html)

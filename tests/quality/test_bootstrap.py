@@ -13,7 +13,7 @@ import pytest
 
 from pipeline.errors import ConfigError
 from pipeline.quality import AgreementReport, FieldScore, format_table, measure_agreement
-from pipeline.quality.bootstrap import Bootstrap, list_ratios, records_to_detect
+from pipeline.quality.bootstrap import Bootstrap, all_alike_bound, list_ratios, records_to_detect
 from pipeline.quality.intervals import (
     Verdict,
     noise_floor,
@@ -123,32 +123,42 @@ def test_pooled_ratios_follow_the_list_rules_including_empty_sides() -> None:
     assert list(f1) == [1.0, pytest.approx(4 / 6), 0.0]
 
 
-def test_a_variant_against_itself_is_no_detectable_difference_with_a_zero_interval() -> None:
+def test_a_variant_against_itself_is_no_detectable_difference_within_the_bound_of_its_records() -> None:
+    """Alike on all 300 records: no resample moves the difference, so the interval is the exact bound of
+    the share of records that could differ, at the difference's (simultaneous) level."""
     gold, extracted = simulated(random.Random(2), 300, match=0.7, found=0.6)
     report = measured(gold, extracted)
     paired = paired_differences(report, report, Bootstrap())
     for difference in [*paired.fields.values(), paired.micro_f1]:
-        assert difference.value == 0 and difference.ci == (0.0, 0.0)
+        share = all_alike_bound(300, difference.level)
+        assert share is not None and 0.01 < share < 0.03
+        assert difference.value == 0 and difference.ci == (-share, share)
         assert difference.verdict is Verdict.NONE and difference.records_needed is None
-        # every resample the same: no interval to give, and the report says why
-        assert difference.describe() == f"+0.000 [{TOO_SMALL}] no detectable difference"
-        assert difference.to_json()["ci"] is None and difference.to_json()["ci_note"] == TOO_SMALL
+        assert difference.describe() == f"+0.000 [{-share:+.3f}, {share:+.3f}] no detectable difference"
+        assert difference.to_json()["ci"] == [-share, share]
 
 
-def test_a_zero_width_interval_from_one_record_or_a_perfect_score_says_the_sample_is_too_small() -> None:
-    """Before: ``1.000 [1.000-1.000]``, as if one record, or 40 that all agree, made the score certain."""
+def test_one_record_says_the_sample_is_too_small_and_a_perfect_score_gives_the_exact_bound() -> None:
+    """Before: ``1.000 [1.000-1.000]``, as if one record, or 40 that all agree, made the score certain.
+    One record is too small a sample to say anything; 40 that all agree say the score is at least
+    1 - 0.025^(1/40) = 0.912 (Clopper-Pearson, 95%), which no resample can show."""
     one = measured({1: {"level": "junior", "skills": ["sql"]}}, {1: {"level": "junior", "skills": ["sql"]}})
+    level = by_path(one, "level")
+    assert level.ci["accuracy"][0] == level.ci["accuracy"][1] == 1.0
+    table = format_table(one)
+    assert "1.000-1.000" not in table and TOO_SMALL in table
+    assert f"F1 1.000 [{TOO_SMALL}]" in table
+    data = one.to_json()["fields"]["level"]
+    assert data["accuracy_ci"] is None and data["accuracy_ci_note"] == TOO_SMALL
+    assert one.to_json()["macro"]["score_ci"] is None
     gold, _ = simulated(random.Random(12), 40, match=1.0, found=1.0)
     perfect = measured(gold, gold)
-    for report in (one, perfect):
-        level = by_path(report, "level")
-        assert level.ci["accuracy"][0] == level.ci["accuracy"][1] == 1.0
-        table = format_table(report)
-        assert "1.000-1.000" not in table and TOO_SMALL in table
-        assert f"F1 1.000 [{TOO_SMALL}]" in table
-        data = report.to_json()["fields"]["level"]
-        assert data["accuracy_ci"] is None and data["accuracy_ci_note"] == TOO_SMALL
-        assert report.to_json()["macro"]["score_ci"] is None
+    low = 1 - 0.025 ** (1 / 40)
+    assert by_path(perfect, "level").ci["accuracy"] == pytest.approx((1 - low, 1.0))
+    table = format_table(perfect)
+    assert TOO_SMALL not in table and f"F1 1.000 [{1 - low:.3f}-1.000]" in table
+    assert "a perfect or zero score: the exact binomial bound for that many records" in table
+    assert perfect.to_json()["fields"]["level"]["accuracy_ci"] == pytest.approx([1 - low, 1.0])
     # a score with a spread keeps its interval
     spread = measured(*simulated(random.Random(13), 40, match=0.7, found=0.6))
     assert TOO_SMALL not in format_table(spread) and spread.to_json()["fields"]["level"]["accuracy_ci"]
