@@ -89,7 +89,7 @@ def wait_for_results(snapshot: Path, at_least: int, timeout_s: float) -> None:
                 return
         except (OSError, orjson.JSONDecodeError, KeyError):
             pass
-        time.sleep(1)
+        time.sleep(0.2)
     raise AssertionError(f"fewer than {at_least} results after {timeout_s:.0f} s")
 
 
@@ -123,8 +123,10 @@ def test_real_ads_extracted_killed_midway_and_resumed(tmp_path: Path, local_serv
     assert f"loaded {ADS} records from" in load.stdout and f": {ADS} new, 0 updated" in load.stdout
 
     started = time.monotonic()
+    # Two at a time, so the kill lands midway: at the job's 8, the last waves of 20 records can end
+    # inside one 2 s snapshot interval, and the run would complete before it is killed.
     first = subprocess.Popen(
-        pipeline_command("run", str(job)),
+        pipeline_command("run", str(job), "--concurrency", "2"),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         env=env,
@@ -133,8 +135,11 @@ def test_real_ads_extracted_killed_midway_and_resumed(tmp_path: Path, local_serv
     try:
         wait_for_results(tmp_path / "ads.duckdb.progress.json", at_least=3, timeout_s=600)
     finally:
-        os.kill(first.pid, signal.SIGKILL)
-        first.wait()
+        ended_by_itself = first.poll() is not None
+        if not ended_by_itself:
+            os.kill(first.pid, signal.SIGKILL)
+            first.wait()
+    assert not ended_by_itself, "the first run ended before it was killed: nothing was resumed"
     killed_with = table_rows(tmp_path / "ads.duckdb", "SELECT count(*) FROM results")[0][0]
     assert killed_with >= 3
 
