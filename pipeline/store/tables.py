@@ -10,6 +10,8 @@
 * ``results_chunks``: the answer of each chunk of a long record (``chunking:``), one row per (variant,
   record, pass, chunk), kept as each chunk finishes: a run stopped mid-document redoes only the chunks
   not kept, and the chunk answers behind every merged result stay there to look at.
+* ``judgments`` (:mod:`pipeline.store.judgments`): what people and models said of extracted values,
+  one row per judgment, tied to the result it judged.
 * ``runs``: one row per run, with totals over every attempt, the profile of what it produced and a
   small time series of how it went.
 
@@ -27,6 +29,7 @@ import structlog
 from pipeline.job.spec import JobSpec
 from pipeline.source.db import UTC_NOW, Database, quote
 from pipeline.source.versions import VERSION_COLUMNS
+from pipeline.store.judgments import JUDGMENT_COLUMNS, judgments_table
 
 log = structlog.get_logger("pipeline.store.tables")
 
@@ -144,11 +147,13 @@ def _tables(spec: JobSpec) -> list[_Table]:
         _Table(history_table(spec), [*_RESULT_COLUMNS, *_HISTORY_EXTRA], primary_key=False),
         _Table(out.failures_table, _FAILURE_COLUMNS),
         _Table(chunks_table(spec), _CHUNK_COLUMNS, key_extra=tuple(name for name, _ in _CHUNK_KEY)),
+        _Table(judgments_table(spec), JUDGMENT_COLUMNS, primary_key=False),
     ]
 
 
 def output_table_names(spec: JobSpec) -> list[str]:
-    """The job's output tables: runs, results, their history, failures, the chunks of long records."""
+    """The job's output tables: runs, results, their history, failures, the chunks of long records, the
+    judgments of values."""
     return [table.name for table in _tables(spec)]
 
 

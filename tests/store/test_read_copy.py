@@ -52,7 +52,15 @@ def test_a_copy_holds_the_output_tables_and_a_copy_of_the_source(job: JobSpec) -
     assert copy_of(job) > 0
     with duckdb.connect(str(copy_path(job.database)), read_only=True) as copy:
         tables = {row[0] for row in copy.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
-        assert tables == {"runs", "results", "results_history", "failures", "results_chunks", COPY_TABLE}
+        assert tables == {
+            "runs",
+            "results",
+            "results_history",
+            "failures",
+            "results_chunks",
+            "judgments",
+            COPY_TABLE,
+        }
         assert copy.execute("SELECT count(*) FROM results").fetchone() == (9,)
     with duckdb.connect(str(source_copy_path(job.database)), read_only=True) as source:
         assert source.execute("SELECT count(*) FROM postings").fetchone() == (len(SOURCE_IDS),)

@@ -1,0 +1,170 @@
+"""The ``judgments`` table: what people and models said of extracted values, one row per judgment.
+
+Each row names the value (variant, record, field path, value), the verdict, the judge and the result it
+judged: ``result_key``, a hash of the result's version key, the run that made it and its answer. Rows
+are written as they are made, one transaction per call, and never rewritten: a judge who changes their
+mind adds a row (the latest judgment of a value by a judge is the one that counts), and undo deletes
+the row it undoes. When a record is redone its result key changes, so the judgments of the old result
+are kept but read as *stale*, and stop counting.
+
+The table sits beside the results (``results`` -> ``judgments``; another results table ``x`` ->
+``x_judgments``), is created with the other output tables and travels in the read copy a run writes.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Collection, Sequence
+
+from pipeline.errors import ConfigError
+from pipeline.job.spec import JobSpec
+from pipeline.quality import record_key
+from pipeline.quality.judgments import Judgment, JudgmentVerdict
+from pipeline.source.db import Database, quote
+from pipeline.source.versions import VERSION_COLUMNS
+
+DEFAULT_RESULTS_TABLE = "results"
+JUDGMENTS_SUFFIX = "_judgments"
+
+# (name, type) after the key columns (variant, record_id); created_at (when judged) comes last.
+JUDGMENT_COLUMNS = [
+    ("judgment_id", "VARCHAR"),
+    ("field", "VARCHAR"),
+    ("value", "VARCHAR"),
+    ("verdict", "VARCHAR"),
+    ("judge", "VARCHAR"),
+    ("result_key", "VARCHAR"),
+]
+
+
+def judgments_table(spec: JobSpec) -> str:
+    results = spec.output.results_table
+    return "judgments" if results == DEFAULT_RESULTS_TABLE else results + JUDGMENTS_SUFFIX
+
+
+def result_key_sql(alias: str) -> str:
+    """SQL for the key of the results row ``alias``: its version key, the run that made it and its
+    answer, hashed. A redo changes it (a new run, at least), so it tells which result was judged."""
+    parts = ["run_id", *(name for name, _ in VERSION_COLUMNS), "extracted"]
+    cast = ", ".join(f"coalesce(CAST({alias}.{quote(part)} AS VARCHAR), '')" for part in parts)
+    return f"md5(concat_ws('|', {cast}))"
+
+
+def current_result_keys(
+    connection: Database, spec: JobSpec, variant: str, records: Collection[str]
+) -> dict[str, str]:
+    """record key -> the key of its current result of ``variant``, for those of ``records`` that have one."""
+    results = quote(spec.output.results_table)
+    sql = (
+        f"SELECT record_id, {result_key_sql('r')} FROM {results} r WHERE variant = $variant "
+        "AND trim(CAST(record_id AS VARCHAR)) IN (SELECT unnest($records))"
+    )
+    rows = connection.rows(sql, {"variant": variant, "records": sorted(set(records))})
+    return {record_key(record_id): str(key) for record_id, key in rows}
+
+
+def record_judgments(connection: Database, spec: JobSpec, judgments: Sequence[Judgment]) -> list[Judgment]:
+    """Write ``judgments`` in one transaction, each tied to the current result of its record; return
+    them as stored (with their ids and result keys).
+
+    Raises :class:`ConfigError`, and writes nothing, when a record has no current result of that
+    variant (it no longer exists, failed, or was never extracted)."""
+    stored: list[Judgment] = []
+    with connection.transaction():
+        keys: dict[str, dict[str, str]] = {}
+        for variant in {judgment.variant for judgment in judgments}:
+            wanted = {j.record_id for j in judgments if j.variant == variant}
+            keys[variant] = current_result_keys(connection, spec, variant, wanted)
+        for judgment in judgments:
+            result_key = keys[judgment.variant].get(judgment.record_id)
+            if result_key is None:
+                raise ConfigError(
+                    f"{spec.database}: record {judgment.record_id!r} has no result of variant "
+                    f"{judgment.variant!r} to judge (not extracted, failed, or no longer in the source)"
+                )
+            stored.append(_with_key(judgment, result_key))
+        _insert(connection, spec, stored)
+    return stored
+
+
+def _with_key(judgment: Judgment, result_key: str) -> Judgment:
+    return Judgment(
+        record_id=judgment.record_id,
+        variant=judgment.variant,
+        field=judgment.field,
+        value=judgment.value,
+        verdict=JudgmentVerdict(judgment.verdict),
+        judge=judgment.judge,
+        result_key=result_key,
+        judgment_id=judgment.judgment_id or uuid.uuid4().hex,
+    )
+
+
+def _insert(connection: Database, spec: JobSpec, judgments: Sequence[Judgment]) -> None:
+    if not judgments:
+        return
+    columns = ["variant", "record_id", *(name for name, _ in JUDGMENT_COLUMNS)]
+    placeholders = ", ".join("?" for _ in columns)
+    table = quote(judgments_table(spec))
+    sql = f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({placeholders})"
+    for j in judgments:
+        row = [j.variant, j.record_id, j.judgment_id, j.field, j.value, str(j.verdict), j.judge, j.result_key]
+        connection.execute(sql, row)
+
+
+def undo_judgment(connection: Database, spec: JobSpec, judgment_id: str) -> bool:
+    """Delete the judgment ``judgment_id``; False when there was none."""
+    table = quote(judgments_table(spec))
+    with connection.transaction():
+        where = {"id": judgment_id}
+        found = connection.scalar(f"SELECT count(*) FROM {table} WHERE judgment_id = $id", where)
+        connection.execute(f"DELETE FROM {table} WHERE judgment_id = $id", where)
+    return found > 0
+
+
+def read_judgments(
+    connection: Database,
+    spec: JobSpec,
+    variants: Sequence[str] | None = None,
+    *,
+    include_stale: bool = False,
+    latest_only: bool = True,
+) -> list[Judgment]:
+    """The judgments of ``variants`` (all when None), oldest first.
+
+    ``latest_only``: one per (variant, record, field, value, judge) of each result, the latest (what
+    counts).
+    ``include_stale``: also those whose result was redone since (``stale`` says which)."""
+    table, results = quote(judgments_table(spec)), quote(spec.output.results_table)
+    latest = (
+        "QUALIFY row_number() OVER (PARTITION BY j.variant, j.record_id, j.field, j.value, j.judge, "
+        "j.result_key ORDER BY j.created_at DESC, j.rowid DESC) = 1"
+        if latest_only
+        else ""
+    )
+    sql = (
+        "SELECT j.record_id, j.variant, j.field, j.value, j.verdict, j.judge, j.result_key, j.created_at, "
+        f"j.judgment_id, r.record_id IS NULL AS stale FROM {table} j LEFT JOIN {results} r "
+        f"ON r.variant = j.variant AND r.record_id = j.record_id AND {result_key_sql('r')} = j.result_key "
+        f"WHERE ($all_variants OR j.variant IN (SELECT unnest($variants))) {latest} "
+        "ORDER BY j.created_at, j.rowid"  # the order they were made in (one call's rows share a time)
+    )
+    rows = connection.rows(sql, {"all_variants": variants is None, "variants": list(variants or [])})
+    found = [_judgment(row) for row in rows]
+    return found if include_stale else [judgment for judgment in found if not judgment.stale]
+
+
+def _judgment(row: Sequence[object]) -> Judgment:
+    record_id, variant, field, value, verdict, judge, result_key, judged_at, judgment_id, stale = row
+    return Judgment(
+        record_id=record_key(record_id),
+        variant=str(variant),
+        field=str(field),
+        value=str(value),
+        verdict=JudgmentVerdict(str(verdict)),
+        judge=str(judge),
+        result_key=str(result_key),
+        judged_at=judged_at,  # type: ignore[arg-type]
+        judgment_id=str(judgment_id),
+        stale=bool(stale),
+    )
