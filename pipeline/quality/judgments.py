@@ -14,8 +14,14 @@ redone, the judgment is kept but *stale*, and stops counting.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
+
+import orjson
+
+from pipeline.quality.fields import FieldSpec, ScoredPath, raw_values_at, scored_paths
 
 #: Judges whose name starts with this are models (``model:openai/gpt-oss-120b``), all others people.
 MODEL_JUDGE_PREFIX = "model:"
@@ -57,3 +63,47 @@ def is_model_judge(judge: str) -> bool:
 def model_judge(model: str) -> str:
     """The judge name of judgments made by ``model``."""
     return f"{MODEL_JUDGE_PREFIX}{model}"
+
+
+@dataclass(frozen=True, slots=True)
+class ValueToJudge:
+    """One value of an extraction, as a judge sees it: its field path, its text, and the value itself."""
+
+    field: str  # ``title``, ``salary.minimum`` (a nested object's field), ``skills``, ``requirements``
+    value: str  # how it is stored in a judgment (an object of a list: its compact JSON)
+    raw: Any  # as the answer has it (a number stays a number: what a gold file needs)
+
+
+def judged_paths(specs: Sequence[FieldSpec]) -> tuple[ScoredPath, ...]:
+    """The paths whose values are judged: every scalar and list field, a nested object field by field,
+    and a list of objects item by item (one requirement is one value: its text, kind and flags are
+    right or wrong together, as a reader judges them)."""
+    return tuple(path for path in scored_paths(specs) if path.in_overall)
+
+
+def values_to_judge(specs: Sequence[FieldSpec], extracted: Mapping[str, Any]) -> list[ValueToJudge]:
+    """The values of one extraction, path by path in schema order, each list item its own value (a
+    repeated item once); null and empty values give nothing to judge (a value the model should have
+    given is marked ``missing``)."""
+    found: list[ValueToJudge] = []
+    for path in judged_paths(specs):
+        seen: set[str] = set()
+        for raw in raw_values_at(extracted, path.path):
+            text = value_text(raw)
+            if text and text not in seen:
+                seen.add(text)
+                found.append(ValueToJudge(path.path, text, raw))
+    return found
+
+
+def value_text(raw: Any) -> str:
+    """A value as judgments store it: text stripped, ``35000`` for 35000.0, ``true``/``false``."""
+    if isinstance(raw, bool):
+        return "true" if raw else "false"
+    if isinstance(raw, float) and raw.is_integer():
+        return str(int(raw))
+    if isinstance(raw, str):
+        return raw.strip()
+    if isinstance(raw, (int, float)):
+        return str(raw)
+    return orjson.dumps(raw, option=orjson.OPT_SORT_KEYS).decode()
