@@ -13,7 +13,7 @@ import string
 import sys
 from functools import cached_property
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -21,6 +21,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from pipeline.errors import ConfigError
 from pipeline.job.chunking import ChunkingSpec, check_chunk_field, checked_merges
 from pipeline.job.examples import Example, check_examples, read_examples_file
+from pipeline.job.judge import JudgeSettings, JudgeSpec, ReasoningEffort, resolve_judge
 from pipeline.job.text import (
     IDENTIFIER,
     describe_import_error,
@@ -158,7 +159,7 @@ class JobSpec(_Strict):
     max_tokens: int = Field(default=4096, ge=1)
     # The servers' context length, when their /v1/models does not list it (or lists it wrongly).
     max_model_len: ContextLength | None = None
-    reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = "low"
+    reasoning_effort: ReasoningEffort | None = "low"
     temperature: float | None = Field(default=0.0, ge=0.0, le=2.0)
     extra_body: dict[str, Any] = Field(default_factory=dict)
     duckdb_memory_limit: str = Field(
@@ -169,6 +170,7 @@ class JobSpec(_Strict):
     output: OutputSpec = OutputSpec()
     variants: dict[VariantName, VariantSpec] = Field(default_factory=dict)
     chunking: ChunkingSpec | None = None  # a record whose long field does not fit: split, merged
+    judge: JudgeSpec = JudgeSpec()  # the model that judges a sample's values (pipeline.judging.model)
     source_file: Path = Field(default=Path("<memory>"), exclude=True)
     # Which variant's results this spec reads and writes (``main``: the job as written).
     variant: str = Field(default=MAIN_VARIANT, exclude=True)
@@ -205,6 +207,18 @@ class JobSpec(_Strict):
             concurrency=self.concurrency,
             max_concurrency=self.max_concurrency,
             max_model_len=self.max_model_len,
+        )
+
+    def judge_settings(self, model: str | None = None) -> JudgeSettings:
+        """The model judge as ``judge:`` asks for it, each key it leaves out the job's own; ``model``:
+        another judge model (a command-line option)."""
+        judge = self.judge if model is None else self.judge.model_copy(update={"model": model})
+        return resolve_judge(
+            judge,
+            self.endpoint_configs()[0],
+            job_model=self.model,
+            max_tokens=self.max_tokens,
+            reasoning_effort=self.reasoning_effort,
         )
 
     @cached_property
