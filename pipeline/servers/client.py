@@ -77,11 +77,13 @@ class ChatMessage(TypedDict):
 @dataclass(frozen=True, slots=True)
 class ChatRequest:
     """What varies between attempts for one record: the messages, the token budget, and sampling
-    fields for this request only (a retry after a repetition loop sends penalties)."""
+    fields for this request only (a retry after a repetition loop sends penalties). A request's own
+    ``response_format`` replaces the settings' (a model judge's answer has a shape per request)."""
 
     messages: tuple[ChatMessage, ...]
     max_tokens: int
     sampling: dict[str, float] = field(default_factory=dict)
+    response_format: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,8 +189,9 @@ class LLMClient:
             body["temperature"] = self.settings.temperature
         if self.settings.reasoning_effort is not None:
             body["reasoning_effort"] = self.settings.reasoning_effort
-        if self.settings.response_format is not None:
-            body["response_format"] = self.settings.response_format
+        response_format = request.response_format or self.settings.response_format
+        if response_format is not None:
+            body["response_format"] = response_format
         body.update(self.settings.extra_body)
         body.update(request.sampling)
         return body
