@@ -9,6 +9,9 @@ reads the results and calls these.
 * :mod:`~pipeline.quality.scores`: what it reports, as JSON and as a table;
 * :mod:`~pipeline.quality.bootstrap`, :mod:`~pipeline.quality.intervals`: bootstrap intervals of every
   score, paired differences with a verdict, and the noise floor (NumPy, imported only there);
+* :mod:`~pipeline.quality.judgments`: what a judge says of one value; :mod:`~pipeline.quality.judged_scores`:
+  precision and recall of a run from judged values, intervals over records, two variants paired;
+  :mod:`~pipeline.quality.ppi`: a model judge calibrated by people (prediction-powered inference);
 * :mod:`~pipeline.quality.profile`, :mod:`~pipeline.quality.drift`: a run's profile and what drifted
   across runs;
 * :mod:`~pipeline.quality.gold`: reading a gold file;
@@ -20,7 +23,8 @@ reads the results and calls these.
 * :mod:`~pipeline.quality.skillspan`: the SkillSpan gold set, converted to records and a gold file
   (``python -m pipeline.quality.skillspan``).
 
-May import: :mod:`pipeline.errors` only (and NumPy, only in bootstrap and intervals).
+May import: :mod:`pipeline.errors` only (and NumPy, only in bootstrap, intervals, judged_scores and ppi,
+inside the functions that draw intervals).
 """
 
 from __future__ import annotations

@@ -144,7 +144,8 @@ def two_sided_z(level: float) -> float:
     return NormalDist().inv_cdf(1 - (1 - level) / 2)
 
 
-def _ratio(numerator: Array, denominator: Array) -> Array:
+def ratio(numerator: Array, denominator: Array) -> Array:
+    """``numerator / denominator`` element by element, NaN where the denominator is 0 (no score)."""
     import numpy as np
 
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -158,9 +159,9 @@ def list_ratios(tp: Array, reference: Array, candidate: Array) -> tuple[Array, A
     import numpy as np
 
     both_empty = (reference == 0) & (candidate == 0)
-    precision = np.where(both_empty, 1.0, np.nan_to_num(_ratio(tp, candidate), nan=0.0))
-    recall = np.where(both_empty, 1.0, np.nan_to_num(_ratio(tp, reference), nan=0.0))
-    f1 = np.where(both_empty, 1.0, _ratio(2 * tp, reference + candidate))
+    precision = np.where(both_empty, 1.0, np.nan_to_num(ratio(tp, candidate), nan=0.0))
+    recall = np.where(both_empty, 1.0, np.nan_to_num(ratio(tp, reference), nan=0.0))
+    f1 = np.where(both_empty, 1.0, ratio(2 * tp, reference + candidate))
     return precision, recall, f1
 
 
@@ -172,11 +173,11 @@ def path_scores(sums: Array, is_list: bool) -> dict[str, Array]:
     scored = sums[..., SCORED]
     none = scored <= 0
     if not is_list:
-        accuracy = _ratio(sums[..., TP], scored)
-        return {"agreement": accuracy, "accuracy": accuracy, "exact": _ratio(sums[..., EXACT], scored)}
+        accuracy = ratio(sums[..., TP], scored)
+        return {"agreement": accuracy, "accuracy": accuracy, "exact": ratio(sums[..., EXACT], scored)}
     precision, recall, f1 = list_ratios(sums[..., TP], sums[..., REFERENCE], sums[..., CANDIDATE])
     scores = {"agreement": f1, "precision": precision, "recall": recall, "f1": f1}
-    scores |= {f"macro_{name}": _ratio(sums[..., index], scored) for name, index in _MACRO.items()}
+    scores |= {f"macro_{name}": ratio(sums[..., index], scored) for name, index in _MACRO.items()}
     return {name: np.where(none, np.nan, value) for name, value in scores.items()}
 
 
