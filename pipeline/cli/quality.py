@@ -28,14 +28,19 @@ from pipeline.reports import (
     DEFAULT_SHOWN,
     CompareSettings,
     EvalSettings,
+    JudgedSettings,
     Sample,
     compare_page,
     compare_variants,
     evaluate,
+    evaluate_judged,
+    evaluate_judged_pair,
     evaluate_pair,
     format_compare,
     format_eval,
+    format_judged_eval,
     format_paired_eval,
+    format_paired_judged,
     parse_fields,
     parse_variants,
     review_page,
@@ -88,9 +93,24 @@ def _say_written(path: Path, page: ReviewPage | None, *, to_stderr: bool = False
 
 
 GoldOption = Annotated[
-    Path,
+    Path | None,
     typer.Option(help="The gold file (.jsonl, .json or .csv): an id and the right values of some fields."),
 ]
+JudgedOption = Annotated[
+    bool,
+    typer.Option(
+        "--judged",
+        help="Measure against the judgments of `pipeline judge` instead of a gold file: precision (and "
+        "recall where misses were marked) for the whole run, from a judged sample.",
+    ),
+]
+JudgeOption = Annotated[
+    str | None,
+    typer.Option(
+        help="With --judged: count only this person's judgments, or use this model judge (model:NAME)."
+    ),
+]
+
 PairOption = Annotated[
     str | None,
     typer.Option(
@@ -111,7 +131,9 @@ ToleranceOption = Annotated[
 @app.command("eval")
 def eval_command(
     job: JobArgument,
-    gold: GoldOption,
+    gold: GoldOption = None,
+    judged: JudgedOption = False,
+    judge: JudgeOption = None,
     variant: VariantOption = None,
     variants: PairOption = None,
     fields: FieldsOption = None,
@@ -125,13 +147,24 @@ def eval_command(
     html: HtmlOption = None,
     database: DatabaseOption = None,
 ) -> None:
-    """Measure a variant's results against a gold file: accuracy per field, precision/recall/F1 per list, each with a 95% bootstrap interval.
+    """Measure a variant's results against a gold file: accuracy per field, precision/recall/F1 per list, each with a 95% bootstrap interval; or, with --judged, against the judgments of a sample: precision (and recall) for the whole run.
 
-    Also: how many grounded values were found in the record text, and every gold record without a result (failed, with its class; not extracted yet; not in the source). With --variants A,B: whether B is better than A, per field. The exit code is 0 whatever the scores.
+    Also: how many grounded values were found in the record text, and every gold record without a result (failed, with its class; not extracted yet; not in the source). With --variants A,B: whether B is better than A, per field. With --judged and a model judge beside people: the people's precision and the combined one (prediction-powered inference), and how often the model agrees with them. The exit code is 0 whatever the scores.
     """  # noqa: E501  (Typer keeps a docstring's line breaks: one paragraph, one line)
     if variants is not None and variant is not None:
         raise fail(ConfigError("--variants compares two variants: give it without --variant"), EXIT_CONFIG)
+    gold_options = {
+        "--fields": fields,
+        "--fuzzy": fuzzy,
+        "--tolerance": tolerance or None,
+        "--sample": sample,
+    }
+    gold_file = _gold_file(gold, judged, judge, gold_options)
     spec = load_job_or_exit(job, database, variant)
+    if gold_file is None:
+        bootstrap = read_or_exit(lambda: Bootstrap(resamples, resample_seed))
+        _eval_judged(spec, variants, JudgedSettings(judge, bootstrap, review=html is not None), as_json, html)
+        return
     settings = read_or_exit(
         lambda: EvalSettings(
             parse_fields(fields),
@@ -143,12 +176,47 @@ def eval_command(
         )
     )
     if variants is not None:
-        _eval_pair(spec, gold, variants, settings, as_json, html)
+        _eval_pair(spec, gold_file, variants, settings, as_json, html)
         return
-    report = read_or_exit(lambda: evaluate(spec, gold, settings))
+    report = read_or_exit(lambda: evaluate(spec, gold_file, settings))
     say_read_copy(report.read_copy)
     typer.echo(_json(report.to_json()) if as_json else format_eval(report))
     _write_page(report.review, html, to_stderr=as_json)
+
+
+def _gold_file(
+    gold: Path | None, judged: bool, judge: str | None, gold_options: dict[str, Any]
+) -> Path | None:
+    """The gold file to measure against, or None for the judgments (``--judged``); exit 2 unless
+    exactly one of them is given, with only its own options."""
+    problem = None
+    if gold is not None and judged:
+        problem = "--judged measures against judgments, --gold against a gold file: give one of them"
+    elif gold is None and not judged:
+        problem = "give --gold FILE (a gold file) or --judged (the judgments of `pipeline judge`)"
+    elif judge is not None and not judged:
+        problem = "--judge chooses whose judgments count: give it with --judged"
+    elif judged and (given := [name for name, value in gold_options.items() if value is not None]):
+        problem = f"--judged takes no {', '.join(given)} (options of matching a gold file)"
+    if problem is not None:
+        raise fail(ConfigError(problem), EXIT_CONFIG)
+    return gold
+
+
+def _eval_judged(
+    spec: JobSpec, variants: str | None, settings: JudgedSettings, as_json: bool, html: Path | None
+) -> None:
+    if variants is None:
+        report = read_or_exit(lambda: evaluate_judged(spec, settings))
+        say_read_copy(report.read_copy)
+        typer.echo(_json(report.to_json()) if as_json else format_judged_eval(report))
+        _write_page(report.review, html, to_stderr=as_json)
+        return
+    names = read_or_exit(lambda: _variant_names(spec, variants, least=2))
+    pair = read_or_exit(lambda: evaluate_judged_pair(spec, names, settings))
+    say_read_copy(pair.read_copy)
+    typer.echo(_json(pair.to_json()) if as_json else format_paired_judged(pair))
+    _write_page(pair.review, html, to_stderr=as_json)
 
 
 def _eval_pair(

@@ -8,6 +8,8 @@ reads the database for it, read-only and filtered in SQL, through the DuckDB bou
 * :mod:`~pipeline.reports.reading`: the queries (results, failures, record texts) and their scopes;
 * :mod:`~pipeline.reports.evaluation`: ``eval``; :mod:`~pipeline.reports.paired_evaluation`: ``eval
   --variants A,B`` (the paired difference and its verdict);
+* :mod:`~pipeline.reports.judged_evaluation`: ``eval --judged`` (precision and recall from judged values,
+  a model judge calibrated by people); :mod:`~pipeline.reports.judged_report`: what it reports;
 * :mod:`~pipeline.reports.comparison`: ``compare``; :mod:`~pipeline.reports.noise`: its noise floor;
 * :mod:`~pipeline.reports.review`: the review page of one or two variants;
 * :mod:`~pipeline.reports.pages`: each page (review, compare, report) read, built and written in one call;
@@ -32,6 +34,13 @@ from pipeline.reports.comparison import (
     parse_variants,
 )
 from pipeline.reports.evaluation import EvalReport, EvalSettings, evaluate, format_eval, parse_fields
+from pipeline.reports.judged_evaluation import JudgedSettings, evaluate_judged, evaluate_judged_pair
+from pipeline.reports.judged_report import (
+    JudgedEvalReport,
+    PairedJudgedReport,
+    format_judged_eval,
+    format_paired_judged,
+)
 from pipeline.reports.noise import NoiseReport, noise_floor_hint
 from pipeline.reports.pages import compare_page, review_page, runs_page
 from pipeline.reports.paired_evaluation import PairedEvalReport, evaluate_pair, format_paired_eval
@@ -49,8 +58,11 @@ __all__ = [
     "GroundingShare",
     "GroundingSummary",
     "JobOutput",
+    "JudgedEvalReport",
+    "JudgedSettings",
     "NoiseReport",
     "PairedEvalReport",
+    "PairedJudgedReport",
     "Sample",
     "Scope",
     "StoredFailure",
@@ -59,10 +71,14 @@ __all__ = [
     "compare_page",
     "compare_variants",
     "evaluate",
+    "evaluate_judged",
+    "evaluate_judged_pair",
     "evaluate_pair",
     "format_compare",
     "format_eval",
+    "format_judged_eval",
     "format_paired_eval",
+    "format_paired_judged",
     "noise_floor_hint",
     "open_output",
     "parse_fields",

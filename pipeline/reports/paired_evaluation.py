@@ -179,6 +179,12 @@ def _score_rows(
     ]
 
 
+#: When a paired difference is a verdict, in words (reports print it).
+VERDICT_RULE = (
+    f"verdict: {Verdict.BETTER} or {Verdict.WORSE} when the interval of B - A excludes 0, else {Verdict.NONE}"
+)
+
+
 def format_paired_eval(report: PairedEvalReport) -> str:
     """The paired table (each variant's headline score, B - A and the verdict, per field and overall),
     the interval rule, how many records would detect each difference, and the gold records without a
@@ -188,12 +194,11 @@ def format_paired_eval(report: PairedEvalReport) -> str:
         f"{b.variant} (B) against {a.variant} (A), both against {a.gold.path}, over the "
         f"{report.records:,} gold records both have a result for",
         "",
-        *_aligned(_rows(report)),
+        *aligned(_rows(report)),
         "",
         _scores_line(report),
         report.comparison.rule,
-        f"verdict: {Verdict.BETTER} or {Verdict.WORSE} when the interval of B - A excludes 0, else "
-        f"{Verdict.NONE}",
+        VERDICT_RULE,
         *_detect_lines(report),
         *_missing_lines(report),
     ]
@@ -225,9 +230,9 @@ def _rows(report: PairedEvalReport) -> list[tuple[str, ...]]:
             (
                 score_a.path,
                 difference.metric,
-                _with_ci(score_a.agreement, score_a.ci.get("agreement")),
-                _with_ci(score_b.agreement, score_b.ci.get("agreement")),
-                *_difference_cells(difference),
+                with_ci(score_a.agreement, score_a.ci.get("agreement")),
+                with_ci(score_b.agreement, score_b.ci.get("agreement")),
+                *difference_cells(difference),
             )
         )
     micro_a, micro_b = (side.micro.f1 if side.micro else None for side in (a, b))
@@ -235,15 +240,15 @@ def _rows(report: PairedEvalReport) -> list[tuple[str, ...]]:
         (
             "overall",
             "micro f1",
-            _with_ci(micro_a, a.micro_ci.get("f1")),
-            _with_ci(micro_b, b.micro_ci.get("f1")),
-            *_difference_cells(report.comparison.micro_f1),
+            with_ci(micro_a, a.micro_ci.get("f1")),
+            with_ci(micro_b, b.micro_ci.get("f1")),
+            *difference_cells(report.comparison.micro_f1),
         )
     )
     return rows
 
 
-def _with_ci(value: float | None, interval: tuple[float, float] | None) -> str:
+def with_ci(value: float | None, interval: tuple[float, float] | None) -> str:
     if value is None:
         return "-"
     if interval is None:
@@ -252,13 +257,13 @@ def _with_ci(value: float | None, interval: tuple[float, float] | None) -> str:
     return f"{value:.3f} [{shown}]"
 
 
-def _difference_cells(difference: Difference) -> tuple[str, str]:
+def difference_cells(difference: Difference) -> tuple[str, str]:
     if difference.value is None:
         return ("-", "not scored")
     return (f"{difference.value:+.3f}{difference.interval_text()}", str(difference.verdict))
 
 
-def _aligned(rows: Sequence[tuple[str, ...]]) -> list[str]:
+def aligned(rows: Sequence[tuple[str, ...]]) -> list[str]:
     widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
     return [
         "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows
@@ -266,18 +271,20 @@ def _aligned(rows: Sequence[tuple[str, ...]]) -> list[str]:
 
 
 def _detect_lines(report: PairedEvalReport) -> list[str]:
-    """For each difference not detected, about how many records would detect one of its size."""
     every = [*report.comparison.fields.items(), ("overall micro f1", report.comparison.micro_f1)]
+    return detect_lines(every, report.records)
+
+
+def detect_lines(differences: Sequence[tuple[str, Difference]], records: int) -> list[str]:
+    """For each difference not detected, about how many records would detect one of its size."""
     undetected = [
         (path, difference)
-        for path, difference in every
+        for path, difference in differences
         if difference.verdict is Verdict.NONE and difference.records_needed
     ]
     if not undetected:
         return []
-    lines = [
-        f"records to detect a difference of the size seen (80% power), against the {report.records:,} scored:"
-    ]
+    lines = [f"records to detect a difference of the size seen (80% power), against the {records:,} scored:"]
     lines += [
         f"  {path}: {difference.value:+.3f} needs about {difference.records_needed:,} records"
         for path, difference in undetected
