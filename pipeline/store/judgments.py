@@ -13,6 +13,7 @@ The table sits beside the results (``results`` -> ``judgments``; another results
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 from collections.abc import Collection, Sequence
 
@@ -20,7 +21,7 @@ from pipeline.errors import ConfigError
 from pipeline.job.spec import JobSpec
 from pipeline.quality import record_key
 from pipeline.quality.judgments import Judgment, JudgmentVerdict
-from pipeline.source.db import Database, quote
+from pipeline.source.db import UTC_NOW, Database, quote
 from pipeline.source.versions import VERSION_COLUMNS
 
 DEFAULT_RESULTS_TABLE = "results"
@@ -67,16 +68,21 @@ def record_judgments(connection: Database, spec: JobSpec, judgments: Sequence[Ju
     """Write ``judgments`` in one transaction, each tied to the current result of its record; return
     them as stored (with their ids and result keys).
 
-    Raises :class:`ConfigError`, and writes nothing, when a record has no current result of that
-    variant (it no longer exists, failed, or was never extracted)."""
+    A judgment that names its ``result_key`` (a page that showed that result) keeps it: if the record
+    was redone since, the judgment is stored stale, as it would have become had it been written first.
+    A judgment's ``judged_at``, when given, is its time in the table (one written late from a journal
+    keeps the time it was made).
+
+    Raises :class:`ConfigError`, and writes nothing, when a record of a judgment without a result key
+    has no current result of that variant (it no longer exists, failed, or was never extracted)."""
     stored: list[Judgment] = []
     with connection.transaction():
         keys: dict[str, dict[str, str]] = {}
-        for variant in {judgment.variant for judgment in judgments}:
-            wanted = {j.record_id for j in judgments if j.variant == variant}
+        for variant in {judgment.variant for judgment in judgments if not judgment.result_key}:
+            wanted = {j.record_id for j in judgments if j.variant == variant and not j.result_key}
             keys[variant] = current_result_keys(connection, spec, variant, wanted)
         for judgment in judgments:
-            result_key = keys[judgment.variant].get(judgment.record_id)
+            result_key = judgment.result_key or keys[judgment.variant].get(judgment.record_id)
             if result_key is None:
                 raise ConfigError(
                     f"{spec.database}: record {judgment.record_id!r} has no result of variant "
@@ -96,6 +102,7 @@ def _with_key(judgment: Judgment, result_key: str) -> Judgment:
         verdict=JudgmentVerdict(judgment.verdict),
         judge=judgment.judge,
         result_key=result_key,
+        judged_at=judgment.judged_at,
         judgment_id=judgment.judgment_id or uuid.uuid4().hex,
     )
 
@@ -103,13 +110,28 @@ def _with_key(judgment: Judgment, result_key: str) -> Judgment:
 def _insert(connection: Database, spec: JobSpec, judgments: Sequence[Judgment]) -> None:
     if not judgments:
         return
-    columns = ["variant", "record_id", *(name for name, _ in JUDGMENT_COLUMNS)]
-    placeholders = ", ".join("?" for _ in columns)
+    columns = ["variant", "record_id", *(name for name, _ in JUDGMENT_COLUMNS), "created_at"]
+    # created_at: the judgment's own time (UTC, as every timestamp is stored), else now.
+    placeholders = ", ".join(["?"] * (len(columns) - 1) + [f"coalesce(CAST(? AS TIMESTAMP), {UTC_NOW})"])
     table = quote(judgments_table(spec))
     sql = f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({placeholders})"
     for j in judgments:
         row = [j.variant, j.record_id, j.judgment_id, j.field, j.value, str(j.verdict), j.judge, j.result_key]
-        connection.execute(sql, row)
+        connection.execute(sql, [*row, _utc(j.judged_at)])
+
+
+def _utc(moment: dt.datetime | None) -> dt.datetime | None:
+    """``moment`` as the naive UTC time the table stores (a naive time is taken as UTC already)."""
+    if moment is None or moment.tzinfo is None:
+        return moment
+    return moment.astimezone(dt.UTC).replace(tzinfo=None)
+
+
+def stored_judgment_ids(connection: Database, spec: JobSpec, judgment_ids: Collection[str]) -> set[str]:
+    """Those of ``judgment_ids`` the table holds (a journal written again skips them)."""
+    table = quote(judgments_table(spec))
+    sql = f"SELECT judgment_id FROM {table} WHERE judgment_id IN (SELECT unnest($ids))"
+    return {str(row[0]) for row in connection.rows(sql, {"ids": sorted(set(judgment_ids))})}
 
 
 def undo_judgment(connection: Database, spec: JobSpec, judgment_id: str) -> bool:

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
 from pathlib import Path
 
 import pytest
@@ -8,7 +10,13 @@ from pipeline.errors import ConfigError
 from pipeline.job.spec import JobSpec
 from pipeline.quality.judgments import Judgment, JudgmentVerdict, model_judge
 from pipeline.source.db import open_database
-from pipeline.store.judgments import judgments_table, read_judgments, record_judgments, undo_judgment
+from pipeline.store.judgments import (
+    judgments_table,
+    read_judgments,
+    record_judgments,
+    stored_judgment_ids,
+    undo_judgment,
+)
 from pipeline.store.opening import prepare_database
 from tests.support.jobs import table_rows
 from tests.support.outputs import job_with_outputs, run_scripted
@@ -101,3 +109,26 @@ def test_an_older_database_gets_the_table_when_opened(spec: JobSpec) -> None:
     connection.close()
     prepare_database(spec).close()
     assert table_rows(spec.database, f"SELECT count(*) FROM {judgments_table(spec)}") == [(0,)]
+
+
+def test_a_judgment_naming_the_result_it_saw_keeps_it_and_its_time(spec: JobSpec) -> None:
+    """The judging page writes the result key it showed and the time of the key press (a judgment
+    journaled while a run held the database is written later, with its own time)."""
+    connection = prepare_database(spec)
+    try:
+        (shown,) = record_judgments(connection, spec, [judgment("0", CORRECT)])
+        judged_at = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
+        seen = dataclasses.replace(judgment("0", WRONG), result_key=shown.result_key, judged_at=judged_at)
+        old = dataclasses.replace(judgment("8", CORRECT), result_key="a result since redone")
+        record_judgments(connection, spec, [seen, old])
+        every = read_judgments(connection, spec, include_stale=True, latest_only=False)
+        assert [(j.record_id, j.verdict, j.stale) for j in every] == [
+            ("0", WRONG, False),  # its time, before the first one's
+            ("0", CORRECT, False),
+            ("8", CORRECT, True),  # written, and stale at once: the result it judged is gone
+        ]
+        assert every[0].judged_at == judged_at.replace(tzinfo=None)
+        ids = {j.judgment_id for j in every}
+        assert stored_judgment_ids(connection, spec, [*ids, "unknown"]) == ids
+    finally:
+        connection.close()
