@@ -1,0 +1,164 @@
+"""``pipeline judge``: judge a sample's extracted values by keyboard in the browser (one variant, or two
+blind), import judgments made elsewhere, or export the judged records as a gold file.
+
+Each mode is one small function over the same parsed job and variants, so another mode (a model judging
+a larger sample) is one more option and one more function.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import getpass
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from pipeline.cli.common import (
+    DatabaseOption,
+    JobArgument,
+    VariantOption,
+    app,
+    fail,
+    load_job_or_exit,
+    read_or_exit,
+    say_read_copy,
+)
+from pipeline.cli.logs import configure_logging
+from pipeline.errors import EXIT_CONFIG, ConfigError
+from pipeline.job.spec import JobSpec
+from pipeline.judging.exchange import export_gold, import_judgments
+from pipeline.judging.journal import journal_path
+from pipeline.judging.server import DEFAULT_PORT, serve_judging
+from pipeline.judging.session import DEFAULT_SAMPLE, JudgingSession, SessionOptions
+from pipeline.reports import Sample, parse_variants
+
+VariantsOption = Annotated[
+    str | None,
+    typer.Option(
+        metavar="A,B",
+        help="Two variants judged blind: the same records, their answers shown as 1 and 2 in an order "
+        "drawn per record; the page never says which is which.",
+    ),
+]
+SampleOption = Annotated[
+    int | None,
+    typer.Option(
+        min=1,
+        help=f"The seeded sample of N source records (as `run --sample`) that have results "
+        f"(default: {DEFAULT_SAMPLE}, or as many of them as have results).",
+    ),
+]
+SeedOption = Annotated[int, typer.Option(help="The seed of --sample (and of the blind order).")]
+PortOption = Annotated[
+    int, typer.Option(min=0, max=65535, help="The page's port on 127.0.0.1 (0: a free one).")
+]
+JudgeOption = Annotated[
+    str | None,
+    typer.Option(
+        "--judge",
+        help="Your name in the judgments (default: your login name). With --export-gold: whose "
+        "judgments, comma-separated (default: every person's).",
+    ),
+]
+ImportOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--import",
+        help="Import judgments from this JSON lines file (record_id, variant, field, value, verdict, judge).",
+    ),
+]
+ExportOption = Annotated[
+    Path | None,
+    typer.Option("--export-gold", help="Write the judged records as a gold file (.jsonl) for `eval --gold`."),
+]
+
+
+@app.command("judge")
+def judge_command(
+    job: JobArgument,
+    variant: VariantOption = None,
+    variants: VariantsOption = None,
+    sample: SampleOption = None,
+    seed: SeedOption = 0,
+    port: PortOption = DEFAULT_PORT,
+    judge: JudgeOption = None,
+    import_file: ImportOption = None,
+    export_file: ExportOption = None,
+    database: DatabaseOption = None,
+) -> None:
+    """Judge extracted values in the browser, by keyboard: a correct, x wrong, space skip, Backspace undo, select text + m for a value the model missed.
+
+    Serves a page on 127.0.0.1 until Ctrl-C; every judgment is written at once to the job's database (or, while a run holds it, to a journal beside it, written when the run ends). Reopening the page goes on where you stopped. With --import or --export-gold, no page: judgments are imported, or the judged records written as a gold file.
+    """  # noqa: E501  (Typer keeps a docstring's line breaks: one paragraph, one line)
+    if variant is not None and variants is not None:
+        raise fail(ConfigError("give --variant or --variants, not both"), EXIT_CONFIG)
+    if import_file is not None and export_file is not None:
+        raise fail(ConfigError("give --import or --export-gold, not both"), EXIT_CONFIG)
+    spec = load_job_or_exit(job, database, variant)
+    names = (spec.variant,) if variants is None else read_or_exit(lambda: _two_variants(spec, variants))
+    if import_file is not None:
+        _import(spec, import_file, judge or login_name(), variant)
+    elif export_file is not None:
+        given = tuple(name.strip() for name in judge.split(",") if name.strip()) if judge else None
+        _export(spec, export_file, given, names if variant or variants else None)
+    else:
+        drawn = Sample(sample or DEFAULT_SAMPLE, seed)
+        _serve(
+            spec, SessionOptions(names, drawn, judge or login_name(), sample_given=sample is not None), port
+        )
+
+
+def login_name() -> str:
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):  # no login name in the environment or the password database
+        return "judge"
+
+
+def _two_variants(spec: JobSpec, text: str) -> tuple[str, ...]:
+    names = parse_variants(text, least=2)
+    for name in names:
+        spec.for_variant(name)  # a bad name is a ConfigError naming the rule
+    return names
+
+
+def _import(spec: JobSpec, path: Path, judge: str, variant: str | None) -> None:
+    imported = read_or_exit(lambda: import_judgments(spec, path, judge=judge, variant=variant))
+    by_judge = ", ".join(f"{name}: {count:,}" for name, count in sorted(imported.judges.items()))
+    typer.echo(f"imported {imported.count:,} judgments from {path} ({by_judge})")
+
+
+def _export(
+    spec: JobSpec, path: Path, judges: tuple[str, ...] | None, variants: tuple[str, ...] | None
+) -> None:
+    export = read_or_exit(lambda: export_gold(spec, path, judges=judges, variants=variants))
+    left = export.judged_records - export.records
+    note = f"; {left:,} judged records have no field with every value judged" if left else ""
+    typer.echo(f"wrote {path}: {export.records:,} gold records, judged by {', '.join(export.judges)}{note}")
+    typer.echo(f"check:  pipeline eval {spec.source_file} --gold {path}")
+
+
+def _serve(spec: JobSpec, options: SessionOptions, port: int) -> None:
+    configure_logging(json_lines=not sys.stderr.isatty(), level="warning")
+
+    def ready(session: JudgingSession, url: str) -> None:
+        say_read_copy(session.read_copy)
+        waiting = journal_path(spec.database)
+        if waiting.exists():
+            typer.echo(
+                f"note: judgments wait in {waiting}: a run holds the database; written when it ends", err=True
+            )
+        what = (
+            f"variants {' and '.join(options.variants)}, blind,"
+            if options.blind
+            else f"variant {options.variants[0]}"
+        )
+        typer.echo(f"judging {len(session.records):,} records of {what} at {url} (Ctrl-C to stop)")
+        sys.stdout.flush()
+
+    # Ctrl-C before the page is up ends it too (once up, the server stops on it): nothing is unsaved.
+    with contextlib.suppress(KeyboardInterrupt):
+        read_or_exit(lambda: asyncio.run(serve_judging(spec, options, ready, port=port)))

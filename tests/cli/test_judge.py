@@ -1,0 +1,157 @@
+"""``pipeline judge`` through the command line: the page as a real process (killed with -9 after a
+judgment: it is in the table), bad input (one line, exit 2, nothing written), import and export, and
+the exported gold file read back by ``pipeline eval --gold``."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+from pathlib import Path
+
+import httpx2
+import pytest
+from typer.testing import CliRunner, Result
+
+import pipeline.cli as cli
+from pipeline.job.spec import JobSpec
+from tests.support.judging import free_port, judge_process, judging_job, judgment_rows
+from tests.support.variants import two_variant_job
+
+pytestmark = pytest.mark.integration
+
+
+def cli_run(*args: str) -> Result:
+    return CliRunner().invoke(cli.app, list(args))
+
+
+def error_line(result: Result) -> str:
+    """The one error line (log lines, JSON, aside), and no traceback."""
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    lines = [line for line in result.stderr.splitlines() if not line.startswith("{")]
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def judged(tmp_path_factory: pytest.TempPathFactory) -> JobSpec:
+    """One job for the tests that write nothing (they check they did not)."""
+    return judging_job(tmp_path_factory.mktemp("judge-cli"))
+
+
+@pytest.fixture
+def spec(tmp_path: Path) -> JobSpec:
+    return judging_job(tmp_path)
+
+
+def test_the_page_is_served_and_a_judgment_survives_kill_9(spec: JobSpec) -> None:
+    with judge_process(spec.source_file, "--judge", "ann") as judge:
+        assert re.fullmatch(
+            r"judging 9 records of variant main at http://127\.0\.0\.1:\d+/ \(Ctrl-C to stop\)", judge.line
+        )
+        page = httpx2.get(judge.url)
+        assert page.status_code == 200 and "Judging" in page.text
+        answer = httpx2.post(judge.url + "api/judge", json={"record": 0, "item": 1, "verdict": "wrong"})
+        assert answer.status_code == 200 and answer.json()["saved"] == "written"
+        os.killpg(judge.process.pid, signal.SIGKILL)
+        judge.process.wait(timeout=10)
+    assert judgment_rows(spec.database) == [("1", "main", "skills", "SQL", "wrong", "ann")]
+
+
+def test_ctrl_c_stops_the_page_with_exit_0(judged: JobSpec) -> None:
+    with judge_process(judged.source_file) as judge:
+        os.killpg(judge.process.pid, signal.SIGINT)
+        assert judge.process.wait(timeout=10) == 0
+
+
+def test_two_variants_are_judged_blind(tmp_path: Path) -> None:
+    spec = two_variant_job(tmp_path)
+    with judge_process(spec.source_file, "--variants", "main,big", "--sample", "4", "--seed", "7") as judge:
+        assert judge.line.startswith("judging 3 records of variants main and big, blind, at http://")
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (("--sample", "500"), "error: --sample 500: variant main has 9 results"),
+        (("--variant", "big"), "variant 'big' has no results (variants with results: main)"),
+        (
+            ("--variants", "main"),
+            "error: --variants 'main': give exactly 2 variant names, separated by commas",
+        ),
+        (("--variants", "main,main"), "error: --variants 'main,main': give exactly 2 different variants"),
+        (("--variant", "main", "--variants", "main,big"), "error: give --variant or --variants, not both"),
+        (
+            ("--import", "a.jsonl", "--export-gold", "b.jsonl"),
+            "error: give --import or --export-gold, not both",
+        ),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(judged: JobSpec, args: tuple[str, ...], said: str) -> None:
+    result = cli_run("judge", str(judged.source_file), "--port", "0", *args)
+    assert result.exit_code == 2
+    assert said in error_line(result)
+    assert judgment_rows(judged.database) == []
+
+
+def test_a_port_in_use_is_said_with_what_to_do(judged: JobSpec) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = cli_run("judge", str(judged.source_file), "--port", str(port))
+    assert result.exit_code == 2
+    assert error_line(result) == f"error: port {port} is in use: give another with --port"
+    assert free_port() > 0
+
+
+def test_an_import_with_a_bad_line_imports_nothing(judged: JobSpec, tmp_path: Path) -> None:
+    path = tmp_path / "judgments.jsonl"
+    good = {"record_id": 1, "field": "skills", "value": "SQL", "verdict": "correct"}
+    bad = {"record_id": 1, "field": "skils", "value": "SQL", "verdict": "correct"}
+    gone = {"record_id": 77, "field": "skills", "value": "SQL", "verdict": "correct"}
+    path.write_text("\n".join(json.dumps(line) for line in [good, good, bad]) + "\n")
+    result = cli_run("judge", str(judged.source_file), "--import", str(path))
+    assert result.exit_code == 2
+    assert error_line(result) == f"error: {path}:3: unknown field 'skils' (did you mean 'skills'?)"
+    path.write_text(json.dumps(gone) + "\n")
+    result = cli_run("judge", str(judged.source_file), "--import", str(path))
+    assert result.exit_code == 2 and "record '77' has no result of variant 'main'" in error_line(result)
+    assert judgment_rows(judged.database) == []
+
+
+def test_judgments_imported_export_a_gold_file_that_eval_reads(spec: JobSpec, tmp_path: Path) -> None:
+    lines = [
+        {"record_id": number, "field": field, "value": value, "verdict": verdict}
+        for number in (1, 2, 4)
+        for field, value, verdict in [
+            ("title", f"Title {number}", "correct"),
+            ("skills", "SQL", "correct"),
+            ("skills", "Python", "wrong" if number == 2 else "correct"),
+            ("years", number, "correct"),
+            ("low", 0, "correct"),
+            ("high", 0, "correct"),
+        ]
+    ]
+    lines.append({"record_id": 4, "field": "skills", "value": "Excel", "verdict": "missing"})
+    path = tmp_path / "judgments.jsonl"
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    imported = cli_run("judge", str(spec.source_file), "--import", str(path), "--judge", "ann")
+    assert imported.exit_code == 0, imported.output
+    assert imported.stdout.strip() == f"imported 19 judgments from {path} (ann: 19)"
+    gold = tmp_path / "gold.jsonl"
+    exported = cli_run("judge", str(spec.source_file), "--export-gold", str(gold))
+    assert exported.exit_code == 0, exported.output
+    assert exported.stdout.splitlines()[0] == f"wrote {gold}: 3 gold records, judged by ann"
+    evaluated = cli_run("eval", str(spec.source_file), "--gold", str(gold), "--json")
+    assert evaluated.exit_code == 0, evaluated.output
+    report = json.loads(evaluated.stdout)
+    scores = report["fields"]
+    assert report["records"] == 3
+    assert scores["title"]["accuracy"] == 1.0 and scores["years"]["accuracy"] == 1.0
+    skills = scores["skills"]
+    # 6 extracted, 5 right (record 2's Python is wrong); 6 right in all (record 4's Excel was missed).
+    assert (skills["tp"], skills["fp"], skills["fn"]) == (5, 1, 1)
+    assert skills["precision"] == pytest.approx(5 / 6) and skills["recall"] == pytest.approx(5 / 6)

@@ -1,0 +1,138 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from pipeline.errors import ConfigError
+from pipeline.job.spec import JobSpec
+from pipeline.judging.exchange import export_gold, import_judgments
+from pipeline.quality import read_gold
+from pipeline.quality.judgments import model_judge
+from tests.support.judging import judging_job, judgment_rows
+
+GOOD = [
+    {"record_id": 1, "field": "title", "value": "Title 1", "verdict": "correct"},
+    {"record_id": "1", "field": "skills", "value": "SQL", "verdict": "correct", "judge": "bob"},
+    {"record_id": 1, "field": "skills", "value": "Python", "verdict": "wrong"},
+    {"record_id": 1, "field": "skills", "value": "Excel", "verdict": "missing"},
+    {"record_id": 1.0, "variant": "main", "field": "years", "value": 1, "verdict": "correct"},
+    {"record_id": 1, "field": "low", "value": 0, "verdict": "correct"},
+    {"record_id": 1, "field": "high", "value": 0, "verdict": "wrong"},
+    {"record_id": 2, "field": "skills", "value": "SQL", "verdict": "correct"},
+]
+
+
+def write_lines(path: Path, lines: list[Any]) -> Path:
+    path.write_text("".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines))
+    return path
+
+
+@pytest.fixture
+def spec(tmp_path: Path) -> JobSpec:
+    return judging_job(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def untouched(tmp_path_factory: pytest.TempPathFactory) -> JobSpec:
+    """One job for the tests that must leave it as it is (they check they did)."""
+    return judging_job(tmp_path_factory.mktemp("untouched"))
+
+
+def test_a_good_file_is_imported_whole(spec: JobSpec, tmp_path: Path) -> None:
+    imported = import_judgments(spec, write_lines(tmp_path / "judgments.jsonl", GOOD), judge="ann")
+    assert imported.count == 8 and dict(imported.judges) == {"ann": 7, "bob": 1}
+    rows = judgment_rows(spec.database)
+    assert rows[1] == ("1", "main", "skills", "SQL", "correct", "bob")
+    assert ("1", "main", "years", "1", "correct", "ann") in rows
+
+
+@pytest.mark.parametrize(
+    ("line", "said"),
+    [
+        ("{not json", r"judgments.jsonl:3: not JSON \("),
+        ("[1, 2]", r"judgments.jsonl:3: expected a JSON object"),
+        (
+            {"record_id": 1, "field": "skils", "value": "SQL", "verdict": "correct"},
+            r"judgments.jsonl:3: unknown field 'skils' \(did you mean 'skills'\?\)$",
+        ),
+        (
+            {"record_id": 1, "field": "skills", "value": "SQL", "verdict": "right"},
+            r"judgments.jsonl:3: unknown verdict 'right' \(one of correct, wrong, missing\)$",
+        ),
+        (
+            {"record_id": 1, "field": "skills", "value": "SQL", "verdict": "correct", "verdcit": "x"},
+            r"judgments.jsonl:3: unknown key 'verdcit' \(did you mean 'verdict'\?\)$",
+        ),
+        (
+            {"record_id": 9, "field": "skills", "value": "SQL", "verdict": "correct"},
+            r"judgments.jsonl:3: record '9' has no result of variant 'main' \(not extracted, failed",
+        ),
+        (
+            {"record_id": 77, "field": "skills", "value": "SQL", "verdict": "correct"},
+            r"judgments.jsonl:3: record '77' has no result of variant 'main'",
+        ),
+        (
+            {"record_id": 1, "variant": "big", "field": "skills", "value": "SQL", "verdict": "correct"},
+            r"judgments.jsonl:3: record '1' has no result of variant 'big'",
+        ),
+        (
+            {"record_id": 1, "field": "skills", "value": "Go", "verdict": "wrong"},
+            r"judgments.jsonl:3: 'Go' is not a value of skills in record '1' of variant main \(its values: "
+            r"'SQL', 'Python'\)$",
+        ),
+        (
+            {"record_id": 1, "field": "skills", "value": "SQL", "verdict": "missing"},
+            r"judgments.jsonl:3: the answer gives 'SQL' for skills: it is not missing",
+        ),
+        (
+            {"field": "skills", "value": "SQL", "verdict": "correct"},
+            r"judgments.jsonl:3: 'record_id' must be",
+        ),
+        ({"record_id": 1, "field": "skills", "verdict": "correct"}, r"judgments.jsonl:3: no value"),
+    ],
+)
+def test_a_bad_line_is_one_error_with_its_line_and_nothing_of_the_file_is_imported(
+    untouched: JobSpec, tmp_path: Path, line: Any, said: str
+) -> None:
+    path = write_lines(tmp_path / "judgments.jsonl", [GOOD[0], "", line, GOOD[1]])
+    with pytest.raises(ConfigError, match=said):
+        import_judgments(untouched, path, judge="ann")
+    assert judgment_rows(untouched.database) == []
+
+
+def test_the_gold_file_holds_the_settled_fields_of_each_judged_record(spec: JobSpec, tmp_path: Path) -> None:
+    model_says = {
+        "record_id": 2,
+        "field": "title",
+        "value": "Title 2",
+        "verdict": "wrong",
+        "judge": model_judge("m"),
+    }
+    import_judgments(spec, write_lines(tmp_path / "judgments.jsonl", [*GOOD, model_says]), judge="ann")
+    gold_path = tmp_path / "gold.jsonl"
+    export = export_gold(spec, gold_path)
+    assert (export.records, export.judged_records, export.judges) == (1, 2, ("ann", "bob"))
+    lines = [orjson.loads(line) for line in gold_path.read_text().splitlines()]
+    # Record 2: its Python was not judged (skills not settled), the model's title does not count.
+    assert lines == [
+        {"id": "1", "title": "Title 1", "skills": ["SQL", "Excel"], "years": 1, "low": 0, "high": None}
+    ]
+    gold = read_gold(gold_path, spec.source.id_column, spec.schema_class)
+    assert set(gold.records) == {"1"}
+    with pytest.raises(ConfigError, match="no judged record has a field every value of which is judged"):
+        export_gold(spec, tmp_path / "bob.jsonl", judges=["bob"])  # bob judged SQL, not Python
+    by_model = export_gold(spec, tmp_path / "model.jsonl", judges=[model_judge("m")])
+    assert by_model.judges == ("model:m",)
+    assert orjson.loads((tmp_path / "model.jsonl").read_text()) == {"id": "2", "title": None}
+
+
+def test_nothing_to_export_or_a_file_eval_cannot_read_is_refused(untouched: JobSpec, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no judgments by a person to export"):
+        export_gold(untouched, tmp_path / "gold.jsonl")
+    with pytest.raises(ConfigError, match=r"--export-gold .*gold.csv: a gold file is JSON lines"):
+        export_gold(untouched, tmp_path / "gold.csv")
+    assert not (tmp_path / "gold.jsonl").exists()
