@@ -1,3 +1,6 @@
+"""Importing judgments (a good file whole, a bad line refused with its line and nothing imported) and
+exporting the judged records as a gold file."""
+
 from __future__ import annotations
 
 import json

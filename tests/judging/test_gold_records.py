@@ -1,3 +1,5 @@
+"""Gold records from judgments: settled fields only, values typed as the schema wants."""
+
 from __future__ import annotations
 
 from typing import Any

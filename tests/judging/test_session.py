@@ -1,3 +1,6 @@
+"""The judging session over databases made by real runs: the sample, the blind order, items and
+missing values, progress, and going on where the judge stopped."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,3 +1,5 @@
+"""One judge's state: actions, the verdict that counts, undo in order, missing values."""
+
 from __future__ import annotations
 
 import datetime as dt

@@ -1,3 +1,6 @@
+"""What the page is sent: spans tied to the items they locate, offsets as JavaScript counts them, and
+nothing of who gave a blind answer."""
+
 from __future__ import annotations
 
 from pathlib import Path
