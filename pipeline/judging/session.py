@@ -301,8 +301,13 @@ def load_session(
             for answer_id, variant in zip(ANSWER_IDS, order, strict=False)
         )
         records.append(SessionRecord(record_id, texts[record_id], answers, items_of(paths, answers)))
-    mine = [j for j in said if j.judge == options.judge and j.record_id in texts]
-    state = JudgeState(without([*mine, *pending], undone))
+    # The journal may hold other judges' judgments, and other variants' (another session's).
+    mine = [
+        j
+        for j in [*said, *pending]
+        if j.judge == options.judge and j.record_id in texts and j.variant in options.variants
+    ]
+    state = JudgeState(without(mine, undone))
     return JudgingSession(spec, options, records, state, read_copy)
 
 

@@ -121,3 +121,11 @@ def test_a_last_line_cut_short_by_a_kill_is_left_out_and_others_are_kept(spec: J
     assert [j.value for j in journal.read().added] == ["Title 1"]
     JudgmentWriter(spec).flush()
     assert [row[3] for row in judgment_rows(spec.database)] == ["Title 1"]
+
+
+def test_a_session_takes_only_its_own_judges_journaled_judgments(spec: JobSpec) -> None:
+    writer = JudgmentWriter(spec)
+    others = load_session(spec, SessionOptions(("main",), Sample(50), "bob", sample_given=False))
+    with RunLock(spec.database):
+        writer.save(judged(others, 0).judgments)
+        assert session_of(spec).progress().judged == 0  # ann's session: bob's judgment is not hers
