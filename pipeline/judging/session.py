@@ -30,7 +30,7 @@ from pipeline.quality import grounded_paths, normalize_text, schema_fields
 from pipeline.quality.agreement import id_order
 from pipeline.quality.judgments import Judgment, JudgmentVerdict, ValueToJudge, judged_paths, values_to_judge
 from pipeline.quality.review_page import VariantView
-from pipeline.reports.reading import JobOutput, Sample, Scope, open_output, sample_scope
+from pipeline.reports.reading import JobOutput, Sample, Scope, StoredResult, open_output, sample_scope
 from pipeline.reports.review import ViewBuilder, prompt_fields
 from pipeline.store.judgments import current_result_keys, read_judgments
 from pipeline.store.read_copy import ReadCopy
@@ -283,6 +283,25 @@ def load_session(
         read_copy = output.read_copy
     if not texts:
         raise _nothing_sampled(options)
+    records = _records(spec, options, texts, results, keys)
+    # The journal may hold other judges' judgments, and other variants' (another session's).
+    mine = [
+        j
+        for j in [*said, *pending]
+        if j.judge == options.judge and j.record_id in texts and j.variant in options.variants
+    ]
+    state = JudgeState(without(mine, undone))
+    return JudgingSession(spec, options, records, state, read_copy)
+
+
+def _records(
+    spec: JobSpec,
+    options: SessionOptions,
+    texts: Mapping[str, Mapping[str, str]],
+    results: Mapping[str, Mapping[str, StoredResult]],
+    keys: Mapping[str, Mapping[str, str]],
+) -> list[SessionRecord]:
+    """Each record with its answers in page order, their values to judge and grounding spans."""
     builder = ViewBuilder(grounded_paths(spec.schema_class))
     views = {name: builder.views(results[name], {}, texts) for name in options.variants}
     specs = schema_fields(spec.schema_class)
@@ -301,14 +320,7 @@ def load_session(
             for answer_id, variant in zip(ANSWER_IDS, order, strict=False)
         )
         records.append(SessionRecord(record_id, texts[record_id], answers, items_of(paths, answers)))
-    # The journal may hold other judges' judgments, and other variants' (another session's).
-    mine = [
-        j
-        for j in [*said, *pending]
-        if j.judge == options.judge and j.record_id in texts and j.variant in options.variants
-    ]
-    state = JudgeState(without(mine, undone))
-    return JudgingSession(spec, options, records, state, read_copy)
+    return records
 
 
 def _sample(output: JobOutput, options: SessionOptions) -> Scope:
