@@ -119,6 +119,10 @@ def test_judging_by_keyboard_is_saved_at_once_and_goes_on_after_a_reload(judging
     assert page.text_content(".missing-item") == "missing: Posting 1"
     page.screenshot(path=str(SCREENSHOT))
     print(f"7 keys judged and shown in {elapsed:.2f} s")
+    select_in_text(page, "needs")
+    page.click("#btn-missing")  # the button does what m does, and keeps the selection it is about
+    page.wait_for_selector(".missing-item >> nth=1")
+    assert judgment_rows(judging.spec.database)[-1][2:5] == ("skills", "needs", "missing")
 
 
 def test_markup_in_a_record_is_shown_as_text_and_runs_nothing(judging: Judging) -> None:
