@@ -71,9 +71,7 @@ def read_sample_to_judge(
         scope = sample_scope(spec, sample)
         results = output.results(variants, scope)
         texts = output.texts(scope)
-        done = {
-            (j.variant, j.record_id) for j in read_judgments(connection, spec, variants) if j.judge == judge
-        }
+        done = {(j.variant, j.record_id) for j in read_judgments(connection, spec, variants, judges=[judge])}
         keys = {
             variant: current_result_keys(connection, spec, variant, results[variant]) for variant in variants
         }

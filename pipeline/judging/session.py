@@ -279,7 +279,9 @@ def load_session(
         texts = output.texts(scope, prompt_fields(spec, options.variants))
         results = output.results(options.variants, scope)
         keys = {v: current_result_keys(output.connection, spec, v, texts) for v in options.variants}
-        said = read_judgments(output.connection, spec, options.variants, latest_only=False)
+        said = read_judgments(
+            output.connection, spec, options.variants, latest_only=False, judges=[options.judge]
+        )
         read_copy = output.read_copy
     if not texts:
         raise _nothing_sampled(options)

@@ -132,3 +132,27 @@ def test_a_judgment_naming_the_result_it_saw_keeps_it_and_its_time(spec: JobSpec
         assert stored_judgment_ids(connection, spec, [*ids, "unknown"]) == ids
     finally:
         connection.close()
+
+
+def test_judgments_are_read_for_the_judges_asked_for(spec: JobSpec) -> None:
+    connection = prepare_database(spec)
+    try:
+        record_judgments(connection, spec, [judgment("0", CORRECT), judgment("0", WRONG, judge="bob")])
+        assert [j.judge for j in read_judgments(connection, spec, judges=["bob"])] == ["bob"]
+        assert len(read_judgments(connection, spec, judges=None)) == 2
+        assert read_judgments(connection, spec, judges=[]) == []
+    finally:
+        connection.close()
+
+
+def test_many_judgments_are_written_in_one_statement_in_order(spec: JobSpec) -> None:
+    many = [
+        judgment("8", CORRECT if i % 3 else WRONG, f"value {i}", judge=model_judge("m")) for i in range(2000)
+    ]
+    connection = prepare_database(spec)
+    try:
+        record_judgments(connection, spec, many)
+        read = read_judgments(connection, spec)
+    finally:
+        connection.close()
+    assert [(j.value, j.verdict) for j in read] == [(j.value, j.verdict) for j in many]
