@@ -14,6 +14,15 @@ KV_USAGE_OLD = "vllm:gpu_cache_usage_perc"  # vLLM before 0.10
 PREEMPTIONS = "vllm:num_preemptions"
 GAUGES = (RUNNING, WAITING, KV_USAGE)
 COUNTERS = ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits", "vllm:generation_tokens", PREEMPTIONS)
+CACHE_CONFIG_INFO = "vllm:cache_config_info"  # a gauge of 1 whose labels are the KV cache's settings
+#: The names, as vLLM's ``/metrics`` writes them, that this code reads (a test checks the real server's):
+#: the counters with their ``_total``, and the cache settings' labels after the info gauge's name.
+RELIED_ON = (
+    *GAUGES,
+    *(f"{name}_total" for name in ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits", PREEMPTIONS)),
+    CACHE_CONFIG_INFO,
+)
+CACHE_CONFIG_LABELS = ("num_gpu_blocks", "block_size", "enable_prefix_caching")
 # The simulator's time compression: bench scales its clock back so the numbers read as the model's.
 SPEED = "pipeline_sim:speed"
 _KNOWN = {*GAUGES, *COUNTERS, SPEED, KV_USAGE_OLD}
