@@ -31,7 +31,30 @@ SpeedOption = Annotated[
     float, typer.Option(min=0.001, help="Time compression of the engine (50: 50x faster).")
 ]
 MaxNumSeqsOption = Annotated[int | None, typer.Option(min=1, help="Override the profile's --max-num-seqs.")]
-KvCacheTokensOption = Annotated[int | None, typer.Option(min=1, help="Override the profile's KV cache.")]
+KvCacheTokensOption = Annotated[
+    int | None,
+    typer.Option(
+        "--kv-tokens",
+        "--kv-cache-tokens",
+        min=1,
+        help="The KV cache in tokens, overriding the profile's: requests are admitted and preempted by "
+        "the tokens they hold (/metrics: num_gpu_blocks = N / 16).",
+    ),
+]
+PrefixCachingOption = Annotated[
+    bool,
+    typer.Option(
+        help="Reuse a prompt prefix seen before, as vLLM does by default (--no-prefix-caching: every "
+        'prompt token prefilled, no hits, enable_prefix_caching="False" in /metrics).'
+    ),
+]
+AnswerInReasoningOption = Annotated[
+    bool,
+    typer.Option(
+        help="gpt-oss's parser bug (vLLM issue 23694): with response_format, the JSON comes in "
+        'message.reasoning and content is null, finish_reason "stop".'
+    ),
+]
 LatencyOption = Annotated[float, typer.Option(help="Without a profile: seconds per request.")]
 SecondsPerTokenOption = Annotated[float, typer.Option(help="Without a profile: seconds per token.")]
 JitterOption = Annotated[float, typer.Option(min=0, max=1, help="± fraction of the fixed delay.")]
@@ -108,6 +131,7 @@ def sim(
     speed: SpeedOption = 1.0,
     max_num_seqs: MaxNumSeqsOption = None,
     kv_cache_tokens: KvCacheTokensOption = None,
+    prefix_caching: PrefixCachingOption = True,
     latency: LatencyOption = 0.0,
     seconds_per_token: SecondsPerTokenOption = 0.0,
     jitter: JitterOption = 0.0,
@@ -125,6 +149,7 @@ def sim(
     fault_length: LengthFault = 0.0,
     fault_context_length: ContextLengthFault = 0.0,
     reject_response_format: RejectFormatOption = False,
+    answer_in_reasoning: AnswerInReasoningOption = False,
     answer_noise: AnswerNoiseOption = 0.0,
     prompt_sensitive: PromptSensitiveOption = None,
     empty_fields: EmptyFieldOption = None,

@@ -10,6 +10,7 @@ prompt (another prompt, another answer), and fields a changed source leaves empt
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import random
 from dataclasses import dataclass, field
@@ -162,6 +163,14 @@ def spend_budget(
         )
     finish = "length" if exact else "stop"
     return Answer(answer, reasoning, finish, reasoning_tokens + answer_tokens, reasoning_tokens)
+
+
+def in_reasoning(answer: Answer) -> Answer:
+    """The answer as gpt-oss's reasoning parser mangles it under structured output (vLLM issue 23694):
+    the JSON in the reasoning field instead of the thinking, and content null."""
+    if answer.content is None:
+        return answer
+    return dataclasses.replace(answer, content=None, reasoning=answer.content)
 
 
 def requested_schema(body: dict[str, Any]) -> dict[str, Any] | None:

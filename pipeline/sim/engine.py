@@ -69,12 +69,14 @@ class Engine:
         speed: float = 1.0,
         max_num_seqs: int | None = None,
         kv_cache_tokens: int | None = None,
+        prefix_caching: bool = True,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.profile = profile
         self.speed = speed
         self.max_num_seqs = max_num_seqs or profile.max_num_seqs
         self.kv_cache_tokens = kv_cache_tokens or profile.kv_cache_tokens
+        self.prefix_caching = prefix_caching
         self.metrics = EngineMetrics()
         self._clock = clock
         self._waiting: deque[Sequence] = deque()
@@ -171,8 +173,11 @@ class Engine:
             self._running.append(candidate)
 
     def _prefill_tokens(self, sequence: Sequence) -> float:
-        """Tokens to prefill: prompt (+ what it had generated before a preemption) minus cached prefix."""
+        """Tokens to prefill: prompt (+ what it had generated before a preemption) minus cached prefix.
+        Without prefix caching, vLLM neither looks a prompt up nor counts a query: both counters stay 0."""
         self.metrics.prompt_tokens += sequence.prompt_tokens
+        if not self.prefix_caching:
+            return max(1.0, sequence.kv_tokens)
         self.metrics.prefix_queries += sequence.prompt_tokens
         cached = 0
         if sequence.prefix_key is not None:

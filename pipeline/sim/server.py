@@ -26,11 +26,13 @@ from pipeline.sim.answers import (
     Answer,
     Draws,
     Variation,
+    in_reasoning,
     plan_answer,
     prompt_tokens,
 )
 from pipeline.sim.engine import Engine, Sequence
 from pipeline.sim.http import HttpRequest, HttpResponse
+from pipeline.sim.metrics import CacheConfig, vllm_metrics
 from pipeline.sim.profiles import PROFILES
 
 
@@ -58,7 +60,10 @@ class SimConfig:
     profile: str | None = None  # a calibrated engine (PROFILES); None: fixed latency below
     speed: float = 1.0  # time compression of the engine
     max_num_seqs: int | None = None  # override the profile's
-    kv_cache_tokens: int | None = None  # override the profile's
+    kv_cache_tokens: int | None = None  # override the profile's (its ``num_gpu_blocks`` x 16 in /metrics)
+    prefix_caching: bool = (
+        True  # off: every prompt token prefilled, no hits (vLLM's --no-enable-prefix-caching)
+    )
     latency_s: float = 0.0  # without a profile: fixed time per request
     seconds_per_token: float = 0.0  # without a profile: added per generated token
     jitter: float = 0.0  # ± fraction applied to the fixed delay
@@ -73,6 +78,9 @@ class SimConfig:
     faults: Faults = field(default_factory=Faults)
     # Like a server without guided decoding: a request with response_format is a 400 naming it.
     reject_response_format: bool = False
+    # gpt-oss's reasoning parser bug (vLLM issue 23694): with response_format, the JSON comes in the
+    # reasoning field and content is null, finish_reason "stop".
+    answer_in_reasoning: bool = False
     # How answers vary (answers.Variation): per-request noise, prompt-sensitive and empty fields.
     answer_noise: float = 0.0
     prompt_sensitive: tuple[str, ...] = ()
@@ -133,6 +141,7 @@ class SimServer:
                 speed=config.speed,
                 max_num_seqs=config.max_num_seqs,
                 kv_cache_tokens=config.kv_cache_tokens,
+                prefix_caching=config.prefix_caching,
             )
             if profile is not None
             else None
@@ -172,10 +181,10 @@ class SimServer:
         self.metrics.in_flight -= 1
 
     def prometheus(self) -> bytes:
-        """vLLM's metric names, plus a few of the simulator's own."""
+        """vLLM's metrics as vLLM writes them (:mod:`pipeline.sim.metrics`), then the simulator's own."""
         label = f'{{model_name="{self.config.model}"}}'
         engine = self.engine.metrics if self.engine else None
-        values = {
+        vllm = {
             "vllm:num_requests_running": engine.running if engine else self.metrics.running,
             "vllm:num_requests_waiting": engine.waiting if engine else 0,
             "vllm:kv_cache_usage_perc": engine.kv_usage if engine else 0.0,
@@ -185,6 +194,9 @@ class SimServer:
             "vllm:prefix_cache_queries_total": engine.prefix_queries if engine else 0,
             "vllm:prefix_cache_hits_total": engine.prefix_hits if engine else 0,
             "vllm:num_preemptions_total": engine.preemptions if engine else 0,
+        }
+        cache = CacheConfig(self.engine.kv_cache_tokens if self.engine else None, self.config.prefix_caching)
+        own = {
             "pipeline_sim:speed": self.config.speed if self.engine else 1.0,
             "pipeline_sim:peak_requests_running": self.metrics.peak_running,
             "pipeline_sim:peak_requests_waiting": engine.peak_waiting if engine else 0,
@@ -198,7 +210,8 @@ class SimServer:
             "pipeline_sim:context_rejections_total": self.metrics.context_rejections,
             "pipeline_sim:tokenize_requests_total": self.metrics.tokenize_requests,
         }
-        lines = [f"{name}{label} {value}\n" for name, value in values.items()]
+        lines = [vllm_metrics(self.config.model, vllm, cache)]
+        lines += [f"{name}{label} {value}\n" for name, value in own.items()]
         lines += [
             f'pipeline_sim:faults_total{{model_name="{self.config.model}",fault="{name}"}} '
             f"{self.metrics.faults.get(name, 0)}\n"
@@ -263,6 +276,8 @@ class SimServer:
             return failure
         draws = Draws(self.config.seed, messages, self.config.variation, self._rng)
         answer = plan_answer(body, draws, fault, self._reasoning)
+        if self.config.answer_in_reasoning and body.get("response_format") is not None:
+            answer = in_reasoning(answer)
         sequence = self._sequence(messages, prompt, answer)
         if body.get("stream"):
             stream = self._stream(body, sequence, answer, prompt)

@@ -58,3 +58,24 @@ def test_every_option_of_sim_says_what_it_does_in_help() -> None:
     assert {option.name for option in options} >= {f"fault_{name}" for name in Faults.__slots__}
     undocumented = [option.opts[0] for option in options if not option.help]
     assert undocumented == []
+
+
+def test_the_cache_and_reasoning_options_reach_the_simulator() -> None:
+    options = {
+        **sim_defaults(),
+        "kv_cache_tokens": 64_000,
+        "prefix_caching": False,
+        "answer_in_reasoning": True,
+    }
+    config = sim_config(options)
+    assert (config.kv_cache_tokens, config.prefix_caching, config.answer_in_reasoning) == (
+        64_000,
+        False,
+        True,
+    )
+    assert (SimConfig().prefix_caching, SimConfig().answer_in_reasoning) == (True, False)
+
+
+def test_kv_tokens_is_the_option_kv_cache_tokens_still_works() -> None:
+    names = {opt for param in sim_command().params if param.name == "kv_cache_tokens" for opt in param.opts}
+    assert names == {"--kv-tokens", "--kv-cache-tokens"}
