@@ -3,6 +3,8 @@ adaptive limit of a run's endpoints."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from prometheus_client.parser import text_string_to_metric_families
 
 from pipeline.servers.knee_search import ServerLoad
@@ -54,3 +56,50 @@ def server_load(values: dict[str, float]) -> ServerLoad:
         kv_usage=values.get(KV_USAGE),
         preemptions_total=values.get(PREEMPTIONS),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class CacheConfig:
+    """vLLM's KV cache settings from ``vllm:cache_config_info``; None where a label is missing or not a
+    number (vLLM writes ``None`` for blocks not yet profiled)."""
+
+    num_gpu_blocks: int | None
+    block_size: int | None
+    prefix_caching: bool | None
+
+    @property
+    def kv_tokens(self) -> int | None:
+        """The tokens the KV cache holds: blocks x tokens per block."""
+        if self.num_gpu_blocks is None or self.block_size is None:
+            return None
+        return self.num_gpu_blocks * self.block_size
+
+
+def parse_cache_config(text: str) -> CacheConfig | None:
+    """The KV cache settings a ``/metrics`` text gives, or None without ``vllm:cache_config_info``.
+    Several engines (data parallel) each write theirs: their blocks add up, as their caches do."""
+    samples = [
+        sample.labels
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == CACHE_CONFIG_INFO
+    ]
+    if not samples:
+        return None
+    blocks = [_label_int(labels.get("num_gpu_blocks")) for labels in samples]
+    prefix = str(samples[0].get("enable_prefix_caching", "")).lower()
+    return CacheConfig(
+        num_gpu_blocks=sum(b for b in blocks if b is not None)
+        if all(b is not None for b in blocks)
+        else None,
+        block_size=_label_int(samples[0].get("block_size")),
+        prefix_caching={"true": True, "false": False}.get(prefix),
+    )
+
+
+def _label_int(value: str | None) -> int | None:
+    try:
+        number = int(value) if value is not None else None
+    except ValueError:
+        return None
+    return number if number is not None and number > 0 else None
