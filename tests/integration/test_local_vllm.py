@@ -13,12 +13,15 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import httpx2
 import orjson
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from pipeline.errors import FailureClass
 from pipeline.quality.normalize import normalize_text
+from pipeline.servers.scrape import CACHE_CONFIG_INFO, CACHE_CONFIG_LABELS, RELIED_ON, metrics_url
 from schemas.linkedin import JobPosting
 from tests.support.datasets import ADZUNA
 from tests.support.jobs import linkedin_job, table_rows
@@ -182,6 +185,27 @@ def test_bench_sweeps_the_real_server_and_reads_its_metrics(tmp_path: Path, loca
         levels[1]["prefix_hit_rate"] is not None and levels[1]["prefix_hit_rate"] > 0
     )  # shared system prompt
     print(f"\n{done.stdout}{done.stderr[-2000:]}")
+
+
+def test_the_metric_names_the_pipeline_relies_on_are_the_real_servers(local_server: str) -> None:
+    """vLLM's /metrics has each name of scrape.RELIED_ON with its type (counters with their _total),
+    and cache_config_info's labels hold the KV cache as blocks of tokens and prefix caching as True or
+    False: what `pipeline check` and the simulator (pipeline/sim/metrics.py) read and write."""
+    text = httpx2.get(metrics_url(local_server), timeout=30).text
+    found = {
+        sample.name: (family.type, sample.labels)
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+    missing = [name for name in RELIED_ON if name not in found]
+    assert missing == [], f"vLLM's /metrics lacks {missing}"
+    for name in RELIED_ON:
+        assert found[name][0] == ("counter" if name.endswith("_total") else "gauge"), name
+    labels = found[CACHE_CONFIG_INFO][1]
+    assert set(CACHE_CONFIG_LABELS) <= set(labels), labels
+    assert labels["num_gpu_blocks"].isdigit() and labels["block_size"].isdigit()
+    assert labels["enable_prefix_caching"] in ("True", "False")
+    print(f"\nvLLM's KV cache: {labels['num_gpu_blocks']} blocks of {labels['block_size']} tokens")
 
 
 def test_no_record_is_refused_for_its_length(tmp_path: Path, local_server: str) -> None:
