@@ -60,6 +60,13 @@ SUBSTITUTIONS: list[tuple[str, str, str]] = [
         "to exist, no more",
     ),
     (
+        r"^pipeline judge (?!.*--model)([^#]*?)(\s*#.*)?$",
+        r"timeout --preserve-status --signal INT 20 pipeline judge \1 --port 0\2",
+        "the judging page serves until Ctrl-C: it is started (its sample read, its URL printed) and "
+        "stopped with Ctrl-C, which must end it with exit 0 (tests/judging/test_page.py drives it in a "
+        "browser)",
+    ),
+    (
         r"^pipeline bench\b",
         "pipeline bench --rounds 1 --no-warmup",
         "one round per level, not three, and no warm-up request: seconds, not a minute",

@@ -1,8 +1,8 @@
 """``pipeline judge``: judge a sample's extracted values by keyboard in the browser (one variant, or two
 blind), import judgments made elsewhere, or export the judged records as a gold file.
 
-Each mode is one small function over the same parsed job and variants, so another mode (a model judging
-a larger sample) is one more option and one more function.
+Each mode is one small function over the same parsed job and variants: ``--model`` has the job's judge
+model (its ``judge:`` section, else its own model) judge every value of a larger sample.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import getpass
 import sys
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -31,6 +32,7 @@ from pipeline.errors import EXIT_CONFIG, ConfigError
 from pipeline.job.spec import JobSpec
 from pipeline.judging.exchange import export_gold, import_judgments
 from pipeline.judging.journal import journal_path
+from pipeline.judging.model import ModelJudging, judge_sample_by_model
 from pipeline.judging.server import DEFAULT_PORT, serve_judging
 from pipeline.judging.session import DEFAULT_SAMPLE, JudgingSession, SessionOptions
 from pipeline.reports import Sample, parse_variants
@@ -70,6 +72,21 @@ ImportOption = Annotated[
         help="Import judgments from this JSON lines file (record_id, variant, field, value, verdict, judge).",
     ),
 ]
+#: A model judges a larger sample than a person: its judgments calibrated by people's narrow the interval.
+DEFAULT_MODEL_SAMPLE = 500
+PROGRESS_EVERY_S = 10.0
+ModelOption = Annotated[
+    bool,
+    typer.Option(
+        "--model",
+        help="No page: the job's judge model (`judge:` in the job, else its own model) judges every value "
+        f"of the sample (default --sample {DEFAULT_MODEL_SAMPLE}); `eval --judged` then combines its "
+        "judgments with people's.",
+    ),
+]
+JudgeModelOption = Annotated[
+    str | None, typer.Option(help="With --model: this model judges instead of the job's judge model.")
+]
 ExportOption = Annotated[
     Path | None,
     typer.Option("--export-gold", help="Write the judged records as a gold file (.jsonl) for `eval --gold`."),
@@ -87,6 +104,8 @@ def judge_command(
     judge: JudgeOption = None,
     import_file: ImportOption = None,
     export_file: ExportOption = None,
+    model: ModelOption = False,
+    judge_model: JudgeModelOption = None,
     database: DatabaseOption = None,
 ) -> None:
     """Judge extracted values in the browser, by keyboard: a correct, x wrong, space skip, Backspace undo, select text + m for a value the model missed.
@@ -95,12 +114,16 @@ def judge_command(
     """  # noqa: E501  (Typer keeps a docstring's line breaks: one paragraph, one line)
     if variant is not None and variants is not None:
         raise fail(ConfigError("give --variant or --variants, not both"), EXIT_CONFIG)
-    if import_file is not None and export_file is not None:
-        raise fail(ConfigError("give --import or --export-gold, not both"), EXIT_CONFIG)
+    if sum([import_file is not None, export_file is not None, model]) > 1:
+        raise fail(ConfigError("give one of --import, --export-gold and --model"), EXIT_CONFIG)
+    if judge_model is not None and not model:
+        raise fail(ConfigError("--judge-model goes with --model"), EXIT_CONFIG)
     spec = load_job_or_exit(job, database, variant)
     names = (spec.variant,) if variants is None else read_or_exit(lambda: _two_variants(spec, variants))
     if import_file is not None:
         _import(spec, import_file, judge or login_name(), variant)
+    elif model:
+        _judge_by_model(spec, names, Sample(sample or DEFAULT_MODEL_SAMPLE, seed), judge_model)
     elif export_file is not None:
         given = tuple(name.strip() for name in judge.split(",") if name.strip()) if judge else None
         _export(spec, export_file, given, names if variant or variants else None)
@@ -139,6 +162,34 @@ def _export(
     note = f"; {left:,} judged records have no field with every value judged" if left else ""
     typer.echo(f"wrote {path}: {export.records:,} gold records, judged by {', '.join(export.judges)}{note}")
     typer.echo(f"check:  pipeline eval {spec.source_file} --gold {path}")
+
+
+def _judge_by_model(spec: JobSpec, variants: tuple[str, ...], sample: Sample, model: str | None) -> None:
+    configure_logging(json_lines=not sys.stderr.isatty(), level="warning")
+    said_at = time.monotonic()
+
+    def progress(so_far: ModelJudging) -> None:
+        nonlocal said_at
+        if time.monotonic() - said_at >= PROGRESS_EVERY_S:
+            said_at = time.monotonic()
+            typer.echo(f"{so_far.judge}: {_counts(so_far)}; {so_far.left:,} records left", err=True)
+
+    done = read_or_exit(lambda: judge_sample_by_model(spec, variants, sample, model=model, progress=progress))
+    typer.echo(
+        f"{done.judge} judged {_counts(done)} in {done.seconds:.1f} s ({done.values_per_s:,.0f} values/s)"
+    )
+    if done.failed:
+        classes = ", ".join(f"{name}: {count}" for name, count in sorted(done.failures.items()))
+        typer.echo(f"{len(done.failed):,} records failed ({classes}); the same command judges them again")
+    typer.echo(f"next:  pipeline eval {spec.source_file} --judged")
+    if done.failed:
+        raise typer.Exit(1)
+
+
+def _counts(judging: ModelJudging) -> str:
+    share = f", {judging.correct_share:.1%} correct" if judging.correct_share is not None else ""
+    skipped = f"; {judging.skipped:,} judged before" if judging.skipped else ""
+    return f"{judging.judged:,} of {judging.records:,} records ({judging.values:,} values{share}){skipped}"
 
 
 def _serve(spec: JobSpec, options: SessionOptions, port: int) -> None:

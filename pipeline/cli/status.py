@@ -116,6 +116,7 @@ def _status_dict(report: JobStatus) -> dict[str, Any]:
         "tokens_per_done": report.tokens_per_done,
         "grounding": report.grounding,
         "chunking": report.chunking.to_json() if report.chunking else None,
+        "answers_from_reasoning": report.answers_from_reasoning,
         "last_run": report.last_run,
         "rate_per_min": report.rate_per_min,
         "eta_s": report.eta_s,
@@ -273,6 +274,7 @@ def _status_text(report: JobStatus, asked: _Asked) -> str:
         ),
         *_source_lines(report),
         f"failed:   {failed_total}" + (f" ({failed_detail})" if failed_detail else ""),
+        *_recovered_lines(report),
         *_pending_lines(report),
         *_stale_lines(report, asked),
     ]
@@ -280,6 +282,18 @@ def _status_text(report: JobStatus, asked: _Asked) -> str:
     if report.read_copy is not None and report.live is not None:
         lines.append("now:      " + _live_beside_copy(report))
     return "\n".join(lines)
+
+
+def _recovered_lines(report: JobStatus) -> list[str]:
+    """Answers taken from the reasoning field: done, but the server's parser put them there."""
+    count = report.answers_from_reasoning
+    if not count:
+        return []
+    return [
+        f"note:     {count:,} answer{'' if count == 1 else 's'} recovered from reasoning (the server put the "
+        "JSON in the reasoning field, content null: gpt-oss under structured output, vLLM issue 23694; "
+        "the results' answer_from_reasoning column marks them)"
+    ]
 
 
 def _last_run_lines(report: JobStatus) -> list[str]:

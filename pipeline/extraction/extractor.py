@@ -49,7 +49,13 @@ from pipeline.extraction.budget import (
     too_long,
 )
 from pipeline.extraction.outcomes import Extracted, Failed, Outcome, Usage
-from pipeline.extraction.parse import larger_budget_request, loop_reask_request, parse_reply, reask_request
+from pipeline.extraction.parse import (
+    from_reasoning,
+    larger_budget_request,
+    loop_reask_request,
+    parse_reply,
+    reask_request,
+)
 from pipeline.extraction.prompt import PromptBuilder
 from pipeline.extraction.retry import RetryPolicy
 from pipeline.quality.grounding import Grounder
@@ -143,6 +149,7 @@ class Extractor:
                         record.content_hash,
                         self._grounding(value, record),
                         self._model(state),
+                        from_reasoning=from_reasoning(reply),
                     )
         except RecordError as error:
             return self._failed(record, state, error)

@@ -40,6 +40,9 @@ class Extracted:
     # Merged from a long record's chunks: what they were (JSON, the results' ``chunks`` column). Its
     # requests and tokens were counted in the run as each chunk finished (:class:`ChunkDone`).
     chunking_json: str | None = None
+    # The answer came in the reply's reasoning field, content null (gpt-oss under structured output,
+    # vLLM issue 23694): taken, and marked (the results' ``answer_from_reasoning`` column).
+    from_reasoning: bool = False
 
     @property
     def chunked(self) -> bool:

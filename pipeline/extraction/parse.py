@@ -42,9 +42,14 @@ LOOP_SAMPLING = {"frequency_penalty": 0.5, "presence_penalty": 0.5}
 
 
 def parse_reply(reply: Reply, schema: type[BaseModel]) -> BaseModel:
-    """The validated object, or a :class:`BadOutputError` subclass naming what is wrong."""
+    """The validated object, or a :class:`BadOutputError` subclass naming what is wrong. An answer
+    that came in the reasoning field (:func:`answer_in_reasoning`) is taken: :func:`from_reasoning`
+    says so of the reply."""
     content = (reply.content or "").strip()
     if not content:
+        recovered = answer_in_reasoning(reply, schema)
+        if recovered is not None:
+            return recovered
         if reply.reasoning:
             raise truncated(reply)
         raise EmptyOutputError(f"empty reply (finish_reason={reply.finish_reason})", raw_output=reply.content)
@@ -54,6 +59,30 @@ def parse_reply(reply: Reply, schema: type[BaseModel]) -> BaseModel:
         if reply.finish_reason == "length":
             raise truncated(reply) from exc
         raise SchemaInvalidError(summarize_validation_error(exc), raw_output=reply.content) from exc
+
+
+def answer_in_reasoning(reply: Reply, schema: type[BaseModel]) -> BaseModel | None:
+    """The answer of a reply whose JSON came in the reasoning field, content empty, finish ``stop``:
+    gpt-oss under structured output may do that (vLLM issue 23694), and the answer is whole and valid.
+    None for anything else: reasoning that is thinking (prose), cut short, or JSON the schema refuses
+    stays a truncated or empty reply, as before."""
+    if reply.finish_reason != "stop" or (reply.content or "").strip() or not reply.reasoning:
+        return None
+    text = reply.reasoning.strip()
+    fenced = _CODE_FENCE.match(text)
+    text = fenced.group(1).strip() if fenced else text
+    if not text.startswith("{"):  # thinking, not an answer: not worth a JSON parse
+        return None
+    try:
+        return schema.model_validate(orjson.loads(text))
+    except (orjson.JSONDecodeError, ValidationError):
+        return None
+
+
+def from_reasoning(reply: Reply) -> bool:
+    """Whether a reply :func:`parse_reply` took an answer from had it in its reasoning: its content
+    was empty, so the answer can only have come from there."""
+    return not (reply.content or "").strip()
 
 
 def _load_json(content: str, reply: Reply) -> dict[str, Any]:

@@ -60,6 +60,8 @@ class JobStatus:
     tokens_per_done: dict[str, float] | None = None  # every attempt's tokens over the records done
     grounding: dict[str, dict[str, float]] = field(default_factory=dict)  # per grounded path
     chunking: ChunkingStatus | None = None  # results merged from a long record's chunks, and passes
+    # Results whose answer came in the reasoning field, content null (vLLM issue 23694), and was taken.
+    answers_from_reasoning: int = 0
     last_run: dict[str, Any] | None = None
     live: dict[str, Any] | None = None  # the snapshot of a run that holds the database right now
     read_copy: ReadCopy | None = None  # a run holds the database: the numbers are its copy's
@@ -193,6 +195,7 @@ def _stored(connection: Database, spec: JobSpec, status: JobStatus, *, running: 
         grounding=_grounding(connection, spec),
         chunking=chunking_status(connection, spec),
         last_run=_last_run(connection, spec, running=running),
+        answers_from_reasoning=_answers_from_reasoning(connection, spec),
     )
 
 
@@ -217,6 +220,16 @@ def _failed(connection: Database, spec: JobSpec) -> dict[str, int]:
         [spec.variant],
     )
     return {str(name): int(count) for name, count in rows}
+
+
+def _answers_from_reasoning(connection: Database, spec: JobSpec) -> int:
+    """The variant's results whose answer was recovered from the reasoning field."""
+    table = spec.output.results_table
+    if "answer_from_reasoning" not in connection.column_names(table):  # a read copy of an older run's
+        return 0
+    return connection.scalar(
+        f"SELECT count(*) FROM {quote(table)} WHERE variant = ? AND answer_from_reasoning", [spec.variant]
+    )
 
 
 def _tokens_per_done(connection: Database, spec: JobSpec) -> dict[str, float] | None:

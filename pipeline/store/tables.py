@@ -54,7 +54,11 @@ _RESULT_COLUMNS = [
     ("grounding", "JSON"),
     *VERSION_COLUMNS,
     ("chunks", "JSON"),  # merged from a long record's chunks: which, and what each pass added
+    # The answer came in the reply's reasoning field, content null (vLLM issue 23694), and was taken.
+    ("answer_from_reasoning", "BOOLEAN"),
 ]
+# The record's own columns: a chunk's answer has neither.
+_RECORD_ONLY = ("chunks", "answer_from_reasoning")
 # A chunk's answer: where it is in the record's field, and the columns of a result, less `chunks`.
 _CHUNK_KEY = [("pass", "INTEGER NOT NULL"), ("chunk", "INTEGER NOT NULL")]
 _CHUNK_COLUMNS = [
@@ -62,7 +66,7 @@ _CHUNK_COLUMNS = [
     ("chunk_count", "INTEGER"),
     ("chunk_start", "INTEGER"),  # the chunk is field[chunk_start:chunk_end]
     ("chunk_end", "INTEGER"),
-    *(column for column in _RESULT_COLUMNS if column[0] != "chunks"),
+    *(column for column in _RESULT_COLUMNS if column[0] not in _RECORD_ONLY),
 ]
 _FAILURE_COLUMNS = [
     ("run_id", "INTEGER"),

@@ -62,12 +62,14 @@ class RunCounts:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     reasoning_tokens: int = 0
+    from_reasoning: int = 0  # results whose answer came in the reasoning field, content null
 
     def add(self, outcome: Stored) -> None:
         if isinstance(outcome, Failed):
             self.failed += 1
         elif isinstance(outcome, Extracted):
             self.done += 1
+            self.from_reasoning += outcome.from_reasoning
         spent = outcome.result if isinstance(outcome, ChunkDone) else outcome
         if isinstance(spent, Extracted) and spent.chunked:
             return  # its chunks were counted as each finished
@@ -126,6 +128,14 @@ class StoreWriter:
         found = {key: known.as_json() for key, known in (knees or {}).items()}
         text = orjson.dumps(found).decode() if found else None
         await self._call(lambda: self._update_run(self.counts, status=status, message=message, knees=text))
+        recovered = self.counts.from_reasoning
+        if recovered:
+            log.warning(
+                f"{recovered:,} answer{'' if recovered == 1 else 's'} recovered from reasoning: the server "
+                "put the JSON in the reasoning field with content null (gpt-oss under structured output, "
+                "vLLM issue 23694); taken, and marked in the results' answer_from_reasoning column",
+                answers_from_reasoning=recovered,
+            )
 
     async def keep_retryable(self, record_ids: Sequence[RecordId], note: str) -> Counter[str]:
         """Make this run's failures of ``record_ids`` transient, so a plain run does them again: they
@@ -263,6 +273,7 @@ class StoreWriter:
             outcome.grounding_json,
             *self.version.key_values(outcome.content_hash, outcome.model, chunked=outcome.chunked),
             outcome.chunking_json,
+            outcome.from_reasoning,
             now,
         ]
 

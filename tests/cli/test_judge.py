@@ -85,8 +85,10 @@ def test_two_variants_are_judged_blind(tmp_path: Path) -> None:
         (("--variant", "main", "--variants", "main,big"), "error: give --variant or --variants, not both"),
         (
             ("--import", "a.jsonl", "--export-gold", "b.jsonl"),
-            "error: give --import or --export-gold, not both",
+            "error: give one of --import, --export-gold and --model",
         ),
+        (("--model", "--import", "a.jsonl"), "error: give one of --import, --export-gold and --model"),
+        (("--judge-model", "other"), "error: --judge-model goes with --model"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(judged: JobSpec, args: tuple[str, ...], said: str) -> None:

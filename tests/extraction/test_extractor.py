@@ -130,6 +130,20 @@ async def test_ok_first_time(spec: JobSpec, make_harness: MakeHarness) -> None:
     assert harness.stats.output_tokens == 40
 
 
+@pytest.mark.parametrize("field", ["reasoning", "reasoning_content"])
+async def test_an_answer_in_the_reasoning_is_taken_at_once_and_marked(
+    spec: JobSpec, make_harness: MakeHarness, field: str
+) -> None:
+    """gpt-oss under structured output (vLLM issue 23694): content null, the JSON in reasoning."""
+    answer = orjson.dumps(GOOD_ITEM).decode()
+    server = ScriptedServer([respond(completion(None, reasoning=answer, reasoning_field=field))])
+    outcome = await make_harness(spec, server).extract()
+    assert isinstance(outcome, Extracted) and outcome.from_reasoning
+    assert orjson.loads(outcome.data_json) == GOOD_ITEM and outcome.attempts == 1  # not asked again
+    plain = await make_harness(spec, ScriptedServer([respond(completion(answer, reasoning="x"))])).extract()
+    assert isinstance(plain, Extracted) and not plain.from_reasoning
+
+
 async def test_first_request_puts_the_static_system_prompt_first_and_the_record_last(
     spec: JobSpec, make_harness: MakeHarness
 ) -> None:

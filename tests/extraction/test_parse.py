@@ -17,6 +17,8 @@ from pipeline.extraction.parse import (
     LOOP_ECHO_HEAD_CHARS,
     LOOP_SAMPLING,
     MAX_ECHOED_OUTPUT_CHARS,
+    answer_in_reasoning,
+    from_reasoning,
     larger_budget_request,
     loop_reask_request,
     parse_reply,
@@ -101,6 +103,42 @@ def test_truncated_when_content_is_null_but_reasoning_has_text() -> None:
 def test_null_content_with_reasoning_is_truncated_even_with_stop() -> None:
     with pytest.raises(TruncatedError):
         parse_reply(reply(None, finish_reason="stop", reasoning="thinking"), Item)
+
+
+@pytest.mark.parametrize("content", [None, "", " \n"])
+@pytest.mark.parametrize("reasoning", [GOOD, f"  {GOOD}\n", f"```json\n{GOOD}\n```"])
+def test_an_answer_in_the_reasoning_with_content_empty_and_stop_is_taken(
+    content: str | None, reasoning: str
+) -> None:
+    """gpt-oss under structured output (vLLM issue 23694): the JSON in reasoning, content null."""
+    answered = reply(content, finish_reason="stop", reasoning=reasoning)
+    item = parse_reply(answered, Item)
+    assert item == Item.model_validate(GOOD_ITEM) == answer_in_reasoning(answered, Item)
+    assert from_reasoning(answered) and not from_reasoning(reply(GOOD, reasoning="thinking"))
+
+
+@pytest.mark.parametrize(
+    ("finish_reason", "reasoning"),
+    [
+        ("stop", "The posting asks for SQL. " * 20),  # thinking, as gpt-oss thinks: prose
+        ("stop", '{"title": "Data Engineer"}'),  # JSON the schema refuses
+        ("stop", GOOD[:-5]),  # not whole JSON
+        ("length", GOOD),  # cut at the budget: not an answer it finished
+    ],
+)
+def test_reasoning_that_is_not_a_whole_valid_answer_stays_a_truncated_reply(
+    finish_reason: str, reasoning: str
+) -> None:
+    answered = reply(None, finish_reason=finish_reason, reasoning=reasoning)
+    assert answer_in_reasoning(answered, Item) is None
+    with pytest.raises(TruncatedError):
+        parse_reply(answered, Item)
+
+
+def test_content_wins_over_json_in_the_reasoning() -> None:
+    other = orjson.dumps({**GOOD_ITEM, "title": "Thinking about it"}).decode()
+    assert parse_reply(reply(GOOD, reasoning=other), Item).title == "Data Engineer"  # type: ignore[attr-defined]
+    assert answer_in_reasoning(reply(GOOD, reasoning=other), Item) is None
 
 
 def test_truncated_schema_invalid_json_with_length_is_truncation() -> None:

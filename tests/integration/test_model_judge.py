@@ -54,6 +54,15 @@ def test_a_sample_of_a_real_runs_results_is_judged_value_by_value(tmp_path: Path
         requests_before = sim_metric(url, "pipeline_sim:requests_total")
         second = judge_sample_by_model(spec, ["main"], Sample(EXTRACTED))
         requests = sim_metric(url, "pipeline_sim:requests_total") - requests_before
+        again = subprocess.run(  # the command: everything judged already, so nothing is sent
+            pipeline_command("judge", str(job), "--model", "--sample", str(EXTRACTED)),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=subprocess_env(),
+            cwd=REPO,
+        )
+        assert sim_metric(url, "pipeline_sim:requests_total") - requests_before == requests
     print(
         f"\njudged {second.values} values of {second.judged} records at c={CONCURRENCY} in "
         f"{second.seconds:.1f} s: {second.values_per_s:.0f} values/s"
@@ -61,6 +70,12 @@ def test_a_sample_of_a_real_runs_results_is_judged_value_by_value(tmp_path: Path
     assert (first.records, first.judged, first.failed, first.judge) == (100, 100, (), "model:test-model")
     assert (second.records, second.skipped, second.judged, second.failed) == (EXTRACTED, 100, 200, ())
     assert second.requests == requests == 200  # one request per record, none for those judged before
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert (
+        f"model:test-model judged 0 of {EXTRACTED} records (0 values); {EXTRACTED} judged before"
+        in again.stdout
+    )
+    assert f"next:  pipeline eval {job} --judged" in again.stdout
     assert 0 < second.correct < second.values
 
     expected: Counter[tuple[str, str, str]] = Counter()

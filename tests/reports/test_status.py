@@ -3,6 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import duckdb
+import orjson
 import pytest
 
 from pipeline.errors import ConfigError
@@ -11,7 +12,7 @@ from pipeline.reports.status import job_status
 from pipeline.store.opening import prepare_database
 from pipeline.store.read_copy import write_copy
 from pipeline.store.snapshot import write_snapshot
-from tests.support.fakes import ScriptedServer, completion, good_completion, respond
+from tests.support.fakes import GOOD_ITEM, ScriptedServer, completion, good_completion, respond
 from tests.support.jobs import make_job
 from tests.support.outputs import database_held_by_another_process, job_with_outputs
 from tests.support.runs import run_served
@@ -30,6 +31,16 @@ async def test_status_counts_failures_by_class_and_pending(tmp_path: Path) -> No
     assert report.rate_per_min is not None and report.rate_per_min > 0
     assert report.eta_s is not None
     assert report.live is None
+
+
+async def test_answers_recovered_from_the_reasoning_are_done_and_counted(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=6)
+    in_reasoning = completion(None, reasoning=orjson.dumps(GOOD_ITEM).decode())  # vLLM issue 23694
+    server = ScriptedServer([respond(in_reasoning)] * 2 + [respond(good_completion())])
+    await run_served(spec, server)
+    report = job_status(spec)
+    assert (report.done, report.failed, report.answers_from_reasoning) == (6, {}, 2)
+    assert len(server.bodies) == 6  # none asked again
 
 
 def test_the_counts_add_up_to_the_source_records_each_record_counted_once(tmp_path: Path) -> None:

@@ -1,10 +1,12 @@
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import duckdb
 import orjson
 import pytest
+from structlog.testing import capture_logs
 
 from pipeline.errors import ConfigError, DatabaseError, DatabaseLockedError, FailureClass
 from pipeline.extraction.outcomes import Extracted, Failed, Usage
@@ -134,6 +136,31 @@ async def test_run_counters_are_committed_with_each_batch(spec: JobSpec) -> None
     ended = writer.connection.execute("SELECT status, ended_at IS NOT NULL FROM runs").fetchall()
     assert ended == [("completed_with_failures", True)]
     writer.connection.close()
+
+
+async def test_answers_taken_from_the_reasoning_are_marked_counted_and_said_at_the_end(spec: JobSpec) -> None:
+    writer = await started_writer(spec)
+    recovered = dataclasses.replace(extracted(2), from_reasoning=True)
+    await writer.write([extracted(1), recovered, failed(3)])
+    assert writer.counts.from_reasoning == 1
+    with capture_logs() as logs:
+        await writer.finish_run("completed_with_failures")
+    said = [entry for entry in logs if entry.get("answers_from_reasoning") == 1]
+    assert len(said) == 1 and said[0]["event"].startswith("1 answer recovered from reasoning:")
+    writer.connection.close()
+    rows = table_rows(spec.database, "SELECT record_id, answer_from_reasoning FROM results ORDER BY 1")
+    assert rows == [(1, False), (2, True)]
+
+
+def test_a_results_table_without_the_reasoning_mark_gets_it_on_opening(spec: JobSpec) -> None:
+    prepare_database(spec).close()
+    with duckdb.connect(str(spec.database)) as connection:
+        for table in ("results", "results_history"):
+            connection.execute(f"ALTER TABLE {table} DROP COLUMN answer_from_reasoning")
+    open_for_reading(spec).close()  # an older database opens without a step
+    columns = table_rows(spec.database, "SELECT table_name FROM duckdb_columns() "
+                         "WHERE column_name = 'answer_from_reasoning' ORDER BY 1")  # fmt: skip
+    assert columns == [("results",), ("results_history",)]
 
 
 async def test_success_clears_an_earlier_failure_and_failures_are_upserted(spec: JobSpec) -> None:
