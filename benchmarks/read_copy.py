@@ -37,6 +37,7 @@ from run_scale import REPO, print_table
 from run_scale import write_job as write_scale_job
 
 from pipeline.job.spec import load_job
+from pipeline.source.db import bind
 from pipeline.source.versions import content_hash_sql, version_of
 from pipeline.store.opening import prepare_database
 from pipeline.store.read_copy import copy_path, request_copy, source_copy_path, write_copy
@@ -72,15 +73,15 @@ def fill_results(job: Path, rows: int) -> None:
     prepare_database(spec).close()  # the output tables, as a run makes them
     version = version_of(spec)
     with duckdb.connect(str(spec.database)) as connection:
-        connection.execute(
+        insert = (
             "INSERT INTO results (variant, record_id, run_id, extracted, grounding, model, attempts, "
             "prompt_tokens, completion_tokens, reasoning_tokens, latency_s, finish_reason, content_hash, "
             "content_fields, prompt_hash, schema_hash, settings_hash) "
             f"SELECT 'main', id, 1, {EXTRACTED_SQL}, {GROUNDING_SQL}, $models[1], 1, 900, 300, 96, 240.0, "
             f"'stop', {content_hash_sql(spec.content_fields())}, $content_fields, $prompt_hash, "
-            f"$schema_hash, $settings_hash FROM postings s WHERE id < {rows}",
-            version.parameters(),
+            f"$schema_hash, $settings_hash FROM postings s WHERE id < {rows}"
         )
+        connection.execute(insert, bind(insert, version.parameters()))  # the parameters it uses
         connection.execute(
             "INSERT INTO runs (run_id, variant, status, done) VALUES (1, 'main', 'running', ?)", [rows]
         )
