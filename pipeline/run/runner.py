@@ -34,9 +34,10 @@ from pipeline.quality.drift import BASELINE_RUNS, Drift, find_drift
 from pipeline.run.context import RunContext
 from pipeline.run.execution import RunExecution, save_snapshot
 from pipeline.run.extractors import record_extractor
-from pipeline.run.fleet import open_fleet
+from pipeline.run.fleet import open_fleet, read_counters_at_end
 from pipeline.run.notices import stale_kept, warn_if_timeout_is_short
 from pipeline.run.options import RunOptions, RunStatus, RunSummary
+from pipeline.run.preflight import warn_before_start
 from pipeline.run.read_copies import ReadCopies
 from pipeline.run.series import RunSeries
 from pipeline.run.stats import RunStats
@@ -132,6 +133,7 @@ async def _run_with_reader(
     knees = await anyio.to_thread.run_sync(known_knees, connection, spec) if context.auto else {}
     fleet = open_fleet(context, local=options.local_server, sleep=options.sleep, knees=knees)
     async with fleet as (context, router):
+        await warn_before_start(context, router, pending)
         stats, run_id, status, fatal, drift = await _run_on(
             context, options, connection, reader, router, pending
         )
@@ -212,6 +214,7 @@ async def _recorded_run(
         with anyio.CancelScope(shield=True):
             await _finish(writer, router, stats, RunStatus.INTERRUPTED, CANCELLED, quiet=True)
         raise
+    await read_counters_at_end(router)  # the servers' prefix-cache counts up to the run's end
     await _finish(writer, router, stats, status, str(fatal) if fatal else None, quiet=fatal is not None)
     run.series.sample()
     return stats, run_id, status, fatal, await _profile_and_drift(writer, run.series)

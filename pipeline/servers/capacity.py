@@ -62,11 +62,15 @@ async def read_server(
     prefix_tokens = None
     with contextlib.suppress(PipelineError, TimeoutError), anyio.fail_after(timeout_s):
         prefix_tokens = await client.count_tokens(tuple(prefix))
-    values = parse_metrics(text) if text is not None else {}
+    try:
+        values = parse_metrics(text) if text is not None else {}
+        cache = parse_cache_config(text) if text is not None else None
+    except ValueError:  # whatever answers at /metrics, it is not Prometheus text
+        text, values, cache = None, {}, None
     return ServerReading(
         base_url=client.settings.base_url,
         context=client.context_length,
-        cache=parse_cache_config(text) if text is not None else None,
+        cache=cache,
         metrics=text is not None,
         prefix_tokens=prefix_tokens,
         time_scale=values.get(SPEED, 1.0) or 1.0,

@@ -120,3 +120,12 @@ async def test_a_proxy_without_metrics_or_tokenize_leaves_them_unknown() -> None
         reading = await read_at(server.url)
     assert reading.kv_tokens is None and reading.prefix_caching is None and not reading.metrics
     assert reading.prefix_tokens is None and reading.context is None
+
+
+async def test_a_metrics_route_answering_something_else_is_no_metrics() -> None:
+    def chat_everywhere(request: httpx2.Request) -> Answer:
+        return respond(good_completion())
+
+    async with serving(chat_everywhere) as server:
+        reading = await read_at(server.url)
+    assert not reading.metrics and reading.kv_tokens is None

@@ -1,0 +1,387 @@
+"""``pipeline check JOB``: what is wrong with the server for this job, in 30 seconds, before a night.
+
+Per endpoint: the server's own word (:func:`~pipeline.servers.capacity.read_server`: context, KV cache,
+prefix caching, the shared prefix's tokens), then a few probes made from a seeded sample of the job's
+own records, sent as the run sends them (the job's prompt and settings, the production client, the one
+retry policy), one at a time so each measures a reply alone; then the lines of
+:mod:`pipeline.run.check_lines`. Exit 0 all ok, 1 a warning, 3 the server cannot serve the job.
+
+With several endpoints, the top-level numbers are the first endpoint's, ``endpoints`` has each one's,
+``checks`` has all of them (each with its ``endpoint``), and the backlog's ETA is over all of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import orjson
+
+from pipeline.errors import (
+    EXIT_ABORTED,
+    EXIT_FAILURES,
+    ConfigError,
+    FatalRunError,
+    PipelineError,
+    StructuredOutputRejectedError,
+)
+from pipeline.extraction.prompt import PromptBuilder, client_settings
+from pipeline.extraction.retry import RetryPolicy
+from pipeline.job.spec import JobSpec
+from pipeline.run.check_lines import (
+    Check,
+    answer_check,
+    backlog_check,
+    backlog_eta_s,
+    context_check,
+    effort_check,
+    format_check,
+    kv_check,
+    prefix_check,
+    timeout_check,
+)
+from pipeline.run.runner import count_pending
+from pipeline.servers.capacity import (
+    ServerReading,
+    aggregate_tokens_per_s,
+    effective_concurrency,
+    read_server,
+    reply_latency_s,
+    requests_that_fit,
+)
+from pipeline.servers.client import ChatRequest, LLMClient, Reply
+from pipeline.servers.config import EndpointConfig
+from pipeline.source.db import quote
+from pipeline.source.pending import sample_sql
+from pipeline.source.relation import source_relation
+from pipeline.store.opening import open_for_reading
+
+DEFAULT_PROBES = 3
+DEFAULT_PROBE_TIMEOUT_S = 120.0
+_EFFORTS = ("minimal", "low", "medium", "high")
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """One probe's reply, measured: tokens, latency (in the model's seconds), where the answer landed."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    reasoning_tokens: int | None
+    latency_s: float
+    lands: str  # content | reasoning | cut | none
+
+
+@dataclass(slots=True)
+class EndpointReport:
+    base_url: str
+    model: str
+    context: int | None = None
+    kv_tokens: int | None = None
+    requests_that_fit: int | None = None
+    prefix_caching: bool | None = None
+    answer_in_reasoning: bool | None = None
+    reasoning_effort_honored: bool | None = None
+    throughput_tok_s: float = 0.0  # expected at the job's concurrency, for the backlog
+    tokens_per_record: float | None = None
+    checks: list[Check] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        data = {name: getattr(self, name) for name in _JSON_KEYS if name not in ("eta_s", "checks")}
+        return {
+            "base_url": self.base_url,
+            "model": self.model,
+            **data,
+            "checks": [c.as_json() for c in self.checks],
+        }
+
+
+_JSON_KEYS = (
+    "context",
+    "kv_tokens",
+    "requests_that_fit",
+    "prefix_caching",
+    "answer_in_reasoning",
+    "reasoning_effort_honored",
+    "eta_s",
+    "checks",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckReport:
+    endpoints: list[EndpointReport]
+    pending: int | None
+    eta_s: float | None
+
+    @property
+    def checks(self) -> list[Check]:
+        return [check for endpoint in self.endpoints for check in endpoint.checks]
+
+    @property
+    def exit_code(self) -> int:
+        statuses = {check.status for check in self.checks}
+        return EXIT_ABORTED if "fail" in statuses else EXIT_FAILURES if "warn" in statuses else 0
+
+    def as_json(self) -> dict[str, Any]:
+        first = self.endpoints[0].as_json()
+        several = len(self.endpoints) > 1
+        checks = [
+            {**check.as_json(), **({"endpoint": e.base_url} if several else {})}
+            for e in self.endpoints
+            for check in e.checks
+        ]
+        data = {key: first.get(key) for key in _JSON_KEYS} | {"eta_s": self.eta_s, "checks": checks}
+        return data | {"pending": self.pending, "endpoints": [e.as_json() for e in self.endpoints]}
+
+    def lines(self) -> list[str]:
+        several = len(self.endpoints) > 1
+        out = []
+        for endpoint in self.endpoints:
+            if several:
+                out.append(f"{endpoint.base_url} ({endpoint.model})")
+            out += [f"{'  ' if several else ''}{c.status:<4}  {c.name}: {c.message}" for c in endpoint.checks]
+        return out
+
+
+async def check_job(
+    spec: JobSpec,
+    *,
+    probes: int = DEFAULT_PROBES,
+    seed: int = 0,
+    probe_timeout_s: float = DEFAULT_PROBE_TIMEOUT_S,
+) -> CheckReport:
+    """Check every endpoint of ``spec`` for this job; raises :class:`ConfigError` for a source without
+    records (nothing to probe with)."""
+    pending = await _pending(spec)  # first: it loads a job's seed file, as a run would
+    records = await anyio.to_thread.run_sync(sample_fields, spec, probes, seed)
+    reports = [
+        await check_endpoint(spec, config, records, pending, probe_timeout_s)
+        for config in spec.endpoint_configs()
+    ]
+    eta = backlog_eta_s(pending, reports[0].tokens_per_record, [r.throughput_tok_s for r in reports])
+    reports[-1].checks.append(
+        backlog_check(pending, reports[0].tokens_per_record, [r.throughput_tok_s for r in reports])
+    )
+    return CheckReport(reports, pending, eta)
+
+
+def sample_fields(spec: JobSpec, records: int, seed: int) -> list[dict[str, object]]:
+    """The fields of a seeded sample of ``records`` source records (``--sample N --seed S``'s)."""
+    names = spec.source.fields
+    sql = (
+        f"SELECT {', '.join(quote(name) for name in names)} FROM {source_relation(spec)} "
+        f"WHERE {quote(spec.source.id_column)} IN ({sample_sql(spec)})"
+    )
+    connection = open_for_reading(spec)
+    try:
+        rows = connection.rows(sql, {"seed": seed, "sample": records})
+    finally:
+        connection.close()
+    if not rows:
+        raise ConfigError(f"{spec.source_file}: the source has no records to probe the server with")
+    return [dict(zip(names, row, strict=True)) for row in rows]
+
+
+async def _pending(spec: JobSpec) -> int | None:
+    try:
+        return await count_pending(spec)
+    except FatalRunError:  # a run holds the database: the backlog is unknown, the server still checked
+        return None
+
+
+async def check_endpoint(
+    spec: JobSpec,
+    config: EndpointConfig,
+    records: Sequence[dict[str, object]],
+    pending: int | None,
+    probe_timeout_s: float,
+) -> EndpointReport:
+    """One server's report: its reading, the probes, and every line but the backlog's."""
+    report = EndpointReport(config.base_url, config.model)
+    settings = client_settings(spec, config)
+    timeout = min(spec.request_timeout_s, probe_timeout_s)
+    prompts = PromptBuilder(spec)
+    async with LLMClient(dataclasses.replace(settings, request_timeout_s=timeout)) as client:
+        try:
+            reading = await read_server(client, prompts.prefix, timeout_s=spec.operations.preflight_timeout_s)
+        except FatalRunError as error:
+            report.checks.append(Check("server", "fail", str(error)))
+            return report
+        requests = [prompts.request_for(fields) for fields in records]
+        measured, refused, failure = await _send_probes(client, spec, requests, timeout)
+        efforts = await _effort_probes(client, spec, requests[0], measured, timeout) if measured else {}
+    _fill(report, spec, config, reading, measured, efforts, pending)
+    report.checks.insert(5, format_check(settings.response_format is not None, refused))
+    if failure is not None:
+        report.checks.insert(0, failure)
+    return report
+
+
+async def _send_probes(
+    client: LLMClient, spec: JobSpec, requests: Sequence[ChatRequest], timeout_s: float
+) -> tuple[list[Probe], bool, Check | None]:
+    """Send each request alone; a refused ``response_format`` is dropped as the run drops it. Returns
+    the probes, whether the format was refused, and a fail line for a probe that did not answer."""
+    refused, measured = False, list[Probe]()
+    for request in requests:
+        try:
+            try:
+                reply = await probe_reply(client, spec, request, timeout_s)
+            except StructuredOutputRejectedError:
+                refused = True
+                client.without_structured_output()
+                reply = await probe_reply(client, spec, request, timeout_s)
+        except TimeoutError:
+            return (
+                measured,
+                refused,
+                Check("probe", "fail", f"no reply within {timeout_s:g} s (a probe, alone)"),
+            )
+        except PipelineError as error:
+            return measured, refused, Check("probe", "fail", f"a probe failed: {error}")
+        measured.append(_measured(reply, request))
+    return measured, refused, None
+
+
+async def probe_reply(client: LLMClient, spec: JobSpec, request: ChatRequest, timeout_s: float) -> Reply:
+    """One request under the one retry policy, given ``timeout_s`` in all (TimeoutError past it)."""
+    with anyio.fail_after(timeout_s):
+        async for attempt in RetryPolicy(spec.retry).attempts():
+            with attempt:
+                return await client.complete(request)
+    raise AssertionError("unreachable: the retry loop returns or raises")
+
+
+def _measured(reply: Reply, request: ChatRequest) -> Probe:
+    if reply.finish_reason == "length":
+        lands = "cut"
+    elif reply.content:
+        lands = "content"
+    elif reply.reasoning and _is_json_object(reply.reasoning):
+        lands = "reasoning"
+    else:
+        lands = "none"
+    return Probe(
+        prompt_tokens=reply.prompt_tokens or 0,
+        completion_tokens=reply.completion_tokens or 0,
+        reasoning_tokens=reply.reasoning_tokens,
+        latency_s=reply.latency_s,
+        lands=lands,
+    )
+
+
+def _is_json_object(text: str) -> bool:
+    try:
+        return isinstance(orjson.loads(text.strip()), dict)
+    except orjson.JSONDecodeError:
+        return False
+
+
+async def _effort_probes(
+    client: LLMClient, spec: JobSpec, request: ChatRequest, measured: list[Probe], timeout_s: float
+) -> dict[str, int]:
+    """Reasoning tokens at the job's effort (its probes') and at a contrasting one (one more probe):
+    ``low`` for a job above it, ``medium`` for a job at or below it."""
+    effort = spec.reasoning_effort
+    own = [p.reasoning_tokens for p in measured if p.reasoning_tokens is not None]
+    if effort is None or not own or effort not in _EFFORTS:
+        return {}
+    other = "medium" if _EFFORTS.index(effort) <= _EFFORTS.index("low") else "low"
+    contrast = LLMClient(dataclasses.replace(client.settings, reasoning_effort=other))
+    try:
+        async with contrast:
+            reply = await probe_reply(
+                contrast, spec, dataclasses.replace(request, max_tokens=spec.max_tokens), timeout_s
+            )
+    except (PipelineError, TimeoutError):
+        return {}
+    if reply.reasoning_tokens is None:
+        return {}
+    return {effort: round(statistics.mean(own)), other: reply.reasoning_tokens}
+
+
+def _honored(efforts: dict[str, int]) -> bool | None:
+    """Lower effort gave clearly fewer reasoning tokens (None: nothing to compare)."""
+    if len(efforts) < 2:
+        return None
+    (_, low), (_, high) = sorted(efforts.items(), key=lambda item: _EFFORTS.index(item[0]))
+    if high <= 0:
+        return None
+    return low < 0.8 * high
+
+
+def _fill(
+    report: EndpointReport,
+    spec: JobSpec,
+    config: EndpointConfig,
+    reading: ServerReading,
+    measured: list[Probe],
+    efforts: dict[str, int],
+    pending: int | None,
+) -> None:
+    """The numbers and the lines (all but response_format's, the probe's and the backlog's)."""
+    scale = reading.time_scale
+    prompt = statistics.mean(p.prompt_tokens for p in measured) if measured else None
+    answer = statistics.mean(p.completion_tokens for p in measured) if measured else None
+    fit = _fit(reading, prompt, answer)
+    concurrency = config.most_in_flight
+    report.context, report.kv_tokens, report.requests_that_fit = reading.context, reading.kv_tokens, fit
+    report.prefix_caching = reading.prefix_caching
+    report.answer_in_reasoning = any(p.lands == "reasoning" for p in measured) if measured else None
+    report.reasoning_effort_honored = _honored(efforts)
+    report.tokens_per_record = answer
+    predicted = None
+    if measured:
+        alone = statistics.mean(p.latency_s for p in measured) * scale
+        single = statistics.mean(p.completion_tokens / max(p.latency_s * scale, 1e-9) for p in measured)
+        report.throughput_tok_s = aggregate_tokens_per_s(single, effective_concurrency(concurrency, fit))
+        predicted = reply_latency_s(alone, concurrency, fit)
+    longest = max(((p.prompt_tokens, p.completion_tokens) for p in measured), default=None)
+    reasoning = [p.reasoning_tokens for p in measured if p.reasoning_tokens is not None]
+    report.checks += [
+        context_check(
+            reading.context, longest[0] if longest else None, longest[1] if longest else None, spec.max_tokens
+        ),
+        kv_check(reading.kv_tokens, fit, config.concurrency, _held(reading, prompt, answer)),
+        prefix_check(reading.prefix_caching, reading.prefix_tokens, pending),
+        answer_check(
+            len(measured),
+            sum(p.lands == "reasoning" for p in measured),
+            sum(p.lands == "cut" for p in measured),
+            sum(p.lands == "none" for p in measured),
+        ),
+        effort_check(
+            spec.reasoning_effort,
+            report.reasoning_effort_honored,
+            efforts,
+            max(reasoning, default=None),
+            spec.max_tokens,
+        ),
+        timeout_check(concurrency, predicted, spec.request_timeout_s),
+    ]
+
+
+def _held(reading: ServerReading, prompt: float | None, answer: float | None) -> float | None:
+    """The tokens one request holds of its own: the shared prefix is held once with prefix caching."""
+    if prompt is None or answer is None:
+        return None
+    shared = min(reading.prefix_tokens or 0, prompt) if reading.prefix_caching else 0
+    return prompt - shared + answer
+
+
+def _fit(reading: ServerReading, prompt: float | None, answer: float | None) -> int | None:
+    if reading.kv_tokens is None or prompt is None or answer is None:
+        return None
+    return requests_that_fit(
+        reading.kv_tokens,
+        prompt_tokens=prompt,
+        answer_tokens=answer,
+        shared_prefix_tokens=reading.prefix_tokens or 0,
+        prefix_caching=bool(reading.prefix_caching),
+        block_size=reading.cache.block_size if reading.cache is not None else None,
+    )

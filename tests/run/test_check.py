@@ -1,0 +1,302 @@
+"""pipeline.run.check, check_lines and preflight: every line ``pipeline check`` says, against a fake vLLM
+served on 127.0.0.1 and reached through the production client; a proxy without /metrics or /tokenize,
+a probe that never answers, a server that is down; the exit codes and the JSON keys; and the run's
+preflight, which says the cheap part's warnings and never holds the run up."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx2
+import orjson
+import pytest
+from structlog.testing import capture_logs
+
+from pipeline.run.check import CheckReport, check_job
+from pipeline.run.check_lines import duration, timeout_check
+from pipeline.servers.capacity import requests_that_fit
+from tests.support.fakes import (
+    GOOD_ITEM,
+    HANG,
+    Answer,
+    completion,
+    dead_url,
+    error,
+    respond,
+    serving,
+)
+from tests.support.jobs import make_job
+from tests.support.runs import run_served
+
+pytestmark = pytest.mark.anyio
+
+JSON_KEYS = {
+    "context",
+    "kv_tokens",
+    "requests_that_fit",
+    "prefix_caching",
+    "answer_in_reasoning",
+    "reasoning_effort_honored",
+    "eta_s",
+    "checks",
+}
+LINES = ["context", "kv_cache", "prefix_caching", "answer", "reasoning_effort", "response_format", "timeout"]
+PREFIX_COUNT = 50  # what the fake's /tokenize says of any message list
+
+
+@dataclass
+class FakeVllm:
+    """vLLM as check reads it: /v1/models, /metrics (cache settings), /tokenize, chat completions whose
+    reasoning tokens follow reasoning_effort; each knob one thing a real server gets wrong."""
+
+    blocks: int = 10_000  # x 16 tokens a block
+    prefix_caching: bool = True
+    metrics: bool = True
+    tokenize: bool = True
+    max_model_len: int | None = 32_768
+    answer_in_reasoning: bool = False
+    refuse_format: bool = False
+    hang: bool = False
+    reasoning: dict[str, int] = field(default_factory=lambda: {"low": 20, "medium": 200})
+    bodies: list[dict[str, object]] = field(default_factory=list)
+
+    def __call__(self, request: httpx2.Request) -> Answer:
+        path = request.url.path
+        if path.endswith("/models"):
+            listed = {"max_model_len": self.max_model_len} if self.max_model_len else {}
+            return respond({"object": "list", "data": [{"id": "test-model", **listed}]})
+        if path == "/metrics":
+            return respond(self._metrics()) if self.metrics else error(404, "Not Found")
+        if path == "/tokenize":
+            return respond({"count": PREFIX_COUNT}) if self.tokenize else error(404, "Not Found")
+        body = orjson.loads(request.content)
+        self.bodies.append(body)
+        if self.hang:
+            return HANG
+        if self.refuse_format and "response_format" in body:
+            return error(400, "response_format is not supported by this server")
+        reasoning_tokens = self.reasoning.get(str(body.get("reasoning_effort")), 0)
+        answer = orjson.dumps(GOOD_ITEM).decode()
+        if self.answer_in_reasoning:
+            return respond(completion(None, reasoning=answer, reasoning_tokens=reasoning_tokens))
+        return respond(completion(answer, reasoning="thinking", reasoning_tokens=reasoning_tokens))
+
+    def _metrics(self) -> str:
+        return (
+            "# TYPE vllm:cache_config_info gauge\n"
+            f'vllm:cache_config_info{{block_size="16",enable_prefix_caching="{self.prefix_caching}",'
+            f'num_gpu_blocks="{self.blocks}"}} 1.0\n'
+        )
+
+
+async def checked(tmp_path: Path, server: FakeVllm, **job: object) -> CheckReport:
+    spec = make_job(tmp_path, records=10, **job)
+    async with serving(server) as served:
+        return await check_job(spec.with_overrides(base_url=served.url), probe_timeout_s=5)
+
+
+def line(report: CheckReport, name: str) -> tuple[str, str]:
+    found = [check for check in report.checks if check.name == name]
+    assert len(found) == 1, [check.name for check in report.checks]
+    return found[0].status, found[0].message
+
+
+async def test_a_good_server_is_all_ok_with_every_key_and_line(tmp_path: Path) -> None:
+    report = await checked(tmp_path, FakeVllm())
+    assert [check.name for check in report.checks] == [*LINES, "backlog"]
+    assert {check.status for check in report.checks} == {"ok"} and report.exit_code == 0
+    data = report.as_json()
+    assert set(data) >= JSON_KEYS and len(data["endpoints"]) == 1
+    # 100 prompt tokens (50 of them the shared prefix, held once) and 40 completion tokens, in blocks
+    fit = requests_that_fit(
+        160_000,
+        prompt_tokens=100,
+        answer_tokens=40,
+        shared_prefix_tokens=50,
+        prefix_caching=True,
+        block_size=16,
+    )
+    assert data["kv_tokens"] == 160_000 and data["requests_that_fit"] == fit
+    assert data["context"] == 32_768 and data["prefix_caching"] is True
+    assert data["answer_in_reasoning"] is False and data["reasoning_effort_honored"] is True
+    assert data["eta_s"] > 0 and data["pending"] == 10
+    assert all(set(check) == {"name", "status", "message"} for check in data["checks"])
+
+
+async def test_the_probes_are_the_jobs_own_requests_sent_alone(tmp_path: Path) -> None:
+    server = FakeVllm()
+    await checked(tmp_path, server)
+    probes, contrast = server.bodies[:3], server.bodies[3]
+    assert len(server.bodies) == 4 and all(b["reasoning_effort"] == "low" for b in probes)
+    assert all("response_format" in b and b["max_tokens"] == 256 for b in server.bodies)
+    assert all("Description of posting" in str(b["messages"]) for b in probes)
+    assert contrast["reasoning_effort"] == "medium"
+
+
+async def test_more_requests_than_fit_is_a_warning_with_the_number(tmp_path: Path) -> None:
+    report = await checked(tmp_path, FakeVllm(blocks=30))  # 480 tokens: (480 - 64) // 96
+    status, message = line(report, "kv_cache")
+    assert status == "warn" and report.exit_code == 1
+    assert "c=8, about 4 fit" in message and "use `concurrency: auto` or <= 4" in message
+    assert "collapse past ~4" in message
+
+
+async def test_not_one_request_fitting_is_a_failure(tmp_path: Path) -> None:
+    report = await checked(tmp_path, FakeVllm(blocks=5))
+    assert line(report, "kv_cache")[0] == "fail" and report.exit_code == 3
+
+
+async def test_auto_concurrency_is_told_where_it_starts(tmp_path: Path) -> None:
+    report = await checked(tmp_path, FakeVllm(blocks=30), concurrency="auto")
+    status, message = line(report, "kv_cache")
+    assert status == "ok" and "about 4 requests" in message and "auto starts there" in message
+
+
+async def test_prefix_caching_off_says_what_it_costs_this_job(tmp_path: Path) -> None:
+    report = await checked(tmp_path, FakeVllm(prefix_caching=False))
+    status, message = line(report, "prefix_caching")
+    assert status == "warn" and "50 x 10 records = 500 tokens" in message
+    assert "--enable-prefix-caching" in message and report.as_json()["prefix_caching"] is False
+
+
+async def test_an_answer_in_reasoning_is_said_with_its_recovery(tmp_path: Path) -> None:
+    report = await checked(tmp_path, FakeVllm(answer_in_reasoning=True))
+    status, message = line(report, "answer")
+    assert status == "warn" and "3 of 3 probes put the JSON in `reasoning`" in message
+    assert "the run recovers it" in message and report.as_json()["answer_in_reasoning"] is True
+
+
+async def test_a_server_ignoring_reasoning_effort_is_a_warning(tmp_path: Path) -> None:
+    report = await checked(tmp_path, FakeVllm(reasoning={"low": 100, "medium": 100}))
+    status, message = line(report, "reasoning_effort")
+    assert status == "warn" and "not honoured" in message and "low: 100, medium: 100" in message
+    assert report.as_json()["reasoning_effort_honored"] is False
+
+
+async def test_reasoning_taking_most_of_max_tokens_is_a_warning(tmp_path: Path) -> None:
+    report = await checked(tmp_path, FakeVllm(reasoning={"low": 200, "medium": 400}))
+    status, message = line(report, "reasoning_effort")
+    assert status == "warn" and "78% of max_tokens 256" in message
+
+
+async def test_a_job_without_reasoning_effort_sends_no_contrast_probe(tmp_path: Path) -> None:
+    server = FakeVllm()
+    report = await checked(tmp_path, server, reasoning_effort=None)
+    assert len(server.bodies) == 3 and report.as_json()["reasoning_effort_honored"] is None
+    assert line(report, "reasoning_effort")[0] == "ok"
+
+
+async def test_a_refused_response_format_is_a_warning_and_the_probes_go_on_without_it(
+    tmp_path: Path,
+) -> None:
+    server = FakeVllm(refuse_format=True)
+    report = await checked(tmp_path, server)
+    status, message = line(report, "response_format")
+    assert status == "warn" and "refused" in message
+    assert line(report, "answer") == ("ok", "in content (3 of 3 probes)")
+    assert "response_format" not in server.bodies[-1]
+
+
+async def test_a_probe_that_never_answers_is_a_failure_with_the_seconds(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=10)
+    async with serving(FakeVllm(hang=True)) as served:
+        report = await check_job(spec.with_overrides(base_url=served.url), probe_timeout_s=0.3)
+    assert line(report, "probe") == ("fail", "no reply within 0.3 s (a probe, alone)")
+    assert report.exit_code == 3 and line(report, "answer")[1].startswith("unknown")
+
+
+async def test_a_proxy_without_metrics_or_tokenize_gets_unknown_not_a_traceback(tmp_path: Path) -> None:
+    report = await checked(tmp_path, FakeVllm(metrics=False, tokenize=False, max_model_len=None))
+    for name in ("kv_cache", "prefix_caching", "context"):
+        status, message = line(report, name)
+        assert status == "ok" and message.startswith("unknown"), (name, message)
+    data = report.as_json()
+    assert data["kv_tokens"] is None and data["requests_that_fit"] is None and data["prefix_caching"] is None
+    assert data["context"] is None and report.exit_code == 0
+
+
+async def test_a_server_that_is_down_cannot_serve_the_job(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=10)
+    report = await check_job(spec.with_overrides(base_url=dead_url()), probe_timeout_s=5)
+    status, message = line(report, "server")
+    assert status == "fail" and "cannot connect" in message and report.exit_code == 3
+    assert set(report.as_json()) >= JSON_KEYS and report.as_json()["kv_tokens"] is None
+
+
+async def test_a_context_that_leaves_less_than_max_tokens_warns_and_one_too_short_fails(
+    tmp_path: Path,
+) -> None:
+    report = await checked(tmp_path, FakeVllm(max_model_len=300))  # 100 + 256 > 300 > 100 + 40
+    status, message = line(report, "context")
+    assert status == "warn" and "leaves 200 of max_tokens 256" in message
+    short = await checked(tmp_path, FakeVllm(max_model_len=120))
+    assert line(short, "context")[0] == "fail" and short.exit_code == 3
+
+
+async def test_several_endpoints_each_have_their_report_and_share_the_backlog(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=10)
+    async with serving(FakeVllm()) as first, serving(FakeVllm(prefix_caching=False)) as second:
+        two = spec.with_overrides(
+            endpoint=spec.endpoint.model_dump(exclude={"base_url"}, exclude_none=True),
+            endpoints=[{"base_url": first.url}, {"base_url": second.url}],
+        )
+        report = await check_job(two, probe_timeout_s=5)
+    data = report.as_json()
+    assert [e["base_url"] for e in data["endpoints"]] == [first.url, second.url]
+    assert data["prefix_caching"] is True  # the top level is the first endpoint's
+    assert {check["endpoint"] for check in data["checks"]} == {first.url, second.url}
+    assert "on two" not in line(report, "backlog")[1]
+    assert report.exit_code == 1  # the second's prefix caching
+
+
+def test_a_timeout_shorter_than_the_predicted_reply_fails_and_a_close_one_warns() -> None:
+    fail = timeout_check(256, 270.0, 180.0)
+    assert fail.status == "fail"
+    assert (
+        fail.message
+        == "at c=256 a reply takes ~4.5 min; request_timeout_s 180 would kill them: set it to 540 or more"
+    )
+    assert timeout_check(256, 150.0, 180.0).status == "warn"
+    assert timeout_check(256, 60.0, 900.0).status == "ok"
+    assert duration(42) == "42 s" and duration(115_200) == "32 h" and duration(7200) == "2.0 h"
+
+
+async def test_the_runs_preflight_warns_at_start_and_does_not_stop_it(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=3)
+    with capture_logs() as logs:
+        summary = await run_served(spec, FakeVllm(blocks=20, prefix_caching=False))
+    assert summary.done == 3
+    said = [entry["event"] for entry in logs if entry["event"].startswith("server check")]
+    assert len(said) == 2 and "kv_cache" in said[0] and "answer counted at max_tokens" in said[0]
+    assert "prefix_caching: off" in said[1]
+    started = next(i for i, entry in enumerate(logs) if entry["event"] == "run started")
+    assert all(logs.index(entry) < started for entry in logs if entry["event"].startswith("server check"))
+
+
+async def test_a_preflight_whose_server_does_not_answer_waits_no_more_than_a_second(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=1)
+    server = FakeVllm()
+
+    def slow_metrics(request: httpx2.Request) -> Answer:
+        return HANG if request.url.path == "/metrics" else server(request)
+
+    started = time.perf_counter()
+    with capture_logs() as logs:
+        summary = await run_served(spec, slow_metrics)
+    assert summary.done == 1 and time.perf_counter() - started < 5
+    assert not [entry for entry in logs if entry["event"].startswith("server check")]
+
+
+async def test_a_server_that_gives_no_context_is_sent_no_preflight_reads(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=2)
+    paths: list[str] = []
+    server = FakeVllm(max_model_len=None)
+
+    def recorded(request: httpx2.Request) -> Answer:
+        paths.append(request.url.path)
+        return server(request)
+
+    summary = await run_served(spec, recorded)
+    assert summary.done == 2 and "/metrics" not in paths and "/tokenize" not in paths
