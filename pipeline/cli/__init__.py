@@ -12,6 +12,7 @@ May import every package: it is the top layer.
 from pipeline.cli import load, run, status  # noqa: F401
 from pipeline.cli import quality, results, sim, servers  # noqa: F401
 from pipeline.cli import judge  # noqa: F401
+from pipeline.cli import check  # noqa: F401
 
 # isort: on
 from pipeline.cli.common import app

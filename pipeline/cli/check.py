@@ -1,0 +1,90 @@
+"""``pipeline check JOB``: the server checked for this job (context, KV cache and how many of the job's
+requests fit, prefix caching, where answers land, reasoning effort, response_format, the timeout at the
+job's concurrency, the backlog's ETA) in ok / warn / fail lines, or ``--json``. Exit 0 all ok, 1 a
+warning, 3 the server cannot serve the job (2: the job or an option is wrong)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import anyio
+import orjson
+import typer
+
+from pipeline.cli.common import (
+    DatabaseOption,
+    JobArgument,
+    LogFormat,
+    LogFormatOption,
+    app,
+    fail,
+    load_job_or_exit,
+    setup_logging,
+)
+from pipeline.errors import EXIT_CONFIG, ConfigError, FatalRunError, exit_code_for
+from pipeline.job.spec import JobSpec
+from pipeline.run.check import DEFAULT_PROBE_TIMEOUT_S, DEFAULT_PROBES, CheckReport, check_job
+from pipeline.servers.config import checked_url_option
+
+CheckEndpointOption = Annotated[
+    list[str] | None,
+    typer.Option("--endpoint", help="Check this server instead of the job's (repeatable: several servers)."),
+]
+CheckModelOption = Annotated[str | None, typer.Option(help="Override the job's model.")]
+JsonOption = Annotated[
+    bool, typer.Option("--json", help="One JSON object on stdout, for scripts and alerts.")
+]
+ProbesOption = Annotated[
+    int, typer.Option(min=1, max=50, help="Probe requests made from a seeded sample of the job's records.")
+]
+SeedOption = Annotated[int, typer.Option(help="The seed of the probes' sample (as `run --sample --seed`).")]
+ProbeTimeoutOption = Annotated[
+    float, typer.Option(min=1, help="Seconds a probe may take alone (at most the job's request_timeout_s).")
+]
+
+
+@app.command()
+def check(
+    job: JobArgument,
+    endpoint: CheckEndpointOption = None,
+    model: CheckModelOption = None,
+    database: DatabaseOption = None,
+    json_output: JsonOption = False,
+    probes: ProbesOption = DEFAULT_PROBES,
+    seed: SeedOption = 0,
+    probe_timeout: ProbeTimeoutOption = DEFAULT_PROBE_TIMEOUT_S,
+    log_format: LogFormatOption = LogFormat.AUTO,
+) -> None:
+    """Check the server for this job in 30 seconds: what would go wrong over a night's backlog."""
+    setup_logging(log_format, "warning")
+    spec = _with_servers(load_job_or_exit(job, database), endpoint or [], model)
+    try:
+        report = anyio.run(_check, spec, probes, seed, probe_timeout)
+    except FatalRunError as error:
+        raise fail(error, exit_code_for(error)) from error
+    if json_output:
+        typer.echo(orjson.dumps(report.as_json(), option=orjson.OPT_INDENT_2).decode())
+    else:
+        for line in report.lines():
+            typer.echo(line)
+    raise typer.Exit(report.exit_code)
+
+
+async def _check(spec: JobSpec, probes: int, seed: int, probe_timeout: float) -> CheckReport:
+    return await check_job(spec, probes=probes, seed=seed, probe_timeout_s=probe_timeout)
+
+
+def _with_servers(spec: JobSpec, urls: list[str], model: str | None) -> JobSpec:
+    """The job on the servers ``--endpoint`` names (one replaces the job's, several become its
+    ``endpoints``) and ``--model``; a bad URL is exit 2."""
+    try:
+        checked = [checked_url_option("--endpoint", url) for url in urls]
+        changes: dict[str, Any] = {"model": model}
+        if len(checked) == 1:
+            changes["base_url"] = checked[0]
+        elif checked:
+            changes["endpoint"] = spec.endpoint.model_dump(exclude={"base_url"}, exclude_none=True)
+            changes["endpoints"] = [{"base_url": url} for url in checked]
+        return spec.with_overrides(**changes)
+    except ConfigError as error:
+        raise fail(error, EXIT_CONFIG) from error
