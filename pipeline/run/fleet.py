@@ -9,6 +9,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING
 
 import anyio
+import httpx2
 import structlog
 
 from pipeline.errors import ModelNotServedError
@@ -76,6 +77,19 @@ async def _open_endpoint(
         known_knee=_known_knee(config, knees),
         clock=anyio.current_time,
     )
+
+
+async def read_counters_at_end(router: Router, timeout_s: float = 2.0) -> None:
+    """One last scrape of each server that has shown its /metrics, so the run's prefix-cache and
+    preemption counts reach its end (the scrapes come every few seconds; a server without them is not
+    asked). Never an error: a server gone by now leaves the counts of the last scrape."""
+    endpoints = [e for e in router.endpoints if e.metrics_available and e.server_counters.scrapes]
+    if not endpoints:
+        return
+    with anyio.move_on_after(timeout_s, shield=True):
+        async with httpx2.AsyncClient(timeout=timeout_s) as http, anyio.create_task_group() as tasks:
+            for endpoint in endpoints:
+                tasks.start_soon(endpoint.read_server_load, http)
 
 
 def _known_knee(config: EndpointConfig, knees: Mapping[str, KneeMemory]) -> KneeMemory | None:

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, ProgressColumn, Task, TextColumn
 from rich.text import Text
 
+from pipeline.run.server_cache import progress_words
 from pipeline.run.stats import RunStats
 
 log = structlog.get_logger("pipeline.run.progress")
@@ -45,6 +46,7 @@ class _StatsColumn(ProgressColumn):
             f"{s.records_per_min():,.1f} rec/min · {s.output_tokens_per_s():,.0f} tok/s · "
             f"ETA {format_duration(s.eta_s())}"
             + (f" · timeouts {s.timeouts}" if s.timeouts else "")
+            + progress_words(s.server_cache())
             + (f" · {failing}" if (failing := s.server_failing()) else "")
         )
 

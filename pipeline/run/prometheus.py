@@ -31,6 +31,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 
 from pipeline.errors import ConfigError, FailureClass
 from pipeline.extraction.retry import RetryKind
+from pipeline.run.server_cache import run_cache_numbers
 from pipeline.run.stats import RunStats
 
 log = structlog.get_logger("pipeline.run.prometheus")
@@ -61,6 +62,27 @@ class RunCollector:
         yield from self._requests()
         yield from self._timing()
         yield from self._endpoints()
+        yield from self._server_cache()
+
+    def _server_cache(self) -> Iterator[Metric]:
+        """The servers' prefix cache and preemptions since the run began, per endpoint, and the run's hit
+        rate; an endpoint whose server has no /metrics (a proxy) has no series."""
+        numbers = self._stats.endpoint_numbers()
+        for name, documentation, kind in _CACHE_SERIES:
+            family_type = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
+            family = family_type(PREFIX + "endpoint_" + name, documentation, labels=[JOB_LABEL, "endpoint"])
+            for endpoint, values in numbers.items():
+                value = values.get(name.removesuffix("_total"))
+                if value is not None:
+                    family.add_metric([self._job, endpoint], float(value))
+            yield family
+        rate = run_cache_numbers(numbers).get("prefix_cache_hit_rate")
+        if rate is not None:
+            yield self._gauge(
+                "prefix_cache_hit_rate",
+                "Prompt tokens the servers took from their prefix cache over those queried, this run.",
+                rate,
+            )
 
     def _endpoints(self) -> Iterator[Metric]:
         """One series per endpoint (label ``endpoint``: host:port) for each of its numbers."""
@@ -153,6 +175,14 @@ _ENDPOINT_SERIES = (
     ("output_tokens_total", "Output tokens the endpoint delivered.", "counter"),
     ("timeouts_total", "Requests to the endpoint that timed out.", "counter"),
     ("outages_total", "Times the endpoint was taken out of the rotation.", "counter"),
+)
+
+
+_CACHE_SERIES = (
+    ("prefix_cache_queries_total", "Prompt tokens the server looked up in its prefix cache.", "counter"),
+    ("prefix_cache_hits_total", "Prompt tokens the server found in its prefix cache.", "counter"),
+    ("prefix_cache_hit_rate", "Prefix-cache hits over queries at the endpoint since the run began.", "gauge"),
+    ("preemptions_total", "Requests the server preempted (its KV cache full) during this run.", "counter"),
 )
 
 

@@ -34,7 +34,7 @@ from pipeline.quality.drift import BASELINE_RUNS, Drift, find_drift
 from pipeline.run.context import RunContext
 from pipeline.run.execution import RunExecution, save_snapshot
 from pipeline.run.extractors import record_extractor
-from pipeline.run.fleet import open_fleet
+from pipeline.run.fleet import open_fleet, read_counters_at_end
 from pipeline.run.notices import stale_kept, warn_if_timeout_is_short
 from pipeline.run.options import RunOptions, RunStatus, RunSummary
 from pipeline.run.preflight import warn_before_start
@@ -214,6 +214,7 @@ async def _recorded_run(
         with anyio.CancelScope(shield=True):
             await _finish(writer, router, stats, RunStatus.INTERRUPTED, CANCELLED, quiet=True)
         raise
+    await read_counters_at_end(router)  # the servers' prefix-cache counts up to the run's end
     await _finish(writer, router, stats, status, str(fatal) if fatal else None, quiet=fatal is not None)
     run.series.sample()
     return stats, run_id, status, fatal, await _profile_and_drift(writer, run.series)

@@ -3,6 +3,11 @@ in flight, each endpoint's limit), at most :data:`MOST_POINTS` of them. When the
 other point is dropped and the interval doubles, so a 32-hour run keeps its whole shape in the same
 few kilobytes as a 10-minute one. The points go into the run's row (``runs.series``) now and then and
 at the end, for ``pipeline report``'s pictures.
+
+Where the servers count them (vLLM's ``/metrics``), a point also holds the prefix-cache hits and queries
+(prompt tokens) and the preemptions since the run began, summed over the endpoints, and the hit rate
+since the point before: the last point's are the run's, which ``status`` and ``report`` read. Sampling
+is also when a low hit rate is said (:mod:`pipeline.run.server_cache`), once per endpoint.
 """
 
 from __future__ import annotations
@@ -12,7 +17,9 @@ from typing import Any
 
 import anyio
 
+from pipeline.run.server_cache import cache_totals
 from pipeline.run.stats import RunStats
+from pipeline.servers.cache_counters import hit_rate
 
 FIRST_INTERVAL_S = 5.0
 MOST_POINTS = 600
@@ -34,6 +41,7 @@ class RunSeries:
         self._sleep = sleep
         self.points: list[dict[str, Any]] = []
         self._last = (0.0, 0)  # (elapsed s, records finished) at the last point
+        self._last_cache = (0.0, 0.0, 0.0)  # (prefix-cache hits, queries, answers) at the last point
 
     def sample(self) -> dict[str, Any]:
         """Add a point for now (and thin the series out when it is full)."""
@@ -41,14 +49,17 @@ class RunSeries:
         elapsed, finished = stats.elapsed_s(), stats.finished
         since_s, since_finished = self._last
         span = elapsed - since_s
+        endpoints = stats.endpoint_numbers()
         point = {
             "t": round(elapsed, 2),
             "done": stats.done,
             "failed": stats.failed,
             "records_per_min": round((finished - since_finished) * 60 / span, 2) if span > 0 else None,
             "in_flight": stats.in_flight,
-            "limits": {name: numbers["limit"] for name, numbers in stats.endpoint_numbers().items()},
+            "limits": {name: numbers["limit"] for name, numbers in endpoints.items()},
+            **self._cache_point(endpoints),
         }
+        stats.cache_warnings.check(endpoints)
         self.points.append(point)
         self._last = (elapsed, finished)
         if len(self.points) > self._most:
@@ -56,6 +67,24 @@ class RunSeries:
             self.points = [*self.points[:-1:2], self.points[-1]]
             self.interval_s *= 2
         return point
+
+    def _cache_point(self, endpoints: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        """The run's prefix-cache counters so far and the hit rate since the last point ({}: none)."""
+        totals = cache_totals(endpoints)
+        if totals is None:
+            return {}
+        hits, queries = totals["prefix_cache_hits"], totals["prefix_cache_queries"]
+        since_hits, since_queries, _ = self._last_cache
+        self._last_cache = (hits, queries, totals["answers"])
+        answered = max(0.0, totals["answers"] - self._last_cache[2])
+        rate = hit_rate(hits - since_hits, queries - since_queries, answered)
+        return {
+            "prefix_cache_hits": round(hits),
+            "prefix_cache_queries": round(queries),
+            "answers": round(totals["answers"]),
+            "prefix_cache_hit_rate": None if rate is None else round(rate, 4),
+            "preemptions": round(totals["preemptions"]),
+        }
 
     async def run(self, save: Callable[[list[dict[str, Any]]], Awaitable[None]]) -> None:
         """Sample until cancelled; hand the points to ``save`` every :data:`SAVE_EVERY_POINTS`."""

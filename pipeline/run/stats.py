@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipeline.run.server_cache import CacheWarnings, run_cache_numbers
+
 #: Upper bounds (seconds) of the request latency histogram: one busy gpt-oss request takes minutes.
 LATENCY_BUCKETS_S: tuple[float, ...] = (0.5, 1, 2.5, 5, 10, 30, 60, 120, 180, 240, 300, 450, 600, 900, 1800)
 
@@ -61,6 +63,8 @@ class RunStats:
     last_failure: str | None = None  # the message of the last record that failed
     # Per endpoint (pipeline.servers.endpoint), by name: set by the runner, read by snapshots and metrics.
     endpoint_numbers: Callable[[], dict[str, dict[str, Any]]] = field(default=dict)
+    # The low prefix-cache hit rates said so far (run/server_cache.py): once each, kept for status.
+    cache_warnings: CacheWarnings = field(default_factory=CacheWarnings)
     _sent_at: dict[int, float] = field(default_factory=dict)
     _tickets: itertools.count[int] = field(default_factory=itertools.count)
 
@@ -138,9 +142,15 @@ class RunStats:
             said = f"{each} {of} before it leaves the rotation (the run stops when no endpoint is left)"
         return f"server failing: {said}; last: {self.last_failure}"
 
+    def server_cache(self) -> dict[str, Any]:
+        """The prefix-cache hit rate and preemptions over the endpoints ({} when no server says)."""
+        return run_cache_numbers(self.endpoint_numbers())
+
     def snapshot(self) -> dict[str, Any]:
         now = self.clock()
         failing = self.server_failing()
+        endpoints = self.endpoint_numbers()
+        said = self.cache_warnings.said
         return {
             "pending_at_start": self.pending_at_start,
             "done": self.done,
@@ -156,6 +166,8 @@ class RunStats:
             "timeouts": self.timeouts,
             "retries": dict(self.retries),
             "failures": dict(self.failures),
-            "endpoints": self.endpoint_numbers(),
+            "endpoints": endpoints,
+            **run_cache_numbers(endpoints),
+            **({"prefix_cache_warnings": list(said)} if said else {}),
             **({"server_failing": failing} if failing else {}),
         }

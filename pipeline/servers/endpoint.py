@@ -17,6 +17,7 @@ import anyio
 import httpx2
 import structlog
 
+from pipeline.servers.cache_counters import ServerCounters
 from pipeline.servers.client import LLMClient, Reply
 from pipeline.servers.config import EndpointConfig
 from pipeline.servers.knee_search import KneeMemory, ServerLoad
@@ -52,6 +53,7 @@ class EndpointStats:
             "output_tokens": self.output_tokens,
             "timeouts": self.timeouts,
             "outages": self.outages,
+            **endpoint.server_counters.as_dict(self.answers),
         }
 
 
@@ -118,7 +120,9 @@ class Endpoint:
         self.stats = EndpointStats(last_answer_at=clock())
         self._clock = clock
         self._scopes: set[anyio.CancelScope] = set()
-        self.metrics_available = self.controller is not None  # only auto needs the server's numbers
+        # Auto reads the server's load there; every run its prefix cache and preemptions.
+        self.metrics_available = True
+        self.server_counters = ServerCounters()
 
     @property
     def name(self) -> str:
@@ -204,16 +208,23 @@ class Endpoint:
         return change
 
     async def read_server_load(self, http: httpx2.AsyncClient) -> ServerLoad | None:
-        """One scrape of the server's /metrics for the controller; a server without them is asked no more."""
+        """One scrape of the server's /metrics for the controller and the prefix-cache counters; a server
+        without them (a proxy) is asked no more."""
         try:
             response = await http.get(metrics_url(self.config.base_url))
         except httpx2.HTTPError:
             return None
-        if response.status_code != 200:
+        try:
+            values = parse_metrics(response.text) if response.status_code == 200 else None
+        except ValueError:  # a 200 that is no Prometheus text
+            values = None
+        if values is None:
             self.metrics_available = False
-            log.info("no /metrics: the adaptive limit works from latency and throughput", endpoint=self.name)
+            without = "the adaptive limit works from latency and throughput" if self.controller else ""
+            log.info(f"no /metrics: {without or 'no prefix-cache hit rate shown'}", endpoint=self.name)
             return None
-        load = server_load(parse_metrics(response.text))
+        self.server_counters.observe(values, self._clock())
+        load = server_load(values)
         if self.controller is not None:
             self.controller.on_server_load(load)
         return load

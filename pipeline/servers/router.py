@@ -30,6 +30,7 @@ PROBE_MAX_S = 5.0  # a probe is one cheap request; a restarted server should not
 # is one small GET of vLLM's text metrics; an update is arithmetic.
 TICK_S = 0.25
 METRICS_EVERY_S = 1.0
+COUNTERS_EVERY_S = 5.0  # a fixed concurrency reads only the prefix-cache and preemption counters
 CONFIRM_FRESH_S = 1.0  # many requests lose their connection at once: one probe answers for all
 
 
@@ -146,8 +147,9 @@ class Router:
                 self._adapt()
                 self._watch_stalls()
                 if ticks % int(METRICS_EVERY_S / TICK_S) == 0:
+                    counters = ticks % int(COUNTERS_EVERY_S / TICK_S) == 0
                     for endpoint in self.endpoints:
-                        if endpoint.controller is not None and endpoint.metrics_available:
+                        if endpoint.metrics_available and (endpoint.controller is not None or counters):
                             tasks.start_soon(endpoint.read_server_load, http)
 
     def _adapt(self) -> None:
