@@ -1,0 +1,74 @@
+"""``pipeline check`` and the run's preflight against the simulator as a process, imitating the servers
+of the seed runs (its vLLM metric names, its KV capacity in tokens, prefix caching off, answers in
+``reasoning``), with the LinkedIn job's own records: what a person would read before a night's run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import orjson
+import pytest
+import yaml
+
+from tests.support.jobs import linkedin_job
+from tests.support.processes import run_pipeline, sim_server
+
+pytestmark = pytest.mark.integration
+
+NEMOTRON = "nvidia/Llama-3_3-Nemotron-Super-49B-v1_5"
+
+
+def linkedin(tmp_path: Path, url: str, **overrides: object) -> Path:
+    spec = linkedin_job(tmp_path / "linkedin.duckdb") | {"endpoint": {"base_url": url}} | overrides
+    path = tmp_path / "linkedin.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def test_the_gpt_oss_server_of_the_seed_runs_is_all_ok_for_the_linkedin_job(tmp_path: Path) -> None:
+    with sim_server("--profile", "gpt-oss-120b", "--speed", "100") as url:
+        checked = run_pipeline("check", str(linkedin(tmp_path, url)), "--json")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    report = orjson.loads(checked.stdout)
+    assert report["kv_tokens"] == 4_800_000 and report["prefix_caching"] is True
+    assert report["requests_that_fit"] > 256 and report["answer_in_reasoning"] is False
+    assert report["reasoning_effort_honored"] is True and report["context"] == 131_072
+    assert report["pending"] == 12 and report["eta_s"] > 0
+
+
+def test_a_dense_server_past_its_kv_cache_with_a_short_timeout_says_everything_wrong(tmp_path: Path) -> None:
+    sim = ("--profile", "nemotron-super-49b", "--speed", "100", "--kv-tokens", "200000")
+    faults = ("--no-prefix-caching", "--answer-in-reasoning")
+    with sim_server(*sim, *faults) as url:
+        job = linkedin(tmp_path, url, model=NEMOTRON, request_timeout_s=180)
+        text = run_pipeline("check", str(job))
+        data = orjson.loads(run_pipeline("check", str(job), "--json").stdout)
+    assert text.returncode == 3, text.stdout + text.stderr
+    lines = {line.split(":")[0].split()[-1]: line for line in text.stdout.splitlines()}
+    fit = data["requests_that_fit"]
+    assert data["kv_tokens"] == 200_000 and 0 < fit < 256
+    assert lines["kv_cache"].startswith("warn") and f"c=256, about {fit} fit" in lines["kv_cache"]
+    assert lines["prefix_caching"].startswith("warn") and "records =" in lines["prefix_caching"]
+    assert lines["answer"].startswith("warn") and data["answer_in_reasoning"] is True
+    assert lines["timeout"].startswith("fail") and "request_timeout_s 180 would kill them" in lines["timeout"]
+
+
+def test_a_run_says_the_cheap_checks_at_start_and_goes_on(tmp_path: Path) -> None:
+    sim = (
+        "--profile",
+        "nemotron-super-49b",
+        "--speed",
+        "200",
+        "--kv-tokens",
+        "200000",
+        "--no-prefix-caching",
+    )
+    with sim_server(*sim) as url:
+        job = linkedin(tmp_path, url, model=NEMOTRON)
+        ran = run_pipeline("run", str(job), "--limit", "2", "--log-format", "json")
+    assert ran.returncode in (0, 1), ran.stderr
+    events = [json.loads(line)["event"] for line in ran.stderr.splitlines() if line.startswith("{")]
+    said = [event for event in events if event.startswith("server check:")]
+    assert len(said) == 2 and "kv_cache" in said[0] and "prefix_caching: off" in said[1]
+    assert events.index(said[-1]) < events.index("run started")
