@@ -325,45 +325,40 @@ def _fill(
     pending: int | None,
 ) -> None:
     """The numbers and the lines (all but response_format's, the probe's and the backlog's)."""
-    scale = reading.time_scale
     prompt = statistics.mean(p.prompt_tokens for p in measured) if measured else None
     answer = statistics.mean(p.completion_tokens for p in measured) if measured else None
     fit = _fit(reading, prompt, answer)
-    concurrency = config.most_in_flight
     report.context, report.kv_tokens, report.requests_that_fit = reading.context, reading.kv_tokens, fit
     report.prefix_caching = reading.prefix_caching
     report.answer_in_reasoning = any(p.lands == "reasoning" for p in measured) if measured else None
     report.reasoning_effort_honored = _honored(efforts)
     report.tokens_per_record = answer
-    predicted = None
-    if measured:
-        alone = statistics.mean(p.latency_s for p in measured) * scale
-        single = statistics.mean(p.completion_tokens / max(p.latency_s * scale, 1e-9) for p in measured)
-        report.throughput_tok_s = aggregate_tokens_per_s(single, effective_concurrency(concurrency, fit))
-        predicted = reply_latency_s(alone, concurrency, fit)
-    longest = max(((p.prompt_tokens, p.completion_tokens) for p in measured), default=None)
+    predicted = _predict(report, config.most_in_flight, reading.time_scale, measured)
+    longest = max(((p.prompt_tokens, p.completion_tokens) for p in measured), default=(None, None))
     reasoning = [p.reasoning_tokens for p in measured if p.reasoning_tokens is not None]
+    lands = [p.lands for p in measured]
     report.checks += [
-        context_check(
-            reading.context, longest[0] if longest else None, longest[1] if longest else None, spec.max_tokens
-        ),
+        context_check(reading.context, longest[0], longest[1], spec.max_tokens),
         kv_check(reading.kv_tokens, fit, config.concurrency, _held(reading, prompt, answer)),
         prefix_check(reading.prefix_caching, reading.prefix_tokens, pending),
-        answer_check(
-            len(measured),
-            sum(p.lands == "reasoning" for p in measured),
-            sum(p.lands == "cut" for p in measured),
-            sum(p.lands == "none" for p in measured),
-        ),
+        answer_check(len(lands), lands.count("reasoning"), lands.count("cut"), lands.count("none")),
         effort_check(
-            spec.reasoning_effort,
-            report.reasoning_effort_honored,
-            efforts,
-            max(reasoning, default=None),
-            spec.max_tokens,
+            spec.reasoning_effort, _honored(efforts), efforts, max(reasoning, default=None), spec.max_tokens
         ),
-        timeout_check(concurrency, predicted, spec.request_timeout_s),
+        timeout_check(config.most_in_flight, predicted, spec.request_timeout_s, reading.running),
     ]
+
+
+def _predict(report: EndpointReport, concurrency: int, scale: float, measured: list[Probe]) -> float | None:
+    """The throughput to expect at ``concurrency`` (into ``report``) and a reply's latency there, from
+    the probes' replies alone (in the model's seconds: the simulator's time compression undone)."""
+    if not measured:
+        return None
+    alone = statistics.mean(p.latency_s for p in measured) * scale
+    single = statistics.mean(p.completion_tokens / max(p.latency_s * scale, 1e-9) for p in measured)
+    fit = report.requests_that_fit
+    report.throughput_tok_s = aggregate_tokens_per_s(single, effective_concurrency(concurrency, fit))
+    return reply_latency_s(alone, concurrency, fit)
 
 
 def _held(reading: ServerReading, prompt: float | None, answer: float | None) -> float | None:

@@ -182,11 +182,16 @@ def format_check(sent: bool, refused: bool) -> Check:
     return Check("response_format", "ok", "accepted")
 
 
-def timeout_check(concurrency: int, predicted_s: float | None, timeout_s: float) -> Check:
-    """The probes' latency scaled to the job's concurrency against ``request_timeout_s``."""
+def timeout_check(
+    concurrency: int, predicted_s: float | None, timeout_s: float, busy: float | None = None
+) -> Check:
+    """The probes' latency scaled to the job's concurrency against ``request_timeout_s``; ``busy``: the
+    requests the server was running besides the probes (their latency was not a reply's alone)."""
     if predicted_s is None:
         return Check("timeout", "ok", f"request_timeout_s {timeout_s:g}: no probe latency to compare")
     said = f"at c={concurrency} a reply takes ~{duration(predicted_s)}"
+    if busy:
+        said += f" (measured beside {busy:.0f} other requests: an overestimate)"
     safer = f"{_round_up(predicted_s * 2):g}"
     if predicted_s > timeout_s:
         return Check(

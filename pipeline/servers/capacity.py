@@ -24,7 +24,14 @@ import httpx2
 
 from pipeline.errors import PipelineError
 from pipeline.servers.client import ChatMessage, LLMClient
-from pipeline.servers.scrape import SPEED, CacheConfig, metrics_url, parse_cache_config, parse_metrics
+from pipeline.servers.scrape import (
+    RUNNING,
+    SPEED,
+    CacheConfig,
+    metrics_url,
+    parse_cache_config,
+    parse_metrics,
+)
 
 #: Aggregate output speed grows as concurrency ** this: log(863 / 33.5) / log(256), the seed curve.
 SCALING_EXPONENT = math.log(863.0 / 33.5) / math.log(256.0)
@@ -40,6 +47,7 @@ class ServerReading:
     metrics: bool  # whether /metrics answered
     prefix_tokens: int | None  # the job's shared prefix (system prompt, examples) as /tokenize counts it
     time_scale: float = 1.0  # the simulator's --speed: its seconds are this many of the model's
+    running: float | None = None  # requests the server was running when read (another job's, say)
 
     @property
     def kv_tokens(self) -> int | None:
@@ -74,6 +82,7 @@ async def read_server(
         metrics=text is not None,
         prefix_tokens=prefix_tokens,
         time_scale=values.get(SPEED, 1.0) or 1.0,
+        running=values.get(RUNNING),
     )
 
 
