@@ -11,7 +11,13 @@ import httpx2
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from pipeline.servers.scrape import CACHE_CONFIG_INFO, CACHE_CONFIG_LABELS, RELIED_ON, parse_metrics
+from pipeline.servers.scrape import (
+    CACHE_CONFIG_INFO,
+    CACHE_CONFIG_LABELS,
+    RELIED_ON,
+    parse_cache_config,
+    parse_metrics,
+)
 from pipeline.sim import SimConfig, SimServer
 from pipeline.sim.http import serve
 from pipeline.sim.metrics import BLOCK_SIZE, CacheConfig
@@ -108,3 +114,10 @@ async def test_without_an_engine_the_cache_size_is_unset() -> None:
     text, _ = await metrics_after(SimConfig(model="m"), 1)
     assert cache_labels(text)["num_gpu_blocks"] == "None"
     assert parse_metrics(text)["vllm:num_preemptions"] == 0
+
+
+def test_the_pipelines_reader_of_the_cache_settings_reads_the_simulators() -> None:
+    """What `pipeline check` reads of a server, read off the simulator: its KV in tokens, caching."""
+    config = SimConfig(model="m", profile="gpt-oss-120b", kv_cache_tokens=120_000, prefix_caching=False)
+    read = parse_cache_config(SimServer(config).prometheus().decode())
+    assert read is not None and (read.kv_tokens, read.prefix_caching) == (120_000, False)
