@@ -77,6 +77,11 @@ async def _check(spec: JobSpec, probes: int, seed: int, probe_timeout: float) ->
 def _with_servers(spec: JobSpec, urls: list[str], model: str | None) -> JobSpec:
     """The job on the servers ``--endpoint`` names (one replaces the job's, several become its
     ``endpoints``) and ``--model``; a bad URL is exit 2."""
+    if spec.endpoint.is_local and not spec.endpoints and not urls:
+        message = (
+            "the job's endpoint is local: start it with `pipeline serve-local` and give its URL as --endpoint"
+        )
+        raise fail(ConfigError(f"{spec.source_file}: {message}"), EXIT_CONFIG)
     try:
         checked = [checked_url_option("--endpoint", url) for url in urls]
         changes: dict[str, Any] = {"model": model}

@@ -260,6 +260,8 @@ def test_a_timeout_shorter_than_the_predicted_reply_fails_and_a_close_one_warns(
     )
     assert timeout_check(256, 150.0, 180.0).status == "warn"
     assert timeout_check(256, 60.0, 900.0).status == "ok"
+    busy = timeout_check(256, 60.0, 900.0, busy=40)
+    assert "measured beside 40 other requests: an overestimate" in busy.message
     assert duration(42) == "42 s" and duration(115_200) == "32 h" and duration(7200) == "2.0 h"
 
 
