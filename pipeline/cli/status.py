@@ -122,10 +122,33 @@ def _status_dict(report: JobStatus) -> dict[str, Any]:
         "eta_s": report.eta_s,
         "live": report.live,
         "read_copy": report.read_copy.to_json() if report.read_copy else None,
+        **_server_cache_dict(report),
     }
     if report.source_problem is not None:
         return {key: value for key, value in data.items() if key not in _NEEDS_SOURCE}
     return data
+
+
+def _server_cache_dict(report: JobStatus) -> dict[str, Any]:
+    """The servers' prefix cache and preemptions in the run going on, else the last one (null: unknown)."""
+    cache = report.server_cache
+    return {
+        "prefix_cache_hit_rate": cache.prefix_cache_hit_rate,
+        "preemptions": cache.preemptions,
+        "prefix_cache_warnings": list(cache.warnings),
+    }
+
+
+def _server_cache_lines(report: JobStatus) -> list[str]:
+    """``server:`` with the hit rate and preemptions, and a low hit rate's warning; none when unknown."""
+    cache = report.server_cache
+    said = []
+    if cache.prefix_cache_hit_rate is not None:
+        said.append(f"prefix-cache hit rate {cache.prefix_cache_hit_rate:.0%}")
+    if cache.preemptions is not None:
+        said.append(f"{cache.preemptions:,} preemptions")
+    lines = [f"server:   {', '.join(said)}"] if said else []
+    return lines + [f"warning:  {warning}" for warning in cache.warnings]
 
 
 def _endpoint_lines(endpoints: object) -> str:
@@ -196,7 +219,7 @@ def _live_text(report: JobStatus) -> str:
         f"(pid {live.get('pid')}, run {live.get('run_id')}){_as_of(live)}:\n"
         f"  done {live.get('done')}, failed {live.get('failed')}, in flight {live.get('in_flight')}, "
         f"remaining {live.get('remaining')}\n  " + _live_rates(live)
-    )
+    ) + "".join(f"\n{line}" for line in _server_cache_lines(report))
 
 
 def _live_beside_copy(report: JobStatus) -> str:
@@ -281,6 +304,7 @@ def _status_text(report: JobStatus, asked: _Asked) -> str:
     lines += _last_run_lines(report)
     if report.read_copy is not None and report.live is not None:
         lines.append("now:      " + _live_beside_copy(report))
+    lines += _server_cache_lines(report)
     return "\n".join(lines)
 
 

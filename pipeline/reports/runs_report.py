@@ -17,6 +17,7 @@ from typing import Any
 from pipeline.errors import ConfigError
 from pipeline.job.spec import JobSpec
 from pipeline.quality.drift import BASELINE_RUNS, RULE, Drift, NotJudged, judge_last
+from pipeline.reports.status import server_cache_of
 from pipeline.store.opening import open_job_output
 from pipeline.store.read_copy import ReadCopy, read_copy_of
 from pipeline.store.run_profiles import stored_runs
@@ -55,6 +56,7 @@ class RunsReport:
 def _run_json(run: Mapping[str, Any]) -> dict[str, Any]:
     profile = run["profile"]
     attempted = profile.get("attempted") or 0
+    cache = server_cache_of(run)  # what the servers' /metrics said (None behind a proxy)
     return {
         "run_id": run["run_id"],
         "started_at": run["started_at"],
@@ -71,6 +73,8 @@ def _run_json(run: Mapping[str, Any]) -> dict[str, Any]:
             name: numbers.get("mean") for name, numbers in (profile.get("tokens") or {}).items()
         },
         "latency_s": profile.get("latency_s") or {},
+        "prefix_cache_hit_rate": cache.prefix_cache_hit_rate,
+        "preemptions": cache.preemptions,
         "fields": {name: _field_json(data) for name, data in (profile.get("fields") or {}).items()},
     }
 
@@ -160,6 +164,9 @@ def _rows(report: RunsReport) -> list[tuple[str, list[Any]]]:
         rows.append((f"{name} tok/record", [run["tokens_per_record"].get(name) for run in runs]))
     for name in ("p50", "p90"):
         rows.append((f"latency {name} s", [run["latency_s"].get(name) for run in runs]))
+    if any(run["prefix_cache_hit_rate"] is not None or run["preemptions"] is not None for run in runs):
+        rows.append(("prefix-cache hit rate", [run["prefix_cache_hit_rate"] for run in runs]))
+        rows.append(("preemptions", [run["preemptions"] for run in runs]))
     fields = list(runs[-1]["fields"])
     for name in fields:
         rows.append((f"{name}: fill", [run["fields"].get(name, {}).get("fill_rate") for run in runs]))
@@ -176,7 +183,7 @@ def format_runs_report(report: RunsReport) -> str:
     table = [header]
     for label, values in _rows(report):
         numbers = [value if isinstance(value, int | float) else None for value in values]
-        share = label.endswith((": fill", ": grounded")) or label == "failure rate"
+        share = label.endswith((": fill", ": grounded")) or label in ("failure rate", "prefix-cache hit rate")
         table.append([label, *(_cell(value) for value in values), sparkline(numbers, share=share)])
     widths = [max(len(row[column]) for row in table) for column in range(len(header))]
     lines = [

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +18,7 @@ import orjson
 from pipeline.errors import DatabaseLockedError, SourceMissingError
 from pipeline.job.spec import JobSpec
 from pipeline.reports.chunk_status import ChunkingStatus, chunking_status
+from pipeline.servers.cache_counters import hit_rate, low_hit_rate_warning
 from pipeline.source.db import Database, quote
 from pipeline.source.pending import PendingQueries
 from pipeline.source.relation import source_columns, source_relation
@@ -88,6 +90,45 @@ class JobStatus:
             return None
         return self.pending * 60.0 / rate
 
+    @property
+    def server_cache(self) -> ServerCache:
+        """The servers' prefix-cache hit rate and preemptions in the run going on, else in the last run."""
+        if self.live is not None:
+            return _live_cache(self.live)
+        return server_cache_of(self.last_run) if self.last_run else ServerCache()
+
+
+@dataclass(frozen=True, slots=True)
+class ServerCache:
+    """What the servers' ``/metrics`` said of a run (all None: they have none, e.g. behind a proxy)."""
+
+    prefix_cache_hit_rate: float | None = None  # prompt tokens from the prefix cache over those queried
+    preemptions: int | None = None
+    warnings: tuple[str, ...] = ()  # a low hit rate, and what may cause it
+
+
+def _live_cache(live: dict[str, Any]) -> ServerCache:
+    rate, preemptions = live.get("prefix_cache_hit_rate"), live.get("preemptions")
+    warnings = live.get("prefix_cache_warnings")
+    count = _number(preemptions)
+    said = tuple(str(warning) for warning in warnings) if isinstance(warnings, list) else ()
+    return ServerCache(_number(rate), None if count is None else int(count), said)
+
+
+def server_cache_of(run: Mapping[str, Any]) -> ServerCache:
+    """A stored run's (a runs-table row), from its series (run/series.py): the last point holds its counts."""
+    series = run.get("series")
+    last = series[-1] if isinstance(series, list) and series and isinstance(series[-1], dict) else {}
+    hits, queries = _number(last.get("prefix_cache_hits")), _number(last.get("prefix_cache_queries"))
+    preemptions = _number(last.get("preemptions"))
+    rate = hit_rate(hits, queries, _number(last.get("answers")) or 0)
+    warning = low_hit_rate_warning(rate, str(run.get("base_url")), queries)
+    return ServerCache(rate, None if preemptions is None else int(preemptions), (warning,) if warning else ())
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) else None
+
 
 #: Run statuses whose rate is no estimate for the next run.
 _ENDED_BY_THE_SERVER = frozenset({"aborted", "stalled"})
@@ -97,6 +138,7 @@ _ENDED_BY_THE_SERVER = frozenset({"aborted", "stalled"})
 LIVE_BESIDE_COPY = (
     *("run_id", "status", "pid", "as_of", "in_flight", "requests", "records_per_min"),
     *("output_tokens_per_s", "eta_s", "elapsed_s", "timeouts", "endpoints"),
+    *("prefix_cache_hit_rate", "prefix_cache_recent_hit_rate", "preemptions", "prefix_cache_warnings"),
 )
 
 

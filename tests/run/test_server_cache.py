@@ -202,3 +202,12 @@ async def test_a_server_without_metrics_shows_nothing_and_is_not_asked_again(
     assert not endpoint.metrics_available
     assert endpoint.stats.as_dict(endpoint)["prefix_cache_hit_rate"] is None
     assert run_cache_numbers({endpoint.name: endpoint.stats.as_dict(endpoint)}) == {}
+
+
+def test_a_server_with_prefix_caching_off_is_warned_about_at_zero() -> None:
+    off = counted(0, 0, 0) | {"answers": 40, "prefix_cache_hit_rate": 0.0}
+    assert run_cache_numbers({"gpu1:8000": off})["prefix_cache_hit_rate"] == 0.0
+    assert cache_warnings({"gpu1:8000": off}) == [
+        "prefix-cache hit rate 0%: the record text may come before the shared part of the prompt, "
+        "or prefix caching is off on http://gpu1:8000/v1"
+    ]

@@ -8,7 +8,9 @@ import pytest
 from pipeline.servers.cache_counters import (
     HITS,
     MIN_QUERIES,
+    OFF_AFTER_ANSWERS,
     QUERIES,
+    WARN_AFTER_QUERIES,
     CounterDelta,
     ServerCounters,
     hit_rate,
@@ -94,3 +96,20 @@ def test_a_low_hit_rate_says_what_may_cause_it_naming_the_server() -> None:
     )
     assert low_hit_rate_warning(0.5, "x") is None
     assert low_hit_rate_warning(None, "x") is None
+
+
+def test_no_prompt_token_looked_up_over_many_replies_is_caching_off_a_hit_rate_of_zero() -> None:
+    """vLLM with prefix caching off counts no query at all: no hit rate would hide it."""
+    counters = ServerCounters()
+    counters.observe(scrape(500, 600), now=0.0)
+    counters.observe(scrape(500, 600), now=5.0)
+    assert counters.as_dict(answers=OFF_AFTER_ANSWERS)["prefix_cache_hit_rate"] == 0.0
+    assert counters.as_dict(answers=OFF_AFTER_ANSWERS - 1)["prefix_cache_hit_rate"] is None
+    assert low_hit_rate_warning(0.0, "http://gpu1:8000/v1", queries=0) is not None
+    assert low_hit_rate_warning(0.2, "http://gpu1:8000/v1", queries=WARN_AFTER_QUERIES / 2) is None
+
+
+def test_one_scrape_tells_no_delta() -> None:
+    counters = ServerCounters()
+    counters.observe(scrape(500, 600, 3), now=0.0)
+    assert (counters.prefix_cache_queries, counters.preemptions) == (None, None)

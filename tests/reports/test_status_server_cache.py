@@ -1,0 +1,82 @@
+"""What ``status`` and ``report`` say of the servers' prefix cache and preemptions: from the snapshot of a
+run going on, else from the last run's stored series; nothing for a run whose servers had no /metrics."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pipeline.reports.runs_report import format_runs_report, judged_runs
+from pipeline.reports.status import JobStatus, ServerCache, server_cache_of
+from pipeline.servers.cache_counters import WARN_AFTER_QUERIES
+from tests.reports.test_runs_page import figure_names, lines, open_page
+from tests.reports.test_runs_report import stored_run
+from tests.support.browser import require_browser
+from tests.support.report_data import sample_report
+
+
+def run_with(points: list[dict[str, Any]] | None) -> dict[str, Any]:
+    return {"run_id": 3, "base_url": "http://gpu1:8000/v1", "series": points}
+
+
+def test_the_last_run_says_its_hit_rate_and_preemptions_from_its_last_point() -> None:
+    points = [
+        {"t": 5.0, "prefix_cache_hits": 100, "prefix_cache_queries": 1000, "preemptions": 0},
+        {"t": 10.0, "prefix_cache_hits": 9700, "prefix_cache_queries": 10_000, "preemptions": 2},
+    ]
+    status = JobStatus(database="x.duckdb", last_run=run_with(points))
+    assert status.server_cache == ServerCache(0.97, 2, ())
+
+
+def test_a_low_hit_rate_of_the_last_run_says_what_may_cause_it() -> None:
+    points = [{"prefix_cache_hits": 0.31 * WARN_AFTER_QUERIES, "prefix_cache_queries": WARN_AFTER_QUERIES}]
+    cache = server_cache_of(run_with(points))
+    assert cache.prefix_cache_hit_rate == 0.31
+    assert cache.warnings == (
+        "prefix-cache hit rate 31%: the record text may come before the shared part of the prompt, "
+        "or prefix caching is off on http://gpu1:8000/v1",
+    )
+
+
+def test_a_run_without_counters_or_series_says_nothing() -> None:
+    assert server_cache_of(run_with(None)) == ServerCache()
+    assert server_cache_of(run_with([{"t": 5.0, "done": 3}])) == ServerCache()
+    assert JobStatus(database="x.duckdb").server_cache == ServerCache()
+
+
+def test_a_run_going_on_says_its_snapshots_numbers() -> None:
+    live = {"prefix_cache_hit_rate": 0.4, "preemptions": 7, "prefix_cache_warnings": ["prefix-cache hit..."]}
+    status = JobStatus(database="x.duckdb", last_run=run_with(None), live=live)
+    assert status.server_cache == ServerCache(0.4, 7, ("prefix-cache hit...",))
+
+
+def test_the_runs_report_has_a_row_for_the_hit_rate_and_preemptions_when_a_server_said() -> None:
+    runs = [stored_run(run_id, 120) for run_id in range(1, 4)]
+    plain = format_runs_report(judged_runs("job", "main", runs, 10))
+    assert "prefix-cache hit rate" not in plain and "preemptions" not in plain
+    runs[-1]["series"] = [{"prefix_cache_hits": 9000, "prefix_cache_queries": 10_000, "preemptions": 4}]
+    report = judged_runs("job", "main", runs, 10)
+    lines = format_runs_report(report).splitlines()
+    rows = [line.split()[-5:] for line in lines if line.startswith(("prefix-cache", "preemptions"))]
+    assert rows == [["rate", "-", "-", "0.90", "▇"], ["preemptions", "-", "-", "4", "█"]]
+    last = report.to_json()["runs"][-1]
+    assert (last["prefix_cache_hit_rate"], last["preemptions"]) == (0.9, 4)
+
+
+def test_the_page_plots_the_hit_rate_over_runs_and_time_and_has_its_rows(tmp_path: Path) -> None:
+    require_browser()
+    data = sample_report(series_points=4)
+    rates = [None, 0.97, 0.96, 0.95, 0.31, 0.3]  # the first run's servers said nothing (a proxy)
+    for run, rate in zip(data["runs"], rates, strict=True):
+        run["prefix_cache_hit_rate"], run["preemptions"] = rate, None if rate is None else 2
+    for point, rate in zip(data["series"]["points"], (None, 0.3, 0.32, 0.29), strict=True):
+        point["prefix_cache_hit_rate"] = rate
+    dom = open_page(tmp_path, data)
+    assert lines(dom, "prefix_cache") == {"prefix-cache hit rate": 5}
+    assert lines(dom, "prefix_cache_over_time") == {"since the point before": 3}
+    cells = dom.find("tr", data_measure="prefix_cache_hit_rate").find_all("td")
+    assert [cell.text for cell in cells] == ["—", "97.00%", "96.00%", "95.00%", "31.00%", "30.00%"]
+    assert len(dom.find("tr", data_measure="preemptions").find_all("td")) == 6
+    plain = open_page(tmp_path, sample_report(series_points=4))  # no server said: no plot, no row
+    assert "prefix_cache" not in figure_names(plain) and "prefix_cache_over_time" not in figure_names(plain)
+    assert plain.find_all("tr", data_measure="prefix_cache_hit_rate") == []
