@@ -10,6 +10,18 @@ Two clocks, as with a real client of ``pipeline sim --speed S``: the server's ru
 times faster than the client's, which the controller, the timeout and the cadences of scrapes and
 updates use (a 2-minute reply at ``speed`` 120 takes one second of the client's, which still scrapes
 every second). Durations and every number reported are in the profile's own (unscaled) seconds.
+
+The server collapses past its KV cache (:class:`ThrashingEngine`), as a real one does: a dense 49B gave
+695 tok/s at c=256 and 515 at c=320, past its cache. The simulator's engine alone flattens there (it
+admits what fits and preempts the newest, whose recomputation is a cheap prefill), which hides what
+overshooting costs. vLLM admits a request when its prompt fits, so past the cache every decode step
+must free blocks: it preempts running requests and recomputes them (prompt and all they had generated)
+again and again, and the share of the GPU's time spent on that grows with how far the requests the
+scheduler would run (running, and waiting up to ``--max-num-seqs``) overcommit the cache by the tokens
+they will hold when done. The model: decoding runs at ``(cache / demanded) ** thrash`` of its speed
+when ``demanded`` exceeds the cache. ``thrash`` 1.35 is the 49B's fall: (256 / 320) ** 1.35 = 0.74 =
+515 / 695; twice the fitting concurrency then delivers 0.39 of the peak. ``Scenario.thrash`` 0 is the
+engine alone.
 """
 
 from __future__ import annotations
@@ -28,6 +40,9 @@ from pipeline.servers.limits import AdaptiveLimit, LimitChange
 from pipeline.servers.router import METRICS_EVERY_S, TICK_S
 from pipeline.sim.engine import Engine, Sequence
 from pipeline.sim.profiles import PROFILES, REFERENCE_OUTPUT_TOKENS, REFERENCE_PROMPT_TOKENS
+
+#: The collapse past the KV cache: decoding at (cache / demanded) ** THRASH of its speed (the 49B's fall).
+THRASH = 1.35
 
 
 class _VirtualSelector(selectors.BaseSelector):
@@ -73,6 +88,26 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
         return self._virtual.now
 
 
+class ThrashingEngine(Engine):
+    """The simulator's engine with the collapse past the KV cache of the module docstring."""
+
+    def __init__(self, *args: Any, thrash: float = THRASH, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.thrash = thrash
+
+    def overcommit(self) -> float:
+        """The KV tokens the requests the scheduler would run will hold when done, over the cache."""
+        room = max(0, self.max_num_seqs - len(self._running))
+        wanting = [*self._running, *list(self._waiting)[:room]]
+        demanded = sum(s.prompt_tokens + s.output_tokens for s in wanting)
+        return demanded / self.kv_cache_tokens
+
+    def _per_sequence_rate(self, batch: int) -> float:
+        rate = super()._per_sequence_rate(batch)
+        overcommit = self.overcommit() if self.thrash > 0 else 0.0
+        return rate / overcommit**self.thrash if overcommit > 1.0 else rate
+
+
 @dataclass(frozen=True, slots=True)
 class Workload:
     """The requests: the profiles' reference shape by default, with answers of varying length."""
@@ -110,6 +145,7 @@ class Scenario:
     tuning: Tuning = DEFAULT_TUNING
     speed: float = 1.0  # the server's time compression: its seconds per second of the client's
     real_time: bool = False  # wait for real (the server compressed by ``speed``), not on virtual time
+    thrash: float = THRASH  # the collapse past the KV cache (module docstring); 0: the engine alone
 
     @property
     def label(self) -> str:
@@ -224,8 +260,9 @@ class _Run:
 
 def _prepare(scenario: Scenario, fixed: int | None, clock: Callable[[], float]) -> _Run:
     """The engine (``clock`` is the client's) and, for ``auto``, the controller."""
-    engine = Engine(
+    engine = ThrashingEngine(
         PROFILES[scenario.profile],
+        thrash=scenario.thrash,
         speed=scenario.speed,
         max_num_seqs=scenario.max_num_seqs,
         kv_cache_tokens=scenario.kv_cache_tokens,
