@@ -333,7 +333,8 @@ def _fill(
     report.answer_in_reasoning = any(p.lands == "reasoning" for p in measured) if measured else None
     report.reasoning_effort_honored = _honored(efforts)
     report.tokens_per_record = answer
-    predicted = _predict(report, config.most_in_flight, reading.time_scale, measured)
+    level = _level(config, fit)
+    predicted = _predict(report, level, reading.time_scale, measured)
     longest = max(((p.prompt_tokens, p.completion_tokens) for p in measured), default=(None, None))
     reasoning = [p.reasoning_tokens for p in measured if p.reasoning_tokens is not None]
     lands = [p.lands for p in measured]
@@ -345,8 +346,16 @@ def _fill(
         effort_check(
             spec.reasoning_effort, _honored(efforts), efforts, max(reasoning, default=None), spec.max_tokens
         ),
-        timeout_check(config.most_in_flight, predicted, spec.request_timeout_s, reading.running),
+        timeout_check(level, predicted, spec.request_timeout_s, reading.running),
     ]
+
+
+def _level(config: EndpointConfig, fit: int | None) -> int:
+    """The requests the job keeps in flight here: its concurrency, or with ``auto`` as many as fit (auto
+    backs off where the server queues), at most ``max_concurrency``."""
+    if config.concurrency is not None:
+        return config.concurrency
+    return min(config.max_concurrency, fit) if fit else config.max_concurrency
 
 
 def _predict(report: EndpointReport, concurrency: int, scale: float, measured: list[Probe]) -> float | None:

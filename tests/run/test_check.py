@@ -152,6 +152,7 @@ async def test_auto_concurrency_is_told_where_it_starts(tmp_path: Path) -> None:
     report = await checked(tmp_path, FakeVllm(blocks=30), concurrency="auto")
     status, message = line(report, "kv_cache")
     assert status == "ok" and "about 4 requests" in message and "auto starts there" in message
+    assert line(report, "timeout")[1].startswith("at c=4 a reply takes")
 
 
 async def test_prefix_caching_off_says_what_it_costs_this_job(tmp_path: Path) -> None:
