@@ -6,9 +6,10 @@ the template ``runs_page.html`` (markup, one style, one script) plus the data as
 ``<script type="application/json" id="report-data">``; the page's script draws everything in the
 browser, with DOM calls and ``textContent`` only: the drift list (or why the last run was not judged),
 inline SVG plots (over runs: fill rate and grounded share per field, tokens per record, latency p50 and
-p90, records per minute, the failure rate overall and per class; over the last run: records per
-minute, requests in flight and endpoint limits) and the runs as table columns, in a box that scrolls
-sideways, opened on the latest run, with a note naming the runs out of view.
+p90, records per minute, the failure rate overall and per class, the servers' prefix-cache hit rate;
+over the last run: records per minute, requests in flight, the prefix-cache hit rate and endpoint
+limits; the hit rate only where a server's /metrics said it) and the runs as table columns, in a box
+that scrolls sideways, opened on the latest run, with a note naming the runs out of view.
 
 Embedding, the Content-Security-Policy and the atomic write are :mod:`pipeline.quality.html_page`'s,
 shared with the review page: no data can end its script element, and the page loads nothing.
