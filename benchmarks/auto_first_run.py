@@ -3,6 +3,7 @@ the real client (`pipeline run`) against `pipeline sim` processes on 127.0.0.1.
 
     .venv/bin/python benchmarks/auto_first_run.py                        # the default cases, ~17 minutes
     .venv/bin/python benchmarks/auto_first_run.py --cases kv64,nano --latency 5 --length 60
+    .venv/bin/python benchmarks/auto_first_run.py --closed-loop          # virtual clock, ~2 minutes
 
 Per case (a simulator profile, one of them the server of issue 18 whose KV cache holds 64 requests
 under --max-num-seqs 512), the simulator runs fast enough that a reply at the expected best level takes
@@ -11,7 +12,9 @@ two cores, and at least 1 s), and each run sends ``--length`` times that level i
 lasts about ``--length`` request latencies. Then, each on the same number of fresh records:
 
 1. a fixed sweep (`concurrency: N`, one fresh database each) finds the best fixed level;
-2. a first run with `concurrency: auto` (max 512) on a fresh database: nothing known, the ramp from 8;
+2. a first run with `concurrency: auto` (max 512) on a fresh database: nothing known, it starts where
+   this job's requests fit in the simulator's KV cache (its vllm:cache_config_info) when that is below
+   the maximum, else with the ramp from 8;
 3. a second run with `concurrency: auto` on as many new records in that database: it starts from what
    the first run learned (runs.knees).
 
@@ -19,6 +22,12 @@ A run's time is its row's ended_at - started_at (the process's start-up is not t
 ratios are the best fixed level's time over auto's, the best being the lowest level within 1% of the
 fastest (as much for less). "length" is the best fixed run's time over its replies' mean latency.
 Prints a Markdown table; nothing here is a pass/fail test.
+
+``--closed-loop`` runs the same cases in pipeline/bench/closed_loop.py instead (the simulator's engine
+in process on a virtual clock, with the collapse past the KV cache a real server shows, which the
+simulator process does not), each run ``--length`` latencies of the best fixed level long, and adds the
+first run as it was before it started at the fit (the ramp from 8) for comparison. Throughput is over
+whole runs, as a run's time counts its start.
 """
 
 from __future__ import annotations
@@ -33,12 +42,13 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import duckdb
 import yaml
 
+from pipeline.bench.closed_loop import LoadResult, Scenario, Workload, run_load
 from pipeline.bench.datasets import build_postings
 from pipeline.sim.profiles import PROFILES
 
@@ -249,6 +259,67 @@ def print_rows(header: tuple[str, ...], rows: list[tuple[object, ...]]) -> None:
         print("| " + " | ".join(str(value) for value in values) + " |")
 
 
+def closed_loop_scenario(case: Case, length: float) -> Scenario:
+    """The case in the closed-loop harness: this job's requests (a 1,965-token prompt, answers of 327
+    tokens, max_tokens 2048), runs of ``length`` latencies of a reply at the expected level."""
+    workload = Workload(prompt_tokens=REQUEST_TOKENS - ANSWER_TOKENS, output_tokens=ANSWER_TOKENS)
+    return Scenario(
+        case.profile,
+        length * case.model_latency_s(),
+        max_num_seqs=case.max_num_seqs,
+        kv_cache_tokens=case.kv_cache_tokens,
+        workload=workload,
+        max_tokens=2048,
+        fit_start=True,
+    )
+
+
+def closed_loop_row(case: Case, length: float) -> tuple[object, ...]:
+    """The fixed sweep, the first auto run before (the ramp) and now (from the fit), and the second."""
+    scenario = closed_loop_scenario(case, length)
+    sweep = {level: run_load(scenario, level).throughput() for level in case.levels}
+    best_level = max(sweep, key=lambda level: sweep[level])
+    best = sweep[best_level]
+    ramp = run_load(replace(scenario, fit_start=False))
+    first = run_load(scenario)
+    second = run_load(replace(scenario, known_knee=first.learned))
+    return (
+        case.label,
+        ", ".join(f"{level}: {tps:.0f}" for level, tps in sweep.items()),
+        best_level,
+        f"{ramp.throughput() / best:.3f}",
+        f"{first.throughput() / best:.3f}",
+        f"{second.throughput() / best:.3f}",
+        _start(first),
+        first.learned.level if first.learned else "-",
+    )
+
+
+def _start(result: LoadResult) -> str:
+    """Where a run started and its first moves: ``41, 58, 64``."""
+    return ", ".join(str(limit) for _, limit in result.trace[:4])
+
+
+def main_closed_loop(cases: list[Case], length: float) -> None:
+    started = time.perf_counter()
+    rows = [closed_loop_row(case, length) for case in cases]
+    header = (
+        "server",
+        "fixed sweep (tok/s)",
+        "best fixed c",
+        "first auto run before (the ramp) / best fixed",
+        "first auto run now (from the fit) / best fixed",
+        "second auto run / best fixed",
+        "first run's start and first moves",
+        "what the first run kept",
+    )
+    print_rows(header, rows)
+    print(
+        f"\nclosed loop, virtual clock, runs of ~{length:g} latencies, "
+        f"{time.perf_counter() - started:.0f} s wall"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -260,11 +331,15 @@ def main() -> None:
         "--latency", type=float, default=None, help="client seconds of a reply at the best level"
     )
     parser.add_argument("--length", type=float, default=30.0, help="run length in request latencies")
+    parser.add_argument("--closed-loop", action="store_true", help="in process, on a virtual clock")
     args = parser.parse_args()
     chosen = args.cases.split(",")
     cases = [case for case in CASES if case.name in chosen]
     if not cases or len(cases) != len(chosen):
         parser.error(f"--cases {args.cases!r}: choose from {', '.join(case.name for case in CASES)}")
+    if args.closed_loop:
+        main_closed_loop(cases, args.length)
+        return
     started = time.perf_counter()
     rows = []
     for case in cases:

@@ -38,6 +38,7 @@ from typing import Any
 from pipeline.servers.knee_search import DEFAULT_TUNING, KneeMemory, ServerLoad, Tuning
 from pipeline.servers.limits import AdaptiveLimit, LimitChange
 from pipeline.servers.router import METRICS_EVERY_S, TICK_S
+from pipeline.servers.sharing import RequestFit
 from pipeline.sim.engine import Engine, Sequence
 from pipeline.sim.profiles import PROFILES, REFERENCE_OUTPUT_TOKENS, REFERENCE_PROMPT_TOKENS
 
@@ -146,6 +147,10 @@ class Scenario:
     speed: float = 1.0  # the server's time compression: its seconds per second of the client's
     real_time: bool = False  # wait for real (the server compressed by ``speed``), not on virtual time
     thrash: float = THRASH  # the collapse past the KV cache (module docstring); 0: the engine alone
+    # auto starts where the requests fit, as a run does on a server that shows its KV cache: counted
+    # before any reply at the shared prefix (the prompt's fixed part) and an answer of max_tokens
+    fit_start: bool = False
+    max_tokens: int = 2048
 
     @property
     def label(self) -> str:
@@ -258,6 +263,13 @@ class _Run:
                 self.wake.set()
 
 
+def start_fit(scenario: Scenario, kv_tokens: int) -> RequestFit:
+    """What a run counts before any reply: the fixed part of the prompt and an answer of max_tokens. The
+    engine holds each request's prefix in its KV cache (it shares only the prefill), so the fit does."""
+    prefix = scenario.workload.prefix_tokens
+    return RequestFit(kv_tokens, prompt_tokens=prefix, answer_tokens=scenario.max_tokens)
+
+
 def _prepare(scenario: Scenario, fixed: int | None, clock: Callable[[], float]) -> _Run:
     """The engine (``clock`` is the client's) and, for ``auto``, the controller."""
     engine = ThrashingEngine(
@@ -278,6 +290,7 @@ def _prepare(scenario: Scenario, fixed: int | None, clock: Callable[[], float]) 
             known_knee=scenario.known_knee,
             clock=clock,
             tuning=scenario.tuning,
+            fit=start_fit(scenario, engine.kv_cache_tokens) if scenario.fit_start else None,
         )
     return _Run(scenario, engine, controller, fixed or 0, random.Random(scenario.workload.seed))
 

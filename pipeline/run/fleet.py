@@ -13,18 +13,23 @@ import httpx2
 import structlog
 
 from pipeline.errors import ModelNotServedError
-from pipeline.extraction.prompt import client_settings
+from pipeline.extraction.prompt import PromptBuilder, client_settings
 from pipeline.run.context import RunContext
+from pipeline.servers.capacity import read_server
 from pipeline.servers.client import LLMClient
 from pipeline.servers.config import EndpointConfig
 from pipeline.servers.endpoint import Endpoint
 from pipeline.servers.knee_search import KneeMemory
 from pipeline.servers.router import Router
+from pipeline.servers.sharing import RequestFit
 
 if TYPE_CHECKING:
     from pipeline.local import LocalServerOptions
 
 log = structlog.get_logger("pipeline.run.fleet")
+
+#: The most a run's start waits for its servers' KV cache before `concurrency: auto` starts without it.
+FIT_BUDGET_S = 1.0
 
 
 @asynccontextmanager
@@ -60,6 +65,7 @@ async def open_fleet(
             await router.check_servers()
         except ModelNotServedError as error:
             raise ModelNotServedError(f"{spec.source_file}: key 'model': {error}") from error
+        await _start_at_fit(context, endpoints)
         yield context, router
 
 
@@ -90,6 +96,43 @@ async def read_counters_at_end(router: Router, timeout_s: float = 2.0) -> None:
         async with httpx2.AsyncClient(timeout=timeout_s) as http, anyio.create_task_group() as tasks:
             for endpoint in endpoints:
                 tasks.start_soon(endpoint.read_server_load, http)
+
+
+async def _start_at_fit(context: RunContext, endpoints: list[Endpoint]) -> None:
+    """`concurrency: auto` on a server that shows its KV cache: how many of this job's requests fit, by
+    the prompt's fixed part and answers of max_tokens (the sharing module says why), where a first run
+    starts and what its share is beside other jobs. Read at once for every endpoint that gives its
+    context (vLLM does), within :data:`FIT_BUDGET_S`; a server that does not say by then starts as
+    before."""
+    spec = context.spec
+    fixed = PromptBuilder(spec).request_for({}).messages
+
+    async def read(endpoint: Endpoint) -> None:
+        reading = await read_server(endpoint.client, fixed, timeout_s=FIT_BUDGET_S, check_model=False)
+        if endpoint.controller is None or reading.kv_tokens is None or reading.prefix_tokens is None:
+            return
+        fit = RequestFit(
+            reading.kv_tokens,
+            prompt_tokens=reading.prefix_tokens,
+            answer_tokens=spec.max_tokens,
+            shared_prefix_tokens=reading.prefix_tokens,
+            prefix_caching=bool(reading.prefix_caching),
+            block_size=reading.cache.block_size if reading.cache is not None else None,
+        )
+        level = endpoint.controller.start_at_fit(fit)
+        if level is not None:
+            endpoint.limit = level
+            log.info(
+                f"concurrency auto starts where this job's requests fit in the KV cache: {level}",
+                endpoint=endpoint.name,
+                kv_tokens=fit.kv_tokens,
+            )
+
+    with anyio.move_on_after(FIT_BUDGET_S):
+        async with anyio.create_task_group() as group:
+            for endpoint in endpoints:  # as the preflight: a server that lists no context is not vLLM
+                if endpoint.controller is not None and endpoint.client.context_length is not None:
+                    group.start_soon(read, endpoint)
 
 
 def _known_knee(config: EndpointConfig, knees: Mapping[str, KneeMemory]) -> KneeMemory | None:

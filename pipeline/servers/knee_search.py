@@ -254,6 +254,14 @@ class KneeSearch:
             reprobe_up=False,
         )
 
+    @classmethod
+    def at_fit(cls, level: int, tuning: Tuning) -> KneeSearch:
+        """At the number of the job's requests that fit in the KV cache: small steps, up first (below the
+        fit the server is not overcommitted; past it, it collapses), no bounds known."""
+        smallest, largest = math.log1p(tuning.min_step), math.log(tuning.growth)
+        descent = max(smallest, math.log(tuning.descent))
+        return cls(level, smallest, largest, descent, reach_up=smallest, reach_down=smallest)
+
     def measured_best(self, throughput: float, error: float, tuning: Tuning) -> str:
         """A window at the best level: refresh its throughput; a large shift restarts the search."""
         previous, self.best_tp, self.best_error = self.best_tp, throughput, error

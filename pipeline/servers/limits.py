@@ -56,6 +56,13 @@ p90 latency above ``latency_share`` of the timeout (a timeout is a reply that to
 in proportion, to 0.8 of that share. Without ``/metrics`` (``ServerLoad`` fields None) the search and the
 latency guard work alone. The limit stays in [minimum, maximum]. What a run learned (:attr:`learned`)
 is the knee as last bracketed, or the best level and the nearest levels that did worse.
+
+With the server's KV cache known (``fit``, :class:`~pipeline.servers.sharing.RequestFit`), a first run
+(no ``known_knee``) starts at the number of this job's requests that fit, not with the ramp, and steps
+from there in small steps, up first (below the fit a server is not overcommitted; past it, it
+collapses); its first window refines the fit with the replies' answers and the KV cache they hold, and
+the limit moves there. The fit also gives the job's share of a server other jobs use
+(:func:`~pipeline.servers.sharing.server_share`): a ceiling the limit drops to at once.
 """
 
 from __future__ import annotations
@@ -66,6 +73,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pipeline.servers.knee_search import DEFAULT_TUNING, KneeMemory, KneeSearch, ServerLoad, Tuning, Window
+from pipeline.servers.sharing import SCRAPES, RequestFit, settled_share
 
 DEFAULT_INITIAL = 8
 
@@ -90,10 +98,11 @@ class AdaptiveLimit:
         known_knee: KneeMemory | None = None,
         clock: Callable[[], float] = time.monotonic,
         tuning: Tuning = DEFAULT_TUNING,
+        fit: RequestFit | None = None,
     ) -> None:
         """``known_knee``: what an earlier run learned on this server; the search starts at its level (in
         small steps around a bracketed knee, else ramping on within its bounds) instead of ramping from
-        ``initial``."""
+        ``initial``. ``fit``: the job's requests the server's KV cache holds (:meth:`start_at_fit`)."""
         if not 1 <= minimum <= maximum:
             raise ValueError(f"concurrency limits need 1 <= minimum <= maximum, not {minimum} and {maximum}")
         if timeout_s <= 0:
@@ -114,6 +123,31 @@ class AdaptiveLimit:
         first = self._precision_for(self._knee.reach_up)  # what the first step needs: a ramp's or a small one
         # From nothing in flight a short window will do: the opening level is small, or known to be good.
         self._window = Window(self._limit, clock(), grew=True, precision=first, share=tuning.window_share)
+        self._fit: RequestFit | None = None
+        self._fit_refined = False
+        self._share: int | None = None  # this job's share of a server other jobs use
+        self._in_flight = self._own_peak = 0  # this job's in flight at the last update, most since a scrape
+        self._scrapes: list[tuple[ServerLoad, int]] = []  # the last scrapes, with this job's in flight
+        if fit is not None and known_knee is None:
+            self.start_at_fit(fit)
+
+    def start_at_fit(self, fit: RequestFit) -> int | None:
+        """Before the first request: start at the number of this job's requests that fit in the KV cache
+        (small steps from there, no ramp) when that is below the maximum, and keep ``fit`` for the job's
+        share of the server; not after an earlier run's knee, nor once anything was measured. Returns the
+        new start level, or None when the start stays."""
+        self._fit = fit
+        level = fit.requests
+        if not self._opening or self._measured or self._window.replies or not level:
+            return None
+        if level >= self.maximum:  # the KV cache does not bound this job here: the ramp finds the knee
+            return None
+        self._limit = max(self.minimum, level)
+        self._knee = KneeSearch.at_fit(self._limit, self._tuning)
+        self._opening = False
+        precision = self._precision_for(self._knee.reach_up)
+        self._window = Window(self._limit, self._clock(), grew=True, precision=precision)
+        return self._limit
 
     @property
     def limit(self) -> int:
@@ -123,6 +157,11 @@ class AdaptiveLimit:
     def best_level(self) -> int:
         """The level with the best throughput measured so far: the knee, once ``at_knee``."""
         return self._knee.best
+
+    @property
+    def share(self) -> int | None:
+        """This job's share of the server while other jobs' requests run there (None: none do)."""
+        return self._share
 
     @property
     def ceiling(self) -> int | None:
@@ -156,6 +195,9 @@ class AdaptiveLimit:
     def on_server_load(self, load: ServerLoad) -> None:
         self._window.scrape(load)
         self._load = load
+        # This job's most in flight since the last scrape: the server counted at some moment since.
+        self._scrapes = [*self._scrapes[1 - SCRAPES :], (load, self._own_peak)]
+        self._own_peak = self._in_flight
 
     def update(self, *, in_flight: int | None = None) -> LimitChange | None:
         """Decide, at most once per window (a server signal may decide sooner); None: no change.
@@ -164,6 +206,11 @@ class AdaptiveLimit:
         full, as it is while records are pending."""
         now, window = self._clock(), self._window
         window.sample(self._limit if in_flight is None else in_flight)
+        own, self._in_flight = self._in_flight, self._limit if in_flight is None else in_flight
+        self._own_peak = max(self._own_peak, self._in_flight)
+        shared = self._share_cut(now, max(own, self._in_flight))
+        if shared is not None:
+            return shared
         signal = self._server_signal(window)
         if signal is None:
             if not window.complete(now, self._tuning):
@@ -175,6 +222,24 @@ class AdaptiveLimit:
         if self._ceiling_left <= 0:
             self._ceiling = None
         return self._back_off(now, *signal) if signal is not None else self._decide(now, window)
+
+    def _share_cut(self, now: float, in_flight: int) -> LimitChange | None:
+        """Other jobs' requests on the server: this job's share (the fit less theirs) is a ceiling the
+        limit drops to at once when it is well above (a scrape's counts move by a few)."""
+        if self._fit is None:
+            return None
+        fit = self._fit.requests
+        settled = settled_share(fit, in_flight, self._scrapes)
+        self._share = settled[0] if settled is not None else None
+        if settled is None or self._limit <= settled[0] + max(2, self._tuning.min_step * self._limit):
+            return None
+        share, others = settled
+        reason = f"{others:.0f} other requests on a server where {fit} fit: this job's share is {share}"
+        return self._back_off(now, share, reason, False)
+
+    def _cap(self) -> int:
+        """The highest level the search may try now: the maximum, a server signal's ceiling, the share."""
+        return min(level for level in (self.maximum, self._ceiling, self._share) if level is not None)
 
     def _server_signal(self, window: Window) -> tuple[int, str, bool] | None:
         """A queue (and the level the server runs, True), or preemptions (False), or None."""
@@ -223,7 +288,7 @@ class AdaptiveLimit:
         if load.running < 0.9 * limit:
             return None  # not all sent yet, or another client's requests: nothing to conclude
         wall = math.floor(tuning.kv_fill * load.running / load.kv_usage)
-        cap = self.maximum if self._ceiling is None else min(self.maximum, self._ceiling)
+        cap = self._cap()
         top = min(wall, cap)  # the first window measures below it: a peak of throughput may lie below
         # A server that runs fewer than it admits queues the rest: their latency grows by the jump's factor,
         # which must keep replies well within the timeout (sprint x while no reply tells the latency).
@@ -286,7 +351,10 @@ class AdaptiveLimit:
             self._best_at = now
         if limit == knee.best:  # the window saw the best level's KV cache: a step up starts there
             words += self._aim_up(window)
-        cap = self.maximum if self._ceiling is None else min(self.maximum, self._ceiling)
+        refit = self._refit(window)
+        if refit is not None:
+            return self._set(now, refit, f"{words}: {self._fit_words()}: trying {refit}")
+        cap = self._cap()
         target = knee.next_probe(cap, self.minimum)
         self._at_knee = target is None
         if target is None:
@@ -303,6 +371,32 @@ class AdaptiveLimit:
         if stale and limit != knee.best:
             return self._set(now, knee.best, f"{words}: back to {knee.best} to measure it again")
         return self._set(now, knee.best if stale else target, f"{words}: trying {target}")
+
+    def _refit(self, window: Window) -> int | None:
+        """Once, at the first window of a start at the fit: the fit by the replies' answers and the KV
+        cache they hold; the level to try when it is a step or more from the limit."""
+        if self._fit is None or self._fit_refined or not window.replies:
+            return None
+        self._fit_refined = True
+        answers = [tokens for tokens, _ in window.replies if tokens > 0]
+        if not answers:
+            return None
+        kv = window.mean([load.kv_usage for load in window.scrapes])
+        running = window.mean([load.running for load in window.scrapes])
+        self._fit = self._fit.measured(sum(answers) / len(answers), kv, running)
+        # Up no more than a descent at once: the fit is the KV cache's word, and a peak may lie below it.
+        level = min(
+            self._cap(), max(self.minimum, self._fit.requests), math.ceil(self._limit * self._tuning.descent)
+        )
+        return level if abs(math.log(level / self._limit)) >= self._knee.smallest else None
+
+    def _fit_words(self) -> str:
+        fit = self._fit
+        assert fit is not None
+        return (
+            f"{fit.requests} requests of this job fit in the KV cache "
+            f"(~{fit.prompt_tokens:.0f} prompt and {fit.answer_tokens:.0f} answer tokens each, as measured)"
+        )
 
     def _aim_up(self, window: Window) -> str:
         """What ``/metrics`` say about the next step up from the best level (the window's). Near a full KV

@@ -1,0 +1,111 @@
+"""Where `concurrency: auto` starts on a server that says how large its KV cache is, and how several jobs
+share one server: the requests of this job that fit at once (:class:`RequestFit`, by
+:func:`~pipeline.servers.capacity.requests_that_fit`, the one place that counts them) and this job's
+share of them while others' requests run there (:func:`server_share`).
+
+**What a request holds before any answer is measured**: its prompt as the server counts it (the fixed
+part, ``/tokenize``, with the shared prefix held once when prefix caching is on) and an answer of the
+job's ``max_tokens``, the most it may take: the fit is then a lower bound, as the run's preflight says
+it, and below the fit nothing collapses. Once replies come (the first window), the answer is their mean
+completion tokens and the prompt what the KV cache holds per running request beyond half that answer
+(a running request has generated half its answer on average), if more than the fixed part: the
+record's own text, and the schema's tokens, which ``/tokenize`` of the fixed part does not see.
+
+**Several jobs on one server** (several nightly jobs on one box, each with its own database): each job's
+`auto` reads the server's ``vllm:num_requests_running`` + ``vllm:num_requests_waiting`` at every scrape;
+what it does not have in flight itself is another job's, taken. Its share is what fits less the
+others' in flight; and while others run there, a job holding more than all the others together is
+held to half the fit (no less than the others), so a job that came second climbs to its half while the
+first gives way: two jobs meet at half the fit each, three or more never let one hold more than the rest
+together. The share bounds the search from above (a limit above it drops to it at once); within it the
+search goes on as alone. Nothing is shared but the server's own counts: no file, no database, jobs of
+different machines coordinate alike. A server without ``/metrics`` or its KV cache gives no share.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from pipeline.servers.capacity import requests_that_fit
+from pipeline.servers.knee_search import ServerLoad
+
+#: Requests on the server not in this job's count that are still this job's: those that finished or were
+#: sent between the scrape and the count. Fewer "others" than this (or this share of the fit) are none.
+NOISE = 3
+NOISE_SHARE = 0.05
+#: Scrapes that must all show other jobs' requests: one is a blip.
+SCRAPES = 2
+
+
+@dataclass(frozen=True, slots=True)
+class RequestFit:
+    """What one request of the job holds in a server's KV cache, and how many fit."""
+
+    kv_tokens: int  # num_gpu_blocks x block_size (vllm:cache_config_info)
+    prompt_tokens: float  # the prompt as the server holds it (the shared prefix included)
+    answer_tokens: float  # the answer's tokens: max_tokens until replies are measured
+    shared_prefix_tokens: float = 0.0  # held once for all requests with prefix caching
+    prefix_caching: bool = False
+    block_size: int | None = None
+
+    @property
+    def requests(self) -> int:
+        return requests_that_fit(
+            self.kv_tokens,
+            prompt_tokens=self.prompt_tokens,
+            answer_tokens=self.answer_tokens,
+            shared_prefix_tokens=self.shared_prefix_tokens,
+            prefix_caching=self.prefix_caching,
+            block_size=self.block_size,
+        )
+
+    def measured(self, answer_tokens: float, kv_used: float | None, running: float | None) -> RequestFit:
+        """The fit refined by replies (their mean ``answer_tokens``) and a scrape's KV use (the share of
+        the cache ``kv_used`` with ``running`` requests): the prompt is what a running request holds
+        beyond half its answer, when that is more than was counted."""
+        prompt = self.prompt_tokens
+        if kv_used is not None and running:
+            shared = self.shared_prefix_tokens if self.prefix_caching else 0.0
+            held = (kv_used * self.kv_tokens - shared) / running + shared
+            prompt = max(prompt, held - answer_tokens / 2)
+        return replace(self, prompt_tokens=prompt, answer_tokens=max(1.0, answer_tokens))
+
+
+def others_in_flight(load: ServerLoad, own_in_flight: int) -> float | None:
+    """Requests on the server (running and waiting) that are not this job's; None when it does not say."""
+    if load.running is None:
+        return None
+    return max(0.0, load.running + (load.waiting or 0.0) - own_in_flight)
+
+
+def server_share(fit: int, own_in_flight: int, load: ServerLoad) -> int | None:
+    """This job's share of a server whose KV cache holds ``fit`` of its requests (the module docstring
+    says the rule); None when no other job's request is there (or the server does not say)."""
+    others = others_in_flight(load, own_in_flight)
+    if others is None or others < max(NOISE, NOISE_SHARE * fit):
+        return None  # a scrape and the client's count differ by the replies between them
+    share = fit - others
+    if own_in_flight > others:  # give way: the others may climb to their half
+        share = min(share, max(others, math.ceil(fit / 2)))
+    return max(1, math.floor(share))
+
+
+def settled_share(
+    fit: int, own_now: int, scrapes: Sequence[tuple[ServerLoad, int]]
+) -> tuple[int, float] | None:
+    """This job's share and the others' requests by the last :data:`SCRAPES` scrapes, each with this
+    job's in flight when it came; None unless every one shows others. Each is counted against the more
+    of this job's in flight then and now: a scrape lags the client's count, and a limit just lowered
+    drains (fewer in flight now than the server still runs), which is no other job."""
+    if len(scrapes) < SCRAPES:
+        return None
+    found = []
+    for load, own_then in scrapes[-SCRAPES:]:
+        own = max(own_then, own_now)
+        share = server_share(fit, own, load)
+        if share is None:
+            return None
+        found.append((share, others_in_flight(load, own) or 0.0))
+    return max(found)

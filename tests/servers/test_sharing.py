@@ -1,0 +1,118 @@
+"""Where `concurrency: auto` starts on a server that shows its KV cache, and how jobs share a server:
+the arithmetic, then the controller on a fake clock with made-up /metrics."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.servers.knee_search import KneeMemory, ServerLoad
+from pipeline.servers.limits import AdaptiveLimit
+from pipeline.servers.sharing import RequestFit, others_in_flight, server_share
+
+FIT_64 = RequestFit(64 * 2000, prompt_tokens=1600, answer_tokens=400)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def load(running: float, waiting: float = 0.0, kv: float | None = 0.5) -> ServerLoad:
+    return ServerLoad(running=running, waiting=waiting, kv_usage=kv, preemptions_total=0.0)
+
+
+def test_the_fit_is_the_one_count_and_measured_replies_refine_it() -> None:
+    before = RequestFit(128_000, prompt_tokens=1000, answer_tokens=2048)  # max_tokens: a lower bound
+    assert before.requests == 128_000 // 3048
+    # Answers of 400 tokens; 64 running fill 80% of the cache: each holds 1,600 = prompt + 200 so far.
+    after = before.measured(400, kv_used=0.8, running=64)
+    assert after.prompt_tokens == pytest.approx(1400) and after.answer_tokens == 400
+    assert after.requests == 128_000 // 1800
+    # A KV use below what the fixed part holds never makes the prompt smaller than counted.
+    assert before.measured(400, kv_used=0.1, running=64).prompt_tokens == 1000
+
+
+def test_others_are_what_the_server_runs_and_queues_beyond_this_jobs_own() -> None:
+    assert others_in_flight(load(50, 10), own_in_flight=40) == 20
+    assert others_in_flight(load(30), own_in_flight=40) == 0  # replies between the scrape and the count
+    assert others_in_flight(ServerLoad(None, None, None, None), own_in_flight=4) is None
+
+
+@pytest.mark.parametrize(
+    ("own", "server", "share"),
+    [
+        pytest.param(60, load(62), None, id="alone: a scrape's noise is no other job"),
+        pytest.param(64, load(65, 0), None, id="one stray request is noise too"),
+        pytest.param(64, load(64, 10), 32, id="first job holds all: gives way to half"),
+        pytest.param(1, load(64, 1), 1, id="second job: nothing left until the first gives way"),
+        pytest.param(10, load(42), 32, id="second job: climbs into what the first left"),
+        pytest.param(32, load(64), 32, id="met at half each: both stay"),
+        pytest.param(21, load(63), 22, id="three at a third each: the fit less the others"),
+        pytest.param(40, load(64), 32, id="a job holding more than the others together gives way"),
+    ],
+)
+def test_the_share_of_a_server_other_jobs_use(own: int, server: ServerLoad, share: int | None) -> None:
+    assert server_share(64, own, server) == share
+
+
+def test_two_jobs_following_the_rule_meet_at_half_the_fit() -> None:
+    first, second = 64, 4
+    for _ in range(20):  # each takes its share (the first cuts at once; the second climbs to it)
+        first = min(first, server_share(64, first, load(first + second)) or first)
+        second = server_share(64, second, load(first + second)) or second
+    assert first == second == 32
+
+
+def test_a_first_run_starts_where_the_requests_fit_and_refines_it_from_the_first_window() -> None:
+    clock = FakeClock()
+    limiter = AdaptiveLimit(maximum=512, timeout_s=900, clock=clock, fit=FIT_64)
+    assert limiter.limit == 64
+    # Replies shorter than counted at first: more fit. A window of them, then the move (a descent at most).
+    lower = AdaptiveLimit(maximum=512, timeout_s=900, clock=clock, fit=RequestFit(128_000, 1000, 2048))
+    assert lower.limit == 41
+    change = None
+    for _ in range(200):
+        clock.now += 1.0
+        lower.on_finished(latency_s=41 * 400 / 300, output_tokens=400, ok=True)
+        lower.on_server_load(load(41, kv=41 * 1600 / 128_000))
+        change = lower.update() or change
+        if change is not None:
+            break
+    assert change is not None and change.new == 58 and "requests of this job fit" in change.reason
+
+
+def test_the_fit_does_not_move_an_earlier_runs_knee_nor_a_fit_above_the_maximum() -> None:
+    clock = FakeClock()
+    known = AdaptiveLimit(
+        maximum=512, timeout_s=900, clock=clock, known_knee=KneeMemory(80, True), fit=FIT_64
+    )
+    assert known.limit == 80
+    roomy = AdaptiveLimit(maximum=32, timeout_s=900, clock=clock, fit=FIT_64)
+    assert roomy.limit == 8  # the KV cache does not bound the job: the ramp as before
+
+
+def test_another_jobs_requests_drop_the_limit_to_this_jobs_share_within_two_scrapes() -> None:
+    clock = FakeClock()
+    limiter = AdaptiveLimit(maximum=512, timeout_s=900, clock=clock, fit=FIT_64)
+    assert limiter.update(in_flight=64) is None
+    limiter.on_server_load(load(94))  # 30 of another job's beside this one's 64
+    assert limiter.update(in_flight=64) is None  # one scrape may be a blip
+    limiter.on_server_load(load(95))
+    change = limiter.update(in_flight=64)
+    assert change is not None and change.new == 32 and limiter.share == 32
+    assert "31 other requests" in change.reason and "share is 32" in change.reason
+
+
+def test_a_limit_draining_after_a_cut_is_no_other_job() -> None:
+    """The scrapes lag the client's count: 64 still on the server while this job's in flight fell to 40
+    after its limit dropped is this job's own tail."""
+    clock = FakeClock()
+    limiter = AdaptiveLimit(maximum=512, timeout_s=900, clock=clock, fit=FIT_64)
+    limiter.update(in_flight=64)
+    for counted, in_flight in ((64, 56), (64, 48), (56, 40), (48, 32)):
+        limiter.on_server_load(load(counted))  # what the server ran when asked, a moment ago
+        assert limiter.update(in_flight=in_flight) is None
+        assert limiter.share is None
