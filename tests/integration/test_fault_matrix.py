@@ -304,7 +304,9 @@ def test_fault_matrix(case: Case, tmp_path: Path) -> None:
     # flight: requests the killed server had received (its counters are read just before the kill)
     # cost no attempt when a probe confirmed it gone (they were sent again once it answered), and a
     # request that broke while the server was already back counts as an attempt the old one never saw.
-    assert abs(server.requests - attempts) <= (case.concurrency if case.restart else 0)
+    # A request the client gave up on (a timeout, on a loaded machine) may end before the server counts it.
+    timed_out = warnings.get("request timed out", 0)
+    assert abs(server.requests - attempts) <= (case.concurrency if case.restart else 0) + timed_out
     # Re-asks start again from the record's first request: one exchange more at most.
     assert server.max_messages <= first_messages + REASK_MESSAGES
     assert first_max_tokens <= server.max_prompt_tokens <= first_max_tokens + REASK_TOKENS
