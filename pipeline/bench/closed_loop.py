@@ -208,6 +208,7 @@ class _Run:
     fixed: int
     rng: random.Random
     in_flight: int = 0
+    left: int | None = None  # a job's records not sent yet (None: send until the time is up)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     replies: list[tuple[float, int]] = field(default_factory=list)
     timeouts: int = 0
@@ -227,6 +228,7 @@ class _Run:
             await asyncio.wait_for(self.engine.generate(sequence), self.scenario.timeout_s)
         except TimeoutError:
             self.timeouts += 1
+            self.left = None if self.left is None else self.left + 1  # a job sends the record again
             if self.controller is not None:
                 self.controller.on_timeout()
         else:
@@ -272,7 +274,13 @@ def start_fit(scenario: Scenario, kv_tokens: int) -> RequestFit:
 
 def _prepare(scenario: Scenario, fixed: int | None, clock: Callable[[], float]) -> _Run:
     """The engine (``clock`` is the client's) and, for ``auto``, the controller."""
-    engine = ThrashingEngine(
+    engine = _engine(scenario, clock)
+    controller = _controller(scenario, fixed, engine.kv_cache_tokens, clock)
+    return _Run(scenario, engine, controller, fixed or 0, random.Random(scenario.workload.seed))
+
+
+def _engine(scenario: Scenario, clock: Callable[[], float]) -> ThrashingEngine:
+    return ThrashingEngine(
         PROFILES[scenario.profile],
         thrash=scenario.thrash,
         speed=scenario.speed,
@@ -280,6 +288,11 @@ def _prepare(scenario: Scenario, fixed: int | None, clock: Callable[[], float]) 
         kv_cache_tokens=scenario.kv_cache_tokens,
         clock=clock,
     )
+
+
+def _controller(
+    scenario: Scenario, fixed: int | None, kv_tokens: int, clock: Callable[[], float]
+) -> AdaptiveLimit | None:
     controller = None
     if fixed is None:
         controller = AdaptiveLimit(
@@ -290,9 +303,9 @@ def _prepare(scenario: Scenario, fixed: int | None, clock: Callable[[], float]) 
             known_knee=scenario.known_knee,
             clock=clock,
             tuning=scenario.tuning,
-            fit=start_fit(scenario, engine.kv_cache_tokens) if scenario.fit_start else None,
+            fit=start_fit(scenario, kv_tokens) if scenario.fit_start else None,
         )
-    return _Run(scenario, engine, controller, fixed or 0, random.Random(scenario.workload.seed))
+    return controller
 
 
 async def _drive(scenario: Scenario, fixed: int | None, clock: Callable[[], float]) -> LoadResult:
@@ -349,3 +362,88 @@ def run_load(scenario: Scenario, concurrency: int | None = None) -> LoadResult:
     with asyncio.Runner(loop_factory=VirtualClockLoop) as runner:
         loop = runner.get_loop()
         return runner.run(_drive(scenario, concurrency, loop.time))
+
+
+@dataclass(frozen=True, slots=True)
+class JobResult:
+    """One job of several on one server: its time to its last reply, in the profile's seconds."""
+
+    concurrency: str  # "auto" or the fixed level
+    records: int
+    answered: int
+    duration_s: float
+    finished: bool  # False: still going at the scenario's duration
+    timeouts: int
+    peak_limit: int
+    changes: tuple[tuple[float, LimitChange], ...]
+
+    @property
+    def records_per_s(self) -> float:
+        return self.answered / self.duration_s
+
+
+def run_jobs(scenario: Scenario, jobs: list[tuple[int, int | None]]) -> list[JobResult]:
+    """Several jobs on one server at once, each (records, fixed concurrency or None for ``auto``) with
+    its own client, scrapes and controller, until each has every record answered (a timed-out request
+    is sent again) or the scenario's duration is up; on the virtual clock."""
+    with asyncio.Runner(loop_factory=VirtualClockLoop) as runner:
+        loop = runner.get_loop()
+        return runner.run(_drive_jobs(scenario, jobs, loop.time))
+
+
+async def _drive_jobs(
+    scenario: Scenario, jobs: list[tuple[int, int | None]], clock: Callable[[], float]
+) -> list[JobResult]:
+    engine = _engine(scenario, clock)
+    runs = [
+        _Run(
+            scenario,
+            engine,
+            _controller(scenario, fixed, engine.kv_cache_tokens, clock),
+            fixed or 0,
+            random.Random(scenario.workload.seed + index),
+            left=records,
+        )
+        for index, (records, fixed) in enumerate(jobs)
+    ]
+    started = engine.now()
+    times = await asyncio.gather(*(_job(run, started + scenario.duration_s) for run in runs))
+    return [
+        JobResult(
+            "auto" if fixed is None else str(fixed),
+            records,
+            len(run.replies),
+            at - started,
+            run.left == 0 and run.in_flight == 0,
+            run.timeouts,
+            max(limit for _, limit in run.trace),
+            tuple((at - started, change) for at, change in run.changes),
+        )
+        for (records, fixed), run, at in zip(jobs, runs, times, strict=True)
+    ]
+
+
+async def _job(run: _Run, end_s: float) -> float:
+    """One job's client: the limit's worth of its records in flight until all are answered."""
+    run.trace.append((run.engine.now(), run.limit))
+    helpers = [asyncio.create_task(run.scrape())]
+    if run.controller is not None:
+        helpers.append(asyncio.create_task(run.adapt(run.controller)))
+    requests: set[asyncio.Task[None]] = set()
+    delay = (end_s - run.engine.now()) / run.engine.speed
+    end = asyncio.get_running_loop().call_later(delay, run.wake.set)
+    while (run.left or run.in_flight) and run.engine.now() < end_s - 1e-9:
+        while run.in_flight < run.limit and run.left:
+            run.left -= 1
+            run.in_flight += 1
+            task = asyncio.create_task(run.request())
+            requests.add(task)
+            task.add_done_callback(requests.discard)
+        run.wake.clear()
+        await run.wake.wait()
+    finished = run.engine.now()
+    end.cancel()
+    for task in [*helpers, *requests]:
+        task.cancel()
+    await asyncio.gather(*helpers, *requests, return_exceptions=True)
+    return finished

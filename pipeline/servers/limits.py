@@ -73,7 +73,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pipeline.servers.knee_search import DEFAULT_TUNING, KneeMemory, KneeSearch, ServerLoad, Tuning, Window
-from pipeline.servers.sharing import SCRAPES, RequestFit, settled_share
+from pipeline.servers.sharing import (
+    NOISE,
+    NOISE_SHARE,
+    SCRAPES,
+    RequestFit,
+    others_in_flight,
+    settled_share,
+)
 
 DEFAULT_INITIAL = 8
 
@@ -234,8 +241,23 @@ class AdaptiveLimit:
         if settled is None or self._limit <= settled[0] + max(2, self._tuning.min_step * self._limit):
             return None
         share, others = settled
+        # Not a level that did worse (no bound, no ceiling): the share moves with the others' requests.
+        knee = self._knee
+        if share < knee.best:
+            knee.best, knee.best_tp, knee.best_error = share, None, math.inf
+            knee.lo = knee.lo if knee.lo is not None and knee.lo < share else None
+        knee.hi = None if knee.hi is not None and knee.hi <= share else knee.hi
+        knee.reach_up = knee.reach_down = knee.smallest
+        knee.held, self._at_knee, self._opening = 0, False, False
         reason = f"{others:.0f} other requests on a server where {fit} fit: this job's share is {share}"
-        return self._back_off(now, share, reason, False)
+        return self._set(now, share, f"{reason}: down to {share}")
+
+    def _own_part(self, load: ServerLoad) -> float:
+        """This job's part of what a scrape shows on the server: 1 alone, less beside other jobs."""
+        others = others_in_flight(load, self._own_peak)
+        if others is None or others < max(NOISE, NOISE_SHARE * self._limit):
+            return 1.0
+        return self._own_peak / (self._own_peak + others)
 
     def _cap(self) -> int:
         """The highest level the search may try now: the maximum, a server signal's ceiling, the share."""
@@ -255,9 +277,10 @@ class AdaptiveLimit:
         if waiting is not None and queued >= tuning.waiting_share * len(scrapes) and waiting > tolerated:
             runs = f", {running:.0f} running" if running is not None else ""
             scraped = f"mean of {len(scrapes)} scrapes" if len(scrapes) > 1 else "one scrape"
-            level = limit - max(1, round(waiting))
+            mine = self._own_part(scrapes[-1])  # another job's requests queue there too
+            level = limit - max(1, round(waiting * mine))
             if len(scrapes) < tuning.min_scrapes:  # flooded: the server may still be filling up
-                level = min(level, round(scrapes[-1].running or level))
+                level = min(level, round((scrapes[-1].running or level) * mine))
             return level, f"the server queues at {limit}: {waiting:.0f} waiting{runs} ({scraped})", True
         # Preemptions count after the transient: a step up admits its requests at once, and a few are
         # preempted until the batch settles, at a level that runs without any.
@@ -384,6 +407,8 @@ class AdaptiveLimit:
         kv = window.mean([load.kv_usage for load in window.scrapes])
         running = window.mean([load.running for load in window.scrapes])
         self._fit = self._fit.measured(sum(answers) / len(answers), kv, running)
+        settled = settled_share(self._fit.requests, self._in_flight, self._scrapes)
+        self._share = settled[0] if settled is not None else None
         # Up no more than a descent at once: the fit is the KV cache's word, and a peak may lie below it.
         level = min(
             self._cap(), max(self.minimum, self._fit.requests), math.ceil(self._limit * self._tuning.descent)

@@ -5,21 +5,27 @@ share of them while others' requests run there (:func:`server_share`).
 
 **What a request holds before any answer is measured**: its prompt as the server counts it (the fixed
 part, ``/tokenize``, with the shared prefix held once when prefix caching is on) and an answer of the
-job's ``max_tokens``, the most it may take: the fit is then a lower bound, as the run's preflight says
-it, and below the fit nothing collapses. Once replies come (the first window), the answer is their mean
-completion tokens and the prompt what the KV cache holds per running request beyond half that answer
-(a running request has generated half its answer on average), if more than the fixed part: the
-record's own text, and the schema's tokens, which ``/tokenize`` of the fixed part does not see.
+job's ``max_tokens``, the most it may take, as the run's preflight counts it. An answer is usually far
+shorter, so the count is low on that side; the record's own text is not in it yet, so with long records
+it is high on the other (the server's queue and preemptions back the limit off at once). Once replies
+come (the first window), the answer is their mean completion tokens and the prompt what the KV cache
+holds per running request beyond half that answer (a running request has generated half its answer on
+average), if more than the fixed part: the record's own text, and the schema's tokens, which
+``/tokenize`` of the fixed part does not see.
 
 **Several jobs on one server** (several nightly jobs on one box, each with its own database): each job's
 `auto` reads the server's ``vllm:num_requests_running`` + ``vllm:num_requests_waiting`` at every scrape;
 what it does not have in flight itself is another job's, taken. Its share is what fits less the
-others' in flight; and while others run there, a job holding more than all the others together is
-held to half the fit (no less than the others), so a job that came second climbs to its half while the
-first gives way: two jobs meet at half the fit each, three or more never let one hold more than the rest
-together. The share bounds the search from above (a limit above it drops to it at once); within it the
-search goes on as alone. Nothing is shared but the server's own counts: no file, no database, jobs of
-different machines coordinate alike. A server without ``/metrics`` or its KV cache gives no share.
+others' in flight, or if more, its part of the fit in proportion to what it holds (jobs that start
+together at the fit scale down together to fill it, not each to nothing); and a job holding more than
+all the others together is held to half the fit (no less than the others), so a job that came second
+climbs to its half while the first gives way: two jobs meet at half the fit each, three or more never
+let one hold more than the rest together. The share bounds the search from above (a limit above it
+drops to it at once, after :data:`SCRAPES` scrapes that show the others, each counted against this job's
+most in flight since the one before: a scrape lags the client's count); within it the search goes on as
+alone, and a queue on the server is this job's only in proportion to its part of the requests there.
+Nothing is shared but the server's own counts: no file, no database, jobs of different machines and
+databases coordinate alike. A server without ``/metrics`` or its KV cache gives no share.
 """
 
 from __future__ import annotations
@@ -86,7 +92,9 @@ def server_share(fit: int, own_in_flight: int, load: ServerLoad) -> int | None:
     others = others_in_flight(load, own_in_flight)
     if others is None or others < max(NOISE, NOISE_SHARE * fit):
         return None  # a scrape and the client's count differ by the replies between them
-    share = fit - others
+    # What the others leave, and at least this job's part of the fit in proportion to what it holds
+    # (jobs that started together at the fit scale down together, not each to nothing)
+    share = max(fit - others, math.ceil(fit * own_in_flight / (own_in_flight + others)))
     if own_in_flight > others:  # give way: the others may climb to their half
         share = min(share, max(others, math.ceil(fit / 2)))
     return max(1, math.floor(share))

@@ -116,3 +116,14 @@ def test_a_limit_draining_after_a_cut_is_no_other_job() -> None:
         limiter.on_server_load(load(counted))  # what the server ran when asked, a moment ago
         assert limiter.update(in_flight=in_flight) is None
         assert limiter.share is None
+
+
+def test_a_queue_beside_another_jobs_requests_backs_off_only_this_jobs_part() -> None:
+    """Both jobs started at the fit: the server runs 60 of their 154 and queues the rest. Each takes its
+    half of the queue as its own, not all of it (which would send both to the minimum)."""
+    clock = FakeClock()
+    limiter = AdaptiveLimit(maximum=512, timeout_s=900, clock=clock, fit=FIT_64)
+    limiter.update(in_flight=64)
+    limiter.on_server_load(load(60, waiting=68))
+    change = limiter.update(in_flight=64)
+    assert change is not None and change.new == 30 and "queues" in change.reason

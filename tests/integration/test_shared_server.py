@@ -1,0 +1,78 @@
+"""Two jobs with `concurrency: auto` on one simulator process whose KV cache holds few of their requests:
+each starts where its requests fit, takes the other's requests on the server as taken, and both finish
+without their limits together overshooting the fit."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from tests.support.datasets import build_postings
+from tests.support.jobs import table_rows, write_job
+from tests.support.processes import pipeline_command, sim_process, subprocess_env
+
+pytestmark = pytest.mark.integration
+
+RECORDS = 150
+
+
+def events(stderr: str) -> list[dict[str, Any]]:
+    found = []
+    for line in stderr.splitlines():
+        try:
+            event = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(event, dict):
+            found.append(event)
+    return found
+
+
+def test_two_auto_jobs_share_one_server_and_neither_overshoots_the_fit(tmp_path: Path) -> None:
+    # 40,000 KV tokens: ~40 of these requests at max_tokens 512, more once their answers are measured
+    args = ("--model", "test-model", "--profile", "gpt-oss-120b", "--speed", "20", "--kv-tokens", "40000")
+    with sim_process(*args) as sim:
+        children = []
+        for name in ("first", "second"):
+            folder = tmp_path / name
+            folder.mkdir()
+            build_postings(folder / "postings.duckdb", RECORDS)
+            job = write_job(
+                folder,
+                name=name,
+                database="postings.duckdb",
+                endpoint={"base_url": sim.url},
+                concurrency="auto",
+                max_concurrency=256,
+                max_tokens=512,
+                request_timeout_s=120,
+            )
+            command = pipeline_command("run", str(job), "--log-format", "json")
+            child = subprocess.Popen(
+                command, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=subprocess_env()
+            )
+            children.append(child)
+        outputs = [child.communicate(timeout=60)[1] for child in children]
+    for child, stderr in zip(children, outputs, strict=True):
+        assert child.returncode == 0, stderr[-2000:]
+    for name in ("first", "second"):
+        assert table_rows(tmp_path / name / "postings.duckdb", "SELECT count(*) FROM results") == [(RECORDS,)]
+    fits, lasts = [], []
+    for stderr in outputs:
+        said = events(stderr)
+        started = [e for e in said if str(e.get("event", "")).startswith("concurrency auto starts where")]
+        assert len(started) == 1, said[-5:]
+        fit = int(started[0]["event"].rsplit(" ", 1)[1])
+        changes = [e for e in said if e.get("event") == "concurrency limit changed"]
+        measured = re.findall(r"(\d+) requests of this job fit", " ".join(e["reason"] for e in changes))
+        fit = max([fit, *map(int, measured)])
+        assert all(change["new"] <= fit * 1.1 for change in changes), [c["reason"] for c in changes]
+        fits.append(fit)
+        lasts.append(changes[-1]["new"] if changes else fit)
+    # Both started at the fit; together they came down to what the server holds, not each at the fit.
+    assert max(fits) / 4 <= sum(lasts) <= 1.1 * max(fits), (fits, lasts)
