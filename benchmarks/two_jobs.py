@@ -15,15 +15,34 @@ only its own signals); for contrast two jobs at a fixed c=256 each. A job's time
 timed-out request is sent again); the pair's throughput is both jobs' records over the later one's
 time, against the job alone. Runs stop at ``--cap`` times the lone job's time. Prints a Markdown table;
 nothing here is a pass/fail test.
+
+``--processes`` measures from outside instead: `pipeline run` processes (each its own database) against
+one `pipeline sim` process with that KV cache (its engine queues past the cache rather than collapsing),
+one auto job of 2 x records alone, then two of records at once; times are the runs rows' ended_at -
+started_at.
+
+    .venv/bin/python benchmarks/two_jobs.py --processes --records 1500     # ~3 minutes
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
+from pathlib import Path
+
+import duckdb
+import yaml
 
 from pipeline.bench.closed_loop import JobResult, Scenario, Workload, run_jobs
+from pipeline.bench.datasets import build_postings
 from pipeline.sim.profiles import REFERENCE_OUTPUT_TOKENS, REFERENCE_PROMPT_TOKENS
 
 
@@ -57,6 +76,110 @@ def row(label: str, jobs: list[JobResult], alone: float) -> tuple[object, ...]:
     )
 
 
+REPO = Path(__file__).resolve().parents[1]
+REQUEST_TOKENS = 2300  # the postings job's prompt with its schema and a low-reasoning answer (measured)
+
+
+@contextmanager
+def simulator(kv_requests: int, speed: float) -> Iterator[str]:
+    """One `pipeline sim` whose KV cache holds ``kv_requests`` of the job's requests; its base URL."""
+    args = ["--profile", "gpt-oss-120b", "--model", "bench-model", "--max-num-seqs", "512"]
+    args += ["--kv-tokens", str(kv_requests * REQUEST_TOKENS), "--speed", f"{speed:g}"]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pipeline", "sim", "--port", "0", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        start_new_session=True,
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        if " at http://" not in line:
+            raise RuntimeError(f"the simulator did not start: {line}")
+        yield line.rsplit(" at ", 1)[1].strip()
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait()
+
+
+def start_job(folder: Path, url: str, records: int, concurrency: int | str) -> subprocess.Popen[str]:
+    folder.mkdir()
+    build_postings(folder / "job.duckdb", records)
+    job = {
+        "name": folder.name,
+        "database": "job.duckdb",
+        "source": {"table": "postings", "fields": ["title", "description"]},
+        "prompt": {"system": "Extract the posting.", "user": "{title}\n\n{description}"},
+        "schema": "schemas.linkedin:JobPosting",
+        "model": "bench-model",
+        "endpoint": {"base_url": url},
+        "concurrency": concurrency,
+        "max_concurrency": 512,
+        "max_tokens": 2048,
+        "reasoning_effort": "low",
+        "request_timeout_s": 900,
+    }
+    (folder / "job.yaml").write_text(yaml.safe_dump(job))
+    return subprocess.Popen(
+        [sys.executable, "-m", "pipeline", "run", str(folder / "job.yaml"), "--progress", "log"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        cwd=REPO,
+    )
+
+
+def finished(children: list[tuple[Path, subprocess.Popen[str]]]) -> list[tuple[int, float]]:
+    """Each job's records done and seconds, from its runs row, once its process ended."""
+    found = []
+    for folder, child in children:
+        _, stderr = child.communicate()
+        if child.returncode != 0:
+            raise RuntimeError(f"pipeline run exited {child.returncode}: {stderr[-2000:]}")
+        with duckdb.connect(str(folder / "job.duckdb"), read_only=True) as connection:
+            row = connection.execute(
+                "SELECT done, epoch(ended_at) - epoch(started_at) FROM runs ORDER BY run_id DESC LIMIT 1"
+            ).fetchone()
+        assert row is not None
+        found.append((int(row[0]), float(row[1])))
+    return found
+
+
+def main_processes(records: int, kv_requests: int, speed: float, fixed: int) -> None:
+    started = time.perf_counter()
+    rows = []
+    with tempfile.TemporaryDirectory() as place:
+        folder = Path(place)
+        setups: list[tuple[str, list[tuple[str, int, int | str]]]] = [
+            (f"one auto job of {2 * records:,}", [("alone", 2 * records, "auto")]),
+            (f"two auto jobs of {records:,}", [("a", records, "auto"), ("b", records, "auto")]),
+            (f"two jobs of {records:,} at c={fixed}", [("fa", records, fixed), ("fb", records, fixed)]),
+        ]
+        alone = None
+        with simulator(kv_requests, speed) as url:
+            for label, jobs in setups:
+                children = [(folder / name, start_job(folder / name, url, n, c)) for name, n, c in jobs]
+                done = finished(children)
+                pair = sum(count for count, _ in done) / max(seconds for _, seconds in done)
+                alone = alone or pair
+                times = ", ".join(f"{seconds:.0f}" for _, seconds in done)
+                slower = max(s for _, s in done) / min(s for _, s in done)
+                rows.append((label, times, f"{slower:.2f}", f"{pair:.1f}", f"{pair / alone:.3f}"))
+                print(f"  {label}: {times} s", file=sys.stderr)
+    header = ("jobs", "each job's time (s)", "slower / faster", "records/s (both)", "against one job alone")
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for values in rows:
+        print("| " + " | ".join(str(value) for value in values) + " |")
+    print(
+        f"\npipeline sim --speed {speed:g}, KV cache for {kv_requests}, "
+        f"{time.perf_counter() - started:.0f} s wall"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -65,7 +188,12 @@ def main() -> None:
     parser.add_argument("--kv-requests", type=int, default=64, help="requests the KV cache holds")
     parser.add_argument("--fixed", type=int, default=256, help="the contrast's fixed concurrency")
     parser.add_argument("--cap", type=float, default=10.0, help="stop runs at this x the lone job's time")
+    parser.add_argument("--processes", action="store_true", help="pipeline run against pipeline sim")
+    parser.add_argument("--speed", type=float, default=60.0, help="--processes: the simulator's speed")
     args = parser.parse_args()
+    if args.processes:
+        main_processes(args.records, args.kv_requests, args.speed, args.fixed)
+        return
     started = time.perf_counter()
     server = scenario(args.kv_requests)
     (one,) = run_jobs(server, [(2 * args.records, None)])

@@ -73,14 +73,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pipeline.servers.knee_search import DEFAULT_TUNING, KneeMemory, KneeSearch, ServerLoad, Tuning, Window
-from pipeline.servers.sharing import (
-    NOISE,
-    NOISE_SHARE,
-    SCRAPES,
-    RequestFit,
-    others_in_flight,
-    settled_share,
-)
+from pipeline.servers.sharing import RequestFit, ServerShare
 
 DEFAULT_INITIAL = 8
 
@@ -130,11 +123,7 @@ class AdaptiveLimit:
         first = self._precision_for(self._knee.reach_up)  # what the first step needs: a ramp's or a small one
         # From nothing in flight a short window will do: the opening level is small, or known to be good.
         self._window = Window(self._limit, clock(), grew=True, precision=first, share=tuning.window_share)
-        self._fit: RequestFit | None = None
-        self._fit_refined = False
-        self._share: int | None = None  # this job's share of a server other jobs use
-        self._in_flight = self._own_peak = 0  # this job's in flight at the last update, most since a scrape
-        self._scrapes: list[tuple[ServerLoad, int]] = []  # the last scrapes, with this job's in flight
+        self._server = ServerShare()  # the fit, and this job's share of a server others use
         if fit is not None and known_knee is None:
             self.start_at_fit(fit)
 
@@ -143,7 +132,7 @@ class AdaptiveLimit:
         (small steps from there, no ramp) when that is below the maximum, and keep ``fit`` for the job's
         share of the server; not after an earlier run's knee, nor once anything was measured. Returns the
         new start level, or None when the start stays."""
-        self._fit = fit
+        self._server.fit = fit
         level = fit.requests
         if not self._opening or self._measured or self._window.replies or not level:
             return None
@@ -168,7 +157,7 @@ class AdaptiveLimit:
     @property
     def share(self) -> int | None:
         """This job's share of the server while other jobs' requests run there (None: none do)."""
-        return self._share
+        return self._server.share
 
     @property
     def ceiling(self) -> int | None:
@@ -202,9 +191,7 @@ class AdaptiveLimit:
     def on_server_load(self, load: ServerLoad) -> None:
         self._window.scrape(load)
         self._load = load
-        # This job's most in flight since the last scrape: the server counted at some moment since.
-        self._scrapes = [*self._scrapes[1 - SCRAPES :], (load, self._own_peak)]
-        self._own_peak = self._in_flight
+        self._server.scraped(load)
 
     def update(self, *, in_flight: int | None = None) -> LimitChange | None:
         """Decide, at most once per window (a server signal may decide sooner); None: no change.
@@ -213,9 +200,7 @@ class AdaptiveLimit:
         full, as it is while records are pending."""
         now, window = self._clock(), self._window
         window.sample(self._limit if in_flight is None else in_flight)
-        own, self._in_flight = self._in_flight, self._limit if in_flight is None else in_flight
-        self._own_peak = max(self._own_peak, self._in_flight)
-        shared = self._share_cut(now, max(own, self._in_flight))
+        shared = self._share_cut(now, self._limit if in_flight is None else in_flight)
         if shared is not None:
             return shared
         signal = self._server_signal(window)
@@ -233,35 +218,19 @@ class AdaptiveLimit:
     def _share_cut(self, now: float, in_flight: int) -> LimitChange | None:
         """Other jobs' requests on the server: this job's share (the fit less theirs) is a ceiling the
         limit drops to at once when it is well above (a scrape's counts move by a few)."""
-        if self._fit is None:
-            return None
-        fit = self._fit.requests
-        settled = settled_share(fit, in_flight, self._scrapes)
-        self._share = settled[0] if settled is not None else None
+        settled = self._server.counted(in_flight)
         if settled is None or self._limit <= settled[0] + max(2, self._tuning.min_step * self._limit):
             return None
         share, others = settled
-        # Not a level that did worse (no bound, no ceiling): the share moves with the others' requests.
-        knee = self._knee
-        if share < knee.best:
-            knee.best, knee.best_tp, knee.best_error = share, None, math.inf
-            knee.lo = knee.lo if knee.lo is not None and knee.lo < share else None
-        knee.hi = None if knee.hi is not None and knee.hi <= share else knee.hi
-        knee.reach_up = knee.reach_down = knee.smallest
-        knee.held, self._at_knee, self._opening = 0, False, False
+        self._knee.shared(share)  # not a level that did worse: the share moves with the others' requests
+        self._at_knee = self._opening = False
+        fit = self._server.fit.requests if self._server.fit is not None else share
         reason = f"{others:.0f} other requests on a server where {fit} fit: this job's share is {share}"
         return self._set(now, share, f"{reason}: down to {share}")
 
-    def _own_part(self, load: ServerLoad) -> float:
-        """This job's part of what a scrape shows on the server: 1 alone, less beside other jobs."""
-        others = others_in_flight(load, self._own_peak)
-        if others is None or others < max(NOISE, NOISE_SHARE * self._limit):
-            return 1.0
-        return self._own_peak / (self._own_peak + others)
-
     def _cap(self) -> int:
         """The highest level the search may try now: the maximum, a server signal's ceiling, the share."""
-        return min(level for level in (self.maximum, self._ceiling, self._share) if level is not None)
+        return min(level for level in (self.maximum, self._ceiling, self._server.share) if level is not None)
 
     def _server_signal(self, window: Window) -> tuple[int, str, bool] | None:
         """A queue (and the level the server runs, True), or preemptions (False), or None."""
@@ -277,7 +246,7 @@ class AdaptiveLimit:
         if waiting is not None and queued >= tuning.waiting_share * len(scrapes) and waiting > tolerated:
             runs = f", {running:.0f} running" if running is not None else ""
             scraped = f"mean of {len(scrapes)} scrapes" if len(scrapes) > 1 else "one scrape"
-            mine = self._own_part(scrapes[-1])  # another job's requests queue there too
+            mine = self._server.own_part(scrapes[-1], limit)  # another job's requests queue there too
             level = limit - max(1, round(waiting * mine))
             if len(scrapes) < tuning.min_scrapes:  # flooded: the server may still be filling up
                 level = min(level, round((scrapes[-1].running or level) * mine))
@@ -376,7 +345,8 @@ class AdaptiveLimit:
             words += self._aim_up(window)
         refit = self._refit(window)
         if refit is not None:
-            return self._set(now, refit, f"{words}: {self._fit_words()}: trying {refit}")
+            fit_words = self._server.fit.words if self._server.fit is not None else ""
+            return self._set(now, refit, f"{words}: {fit_words}: trying {refit}")
         cap = self._cap()
         target = knee.next_probe(cap, self.minimum)
         self._at_knee = target is None
@@ -398,30 +368,16 @@ class AdaptiveLimit:
     def _refit(self, window: Window) -> int | None:
         """Once, at the first window of a start at the fit: the fit by the replies' answers and the KV
         cache they hold; the level to try when it is a step or more from the limit."""
-        if self._fit is None or self._fit_refined or not window.replies:
-            return None
-        self._fit_refined = True
-        answers = [tokens for tokens, _ in window.replies if tokens > 0]
-        if not answers:
-            return None
         kv = window.mean([load.kv_usage for load in window.scrapes])
         running = window.mean([load.running for load in window.scrapes])
-        self._fit = self._fit.measured(sum(answers) / len(answers), kv, running)
-        settled = settled_share(self._fit.requests, self._in_flight, self._scrapes)
-        self._share = settled[0] if settled is not None else None
+        fit = self._server.refine([tokens for tokens, _ in window.replies if tokens > 0], kv, running)
+        if fit is None:
+            return None
         # Up no more than a descent at once: the fit is the KV cache's word, and a peak may lie below it.
         level = min(
-            self._cap(), max(self.minimum, self._fit.requests), math.ceil(self._limit * self._tuning.descent)
+            self._cap(), max(self.minimum, fit.requests), math.ceil(self._limit * self._tuning.descent)
         )
         return level if abs(math.log(level / self._limit)) >= self._knee.smallest else None
-
-    def _fit_words(self) -> str:
-        fit = self._fit
-        assert fit is not None
-        return (
-            f"{fit.requests} requests of this job fit in the KV cache "
-            f"(~{fit.prompt_tokens:.0f} prompt and {fit.answer_tokens:.0f} answer tokens each, as measured)"
-        )
 
     def _aim_up(self, window: Window) -> str:
         """What ``/metrics`` say about the next step up from the best level (the window's). Near a full KV

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from pipeline.servers.capacity import requests_that_fit
 from pipeline.servers.knee_search import ServerLoad
@@ -78,6 +78,13 @@ class RequestFit:
             prompt = max(prompt, held - answer_tokens / 2)
         return replace(self, prompt_tokens=prompt, answer_tokens=max(1.0, answer_tokens))
 
+    @property
+    def words(self) -> str:
+        return (
+            f"{self.requests} requests of this job fit in the KV cache (~{self.prompt_tokens:.0f} prompt "
+            f"and {self.answer_tokens:.0f} answer tokens each, as measured)"
+        )
+
 
 def others_in_flight(load: ServerLoad, own_in_flight: int) -> float | None:
     """Requests on the server (running and waiting) that are not this job's; None when it does not say."""
@@ -117,3 +124,46 @@ def settled_share(
             return None
         found.append((share, others_in_flight(load, own) or 0.0))
     return max(found)
+
+
+@dataclass(slots=True)
+class ServerShare:
+    """One job's view of a server others may use: the fit, its own in flight, the last scrapes, its share."""
+
+    fit: RequestFit | None = None
+    refined: bool = False  # the fit was refined by a window's replies
+    share: int | None = None  # None: no other job's requests there (or nothing known)
+    in_flight: int = 0  # this job's in flight at the last count
+    own_peak: int = 0  # the most since the last scrape: the server counted at some moment since
+    scrapes: list[tuple[ServerLoad, int]] = field(default_factory=list)  # with this job's in flight
+
+    def scraped(self, load: ServerLoad) -> None:
+        self.scrapes = [*self.scrapes[1 - SCRAPES :], (load, self.own_peak)]
+        self.own_peak = self.in_flight
+
+    def counted(self, in_flight: int) -> tuple[int, float] | None:
+        """This job's in flight now; its share and the others' requests, when others are there."""
+        own, self.in_flight = self.in_flight, in_flight
+        self.own_peak = max(self.own_peak, in_flight)
+        return self._settle(max(own, in_flight))
+
+    def _settle(self, own: int) -> tuple[int, float] | None:
+        settled = settled_share(self.fit.requests, own, self.scrapes) if self.fit is not None else None
+        self.share = settled[0] if settled is not None else None
+        return settled
+
+    def own_part(self, load: ServerLoad, limit: int) -> float:
+        """This job's part of what a scrape shows on the server: 1 alone, less beside other jobs."""
+        others = others_in_flight(load, self.own_peak)
+        if others is None or others < max(NOISE, NOISE_SHARE * limit):
+            return 1.0
+        return self.own_peak / (self.own_peak + others)
+
+    def refine(self, answers: list[float], kv_used: float | None, running: float | None) -> RequestFit | None:
+        """Once: the fit by a window's answers (their tokens) and the KV use its scrapes saw."""
+        if self.fit is None or self.refined or not answers:
+            return None
+        self.refined = True
+        self.fit = self.fit.measured(sum(answers) / len(answers), kv_used, running)
+        self._settle(self.in_flight)
+        return self.fit
