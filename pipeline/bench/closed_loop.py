@@ -11,10 +11,11 @@ times faster than the client's, which the controller, the timeout and the cadenc
 updates use (a 2-minute reply at ``speed`` 120 takes one second of the client's, which still scrapes
 every second). Durations and every number reported are in the profile's own (unscaled) seconds.
 
-The server collapses past its KV cache (:class:`ThrashingEngine`), as a real one does: a dense 49B gave
-695 tok/s at c=256 and 515 at c=320, past its cache. The simulator's engine alone flattens there (it
-admits what fits and preempts the newest, whose recomputation is a cheap prefill), which hides what
-overshooting costs. vLLM admits a request when its prompt fits, so past the cache every decode step
+The server collapses past its KV cache (the simulator engine's ``thrash``,
+:data:`~pipeline.sim.engine.KV_THRASH`), as a real one does: a dense 49B gave 695 tok/s at c=256 and
+515 at c=320, past its cache. Without it the engine flattens there (it admits what fits and preempts
+the newest, whose recomputation is a cheap prefill), which hides what overshooting costs. vLLM admits
+a request when its prompt fits, so past the cache every decode step
 must free blocks: it preempts running requests and recomputes them (prompt and all they had generated)
 again and again, and the share of the GPU's time spent on that grows with how far the requests the
 scheduler would run (running, and waiting up to ``--max-num-seqs``) overcommit the cache by the tokens
@@ -39,11 +40,11 @@ from pipeline.servers.knee_search import DEFAULT_TUNING, KneeMemory, ServerLoad,
 from pipeline.servers.limits import AdaptiveLimit, LimitChange
 from pipeline.servers.router import METRICS_EVERY_S, TICK_S
 from pipeline.servers.sharing import RequestFit
-from pipeline.sim.engine import Engine, Sequence
+from pipeline.sim.engine import KV_THRASH, Engine, Sequence
 from pipeline.sim.profiles import PROFILES, REFERENCE_OUTPUT_TOKENS, REFERENCE_PROMPT_TOKENS
 
 #: The collapse past the KV cache: decoding at (cache / demanded) ** THRASH of its speed (the 49B's fall).
-THRASH = 1.35
+THRASH = KV_THRASH
 
 
 class _VirtualSelector(selectors.BaseSelector):
@@ -87,26 +88,6 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
 
     def time(self) -> float:
         return self._virtual.now
-
-
-class ThrashingEngine(Engine):
-    """The simulator's engine with the collapse past the KV cache of the module docstring."""
-
-    def __init__(self, *args: Any, thrash: float = THRASH, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.thrash = thrash
-
-    def overcommit(self) -> float:
-        """The KV tokens the requests the scheduler would run will hold when done, over the cache."""
-        room = max(0, self.max_num_seqs - len(self._running))
-        wanting = [*self._running, *list(self._waiting)[:room]]
-        demanded = sum(s.prompt_tokens + s.output_tokens for s in wanting)
-        return demanded / self.kv_cache_tokens
-
-    def _per_sequence_rate(self, batch: int) -> float:
-        rate = super()._per_sequence_rate(batch)
-        overcommit = self.overcommit() if self.thrash > 0 else 0.0
-        return rate / overcommit**self.thrash if overcommit > 1.0 else rate
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,8 +260,8 @@ def _prepare(scenario: Scenario, fixed: int | None, clock: Callable[[], float]) 
     return _Run(scenario, engine, controller, fixed or 0, random.Random(scenario.workload.seed))
 
 
-def _engine(scenario: Scenario, clock: Callable[[], float]) -> ThrashingEngine:
-    return ThrashingEngine(
+def _engine(scenario: Scenario, clock: Callable[[], float]) -> Engine:
+    return Engine(
         PROFILES[scenario.profile],
         thrash=scenario.thrash,
         speed=scenario.speed,

@@ -41,6 +41,14 @@ KvCacheTokensOption = Annotated[
         "the tokens they hold (/metrics: num_gpu_blocks = N / 16).",
     ),
 ]
+KvThrashOption = Annotated[
+    float | None,
+    typer.Option(
+        min=0,
+        help="How steeply throughput falls past the KV cache: decoding at (cache / demanded) ** X of its "
+        "speed (default 1.35 with --kv-tokens, a dense 49B's fall past c=256; else 0: it only flattens).",
+    ),
+]
 PrefixCachingOption = Annotated[
     bool,
     typer.Option(
@@ -131,6 +139,7 @@ def sim(
     speed: SpeedOption = 1.0,
     max_num_seqs: MaxNumSeqsOption = None,
     kv_cache_tokens: KvCacheTokensOption = None,
+    kv_thrash: KvThrashOption = None,
     prefix_caching: PrefixCachingOption = True,
     latency: LatencyOption = 0.0,
     seconds_per_token: SecondsPerTokenOption = 0.0,

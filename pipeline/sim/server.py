@@ -30,7 +30,7 @@ from pipeline.sim.answers import (
     plan_answer,
     prompt_tokens,
 )
-from pipeline.sim.engine import Engine, Sequence
+from pipeline.sim.engine import KV_THRASH, Engine, Sequence
 from pipeline.sim.http import HttpRequest, HttpResponse
 from pipeline.sim.metrics import CacheConfig, vllm_metrics
 from pipeline.sim.profiles import PROFILES
@@ -61,6 +61,7 @@ class SimConfig:
     speed: float = 1.0  # time compression of the engine
     max_num_seqs: int | None = None  # override the profile's
     kv_cache_tokens: int | None = None  # override the profile's (its ``num_gpu_blocks`` x 16 in /metrics)
+    kv_thrash: float | None = None  # the fall past the KV cache (engine.py); None: on with kv_cache_tokens
     prefix_caching: bool = (
         True  # off: every prompt token prefilled, no hits (vLLM's --no-enable-prefix-caching)
     )
@@ -142,6 +143,7 @@ class SimServer:
                 max_num_seqs=config.max_num_seqs,
                 kv_cache_tokens=config.kv_cache_tokens,
                 prefix_caching=config.prefix_caching,
+                thrash=_thrash(config),
             )
             if profile is not None
             else None
@@ -424,3 +426,10 @@ class SimServer:
     @staticmethod
     def _sse(payload: dict[str, Any]) -> bytes:
         return b"data: " + orjson.dumps(payload) + b"\n\n"
+
+
+def _thrash(config: SimConfig) -> float:
+    """A KV cache given in tokens is one to overshoot: past it throughput falls, as a real server's does."""
+    if config.kv_thrash is not None:
+        return config.kv_thrash
+    return KV_THRASH if config.kv_cache_tokens else 0.0

@@ -73,7 +73,9 @@ def test_a_shared_system_prompt_shows_its_hit_rate_in_status_the_runs_table_and_
 
 def test_prefix_caching_off_is_warned_about_once_naming_the_server(tmp_path: Path) -> None:
     # A KV cache just over 3 of these prompts (~610 tokens each): their growing answers preempt some.
-    job, url, run, server = run_against_sim(tmp_path, "--no-prefix-caching", "--kv-cache-tokens", "1950")
+    job, url, run, server = run_against_sim(
+        tmp_path, "--no-prefix-caching", "--kv-cache-tokens", "1950", "--kv-thrash", "0"
+    )
     status = status_json(job)
     expected = (
         "prefix-cache hit rate 0%: the record text may come before the shared part of the prompt, "

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from pipeline.sim.engine import Engine, Sequence
+from pipeline.sim.engine import KV_THRASH, Engine, Sequence
 from pipeline.sim.profiles import PROFILES, REFERENCE_OUTPUT_TOKENS, REFERENCE_PROMPT_TOKENS, Profile
 
 pytestmark = pytest.mark.anyio
@@ -75,6 +75,17 @@ async def test_kv_cache_limit_preempts_and_collapses() -> None:
     assert crowded < 0.8 * base.measured_at(128)  # far below what 128 streams give with room to spare
     assert tight.metrics.peak_running < 128
     assert tight.metrics.peak_kv_usage <= 1.0 + 1e-6
+
+
+async def test_past_the_kv_cache_throughput_falls_with_thrash_and_flattens_without() -> None:
+    base = PROFILES["gpt-oss-120b"]
+    small_kv = Profile("small", base.measured, max_num_seqs=512, kv_cache_tokens=64 * 2000,
+                       prefill_tokens_per_s=base.prefill_tokens_per_s)  # fmt: skip
+    peak = await drive(Engine(small_kv, speed=300, thrash=KV_THRASH), 64, per_client=3)
+    flattened = await drive(Engine(small_kv, speed=300), 128, per_client=3)
+    collapsed = await drive(Engine(small_kv, speed=300, thrash=KV_THRASH), 128, per_client=3)
+    assert collapsed < 0.8 * peak  # twice the requests that fit: less than at the fit, not just no more
+    assert collapsed < 0.8 * flattened
 
 
 async def test_prefix_cache_saves_prefill() -> None:
