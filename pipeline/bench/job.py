@@ -11,9 +11,7 @@ from pipeline.errors import ConfigError
 from pipeline.extraction.prompt import PromptBuilder, client_settings
 from pipeline.job.spec import JobSpec
 from pipeline.servers.client import LLMClient
-from pipeline.source.db import quote
-from pipeline.source.pending import sample_sql
-from pipeline.source.relation import source_relation
+from pipeline.source.pending import sampled_fields
 from pipeline.store.opening import open_for_reading
 
 SAMPLE_SEED = 0
@@ -21,21 +19,16 @@ SAMPLE_SEED = 0
 
 def job_requests(spec: JobSpec, records: int) -> list[dict[str, Any]]:
     """The request bodies the job would send for a seeded sample of ``records`` of its source."""
-    names = spec.source.fields
-    sql = (
-        f"SELECT {', '.join(quote(name) for name in names)} FROM {source_relation(spec)} "
-        f"WHERE {quote(spec.source.id_column)} IN ({sample_sql(spec)})"
-    )
     connection = open_for_reading(spec)
     try:
-        rows = connection.rows(sql, {"seed": SAMPLE_SEED, "sample": records})
+        fields = sampled_fields(connection, spec, records, SAMPLE_SEED)
     finally:
         connection.close()
-    if not rows:
+    if not fields:
         raise ConfigError(f"{spec.source_file}: the source has no records to send")
     prompts = PromptBuilder(spec)
     client = LLMClient(client_settings(spec))  # only to build the bodies: it sends nothing
-    return [client.request_body(prompts.request_for(dict(zip(names, row, strict=True)))) for row in rows]
+    return [client.request_body(prompts.request_for(record)) for record in fields]
 
 
 def with_job(options: BenchOptions, spec: JobSpec, records: int) -> BenchOptions:

@@ -55,9 +55,7 @@ from pipeline.servers.capacity import (
 )
 from pipeline.servers.client import ChatRequest, LLMClient, Reply
 from pipeline.servers.config import EndpointConfig
-from pipeline.source.db import quote
-from pipeline.source.pending import sample_sql
-from pipeline.source.relation import source_relation
+from pipeline.source.pending import sampled_fields
 from pipeline.store.opening import open_for_reading
 
 DEFAULT_PROBES = 3
@@ -172,19 +170,14 @@ async def check_job(
 
 def sample_fields(spec: JobSpec, records: int, seed: int) -> list[dict[str, object]]:
     """The fields of a seeded sample of ``records`` source records (``--sample N --seed S``'s)."""
-    names = spec.source.fields
-    sql = (
-        f"SELECT {', '.join(quote(name) for name in names)} FROM {source_relation(spec)} "
-        f"WHERE {quote(spec.source.id_column)} IN ({sample_sql(spec)})"
-    )
     connection = open_for_reading(spec)
     try:
-        rows = connection.rows(sql, {"seed": seed, "sample": records})
+        fields = sampled_fields(connection, spec, records, seed)
     finally:
         connection.close()
-    if not rows:
+    if not fields:
         raise ConfigError(f"{spec.source_file}: the source has no records to probe the server with")
-    return [dict(zip(names, row, strict=True)) for row in rows]
+    return fields
 
 
 async def _pending(spec: JobSpec) -> int | None:

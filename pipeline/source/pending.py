@@ -25,7 +25,7 @@ from typing import Any
 from pipeline.errors import FailureClass
 from pipeline.job.spec import JobSpec
 from pipeline.job.variants import rerun_of
-from pipeline.source.db import quote
+from pipeline.source.db import Database, quote
 from pipeline.source.relation import source_relation
 from pipeline.source.versions import JOB_CAUSES, JobVersion, StaleCause, content_hash_sql, stale_conditions
 
@@ -51,6 +51,18 @@ def sample_sql(spec: JobSpec) -> str:
         f"ORDER BY md5(concat(CAST($seed AS VARCHAR), ':', CAST({id_column} AS VARCHAR))), {id_column} "
         "LIMIT $sample"
     )
+
+
+def sampled_fields(connection: Database, spec: JobSpec, records: int, seed: int) -> list[dict[str, object]]:
+    """The job's source fields of the seeded sample of ``records`` records (``--sample N --seed S``):
+    what the job would send for them, read once for probes and sweeps."""
+    names = spec.source.fields
+    sql = (
+        f"SELECT {', '.join(quote(name) for name in names)} FROM {source_relation(spec)} "
+        f"WHERE {quote(spec.source.id_column)} IN ({sample_sql(spec)})"
+    )
+    rows = connection.rows(sql, {"seed": seed, "sample": records})
+    return [dict(zip(names, row, strict=True)) for row in rows]
 
 
 @dataclass(frozen=True, slots=True)
