@@ -28,18 +28,20 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from pathlib import Path
 
 import duckdb
 import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from auto_first_run import simulator as start_simulator
 
 from pipeline.bench.closed_loop import JobResult, Scenario, Workload, run_jobs
 from pipeline.bench.datasets import build_postings
@@ -80,28 +82,11 @@ REPO = Path(__file__).resolve().parents[1]
 REQUEST_TOKENS = 2300  # the postings job's prompt with its schema and a low-reasoning answer (measured)
 
 
-@contextmanager
-def simulator(kv_requests: int, speed: float) -> Iterator[str]:
+def simulator(kv_requests: int, speed: float) -> AbstractContextManager[str]:
     """One `pipeline sim` whose KV cache holds ``kv_requests`` of the job's requests; its base URL."""
     args = ["--profile", "gpt-oss-120b", "--model", "bench-model", "--max-num-seqs", "512"]
     args += ["--kv-tokens", str(kv_requests * REQUEST_TOKENS), "--speed", f"{speed:g}"]
-    process = subprocess.Popen(
-        [sys.executable, "-m", "pipeline", "sim", "--port", "0", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        start_new_session=True,
-    )
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        if " at http://" not in line:
-            raise RuntimeError(f"the simulator did not start: {line}")
-        yield line.rsplit(" at ", 1)[1].strip()
-    finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait()
+    return start_simulator(args)
 
 
 def start_job(folder: Path, url: str, records: int, concurrency: int | str) -> subprocess.Popen[str]:
