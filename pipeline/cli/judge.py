@@ -118,6 +118,8 @@ def judge_command(
         raise fail(ConfigError("give one of --import, --export-gold and --model"), EXIT_CONFIG)
     if judge_model is not None and not model:
         raise fail(ConfigError("--judge-model goes with --model"), EXIT_CONFIG)
+    if judge_model is not None and not judge_model.strip():
+        raise fail(ConfigError("--judge-model: give a model name"), EXIT_CONFIG)
     spec = load_job_or_exit(job, database, variant)
     names = (spec.variant,) if variants is None else read_or_exit(lambda: _two_variants(spec, variants))
     if import_file is not None:

@@ -89,6 +89,7 @@ def test_two_variants_are_judged_blind(tmp_path: Path) -> None:
         ),
         (("--model", "--import", "a.jsonl"), "error: give one of --import, --export-gold and --model"),
         (("--judge-model", "other"), "error: --judge-model goes with --model"),
+        (("--model", "--judge-model", " "), "error: --judge-model: give a model name"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(judged: JobSpec, args: tuple[str, ...], said: str) -> None:
