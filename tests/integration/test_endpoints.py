@@ -8,13 +8,12 @@ from __future__ import annotations
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
 
-import orjson
 import pytest
 
 from tests.support.datasets import build_postings
 from tests.support.jobs import table_rows, write_job
+from tests.support.logged_run import json_log_lines as events
 from tests.support.processes import pipeline_command, sim_process, subprocess_env, wait_until
 from tests.support.proxy import round_robin_proxy
 
@@ -29,18 +28,6 @@ def run(job: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProc
         env=subprocess_env(),
         timeout=timeout,
     )
-
-
-def events(stderr: str) -> list[dict[str, Any]]:
-    found = []
-    for line in stderr.splitlines():
-        try:
-            event = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            continue
-        if isinstance(event, dict):
-            found.append(event)
-    return found
 
 
 def chat_requests(metrics: dict[str, float]) -> float:

@@ -11,7 +11,6 @@ first request and never more, so prompts never grow without bound. ``pytest -s``
 
 from __future__ import annotations
 
-import json
 import subprocess
 import time
 from collections import Counter
@@ -28,6 +27,7 @@ from pipeline.job.spec import load_job
 from pipeline.sim.answers import CHARS_PER_TOKEN, prompt_tokens
 from tests.support.datasets import build_postings
 from tests.support.jobs import table_rows, write_job
+from tests.support.logged_run import json_log_lines
 from tests.support.processes import REPO, SimProcess, pipeline_command, subprocess_env
 
 pytestmark = pytest.mark.integration
@@ -220,13 +220,7 @@ def restart_mid_run(case: Case, sim: SimProcess, run: subprocess.Popen[str], cou
 
 
 def log_entries(stderr: str) -> Iterator[dict[str, object]]:
-    for line in stderr.splitlines():
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(entry, dict):
-            yield entry
+    yield from json_log_lines(stderr)
 
 
 def log_events(stderr: str) -> Counter[str]:

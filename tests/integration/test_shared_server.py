@@ -7,30 +7,17 @@ from __future__ import annotations
 import re
 import subprocess
 from pathlib import Path
-from typing import Any
 
-import orjson
 import pytest
 
 from tests.support.datasets import build_postings
 from tests.support.jobs import table_rows, write_job
+from tests.support.logged_run import json_log_lines as events
 from tests.support.processes import pipeline_command, sim_process, subprocess_env
 
 pytestmark = pytest.mark.integration
 
 RECORDS = 150
-
-
-def events(stderr: str) -> list[dict[str, Any]]:
-    found = []
-    for line in stderr.splitlines():
-        try:
-            event = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            continue
-        if isinstance(event, dict):
-            found.append(event)
-    return found
 
 
 def test_two_auto_jobs_share_one_server_and_neither_overshoots_the_fit(tmp_path: Path) -> None:

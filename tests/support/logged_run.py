@@ -15,6 +15,20 @@ from typing import Any
 
 from tests.support.processes import REPO, pipeline_command, subprocess_env
 
+
+def json_log_lines(stderr: str) -> list[dict[str, Any]]:
+    """The JSON objects among a finished run's stderr lines, in order (other lines are skipped)."""
+    found = []
+    for line in stderr.splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict):
+            found.append(entry)
+    return found
+
+
 WAIT_S = 60.0  # the longest wait for any line or exit of a run that is meant to be killed
 FINISH_S = 240.0  # an uninterrupted run of a test job on a busy 2-core machine stays far below
 
