@@ -16,7 +16,16 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from pipeline.errors import ConfigError
 from pipeline.job.chunking import ChunkingSpec, check_chunk_field, checked_merges
@@ -49,10 +58,6 @@ from pipeline.servers.config import (
     checked_listen_host,
     resolve_endpoints,
 )
-
-#: DuckDB's buffer pool (it spills to disk beyond it). Part of a run's footprint: a job restarted over
-#: 10^6 rows peaked at 295-315 MB RSS with 128 MB, 277 MB with this (benchmarks/restart_million.py).
-DEFAULT_MEMORY_LIMIT = "96MB"
 
 #: The variant a job's own settings make; others are declared under ``variants:`` or given by --variant.
 MAIN_VARIANT = "main"
@@ -162,8 +167,10 @@ class JobSpec(_Strict):
     reasoning_effort: ReasoningEffort | None = "low"
     temperature: float | None = Field(default=0.0, ge=0.0, le=2.0)
     extra_body: dict[str, Any] = Field(default_factory=dict)
-    duckdb_memory_limit: str = Field(
-        default=DEFAULT_MEMORY_LIMIT, pattern=r"^\d+(\.\d+)?\s*(KB|MB|GB|TB|KiB|MiB|GiB|TiB)$"
+    # DuckDB's buffer pool; unset (None), the database's own default: source/db.py decides it
+    # (DEFAULT_MEMORY_LIMIT), where the database is opened, since the job sits below the source layer.
+    duckdb_memory_limit: str | None = Field(
+        default=None, pattern=r"^\d+(\.\d+)?\s*(KB|MB|GB|TB|KiB|MiB|GiB|TiB)$"
     )
     retry: RetrySpec = RetrySpec()
     operations: OperationsSpec = OperationsSpec()
@@ -174,6 +181,14 @@ class JobSpec(_Strict):
     source_file: Path = Field(default=Path("<memory>"), exclude=True)
     # Which variant's results this spec reads and writes (``main``: the job as written).
     variant: str = Field(default=MAIN_VARIANT, exclude=True)
+
+    @field_validator("duckdb_memory_limit", mode="before")
+    @classmethod
+    def _memory_limit_written_out(cls, value: object) -> object:
+        """None stands for "not given"; a job file that writes null gets the error it always got."""
+        if value is None:
+            raise PydanticCustomError("string_type", "Input should be a valid string")
+        return value
 
     @model_validator(mode="after")
     def _template_uses_known_fields(self) -> JobSpec:

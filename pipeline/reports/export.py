@@ -21,7 +21,7 @@ from pipeline.errors import ConfigError, DatabaseError
 from pipeline.job.spec import JobSpec
 from pipeline.quality.fields import schema_fields
 from pipeline.reports.flatten import flat_columns, select_list
-from pipeline.source.db import Database, quote
+from pipeline.source.db import Database, memory_limit_or_default, quote
 from pipeline.source.relation import source_relation
 from pipeline.store.opening import open_job_output
 from pipeline.store.read_copy import ReadCopy, read_copy_of
@@ -109,12 +109,13 @@ def export_memory_limit(spec: JobSpec) -> str:
     the way: at 128 MB every format ran out of memory on 20 KB results. The limit caps DuckDB's
     buffer pool and reserves nothing, so an export of small results stays small anyway.
     """
-    size = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMGT])(i?)B", spec.duckdb_memory_limit)
+    limit = memory_limit_or_default(spec.duckdb_memory_limit)
+    size = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMGT])(i?)B", limit)
     if size is None:  # the job spec's pattern lets nothing else through
         return EXPORT_MEMORY_FLOOR
     number, prefix, binary = size.groups()
     limit_bytes = float(number) * (1024 if binary else 1000) ** ("KMGT".index(prefix) + 1)
-    return spec.duckdb_memory_limit if limit_bytes >= 1e9 else EXPORT_MEMORY_FLOOR
+    return limit if limit_bytes >= 1e9 else EXPORT_MEMORY_FLOOR
 
 
 def side_path(out: Path, fmt: ExportFormat, part: str) -> Path:

@@ -18,7 +18,7 @@ from pipeline.errors import (
 from pipeline.job.spec import JobSpec
 from pipeline.servers.config import EndpointConfig
 from pipeline.servers.knee_search import KneeMemory
-from pipeline.source.db import UTC_NOW, Database, open_database, quote
+from pipeline.source.db import UTC_NOW, Database, memory_limit_or_default, open_database, quote
 from pipeline.source.loader import load_file
 from pipeline.source.relation import describe_source
 from pipeline.store.read_copy import open_read_copy
@@ -63,7 +63,8 @@ def _setup_error(spec: JobSpec, error: DatabaseError) -> ConfigError:
     the database, or the job's key when DuckDB ran out of memory (a memory limit of a few KB)."""
     if error.kind is DatabaseFailure.OUT_OF_MEMORY:
         return ConfigError(
-            f"{spec.source_file}: key 'duckdb_memory_limit': {spec.duckdb_memory_limit} is too small "
+            f"{spec.source_file}: key 'duckdb_memory_limit': "
+            f"{memory_limit_or_default(spec.duckdb_memory_limit)} is too small "
             f"for {spec.database} ({error.reason})"
         )
     return ConfigError(f"{spec.database}: cannot check the database ({error.reason})")

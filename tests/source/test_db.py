@@ -10,7 +10,16 @@ import duckdb
 import pytest
 
 from pipeline.errors import EXIT_ABORTED, EXIT_CONFIG, DatabaseError, DatabaseFailure, exit_code_for
-from pipeline.source.db import Database, open_database, reason, statement_kinds, translated_error
+from pipeline.source.db import (
+    DEFAULT_MEMORY_LIMIT,
+    Database,
+    memory_limit_or_default,
+    open_database,
+    reason,
+    statement_kinds,
+    translated_error,
+)
+from tests.support.jobs import make_job
 
 
 @pytest.fixture
@@ -45,6 +54,17 @@ def test_out_of_memory_names_the_job_key_and_is_a_configuration_error(database: 
     assert raised.value.kind is DatabaseFailure.OUT_OF_MEMORY
     assert "raise duckdb_memory_limit in the job" in str(raised.value)
     assert exit_code_for(raised.value) == EXIT_CONFIG
+
+
+def test_a_job_without_a_memory_limit_opens_its_database_with_the_default(tmp_path: Path) -> None:
+    """The job leaves the key None (it cannot see this module); the default is decided here, once."""
+    spec = make_job(tmp_path, records=0)
+    assert spec.duckdb_memory_limit is None and DEFAULT_MEMORY_LIMIT == "96MB"
+    assert memory_limit_or_default(spec.duckdb_memory_limit) == DEFAULT_MEMORY_LIMIT
+    assert memory_limit_or_default("2GB") == "2GB"
+    connection = open_database(spec.database, memory_limit=spec.duckdb_memory_limit)
+    assert connection.rows("SELECT current_setting('memory_limit')") == [("91.5 MiB",)]  # 96 MB
+    connection.close()
 
 
 def test_a_bad_line_of_a_file_is_named_without_its_text(database: Database, tmp_path: Path) -> None:
