@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import anyio
-import httpx2
 
+from pipeline.servers.http import SMALL_REQUEST_TIMEOUT_S, http_client, text_if_ok
 from pipeline.servers.scrape import GAUGES, SPEED, parse_metrics
 
 
@@ -38,14 +38,11 @@ class ServerObservation:
 
 async def watch(metrics_url: str, observation: ServerObservation, interval_s: float = 0.5) -> None:
     """Sample until cancelled; a server without /metrics leaves the observation unavailable."""
-    async with httpx2.AsyncClient(timeout=5.0) as client:
+    async with http_client(timeout_s=SMALL_REQUEST_TIMEOUT_S) as client:
         while True:
-            try:
-                response = await client.get(metrics_url)
-            except httpx2.TransportError:
-                response = None
-            if response is not None and response.status_code == 200:
-                values = parse_metrics(response.text)
+            text = await text_if_ok(client, metrics_url)
+            if text is not None:
+                values = parse_metrics(text)
                 observation.available = True
                 observation.first = observation.first or values
                 observation.last = values

@@ -18,11 +18,11 @@ from pathlib import Path
 from types import TracebackType
 
 import anyio
-import httpx2
 import structlog
 from anyio.abc import Process
 
 from pipeline.errors import LocalServerError
+from pipeline.servers.http import SMALL_REQUEST_TIMEOUT_S, http_client, text_if_ok
 
 log = structlog.get_logger("pipeline.local")
 
@@ -127,17 +127,14 @@ class LocalServer:
     async def _wait_until_healthy(self) -> None:
         started = anyio.current_time()
         health = self.base_url.removesuffix("/v1") + "/health"
-        async with httpx2.AsyncClient(timeout=5.0) as client:
+        async with http_client(timeout_s=SMALL_REQUEST_TIMEOUT_S) as client:
             with anyio.move_on_after(self.launch.startup_timeout_s):
                 while True:
                     self._raise_if_exited()
-                    try:
-                        if (await client.get(health)).status_code == 200:
-                            elapsed = anyio.current_time() - started
-                            log.info("local server ready", url=self.base_url, seconds=round(elapsed, 1))
-                            return
-                    except httpx2.TransportError:
-                        pass
+                    if await text_if_ok(client, health) is not None:
+                        elapsed = anyio.current_time() - started
+                        log.info("local server ready", url=self.base_url, seconds=round(elapsed, 1))
+                        return
                     await anyio.sleep(0.5)
         raise LocalServerError(
             f"the local server did not become healthy within {self.launch.startup_timeout_s:.0f} s "

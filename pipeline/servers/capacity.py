@@ -20,10 +20,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import anyio
-import httpx2
 
 from pipeline.errors import PipelineError
 from pipeline.servers.client import ChatMessage, LLMClient
+from pipeline.servers.http import http_client, text_if_ok
 from pipeline.servers.scrape import (
     RUNNING,
     SPEED,
@@ -89,11 +89,10 @@ async def read_server(
 async def _metrics_text(base_url: str, timeout_s: float) -> str | None:
     try:
         with anyio.fail_after(timeout_s):
-            async with httpx2.AsyncClient(timeout=timeout_s) as http:
-                response = await http.get(metrics_url(base_url))
-    except (httpx2.HTTPError, TimeoutError, OSError):
+            async with http_client(timeout_s=timeout_s) as http:
+                return await text_if_ok(http, metrics_url(base_url))
+    except (TimeoutError, OSError):
         return None
-    return response.text if response.status_code == 200 else None
 
 
 def requests_that_fit(

@@ -34,14 +34,11 @@ from pipeline.errors import (
     TransientError,
 )
 from pipeline.servers.config import api_path_hint
+from pipeline.servers.http import http_client
 from pipeline.servers.lookup import look_up_host
 from pipeline.servers.replies import Reply as Reply
 from pipeline.servers.replies import parse_completion_body, served_models, token_count, tokenize_url
 
-# vLLM (uvicorn) closes idle keep-alive connections after 5 s; reusing one it is closing gives a
-# reset. Expiring ours first avoids that race.
-KEEPALIVE_EXPIRY_S = 4.0
-CONNECT_TIMEOUT_S = 30.0
 _RETRYABLE_STATUS = frozenset({408, 409, 425, 429})
 # A server without POST /tokenize (not vLLM): 404 no such route, 405 the route takes no POST, 501.
 _NO_ROUTE_STATUS = frozenset({404, 405, 501})
@@ -111,25 +108,10 @@ class ClientSettings:
 
 
 def build_http_client(settings: ClientSettings) -> httpx2.AsyncClient:
-    """A pool that never makes a request wait for a connection, with long read timeouts.
-
-    Requests go through aiohttp under the SDK (openai's ``aiohttp`` extra): httpcore2's pool scans
-    every pooled connection on each request and each close, which at 256 connections cost over twice
-    the client CPU per request (benchmarks/compare_clients.py). Each request gets aiohttp timeouts
-    built from ``timeout`` with no total, so aiohttp's 5-minute session default never applies. There
-    is no other stack: tests reach their fake servers through this one, on 127.0.0.1."""
-    limits = httpx2.Limits(
-        max_connections=settings.concurrency + 16,  # headroom for the preflight and metrics scrapes
-        max_keepalive_connections=settings.concurrency,
-        keepalive_expiry=KEEPALIVE_EXPIRY_S,
-    )
-    timeout = httpx2.Timeout(
-        connect=CONNECT_TIMEOUT_S,
-        read=settings.request_timeout_s,
-        write=CONNECT_TIMEOUT_S,
-        pool=settings.request_timeout_s,
-    )
-    return openai.DefaultAioHttpClient(limits=limits, timeout=timeout)
+    """The pool for the job's requests: one connection per request in flight and read timeouts as
+    long as the job's (:func:`pipeline.servers.http.http_client` decides the rest). Tests reach their
+    fake servers through this same pool, on 127.0.0.1."""
+    return http_client(timeout_s=settings.request_timeout_s, concurrency=settings.concurrency)
 
 
 def openai_client(settings: ClientSettings, http: httpx2.AsyncClient) -> openai.AsyncOpenAI:

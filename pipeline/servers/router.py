@@ -13,12 +13,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 
 import anyio
-import httpx2
 import structlog
 from anyio.abc import TaskGroup, TaskStatus
 
 from pipeline.errors import EndpointUnreachableError, FatalRunError, ServerDownError, first_error
 from pipeline.servers.endpoint import Endpoint
+from pipeline.servers.http import SMALL_REQUEST_TIMEOUT_S, http_client
 
 log = structlog.get_logger("pipeline.servers.router")
 
@@ -134,7 +134,7 @@ class Router:
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Probe, adapt and watch until cancelled (start it in the run's task group)."""
-        async with httpx2.AsyncClient(timeout=5.0) as http, anyio.create_task_group() as tasks:
+        async with http_client(timeout_s=SMALL_REQUEST_TIMEOUT_S) as http, anyio.create_task_group() as tasks:
             self._tasks = tasks
             for endpoint in self.endpoints:
                 if not endpoint.health.up:

@@ -29,13 +29,13 @@ from pipeline.errors import (
 from pipeline.extraction.prompt import client_settings
 from pipeline.job.spec import load_job
 from pipeline.servers.client import (
-    KEEPALIVE_EXPIRY_S,
     ChatRequest,
     ClientSettings,
     LLMClient,
     build_http_client,
     retry_after_seconds,
 )
+from pipeline.servers.http import KEEPALIVE_EXPIRY_S
 from pipeline.sim import Faults, SimConfig, SimServer
 from pipeline.sim.http import serve
 from tests.support.fakes import (
