@@ -20,8 +20,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline.quality import measure_agreement, schema_fields
+from pipeline.quality.agreement import measure_agreement
 from pipeline.quality.bootstrap import Bootstrap
+from pipeline.quality.fields import schema_fields
 from pipeline.quality.intervals import paired_differences, with_intervals
 from schemas.linkedin import JobPosting
 

@@ -2,7 +2,7 @@
 document, by recall, precision and F1 of skills and knowledge, and by the requests and tokens spent.
 
 Each document is a run of consecutive SkillSpan sentences (read from ../shared/datasets/skillspan and
-converted by pipeline.quality.skillspan: nothing of the dataset is copied into the repository), long
+converted by pipeline.bench.skillspan: nothing of the dataset is copied into the repository), long
 enough to be past the bundled model's context (8,192 tokens); its gold is the union of its sentences'
 skills and knowledge. Every option runs jobs/skillspan.yaml (its few-shot prompt, worded for passages
 instead of single sentences, with schemas.skillspan:DocumentSkillMentions, whose lists have room for a
@@ -40,11 +40,11 @@ import orjson
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from pipeline.bench.skillspan import is_skipped, read_conll  # noqa: E402
 from pipeline.errors import FailureClass  # noqa: E402
 from pipeline.job.spec import JobSpec, load_job  # noqa: E402
 from pipeline.local import LocalServerOptions  # noqa: E402
 from pipeline.quality.matching import list_scores  # noqa: E402
-from pipeline.quality.skillspan import is_skipped, read_conll  # noqa: E402
 from pipeline.reports.evaluation import EvalSettings, evaluate  # noqa: E402
 from pipeline.run.progress import LogProgress  # noqa: E402
 from pipeline.run.runner import RunOptions, run_job_locally  # noqa: E402

@@ -6,11 +6,14 @@ With ``--job JOB --seed-knee`` the sweep's best level is kept in the job's datab
 ``concurrency: auto`` run starts (:mod:`~pipeline.bench.seed`).
 
 Also the closed loop that measures ``concurrency: auto`` against the simulator's engine
-(:mod:`~pipeline.bench.closed_loop`) and the large sources sweeps and scale runs read
-(:mod:`~pipeline.bench.datasets`), shared by tests and ``benchmarks/``.
+(:mod:`~pipeline.bench.closed_loop`), the large sources sweeps and scale runs read
+(:mod:`~pipeline.bench.datasets`), shared by tests and ``benchmarks/``, and the SkillSpan gold set
+converted to records and a gold file (:mod:`~pipeline.bench.skillspan`, ``python -m
+pipeline.bench.skillspan``).
 
-May import: :mod:`pipeline.servers`, :mod:`pipeline.sim`, and for ``--job`` :mod:`pipeline.store`,
-:mod:`pipeline.extraction`, :mod:`pipeline.source`, :mod:`pipeline.job`; never the run.
+May import: :mod:`pipeline.servers`, :mod:`pipeline.sim`, :mod:`pipeline.errors`, and for ``--job``
+:mod:`pipeline.store`, :mod:`pipeline.extraction`, :mod:`pipeline.source`, :mod:`pipeline.job`; never
+the run.
 """
 
 from __future__ import annotations

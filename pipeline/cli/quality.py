@@ -22,7 +22,6 @@ from pipeline.cli.common import (
 from pipeline.errors import EXIT_CONFIG, ConfigError
 from pipeline.job.spec import JobSpec
 from pipeline.quality.bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED, Bootstrap
-from pipeline.quality.review_page import ReviewPage, write_review
 from pipeline.reports import (
     DEFAULT_REVIEW_SAMPLE,
     DEFAULT_SHOWN,
@@ -45,6 +44,7 @@ from pipeline.reports import (
     parse_variants,
     review_page,
 )
+from pipeline.reports.review_page import ReviewPage, write_review
 
 T = TypeVar("T")
 

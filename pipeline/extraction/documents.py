@@ -8,7 +8,7 @@ has the same retries. The chunks of one pass run at once; a later pass starts wh
 finished, and each of its requests lists what was found so far in that chunk, asking only for what is
 missing. Each chunk's answer is handed on (``emit``) as soon as it is done, to be kept; chunks an
 earlier run kept are taken as they are. When every chunk of every pass is done, the answers are merged
-(:mod:`pipeline.quality.merging`) and validated against the schema: that is the record's result. A
+(:mod:`pipeline.extraction.merging`) and validated against the schema: that is the record's result. A
 chunk that fails fails the record, naming the chunk; the chunks that finished stay kept for the next try.
 """
 
@@ -26,10 +26,11 @@ from pipeline.errors import FailureClass, TooLongError, summarize_validation_err
 from pipeline.extraction.budget import estimated_text_tokens
 from pipeline.extraction.chunk_plan import ChunkPlanner, DocumentPlan
 from pipeline.extraction.extractor import Extractor
+from pipeline.extraction.merging import ChunkAnswer, MergedAnswer, found_in_chunk, merge_passes
 from pipeline.extraction.outcomes import ChunkDone, Extracted, Failed, Outcome, Usage
 from pipeline.extraction.prompt import PromptBuilder
 from pipeline.extraction.splitting import Span
-from pipeline.quality.merging import ChunkAnswer, MergedAnswer, found_in_chunk, merge_passes
+from pipeline.quality.grounding import grounding_from_json, grounding_json
 from pipeline.servers.client import ChatMessage
 from pipeline.source.reader import RecordId, SourceRecord
 
@@ -80,20 +81,16 @@ class DocumentExtractor:
 
 
 def _answer(done: ChunkDone) -> ChunkAnswer:
-    grounding = orjson.loads(done.result.grounding_json) if done.result.grounding_json else []
+    grounding = grounding_from_json(done.result.grounding_json) or ()
     return ChunkAnswer(done.chunk, done.pass_, orjson.loads(done.result.data_json), grounding)
 
 
-def _moved(grounding_json: str | None, field: str, offset: int) -> str | None:
+def _moved(stored: str | None, field: str, offset: int) -> str | None:
     """Grounding found in a chunk, its offsets in ``field`` moved to the whole field."""
-    if grounding_json is None:
+    grounding = grounding_from_json(stored)
+    if grounding is None:
         return None
-    entries: list[dict[str, Any]] = orjson.loads(grounding_json)
-    for entry in entries:
-        if entry.get("source_field") == field and entry.get("start") is not None:
-            entry["start"] += offset
-            entry["end"] += offset
-    return orjson.dumps(entries).decode()
+    return grounding_json(value.moved(field, offset) for value in grounding)
 
 
 def _total(usages: Sequence[Usage]) -> Usage:
@@ -240,7 +237,7 @@ class _Document:
             _total([done.result.usage for done in dones]),
             max(done.result.max_tokens for done in dones),
             self.record.content_hash,
-            orjson.dumps(merged.grounding).decode() if grounded else None,
+            grounding_json(merged.grounding) if grounded else None,
             last.model,
             chunking_json=orjson.dumps(self._summary(merged)).decode(),
         )

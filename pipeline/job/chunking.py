@@ -8,24 +8,41 @@
       overlap_tokens: 100
       passes: 1                 # more passes: each later pass asks again for what earlier ones missed
 
-Only the keys are checked here (pure: the context is the server's, known when a run starts).
+Only the keys are checked here (pure: the context is the server's, known when a run starts), and the
+schema's ``merge`` strategies: their names and the field kinds each fits (:func:`merge_strategies`). How
+each strategy merges is the document extractor's (:mod:`pipeline.extraction.merging`).
 """
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from pipeline.errors import ConfigError
 from pipeline.job.text import IDENTIFIER
-from pipeline.quality.merging import merge_strategies
+from pipeline.quality.fields import FieldKind, schema_fields
 
 AUTO: Literal["auto"] = "auto"
 MIN_CHUNK_TOKENS = 64
 MAX_CHUNK_TOKENS = 1_000_000
 CHUNK_TOKENS_RULE = f"must be a number of tokens from {MIN_CHUNK_TOKENS} to {MAX_CHUNK_TOKENS:,}, or auto"
 MAX_PASSES = 5
+MERGE_KEY = "merge"  # Field(json_schema_extra={"merge": ...})
+
+
+class Merge(StrEnum):
+    """How a field's values from a long document's chunks become one (:mod:`pipeline.extraction.merging`)."""
+
+    UNION = "union"
+    FIRST = "first"
+    MOST_COMMON = "most_common"
+    MIN = "min"
+    MAX = "max"
+
+
+LIST_KINDS = frozenset({FieldKind.LIST, FieldKind.OBJECT_LIST})
 
 
 def _chunk_tokens(value: object) -> int | str:
@@ -83,9 +100,39 @@ def check_chunk_field(chunking: ChunkingSpec | None, template_fields: tuple[str,
         )
 
 
+def _fitting(kind: FieldKind) -> tuple[Merge, ...]:
+    """The strategies that fit a field of ``kind``, its default first."""
+    if kind in LIST_KINDS:
+        return (Merge.UNION, Merge.FIRST)
+    if kind is FieldKind.NUMBER:
+        return (Merge.FIRST, Merge.MOST_COMMON, Merge.MIN, Merge.MAX)
+    return (Merge.FIRST, Merge.MOST_COMMON)
+
+
+def merge_strategies(schema: type[BaseModel]) -> dict[str, Merge]:
+    """Each top-level field's strategy: the declared one, else the default of its kind. A strategy that
+    is unknown or does not fit the field's kind is a ``ValueError`` naming the field."""
+    strategies: dict[str, Merge] = {}
+    for spec in schema_fields(schema):
+        extra = schema.model_fields[spec.name].json_schema_extra
+        declared = extra.get(MERGE_KEY) if isinstance(extra, dict) else None
+        fitting = _fitting(spec.kind)
+        if declared is None:
+            strategies[spec.name] = fitting[0]
+            continue
+        if declared not in fitting:
+            kind = "list" if spec.kind in LIST_KINDS else str(spec.kind)
+            raise ValueError(
+                f"field '{spec.name}' ({kind}) declares merge {declared!r}, which does not fit it; "
+                f"use one of {', '.join(fitting)}"
+            )
+        strategies[spec.name] = Merge(str(declared))
+    return strategies
+
+
 def checked_merges(schema: type[BaseModel], where: str) -> None:
-    """Every field's ``merge`` strategy fits its kind (:func:`~pipeline.quality.merging.merge_strategies`),
-    or a :class:`ConfigError` at ``where`` (the file and key)."""
+    """Every field's ``merge`` strategy fits its kind (:func:`merge_strategies`), or a
+    :class:`ConfigError` at ``where`` (the file and key)."""
     try:
         merge_strategies(schema)
     except ValueError as error:

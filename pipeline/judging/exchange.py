@@ -29,10 +29,8 @@ import orjson
 from pipeline.errors import ConfigError
 from pipeline.job.spec import JobSpec
 from pipeline.judging.gold_records import gold_fields, latest_verdicts
-from pipeline.quality import record_key, schema_fields
-from pipeline.quality.agreement import id_order
-from pipeline.quality.fields import FieldSpec, did_you_mean
-from pipeline.quality.html_page import write_page
+from pipeline.quality.agreement import id_order, record_key
+from pipeline.quality.fields import FieldSpec, did_you_mean, schema_fields
 from pipeline.quality.judgments import (
     Judgment,
     JudgmentVerdict,
@@ -41,6 +39,7 @@ from pipeline.quality.judgments import (
     value_text,
     values_to_judge,
 )
+from pipeline.reports.html_page import write_page
 from pipeline.reports.reading import JobOutput, StoredResult, keys_scope, open_output
 from pipeline.store.judgments import read_judgments, record_judgments
 from pipeline.store.opening import prepare_database

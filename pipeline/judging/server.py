@@ -37,8 +37,8 @@ from pipeline.judging.journal import JudgmentWriter, Saved
 from pipeline.judging.session import JudgingSession, SessionOptions, load_session
 from pipeline.judging.state import Action
 from pipeline.judging.views import progress_data, record_data, session_data
-from pipeline.quality.html_page import content_security_policy, embed_json
 from pipeline.quality.judgments import Judgment, JudgmentVerdict
+from pipeline.reports.html_page import content_security_policy, embed_json
 
 log = structlog.get_logger("pipeline.judging.server")
 

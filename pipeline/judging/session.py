@@ -26,12 +26,13 @@ from dataclasses import dataclass
 from pipeline.errors import ConfigError
 from pipeline.job.spec import JobSpec
 from pipeline.judging.state import Action, JudgeState, without
-from pipeline.quality import grounded_paths, normalize_text, schema_fields
 from pipeline.quality.agreement import id_order
+from pipeline.quality.fields import grounded_paths, schema_fields
 from pipeline.quality.judgments import Judgment, JudgmentVerdict, ValueToJudge, judged_paths, values_to_judge
-from pipeline.quality.review_page import VariantView
+from pipeline.quality.normalize import normalize_text
 from pipeline.reports.reading import JobOutput, Sample, Scope, StoredResult, open_output, sample_scope
 from pipeline.reports.review import ViewBuilder, prompt_fields
+from pipeline.reports.review_page import VariantView
 from pipeline.store.judgments import current_result_keys, read_judgments
 from pipeline.store.read_copy import ReadCopy
 

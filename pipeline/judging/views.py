@@ -4,7 +4,7 @@ Blindness is decided here, once: with two variants nothing sent names a variant 
 are "answer 1" and "answer 2" in the record's own order (:func:`pipeline.judging.session.answer_order`).
 
 A record's texts and grounding spans go through the review page's own conversion
-(:func:`pipeline.quality.review_page.page_data`: checked spans, offsets in UTF-16 units as JavaScript
+(:func:`pipeline.reports.review_page.page_data`: checked spans, offsets in UTF-16 units as JavaScript
 counts them), and each span is tied to the items it locates, so the page highlights the value in focus.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 
 from pipeline.judging.session import JudgingSession, Progress, SessionRecord
 from pipeline.quality.fields import values_at
-from pipeline.quality.review_page import MATCH_KINDS, ReviewPage, ReviewRecord, VariantView, page_data
+from pipeline.reports.review_page import MATCH_KINDS, ReviewPage, ReviewRecord, VariantView, page_data
 
 #: The best match first (exact, normalised, fuzzy, none): an item's spans may locate it several ways.
 _MATCH_RANK = {kind: rank for rank, kind in enumerate(MATCH_KINDS)}

@@ -18,11 +18,13 @@ the matched text. Each text is normalised at most once per record, and only if a
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+import orjson
 from pydantic import BaseModel
 from rapidfuzz import fuzz
 
@@ -56,16 +58,34 @@ FUZZY_SEARCH_MARGIN = 20.0
 
 @dataclass(frozen=True, slots=True)
 class GroundedValue:
+    """One extracted value located (or not) in the record's text: what grounding finds, what the
+    results' ``grounding`` column keeps (a JSON list of :meth:`to_json`), and what every reader of it
+    gets back (:func:`grounding_from_json`)."""
+
     path: str  # "explicit_skills", "requirements[].text"
     value: str
     source_field: str | None  # the text field it was found in; None when not found
-    start: int | None
+    start: int | None  # Python str offsets into texts[source_field]
     end: int | None
     match: MatchKind
-    score: float
+    score: float  # 100 for exact and normalised matches, rapidfuzz's score for fuzzy ones, 0 for none
+    chunk: int | None = None  # the chunk of a long record that found it (1-based); None: sent whole
+    pass_: int | None = None  # the pass that found it (1-based), with ``chunk``
+
+    @property
+    def found(self) -> bool:
+        return self.match != MatchKind.NONE
+
+    def moved(self, field: str, offset: int) -> GroundedValue:
+        """Found in a chunk of ``field`` that starts at ``offset``: its offsets in the whole field."""
+        if self.source_field != field or self.start is None or self.end is None:
+            return self
+        return dataclasses.replace(self, start=self.start + offset, end=self.end + offset)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        """The stored form: these keys in this order (``chunk`` and ``pass`` only for a merged long
+        record), as every row ever written has them."""
+        data: dict[str, Any] = {
             "path": self.path,
             "value": self.value,
             "source_field": self.source_field,
@@ -74,6 +94,45 @@ class GroundedValue:
             "match": str(self.match),
             "score": self.score,
         }
+        if self.chunk is not None:
+            data["chunk"] = self.chunk
+        if self.pass_ is not None:
+            data["pass"] = self.pass_
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> GroundedValue:
+        """One stored entry (``path`` and ``value`` present; a missing match is ``none``, a missing
+        score 0). An unknown match is a ``ValueError``."""
+        return cls(
+            path=str(data["path"]),
+            value=str(data["value"]),
+            source_field=data.get("source_field"),
+            start=data.get("start"),
+            end=data.get("end"),
+            match=MatchKind(str(data.get("match") or MatchKind.NONE)),
+            score=float(data.get("score") or 0.0),
+            chunk=data.get("chunk"),
+            pass_=data.get("pass"),
+        )
+
+
+def grounding_from_json(stored: str | bytes | Sequence[Any] | None) -> tuple[GroundedValue, ...] | None:
+    """A results' ``grounding`` column as read (JSON text, or already parsed): None when the result
+    was stored without grounding; entries without a path and a value are passed over."""
+    if stored is None:
+        return None
+    entries = orjson.loads(stored) if isinstance(stored, str | bytes) else stored
+    return tuple(
+        GroundedValue.from_json(entry)
+        for entry in entries
+        if isinstance(entry, Mapping) and "path" in entry and "value" in entry
+    )
+
+
+def grounding_json(values: Iterable[GroundedValue]) -> str:
+    """``values`` as the results' ``grounding`` column keeps them."""
+    return orjson.dumps([value.to_json() for value in values]).decode()
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +141,7 @@ class Grounding:
     values: tuple[GroundedValue, ...]  # by path, then in the extraction's order
 
     def to_json(self) -> list[dict[str, Any]]:
-        """One dict per value, with the keys of :class:`GroundedValue` (stored as JSON)."""
+        """One dict per value (:meth:`GroundedValue.to_json`): the results' ``grounding`` column."""
         return [value.to_json() for value in self.values]
 
     def share_by_path(self) -> dict[str, tuple[int, int]]:
@@ -90,7 +149,7 @@ class Grounding:
         counts = dict.fromkeys(self.paths, (0, 0))
         for value in self.values:
             grounded, total = counts.get(value.path, (0, 0))
-            counts[value.path] = (grounded + (value.match is not MatchKind.NONE), total + 1)
+            counts[value.path] = (grounded + value.found, total + 1)
         return counts
 
 

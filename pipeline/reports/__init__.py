@@ -1,7 +1,8 @@
 """Reading a job's database: ``pipeline status``, ``failures`` and ``export``, and for the quality
 commands ``pipeline eval`` (a variant against a gold file), ``pipeline compare`` (two variants) and
-``pipeline review`` (the HTML review page). The measuring is :mod:`pipeline.quality`'s; this package
-reads the database for it, read-only and filtered in SQL, through the DuckDB boundary.
+``pipeline review`` (the HTML review page), and the self-contained HTML pages. The measuring is
+:mod:`pipeline.quality`'s; this package reads the database for it, read-only and filtered in SQL,
+through the DuckDB boundary.
 
 * :mod:`~pipeline.reports.status`, :mod:`~pipeline.reports.failures`, :mod:`~pipeline.reports.export`:
   the operational reads;
@@ -11,7 +12,10 @@ reads the database for it, read-only and filtered in SQL, through the DuckDB bou
 * :mod:`~pipeline.reports.judged_evaluation`: ``eval --judged`` (precision and recall from judged values,
   a model judge calibrated by people); :mod:`~pipeline.reports.judged_report`: what it reports;
 * :mod:`~pipeline.reports.comparison`: ``compare``; :mod:`~pipeline.reports.noise`: its noise floor;
-* :mod:`~pipeline.reports.review`: the review page of one or two variants;
+* :mod:`~pipeline.reports.review`: the review page of one or two variants, read;
+  :mod:`~pipeline.reports.review_page`: the page itself (its data, the HTML, ``review_page.html``);
+* :mod:`~pipeline.reports.html_page`: what every self-contained page shares (embedded data, the
+  Content-Security-Policy, the atomic write; the judging page's server uses it too);
 * :mod:`~pipeline.reports.pages`: each page (review, compare, report) read, built and written in one call;
 * :mod:`~pipeline.reports.runs_report`, :mod:`~pipeline.reports.runs_page`: ``pipeline report``, a
   job's runs side by side with their drift, and its HTML page;
@@ -19,7 +23,8 @@ reads the database for it, read-only and filtered in SQL, through the DuckDB bou
 * :mod:`~pipeline.reports.flatten`: the columns of ``export --flatten``, one per schema field.
 
 May import: :mod:`pipeline.store`, :mod:`pipeline.extraction` (what a prompt carries),
-:mod:`pipeline.source`, :mod:`pipeline.job`, :mod:`pipeline.quality`, :mod:`pipeline.errors`.
+:mod:`pipeline.source`, :mod:`pipeline.job`, :mod:`pipeline.servers` (a server's cache counters, for
+status), :mod:`pipeline.quality`, :mod:`pipeline.errors`.
 """
 
 from __future__ import annotations

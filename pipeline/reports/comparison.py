@@ -26,10 +26,10 @@ from typing import Any
 from pipeline.errors import ConfigError
 from pipeline.job.spec import JobSpec
 from pipeline.job.variants import rerun_name
-from pipeline.quality import AgreementReport, RecordAgreement, format_table, grounded_paths
 from pipeline.quality.bootstrap import Bootstrap
+from pipeline.quality.fields import grounded_paths
 from pipeline.quality.intervals import with_intervals
-from pipeline.quality.review_page import ReviewPage, ReviewRecord
+from pipeline.quality.scores import AgreementReport, RecordAgreement, format_table
 from pipeline.reports.noise import (
     NoiseReport,
     measure_noise,
@@ -46,6 +46,7 @@ from pipeline.reports.review import (
     review_records,
     variant_agreement,
 )
+from pipeline.reports.review_page import ReviewPage, ReviewRecord
 from pipeline.reports.shared import (
     GroundingSummary,
     class_counts,

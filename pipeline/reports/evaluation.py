@@ -14,19 +14,20 @@ from typing import Any, TypeVar
 
 from pipeline.errors import ConfigError
 from pipeline.job.spec import JobSpec
-from pipeline.quality import (
-    AgreementReport,
-    Gold,
-    format_table,
-    grounded_paths,
-    measure_agreement,
-    read_gold,
-    schema_fields,
-)
+from pipeline.quality.agreement import measure_agreement
 from pipeline.quality.bootstrap import Bootstrap
+from pipeline.quality.fields import grounded_paths, schema_fields
+from pipeline.quality.gold import Gold, read_gold
 from pipeline.quality.intervals import with_intervals
-from pipeline.quality.review_page import ReviewPage, ScoreRow, VariantView
-from pipeline.quality.scores import NO_SPREAD, TOO_SMALL, Interval, has_spread, some_without_spread
+from pipeline.quality.scores import (
+    NO_SPREAD,
+    TOO_SMALL,
+    AgreementReport,
+    Interval,
+    format_table,
+    has_spread,
+    some_without_spread,
+)
 from pipeline.reports.reading import (
     JobOutput,
     Sample,
@@ -37,6 +38,7 @@ from pipeline.reports.reading import (
     sample_scope,
 )
 from pipeline.reports.review import ViewBuilder, page, review_records
+from pipeline.reports.review_page import ReviewPage, ScoreRow, VariantView
 from pipeline.reports.shared import GroundingSummary, grounding_lines, grounding_summary, ids_text
 from pipeline.store.read_copy import ReadCopy
 

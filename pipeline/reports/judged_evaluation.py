@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 
 from pipeline.errors import ConfigError
 from pipeline.job.spec import JobSpec
-from pipeline.quality import grounded_paths, schema_fields
 from pipeline.quality.bootstrap import Bootstrap
+from pipeline.quality.fields import grounded_paths, schema_fields
 from pipeline.quality.judged_scores import (
     Tally,
     judged_scores,
@@ -33,7 +33,6 @@ from pipeline.quality.judged_scores import (
 )
 from pipeline.quality.judgments import Judgment, is_model_judge, judged_paths
 from pipeline.quality.ppi import combined_precision, judge_agreement, verdict_pairs
-from pipeline.quality.review_page import ReviewPage, ScoreRow
 from pipeline.reports.judged_report import (
     JudgedEvalReport,
     Judges,
@@ -45,6 +44,7 @@ from pipeline.reports.judged_report import (
 )
 from pipeline.reports.reading import JobOutput, StoredResult, keys_scope, open_output
 from pipeline.reports.review import ViewBuilder, page, prompt_fields, review_records, variant_agreement
+from pipeline.reports.review_page import ReviewPage, ScoreRow
 from pipeline.store.judgments import read_judgments
 from pipeline.store.read_copy import ReadCopy
 

@@ -18,10 +18,10 @@ from pipeline.quality.judged_scores import (
     records_for_margin,
 )
 from pipeline.quality.ppi import PPI_RULE, Combined, JudgeAgreement
-from pipeline.quality.review_page import ReviewPage, ScoreRow
 from pipeline.quality.scores import NO_SPREAD, TOO_SMALL, has_spread
 from pipeline.reports.evaluation import page_interval
 from pipeline.reports.paired_evaluation import VERDICT_RULE, aligned, detect_lines, difference_cells, with_ci
+from pipeline.reports.review_page import ReviewPage, ScoreRow
 from pipeline.store.read_copy import ReadCopy
 
 #: The margin the report says how many judged records would give (± this on the overall precision).

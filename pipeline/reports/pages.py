@@ -6,7 +6,7 @@
 * :func:`runs_page`: ``pipeline report --html``: the last runs side by side, their trends and drift.
 
 Each returns what it read, so that a caller (the CLI) prints from the same reading the page shows.
-The pages themselves are :mod:`pipeline.quality.review_page`'s and :mod:`pipeline.reports.runs_page`'s.
+The pages themselves are :mod:`pipeline.reports.review_page`'s and :mod:`pipeline.reports.runs_page`'s.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pipeline.job.spec import JobSpec
-from pipeline.quality.review_page import ReviewPage, write_review
 from pipeline.reports.comparison import CompareReport, CompareSettings, compare_variants
 from pipeline.reports.reading import Sample
 from pipeline.reports.review import DEFAULT_REVIEW_SAMPLE, read_review
+from pipeline.reports.review_page import ReviewPage, write_review
 from pipeline.reports.runs_page import write_runs_page
 from pipeline.reports.runs_report import DEFAULT_RUNS, RunsReport, runs_report
 

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.job.spec import JobSpec
-from pipeline.quality import grounded_paths, read_gold
+from pipeline.quality.fields import grounded_paths
+from pipeline.quality.gold import read_gold
 from pipeline.quality.intervals import Difference, PairedComparison, Verdict, paired_differences
-from pipeline.quality.review_page import ReviewPage, ScoreRow
 from pipeline.quality.scores import NO_SPREAD, TOO_SMALL, Interval, has_spread, some_without_spread
 from pipeline.reports.evaluation import (
     EvalReport,
@@ -40,6 +40,7 @@ from pipeline.reports.review import (
     review_records,
     variant_agreement,
 )
+from pipeline.reports.review_page import ReviewPage, ScoreRow
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,8 +6,9 @@ parameters. Scopes combine with :meth:`Scope.all_of`: the ids of a gold file, a 
 source (:func:`pipeline.source.pending.sample_sql`, the one definition of ``--sample``), the records every
 variant extracted, or attempted (a result or a failure each), or that any variant attempted.
 
-Every id that reaches Python is keyed by :func:`~pipeline.quality.record_key`, as gold files are: the
-gold id ``"42"`` is record ``42``.
+Every id that reaches Python is keyed by :func:`~pipeline.quality.agreement.record_key`, as gold files
+are: the gold id ``"42"`` is record ``42``. Stored grounding is read as
+:class:`~pipeline.quality.grounding.GroundedValue` (:func:`~pipeline.quality.grounding.grounding_from_json`).
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ import orjson
 from pipeline.errors import ConfigError
 from pipeline.extraction.prompt import as_sent
 from pipeline.job.spec import JobSpec
-from pipeline.quality import record_key
-from pipeline.quality.review_page import GroundedSpan
+from pipeline.quality.agreement import record_key
+from pipeline.quality.grounding import GroundedValue, grounding_from_json
 from pipeline.source.db import Database, quote
 from pipeline.source.pending import sample_sql
 from pipeline.source.relation import source_relation
@@ -103,7 +104,7 @@ class StoredResult:
     completion_tokens: int
     reasoning_tokens: int
     latency_s: float
-    grounding: tuple[GroundedSpan, ...] | None  # None: stored without grounding
+    grounding: tuple[GroundedValue, ...] | None  # None: stored without grounding
     chunks: int | None = None  # merged from this many chunks of a long record (None: sent whole)
 
 
@@ -213,7 +214,7 @@ class JobOutput:
                 completion_tokens=int(completion or 0),
                 reasoning_tokens=int(reasoning or 0),
                 latency_s=float(latency or 0.0),
-                grounding=_spans(grounding),
+                grounding=grounding_from_json(grounding),
                 chunks=chunks,
             )
         return found
@@ -268,23 +269,3 @@ def open_output(spec: JobSpec) -> Iterator[JobOutput]:
 def _json_object(text: Any) -> dict[str, Any]:
     value = orjson.loads(text) if isinstance(text, str | bytes) else text
     return value if isinstance(value, dict) else {}
-
-
-def _spans(text: Any) -> tuple[GroundedSpan, ...] | None:
-    if text is None:
-        return None
-    items = orjson.loads(text) if isinstance(text, str | bytes) else text
-    return tuple(
-        GroundedSpan(
-            path=str(item["path"]),
-            value=str(item["value"]),
-            source_field=item.get("source_field"),
-            start=item.get("start"),
-            end=item.get("end"),
-            match=str(item.get("match", "none")),
-            score=float(item.get("score") or 0.0),
-            chunk=item.get("chunk"),
-        )
-        for item in items
-        if isinstance(item, dict) and "path" in item and "value" in item
-    )

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline.job.spec import JobSpec
-from pipeline.quality import AgreementReport, ground, grounded_paths, measure_agreement, schema_fields
-from pipeline.quality.agreement import id_order
-from pipeline.quality.fields import top_field
-from pipeline.quality.review_page import GroundedSpan, ReviewPage, ReviewRecord, ScoreRow, VariantView
+from pipeline.quality.agreement import id_order, measure_agreement
+from pipeline.quality.fields import grounded_paths, schema_fields, top_field
+from pipeline.quality.grounding import GroundedValue, MatchKind, ground
+from pipeline.quality.scores import AgreementReport
 from pipeline.reports.reading import (
     Sample,
     Scope,
@@ -27,6 +27,7 @@ from pipeline.reports.reading import (
     open_output,
     sample_scope,
 )
+from pipeline.reports.review_page import ReviewPage, ReviewRecord, ScoreRow, VariantView
 from pipeline.reports.shared import schema_extraction
 from pipeline.store.read_copy import ReadCopy
 
@@ -69,7 +70,7 @@ class ViewBuilder:
             )
         return views
 
-    def _spans(self, result: StoredResult, texts: Mapping[str, str]) -> tuple[GroundedSpan, ...]:
+    def _spans(self, result: StoredResult, texts: Mapping[str, str]) -> tuple[GroundedValue, ...]:
         if not self.grounded_paths:
             return ()
         stored = result.grounding
@@ -79,18 +80,7 @@ class ViewBuilder:
         grounding = ground(
             result.extracted, texts, self.grounded_paths, fuzzy_threshold=GROUNDING_FUZZY_THRESHOLD
         )
-        return tuple(
-            GroundedSpan(
-                value.path,
-                value.value,
-                value.source_field,
-                value.start,
-                value.end,
-                str(value.match),
-                value.score,
-            )
-            for value in grounding.values
-        )
+        return grounding.values
 
     def note(self) -> list[str]:
         if not self.regrounded:
@@ -101,14 +91,14 @@ class ViewBuilder:
         ]
 
 
-def fits(span: GroundedSpan, texts: Mapping[str, str]) -> bool:
+def fits(span: GroundedValue, texts: Mapping[str, str]) -> bool:
     """Whether a stored span still locates its value in ``texts``."""
-    if span.match == "none":
+    if not span.found:
         return True
     text = texts.get(span.source_field or "")
     if text is None or span.start is None or span.end is None or not 0 <= span.start <= span.end <= len(text):
         return False
-    return span.match != "exact" or text[span.start : span.end] == span.value
+    return span.match != MatchKind.EXACT or text[span.start : span.end] == span.value
 
 
 def review_records(

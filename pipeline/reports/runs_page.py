@@ -11,7 +11,7 @@ over the last run: records per minute, requests in flight, the prefix-cache hit 
 limits; the hit rate only where a server's /metrics said it) and the runs as table columns, in a box
 that scrolls sideways, opened on the latest run, with a note naming the runs out of view.
 
-Embedding, the Content-Security-Policy and the atomic write are :mod:`pipeline.quality.html_page`'s,
+Embedding, the Content-Security-Policy and the atomic write are :mod:`pipeline.reports.html_page`'s,
 shared with the review page: no data can end its script element, and the page loads nothing.
 """
 
@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pipeline.quality.html_page import finite_numbers, render_page, write_page
+from pipeline.reports.html_page import finite_numbers, render_page, write_page
 
 TEMPLATE = importlib.resources.files("pipeline.reports").joinpath("runs_page.html")
 _DATA_MARKER = "__REPORT_DATA__"

@@ -19,7 +19,7 @@ from collections.abc import Collection, Sequence
 
 from pipeline.errors import ConfigError
 from pipeline.job.spec import JobSpec
-from pipeline.quality import record_key
+from pipeline.quality.agreement import record_key
 from pipeline.quality.judgments import Judgment, JudgmentVerdict
 from pipeline.source.db import UTC_NOW, Database, quote
 from pipeline.source.versions import VERSION_COLUMNS

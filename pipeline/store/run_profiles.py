@@ -17,6 +17,7 @@ import orjson
 
 from pipeline.job.spec import JobSpec
 from pipeline.quality.fields import schema_fields, top_field
+from pipeline.quality.grounding import grounding_from_json
 from pipeline.quality.profile import profile_fields
 from pipeline.source.db import Database, quote
 
@@ -63,10 +64,10 @@ def _grounded(stored: Sequence[Any]) -> dict[str, tuple[int, int]]:
     """Per top-level field: (values found in the text, values checked), from stored grounding."""
     counts: dict[str, tuple[int, int]] = {}
     for text in stored:
-        for span in orjson.loads(text) if text else []:
-            field = top_field(str(span.get("path", "")))
+        for value in grounding_from_json(text or None) or ():
+            field = top_field(value.path)
             found, checked = counts.get(field, (0, 0))
-            counts[field] = (found + (span.get("match") != "none"), checked + 1)
+            counts[field] = (found + value.found, checked + 1)
     return counts
 
 

@@ -13,7 +13,7 @@ import pytest
 from pipeline.errors import ConfigError
 from pipeline.job.spec import JobSpec
 from pipeline.judging.exchange import export_gold, import_judgments
-from pipeline.quality import read_gold
+from pipeline.quality.gold import read_gold
 from pipeline.quality.judgments import model_judge
 from tests.support.judging import judging_job, judgment_rows
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from pipeline.judging.gold_records import gold_fields, typed_missing
-from pipeline.quality import schema_fields
+from pipeline.quality.fields import schema_fields
 from pipeline.quality.judgments import JudgmentVerdict, values_to_judge
 from schemas.linkedin import JobPosting
 from tests.support.schemas import Item

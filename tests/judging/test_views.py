@@ -10,10 +10,11 @@ from pipeline.job.spec import load_job
 from pipeline.judging.session import Answer, JudgingSession, SessionOptions, SessionRecord, items_of
 from pipeline.judging.state import JudgeState
 from pipeline.judging.views import record_data, session_data
-from pipeline.quality import schema_fields
+from pipeline.quality.fields import schema_fields
+from pipeline.quality.grounding import GroundedValue, MatchKind
 from pipeline.quality.judgments import judged_paths, values_to_judge
-from pipeline.quality.review_page import GroundedSpan, VariantView
 from pipeline.reports import Sample
+from pipeline.reports.review_page import VariantView
 from schemas.linkedin import JobPosting
 
 REPO = Path(__file__).resolve().parents[2]
@@ -26,11 +27,11 @@ EXTRACTED: dict[str, Any] = {
 }
 
 
-def span(path: str, value: str, match: str = "exact") -> GroundedSpan:
+def span(path: str, value: str, match: str = "exact") -> GroundedValue:
     start = TEXT.find(value)
     if start < 0:
-        return GroundedSpan(path, value, None, None, None, "none", 0.0)
-    return GroundedSpan(path, value, "description", start, start + len(value), match, 100.0)
+        return GroundedValue(path, value, None, None, None, MatchKind.NONE, 0.0)
+    return GroundedValue(path, value, "description", start, start + len(value), MatchKind(match), 100.0)
 
 
 def session(*variants: str) -> JudgingSession:

@@ -10,19 +10,10 @@ import orjson
 import pytest
 
 from pipeline.errors import ConfigError
-from pipeline.quality import (
-    AgreementReport,
-    FieldDifference,
-    FieldScore,
-    MatchSettings,
-    Scores,
-    format_table,
-    measure_agreement,
-    normalize_text,
-    normalize_with_offsets,
-    record_key,
-)
-from pipeline.quality.matching import count_matches, list_scores
+from pipeline.quality.agreement import measure_agreement, record_key
+from pipeline.quality.matching import MatchSettings, Scores, count_matches, list_scores
+from pipeline.quality.normalize import normalize_text, normalize_with_offsets
+from pipeline.quality.scores import AgreementReport, FieldDifference, FieldScore, format_table
 from tests.support.quality_schemas import posting_fields
 
 Records = Mapping[Any, Mapping[str, Any]]

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from pipeline.errors import ConfigError
-from pipeline.quality import AgreementReport, FieldScore, format_table, measure_agreement
+from pipeline.quality.agreement import measure_agreement
 from pipeline.quality.bootstrap import Bootstrap, all_alike_bound, list_ratios, records_to_detect
 from pipeline.quality.intervals import (
     Verdict,
@@ -23,7 +23,7 @@ from pipeline.quality.intervals import (
     with_intervals,
 )
 from pipeline.quality.intervals import difference as paired_difference
-from pipeline.quality.scores import TOO_SMALL
+from pipeline.quality.scores import TOO_SMALL, AgreementReport, FieldScore, format_table
 from tests.support.quality_schemas import posting_fields
 
 SKILLS = [f"skill {index}" for index in range(40)]

@@ -7,15 +7,15 @@ from typing import Any
 import pytest
 
 from pipeline.errors import ConfigError
-from pipeline.quality import (
+from pipeline.quality.fields import (
     FieldKind,
     grounded_paths,
     raw_values_at,
     schema_fields,
     scored_paths,
+    select_paths,
     values_at,
 )
-from pipeline.quality.fields import select_paths
 from schemas.linkedin import JobPosting
 from tests.support.quality_schemas import Colour, Node, Office, Posting, by_name, posting_fields
 

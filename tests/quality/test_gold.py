@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from pipeline.errors import ConfigError
-from pipeline.quality import measure_agreement, read_gold, schema_fields
+from pipeline.quality.agreement import measure_agreement
+from pipeline.quality.fields import schema_fields
+from pipeline.quality.gold import read_gold
 from tests.support.quality_schemas import Posting
 
 

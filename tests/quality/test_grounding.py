@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from pipeline.quality import (
-    GroundedValue,
-    MatchKind,
-    ground,
-    grounded_paths,
-    normalize_text,
-    normalize_with_offsets,
-)
+from pipeline.quality.fields import grounded_paths
+from pipeline.quality.grounding import GroundedValue, MatchKind, ground, grounding_from_json, grounding_json
+from pipeline.quality.normalize import normalize_text, normalize_with_offsets
 from tests.support.quality_schemas import Posting
 
 FULL_WIDTH_PYTHON = "\uff30\uff59\uff54\uff48\uff4f\uff4e"  # "Python" in full-width letters
@@ -147,6 +144,47 @@ def test_to_json() -> None:
             "score": 0.0,
         },
     ]
+
+
+# Rows as the results' grounding column has held them since grounding was first stored: a value sent
+# whole, and a merged long record's (with the chunk and pass that found it).
+STORED_WHOLE = (
+    '[{"path":"skills","value":"kubernetes","source_field":"description","start":17,"end":27,'
+    '"match":"normalised","score":100.0},{"path":"skills","value":"Rust","source_field":null,'
+    '"start":null,"end":null,"match":"none","score":0.0}]'
+)
+STORED_MERGED = (
+    '[{"path":"skills","value":"Pyton","source_field":"description","start":4012,"end":4018,'
+    '"match":"fuzzy","score":90.9090909090909,"chunk":3,"pass":2}]'
+)
+
+
+@pytest.mark.parametrize("stored", [STORED_WHOLE, STORED_MERGED, "[]"])
+def test_stored_grounding_reads_and_writes_back_byte_for_byte(stored: str) -> None:
+    values = grounding_from_json(stored)
+    assert values is not None and grounding_json(values) == stored
+    assert grounding_from_json(stored.encode()) == values == grounding_from_json(json.loads(stored))
+
+
+def test_stored_grounding_is_one_type_with_what_grounding_finds() -> None:
+    found = ground({"skills": ["kubernetes", "Rust"]}, TEXTS, ["skills"])
+    assert grounding_from_json(grounding_json(found.values)) == found.values
+    (merged,) = grounding_from_json(STORED_MERGED) or ()
+    assert (merged.match, merged.chunk, merged.pass_, merged.found) == (MatchKind.FUZZY, 3, 2, True)
+    assert merged.moved("description", 100).start == 4112 and merged.moved("title", 100) is merged
+
+
+def test_stored_grounding_is_read_leniently() -> None:
+    """A result stored without grounding is None; entries without a path and a value are passed over;
+    a missing match is none and a missing score 0."""
+    assert grounding_from_json(None) is None
+    entries = [{"path": "a", "value": "x"}, {"path": "b"}, "junk", {"path": "c", "value": 3, "score": None}]
+    assert grounding_from_json(json.dumps(entries)) == (
+        GroundedValue("a", "x", None, None, None, MatchKind.NONE, 0.0),
+        GroundedValue("c", "3", None, None, None, MatchKind.NONE, 0.0),
+    )
+    with pytest.raises(ValueError, match="'close'"):
+        grounding_from_json('[{"path": "a", "value": "x", "match": "close"}]')
 
 
 def test_normalised_offsets_of_every_character() -> None:

@@ -12,8 +12,8 @@ import pytest
 
 from pipeline.errors import ConfigError, DatabaseLockedError
 from pipeline.job.spec import JobSpec
-from pipeline.quality import RecordAgreement, Scores
-from pipeline.quality.review_page import ReviewRecord, VariantView
+from pipeline.quality.matching import Scores
+from pipeline.quality.scores import RecordAgreement
 from pipeline.reports import (
     CompareSettings,
     EvalSettings,
@@ -27,6 +27,7 @@ from pipeline.reports import (
     read_review,
 )
 from pipeline.reports.reading import Scope, keys_scope
+from pipeline.reports.review_page import ReviewRecord, VariantView
 from tests.support.jobs import table_rows
 from tests.support.outputs import database_held_by_another_process
 from tests.support.variants import (

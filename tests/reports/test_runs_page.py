@@ -149,7 +149,7 @@ def test_write_replaces_the_file_atomically(tmp_path: Path) -> None:
 
 
 def test_a_failed_write_names_the_report_page(tmp_path: Path) -> None:
-    """The writer is quality/html_page.py's (tested there); its errors name this page."""
+    """The writer is reports/html_page.py's (tested there); its errors name this page."""
     with pytest.raises(ConfigError, match=r"cannot write the report page \(No such file"):
         write_runs_page(sample_report(), tmp_path / "nope" / "runs.html")
 

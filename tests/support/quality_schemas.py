@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, JsonValue, StringConstraints
 
-from pipeline.quality import FieldSpec, schema_fields
+from pipeline.quality.fields import FieldSpec, schema_fields
 
 GROUNDED: dict[str, JsonValue] = {"grounded": True}
 Short = Annotated[str, StringConstraints(strip_whitespace=True, max_length=50)]

@@ -1,7 +1,7 @@
 """Tiny SkillSpan-style CoNLL files, written by hand for the converter's tests (not taken from the dataset).
 
 Columns: token, skill tag, knowledge tag. What each sentence exercises is noted above it; the expected
-records and gold spans are spelled out in tests/quality/test_skillspan.py.
+records and gold spans are spelled out in tests/bench/test_skillspan.py.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Each top-level field merges by its strategy, declared in the schema with
 ``Field(json_schema_extra={"merge": ...})`` and checked against the field's kind when the job loads
-(:func:`merge_strategies`):
+(:func:`pipeline.job.chunking.merge_strategies`, which names the strategies):
 
 * ``union`` (the default for lists; ``first`` takes one chunk's list whole): every item of every
   chunk, each once, in document order: items that compare equal (text after
@@ -16,63 +16,23 @@ Each top-level field merges by its strategy, declared in the schema with
 A value's place is where grounding found it (the chunk's grounding, its offsets moved to the whole
 document), field by field in prompt order. Answers of a later pass only add: a list keeps the items it
 did not have that the text contains, a field still empty takes a value the text contains
-(:func:`merge_passes`). Pure: plain JSON in, plain JSON out.
+(:func:`merge_passes`). Pure: plain JSON and grounded values in, the same out.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel
 
+from pipeline.job.chunking import LIST_KINDS, Merge, merge_strategies
 from pipeline.quality.fields import FieldKind, schema_fields, top_field
+from pipeline.quality.grounding import GroundedValue
 from pipeline.quality.matching import object_key, value_key
-
-MERGE_KEY = "merge"
-
-
-class Merge(StrEnum):
-    UNION = "union"
-    FIRST = "first"
-    MOST_COMMON = "most_common"
-    MIN = "min"
-    MAX = "max"
-
-
-_LIST_KINDS = frozenset({FieldKind.LIST, FieldKind.OBJECT_LIST})
-
-
-def _fitting(kind: FieldKind) -> tuple[Merge, ...]:
-    if kind in _LIST_KINDS:
-        return (Merge.UNION, Merge.FIRST)
-    if kind is FieldKind.NUMBER:
-        return (Merge.FIRST, Merge.MOST_COMMON, Merge.MIN, Merge.MAX)
-    return (Merge.FIRST, Merge.MOST_COMMON)
-
-
-def merge_strategies(schema: type[BaseModel]) -> dict[str, Merge]:
-    """Each top-level field's strategy: the declared one, else the default of its kind. A strategy that
-    is unknown or does not fit the field's kind is a ``ValueError`` naming the field."""
-    strategies: dict[str, Merge] = {}
-    for spec in schema_fields(schema):
-        extra = schema.model_fields[spec.name].json_schema_extra
-        declared = extra.get(MERGE_KEY) if isinstance(extra, dict) else None
-        fitting = _fitting(spec.kind)
-        if declared is None:
-            strategies[spec.name] = fitting[0]
-            continue
-        if declared not in fitting:
-            kind = "list" if spec.kind in _LIST_KINDS else str(spec.kind)
-            raise ValueError(
-                f"field '{spec.name}' ({kind}) declares merge {declared!r}, which does not fit it; "
-                f"use one of {', '.join(fitting)}"
-            )
-        strategies[spec.name] = Merge(str(declared))
-    return strategies
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +42,7 @@ class ChunkAnswer:
     chunk: int  # 1-based
     pass_: int  # 1-based
     value: Mapping[str, Any]
-    grounding: Sequence[Mapping[str, Any]] = ()
+    grounding: Sequence[GroundedValue] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +51,7 @@ class MergedAnswer:
     how many of its values each pass found first."""
 
     value: dict[str, Any]
-    grounding: list[dict[str, Any]]
+    grounding: list[GroundedValue]
     added_by_pass: dict[int, int] = field(default_factory=dict)
 
 
@@ -112,20 +72,18 @@ class _Merger:
         self.strategies = merge_strategies(schema)
         self.fields = list(fields)  # the prompt's text fields, in order: where a place is
 
-    def entries(self, answer: ChunkAnswer, name: str, value: Any) -> list[Mapping[str, Any]]:
+    def entries(self, answer: ChunkAnswer, name: str, value: Any) -> list[GroundedValue]:
         """The grounding of ``value`` (a field's value or one list item) in ``answer``."""
         strings = _strings(value)
         return [
-            entry
-            for entry in answer.grounding
-            if top_field(str(entry.get("path"))) == name and entry.get("value") in strings
+            entry for entry in answer.grounding if top_field(entry.path) == name and entry.value in strings
         ]
 
     def place(self, answer: ChunkAnswer, name: str, value: Any) -> tuple[int, int] | None:
         places = [
-            (self.fields.index(entry["source_field"]), int(entry["start"]))
+            (self.fields.index(entry.source_field), entry.start)
             for entry in self.entries(answer, name, value)
-            if entry.get("match") != "none" and entry.get("source_field") in self.fields
+            if entry.found and entry.source_field in self.fields and entry.start is not None
         ]
         return min(places, default=None)
 
@@ -134,8 +92,8 @@ class _Merger:
         if not isinstance(value, str):
             return None
         for entry in self.entries(answer, name, value):
-            if entry.get("match") != "none":
-                return (entry.get("source_field"), entry.get("start"), entry.get("end"))
+            if entry.found:
+                return (entry.source_field, entry.start, entry.end)
         return None
 
     def by_item(self, name: str) -> bool:
@@ -193,22 +151,22 @@ class _Merger:
 
     def merge(self, answers: Sequence[ChunkAnswer]) -> MergedAnswer:
         value: dict[str, Any] = {}
-        grounding: list[dict[str, Any]] = []
+        grounding: list[GroundedValue] = []
         added: Counter[int] = Counter()
         for name, spec in self.specs.items():
             chosen = self.chosen(name, self.candidates(answers, name))
             if self.by_item(name):
                 value[name] = [candidate.value for candidate in chosen]
             else:
-                value[name] = chosen[0].value if chosen else [] if spec.kind in _LIST_KINDS else None
+                value[name] = chosen[0].value if chosen else [] if spec.kind in LIST_KINDS else None
             for candidate in chosen:
                 added[candidate.answer.pass_] += (
                     len(candidate.value) if isinstance(candidate.value, list) else 1
                 )
-                for entry in self.entries(candidate.answer, name, candidate.value):
-                    grounding.append(
-                        {**entry, "chunk": candidate.answer.chunk, "pass": candidate.answer.pass_}
-                    )
+                grounding += (
+                    dataclasses.replace(entry, chunk=candidate.answer.chunk, pass_=candidate.answer.pass_)
+                    for entry in self.entries(candidate.answer, name, candidate.value)
+                )
         return MergedAnswer(value, _unique(grounding), dict(sorted(added.items())))
 
     def new_only(self, answer: ChunkAnswer, earlier: MergedAnswer) -> ChunkAnswer:
@@ -227,7 +185,7 @@ class _Merger:
             elif earlier.value.get(name) in (None, []) and self.place(answer, name, value) is not None:
                 kept[name] = value
             else:
-                kept[name] = [] if spec.kind in _LIST_KINDS else None
+                kept[name] = [] if spec.kind in LIST_KINDS else None
         return ChunkAnswer(answer.chunk, answer.pass_, kept, answer.grounding)
 
 
@@ -242,12 +200,12 @@ def _strings(value: Any) -> set[str]:
     return set()
 
 
-def _unique(grounding: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _unique(grounding: list[GroundedValue]) -> list[GroundedValue]:
     """Each (path, value) once: the same text kept by two items is grounded once."""
-    seen: set[tuple[Any, Any]] = set()
+    seen: set[tuple[str, str]] = set()
     kept = []
     for entry in grounding:
-        key = (entry.get("path"), entry.get("value"))
+        key = (entry.path, entry.value)
         if key not in seen:
             seen.add(key)
             kept.append(entry)
@@ -284,12 +242,12 @@ def found_in_chunk(
         if isinstance(value, list):
             given = [item for answer in own for item in answer.value.get(name) or []]
             inside = {
-                entry.get("value")
+                entry.value
                 for entry in merged.grounding
-                if top_field(str(entry.get("path"))) == name
-                and entry.get("source_field") == field
-                and isinstance(entry.get("start"), int)
-                and start <= entry["start"] < end
+                if top_field(entry.path) == name
+                and entry.source_field == field
+                and entry.start is not None
+                and start <= entry.start < end
             }
             value = [item for item in value if item in given or _strings(item) & inside]
         if value not in (None, [], ""):

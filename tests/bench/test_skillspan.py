@@ -14,9 +14,9 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
+from pipeline.bench.skillspan import ConvertReport, collect, convert, file_key, is_skipped, main, read_conll
 from pipeline.errors import ConfigError
 from pipeline.job.spec import load_job, template_fields
-from pipeline.quality.skillspan import ConvertReport, collect, convert, file_key, is_skipped, main, read_conll
 from schemas.linkedin import JobPosting
 from schemas.skillspan import SkillMentions
 from tests.support.processes import REPO
@@ -232,7 +232,7 @@ def test_cli_bad_input_is_exit_2_with_one_line(tmp_path: Path, capsys: pytest.Ca
 def test_python_dash_m_entry_point(tmp_path: Path) -> None:
     missing = tmp_path / "skillspan_nope.conll"
     completed = subprocess.run(
-        [sys.executable, "-m", "pipeline.quality.skillspan", str(missing), "--out", str(tmp_path / "out")],
+        [sys.executable, "-m", "pipeline.bench.skillspan", str(missing), "--out", str(tmp_path / "out")],
         capture_output=True,
         text=True,
         cwd=REPO,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.errors import ConfigError
-from pipeline.quality.html_page import write_page
+from pipeline.reports.html_page import write_page
 
 PAGE = "<!doctype html><title>a page</title>"
 

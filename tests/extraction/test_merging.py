@@ -2,69 +2,27 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
-import pytest
-from pydantic import BaseModel, ConfigDict, Field
-
-from pipeline.quality.merging import ChunkAnswer, Merge, found_in_chunk, merge_passes, merge_strategies
+from pipeline.extraction.merging import ChunkAnswer, found_in_chunk, merge_passes
+from pipeline.quality.grounding import GroundedValue, MatchKind
+from tests.job.test_chunking import Declared
 from tests.support.schemas import Mentions
 
 FIELDS = ["title", "description"]
 
 
-def grounded(path: str, value: str, start: int | None, field: str = "description") -> dict[str, Any]:
-    found = start is not None
-    return {
-        "path": path,
-        "value": value,
-        "source_field": field if found else None,
-        "start": start,
-        "end": None if start is None else start + len(value),
-        "match": "exact" if found else "none",
-        "score": 100.0 if found else 0.0,
-    }
+def grounded(path: str, value: str, start: int | None, field: str = "description") -> GroundedValue:
+    if start is None:
+        return GroundedValue(path, value, None, None, None, MatchKind.NONE, 0.0)
+    return GroundedValue(path, value, field, start, start + len(value), MatchKind.EXACT, 100.0)
 
 
-def answer(chunk: int, value: dict[str, Any], *places: dict[str, Any], pass_: int = 1) -> ChunkAnswer:
+def answer(chunk: int, value: dict[str, Any], *places: GroundedValue, pass_: int = 1) -> ChunkAnswer:
     return ChunkAnswer(
         chunk, pass_, {"title": None, "skills": [], "years": None, "tools": [], **value}, places
     )
-
-
-def test_defaults_union_lists_and_take_the_first_of_the_rest() -> None:
-    assert merge_strategies(Mentions) == {
-        "title": Merge.FIRST,
-        "skills": Merge.UNION,
-        "years": Merge.MAX,  # declared
-        "tools": Merge.UNION,
-    }
-
-
-class Declared(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    a: list[str] = Field(json_schema_extra={"merge": "first"})
-    b: str | None = Field(None, json_schema_extra={"merge": "most_common"})
-    c: float | None = Field(None, json_schema_extra={"merge": "min"})
-
-
-class Wrong(BaseModel):
-    years: int | None = Field(None, json_schema_extra={"merge": "union"})
-
-
-class Unknown(BaseModel):
-    skills: list[str] = Field(json_schema_extra={"merge": "longest"})
-
-
-def test_declared_strategies_must_fit_the_field() -> None:
-    assert merge_strategies(Declared) == {"a": Merge.FIRST, "b": Merge.MOST_COMMON, "c": Merge.MIN}
-    with pytest.raises(
-        ValueError, match=r"^field 'years' \(number\) declares merge 'union', which does not "
-    ):
-        merge_strategies(Wrong)
-    with pytest.raises(ValueError, match="use one of union, first$"):
-        merge_strategies(Unknown)
 
 
 def test_lists_are_the_union_of_the_chunks_each_item_once_in_document_order() -> None:
@@ -84,7 +42,7 @@ def test_lists_are_the_union_of_the_chunks_each_item_once_in_document_order() ->
     merged = merge_passes(Mentions, FIELDS, [first, second])
     assert merged.value["skills"] == ["SQL", "Spark", "Python", "Excel"]
     assert merged.value["tools"] == ["dbt", "Airflow"]
-    chunks = {(entry["value"], entry["chunk"]) for entry in merged.grounding}
+    chunks = {(entry.value, entry.chunk) for entry in merged.grounding}
     assert chunks == {("SQL", 1), ("Spark", 2), ("Python", 1), ("Excel", 2)}
     assert merged.added_by_pass == {1: 6}
 
@@ -92,7 +50,7 @@ def test_lists_are_the_union_of_the_chunks_each_item_once_in_document_order() ->
 def test_two_texts_at_one_place_are_one_item() -> None:
     """A fuzzy match: 'Pyton' and 'Python' do not normalise alike, but grounding put both at 50."""
     first = answer(1, {"skills": ["Python"]}, grounded("skills", "Python", 50))
-    second = answer(2, {"skills": ["Pyton"]}, {**grounded("skills", "Pyton", 50), "end": 56})
+    second = answer(2, {"skills": ["Pyton"]}, dataclasses.replace(grounded("skills", "Pyton", 50), end=56))
     assert merge_passes(Mentions, FIELDS, [first, second]).value["skills"] == ["Python"]
 
 
@@ -133,7 +91,7 @@ def test_a_later_pass_adds_only_new_values_the_text_has() -> None:
     merged = merge_passes(Mentions, FIELDS, [first, again])
     assert merged.value == {"title": "Lead", "skills": ["SQL", "Kafka"], "years": None, "tools": []}
     assert merged.added_by_pass == {1: 1, 2: 2}
-    assert {(entry["value"], entry["pass"]) for entry in merged.grounding} == {
+    assert {(entry.value, entry.pass_) for entry in merged.grounding} == {
         ("SQL", 1),
         ("Kafka", 2),
         ("Lead", 2),

@@ -5,7 +5,7 @@ atomically. The page is the template ``review_page.html`` (markup, one style, on
 as JSON in ``<script type="application/json" id="review-data">``; the page's script renders every card
 in the browser, with ``textContent`` only, and keeps its filters in the URL fragment.
 
-Safety and self-containment are enforced, not hoped for, by :mod:`pipeline.quality.html_page` (shared
+Safety and self-containment are enforced, not hoped for, by :mod:`pipeline.reports.html_page` (shared
 with every page the pipeline writes): the JSON is escaped so that no record text can end its script
 element (``</script>``, ``<!--``), and a Content-Security-Policy allows exactly the template's own
 script and style (by hash) and nothing else: no injected script, and no network request of any kind.
@@ -26,14 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-# embed_json and content_security_policy are re-exported: they were defined here before the runs page
-# of ``pipeline report`` needed them too.
-from pipeline.quality.html_page import content_security_policy as content_security_policy
-from pipeline.quality.html_page import embed_json as embed_json
-from pipeline.quality.html_page import finite, finite_numbers, render_page, write_page
+from pipeline.quality.grounding import GroundedValue, MatchKind
+from pipeline.reports.html_page import finite, finite_numbers, render_page, write_page
 
-MATCH_KINDS = ("exact", "normalised", "fuzzy", "none")
-TEMPLATE = importlib.resources.files("pipeline.quality").joinpath("review_page.html")
+MATCH_KINDS = tuple(str(kind) for kind in MatchKind)
+TEMPLATE = importlib.resources.files("pipeline.reports").joinpath("review_page.html")
 _DATA_MARKER = "__REVIEW_DATA__"
 # What the comparison section cannot do without (the rest of compare's JSON may be missing or null).
 _COMPARISON_REQUIRED = {
@@ -46,24 +43,10 @@ _COMPARISON_REQUIRED = {
 
 
 @dataclass(frozen=True, slots=True)
-class GroundedSpan:
-    """One extracted value located (or not) in the record text."""
-
-    path: str  # e.g. "explicit_skills", "company", "requirements[].text"
-    value: str
-    source_field: str | None  # the text field it was found in (None: not found)
-    start: int | None  # Python str offsets into texts[source_field]
-    end: int | None
-    match: str  # "exact" | "normalised" | "fuzzy" | "none"
-    score: float
-    chunk: int | None = None  # the chunk of a long record that found it (1-based); None: sent whole
-
-
-@dataclass(frozen=True, slots=True)
 class VariantView:
     extraction: Mapping[str, Any] | None  # the validated JSON (None: this variant has no result)
     failure: str | None  # failure class + message if it failed
-    grounding: Sequence[GroundedSpan]
+    grounding: Sequence[GroundedValue]
     model: str | None
     chunks: int | None = None  # merged from this many chunks of a long record (None: sent whole)
 
@@ -185,13 +168,13 @@ def _variant_data(view: VariantView, offsets: _Utf16Offsets, where: str) -> dict
     }
 
 
-def _span_data(span: GroundedSpan, offsets: _Utf16Offsets, where: str) -> dict[str, Any]:
+def _span_data(span: GroundedValue, offsets: _Utf16Offsets, where: str) -> dict[str, Any]:
     if span.match not in MATCH_KINDS:
         raise ValueError(
             f"{where}: {span.path} has match {span.match!r}; use one of {', '.join(MATCH_KINDS)}"
         )
     field, start, end = span.source_field, span.start, span.end
-    located = span.match != "none"
+    located = span.found
     if located:
         if field is None or start is None or end is None:
             raise ValueError(

@@ -3,6 +3,8 @@
 Every page the pipeline writes (the review page here, the runs page of ``pipeline report``) is built the
 same way, and this module is the one place that decides how:
 
+* every page's ``<head>`` opens with the same lines (:data:`PAGE_HEAD`, in place of ``__PAGE_HEAD__``):
+  UTF-8, the policy below, the viewport, and no referrer sent by any link;
 * the data goes into ``<script type="application/json">`` as JSON escaped so that no text in it can end
   or comment out its script element (``</script>``, ``<!--``); non-finite numbers become ``null``;
 * a Content-Security-Policy allows exactly the template's own script and style (by sha256 hash) and
@@ -28,7 +30,13 @@ from typing import Any
 
 from pipeline.errors import ConfigError
 
-CSP_MARKER = "__CONTENT_SECURITY_POLICY__"
+HEAD_MARKER = "__PAGE_HEAD__"
+PAGE_HEAD = (
+    '<meta charset="utf-8">\n'
+    '<meta http-equiv="Content-Security-Policy" content="{policy}">\n'
+    '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+    '<meta name="referrer" content="no-referrer">'
+)
 # In JSON these characters occur only inside strings, where \uXXXX is the same character: escaped, the
 # data cannot end or comment out its script element, and U+2028/9 stay harmless to any JS parser.
 _JSON_ESCAPES = {
@@ -41,13 +49,13 @@ _JSON_ESCAPES = {
 
 
 def render_page(template: str, data: Any, data_marker: str, *, name: str) -> str:
-    """``template`` (called ``name`` in errors) with its policy and ``data`` (as JSON) filled in."""
-    for marker in (CSP_MARKER, data_marker):
+    """``template`` (called ``name`` in errors) with its head, policy included, and ``data`` (as JSON)."""
+    for marker in (HEAD_MARKER, data_marker):
         if template.count(marker) != 1:
             raise RuntimeError(f"{name}: expected {marker} once, found it {template.count(marker)} times")
-    # The policy goes in first: the data, inserted last, is never searched for markers.
-    policy = content_security_policy(template, name)
-    return template.replace(CSP_MARKER, policy, 1).replace(data_marker, embed_json(data), 1)
+    # The head goes in first: the data, inserted last, is never searched for markers.
+    head = PAGE_HEAD.format(policy=content_security_policy(template, name))
+    return template.replace(HEAD_MARKER, head, 1).replace(data_marker, embed_json(data), 1)
 
 
 def write_page(document: str, path: Path, what: str) -> Path:

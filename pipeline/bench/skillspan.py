@@ -4,7 +4,7 @@ Each line of a SkillSpan file is ``token<TAB>skill-BIO<TAB>knowledge-BIO``; blan
 ``###`` line (when a file has them) ends a posting. A record's text is its tokens joined by single spaces,
 the same way each gold span is joined, so every gold span is a verbatim substring of its record::
 
-    python -m pipeline.quality.skillspan ../shared/datasets/skillspan/skillspan_house_dev.conll \\
+    python -m pipeline.bench.skillspan ../shared/datasets/skillspan/skillspan_house_dev.conll \\
         ../shared/datasets/skillspan/skillspan_tech_dev.conll --out data/skillspan
 
 Ids are the file's stem (without ``skillspan_``) and the unit's position in the file, counting skipped
@@ -321,9 +321,9 @@ def describe(report: ConvertReport) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m pipeline.quality.skillspan FILE... --out DIR``; exit code 2 with one line on bad input."""
+    """``python -m pipeline.bench.skillspan FILE... --out DIR``; exit code 2 with one line on bad input."""
     parser = argparse.ArgumentParser(
-        prog="python -m pipeline.quality.skillspan",
+        prog="python -m pipeline.bench.skillspan",
         description="Convert SkillSpan CoNLL files into records.jsonl (to load and extract) and "
         "gold.jsonl (to score against).",
     )

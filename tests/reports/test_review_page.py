@@ -5,30 +5,32 @@ from __future__ import annotations
 import base64
 import dataclasses
 import hashlib
+import importlib
 import json
 import re
 import struct
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
-import pipeline.quality.review_page as review_module
 import tests.support.browser as browser_module
 from pipeline.errors import ConfigError
-from pipeline.quality.review_page import (
-    GroundedSpan,
+from pipeline.quality.grounding import GroundedValue, MatchKind
+from pipeline.reports.html_page import embed_json
+from pipeline.reports.review_page import (
     ReviewPage,
     ReviewRecord,
     ScoreRow,
     VariantView,
-    embed_json,
     page_data,
     render_review,
     write_review,
 )
 from tests.support.browser import Element, dump_dom, parse_dom, require_browser, screenshot
 
+# By its import path: ``pipeline.reports.review_page`` as an attribute is the page function of pages.py.
+review_module = importlib.import_module("pipeline.reports.review_page")
 TITLE = "Senior Python Developer"
 DESCRIPTION = "We need Python, Docker and SQL.\nRemote in Berlin."
 TEXTS = {"title": TITLE, "description": DESCRIPTION}
@@ -40,14 +42,14 @@ DATA_SCRIPT = re.compile(r'<script type="application/json" id="review-data">(.*?
 
 def found(
     path: str, value: str, field: str, match: str = "exact", *, text: str | None = None, score: float = 100.0
-) -> GroundedSpan:
+) -> GroundedValue:
     """A span located where ``text`` (default: ``value``) first occurs in TEXTS[field]."""
     start = TEXTS[field].index(text or value)
-    return GroundedSpan(path, value, field, start, start + len(text or value), match, score)
+    return GroundedValue(path, value, field, start, start + len(text or value), MatchKind(match), score)
 
 
-def missing(path: str, value: str) -> GroundedSpan:
-    return GroundedSpan(path, value, None, None, None, "none", 0.0)
+def missing(path: str, value: str) -> GroundedValue:
+    return GroundedValue(path, value, None, None, None, MatchKind.NONE, 0.0)
 
 
 FULL_EXTRACTION: dict[str, Any] = {
@@ -68,7 +70,7 @@ FULL_GROUNDING = (
 
 
 def view(
-    extraction: dict[str, Any] | None, *grounding: GroundedSpan, failure: str | None = None
+    extraction: dict[str, Any] | None, *grounding: GroundedValue, failure: str | None = None
 ) -> VariantView:
     return VariantView(extraction, failure, grounding, "gpt-oss-120b")
 
@@ -242,7 +244,10 @@ def test_embedded_json_round_trips_to_the_page_data() -> None:
 def test_spans_and_missing_variants_are_embedded_with_utf16_offsets() -> None:
     text = "🚀 Senior Python Developer"  # the rocket is one code point but two UTF-16 units
     start = text.index("Python")
-    spans = (GroundedSpan("skills", "Python", "title", start, start + 6, "fuzzy", 0.875), missing("x", "y"))
+    spans = (
+        GroundedValue("skills", "Python", "title", start, start + 6, MatchKind.FUZZY, 0.875),
+        missing("x", "y"),
+    )
     record = ReviewRecord("1", {"title": text}, {"new": view({}, *spans)}, float("nan"), ["skills"])
     data = page_data(ReviewPage("job", ["base", "new"], ["skills"], [], [record], GENERATED_AT))
     (embedded_record,) = data["records"]
@@ -285,7 +290,7 @@ def test_embedding_keeps_record_text_from_ending_the_script_element() -> None:
 def page_with_text(text: str) -> ReviewPage:
     """One record whose id, text, value, job name and note are all hostile."""
     start = text.index("alert(1)")
-    span = GroundedSpan("company", "alert(1)", "description", start, start + 8, "exact", 1.0)
+    span = GroundedValue("company", "alert(1)", "description", start, start + 8, MatchKind.EXACT, 1.0)
     record = ReviewRecord(text, {"description": text}, {"base": view({"company": text}, span)}, None, [])
     return ReviewPage(f"job {text}", ["base"], ["company"], ["company"], [record], GENERATED_AT, [text])
 
@@ -294,24 +299,24 @@ def page_with_text(text: str) -> ReviewPage:
     ("span", "message"),
     [
         (
-            GroundedSpan("p", "v", "title", 0, 1, "close", 0.5),
+            GroundedValue("p", "v", "title", 0, 1, cast(MatchKind, "close"), 0.5),
             r"record 1: p has match 'close'; use one of exact",
         ),
         (
-            GroundedSpan("p", "v", "body", 0, 1, "exact", 1.0),
+            GroundedValue("p", "v", "body", 0, 1, MatchKind.EXACT, 1.0),
             r"record 1: p = 'v': the record has no text field 'body'",
         ),
         (
-            GroundedSpan("p", "v", "title", 3, 99, "exact", 1.0),
+            GroundedValue("p", "v", "title", 3, 99, MatchKind.EXACT, 1.0),
             r"span 3\.\.99 is outside 'title' \(5 characters\)",
         ),
         (
-            GroundedSpan("p", "v", None, None, None, "fuzzy", 0.9),
+            GroundedValue("p", "v", None, None, None, MatchKind.FUZZY, 0.9),
             r"record 1: p = 'v' is a fuzzy match without a location",
         ),
     ],
 )
-def test_inconsistent_spans_are_refused(span: GroundedSpan, message: str) -> None:
+def test_inconsistent_spans_are_refused(span: GroundedValue, message: str) -> None:
     record = ReviewRecord("1", {"title": "Chef!"}, {"base": view({}, span)}, None, [])
     with pytest.raises(ValueError, match=message):
         render_review(ReviewPage("job", ["base"], [], [], [record], GENERATED_AT))
@@ -352,7 +357,7 @@ def test_write_review_replaces_the_file_atomically(tmp_path: Path) -> None:
 
 
 def test_a_failed_write_names_the_review_page(tmp_path: Path) -> None:
-    """The writer is quality/html_page.py's (tested there); its errors name this page."""
+    """The writer is reports/html_page.py's (tested there); its errors name this page."""
     with pytest.raises(ConfigError, match=r"cannot write the review page \(No such file"):
         write_review(one_variant_page(), tmp_path / "nope" / "review.html")
 
@@ -579,8 +584,8 @@ def test_overlapping_spans_and_astral_characters_highlight_the_right_text(
     browser: str, tmp_path: Path
 ) -> None:
     text = "🚀 Senior Python Developer"
-    whole = GroundedSpan("title", TITLE, "title", 2, 2 + len(TITLE), "exact", 1.0)
-    skill = GroundedSpan("explicit_skills", "Python", "title", 9, 15, "fuzzy", 0.9)
+    whole = GroundedValue("title", TITLE, "title", 2, 2 + len(TITLE), MatchKind.EXACT, 1.0)
+    skill = GroundedValue("explicit_skills", "Python", "title", 9, 15, MatchKind.FUZZY, 0.9)
     record = ReviewRecord("1", {"title": text}, {"base": view({"title": TITLE}, whole, skill)}, None, [])
     dom = open_page(tmp_path, ReviewPage("job", ["base"], ["title"], ["title"], [record], GENERATED_AT))
     block = dom.find(cls="text")
@@ -601,9 +606,13 @@ def test_a_merged_long_record_shows_which_chunk_found_each_value(browser: str, t
     long_text = "Intro. " * 40 + "We need Python. " + "Middle. " * 40 + "And Docker."
     python, docker = long_text.index("Python"), long_text.index("Docker")
     spans = (
-        GroundedSpan("explicit_skills", "Python", "description", python, python + 6, "exact", 100.0, 2),
-        GroundedSpan("explicit_skills", "Docker", "description", docker, docker + 6, "exact", 100.0, 3),
-        GroundedSpan("explicit_skills", "Rust", None, None, None, "none", 0.0, 1),
+        GroundedValue(
+            "explicit_skills", "Python", "description", python, python + 6, MatchKind.EXACT, 100.0, 2
+        ),
+        GroundedValue(
+            "explicit_skills", "Docker", "description", docker, docker + 6, MatchKind.EXACT, 100.0, 3
+        ),
+        GroundedValue("explicit_skills", "Rust", None, None, None, MatchKind.NONE, 0.0, 1),
     )
     merged = VariantView({"explicit_skills": ["Python", "Docker", "Rust"]}, None, spans, "smollm2", chunks=3)
     record = ReviewRecord("d1", {"description": long_text}, {"base": merged}, None, [])
