@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
+
+import pytest
 
 import pipeline
 from tests.support.jobs import make_job, table_rows
@@ -58,6 +61,20 @@ def test_public_api_is_pinned() -> None:
     ]
     for name in pipeline.__all__:
         assert getattr(pipeline, name) is not None
+
+
+def test_public_names_are_imported_lazily_from_where_they_live() -> None:
+    """``pipeline/__init__.py`` maps each name to its module (PEP 562): the map, ``__all__`` and
+    ``dir()`` agree, and a name is the object its module defines."""
+    assert sorted(pipeline._PUBLIC) == sorted(pipeline.__all__)
+    assert set(pipeline.__all__) <= set(dir(pipeline))
+    assert pipeline.ReviewPage is importlib.import_module("pipeline.reports.review_page").ReviewPage
+    from pipeline import run_job
+    from pipeline.run.runner import run_job as defined
+
+    assert run_job is defined
+    with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
+        _ = pipeline.no_such_name
 
 
 def test_error_tree_by_reaction() -> None:

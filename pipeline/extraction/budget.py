@@ -34,7 +34,8 @@ from dataclasses import dataclass
 from pipeline.errors import TooLongError
 from pipeline.extraction.parse import grown_budget
 from pipeline.job.chunking import MIN_CHUNK_TOKENS
-from pipeline.servers.client import ChatMessage, ChatRequest, Reply
+from pipeline.servers.client import ChatMessage, ChatRequest
+from pipeline.servers.replies import Reply
 
 CHARS_PER_TOKEN = 3
 TOKENS_PER_MESSAGE = 8

@@ -59,8 +59,9 @@ from pipeline.extraction.parse import (
 from pipeline.extraction.prompt import PromptBuilder
 from pipeline.extraction.retry import RetryPolicy
 from pipeline.quality.grounding import Grounder
-from pipeline.servers.client import ChatMessage, ChatRequest, Reply
+from pipeline.servers.client import ChatMessage, ChatRequest
 from pipeline.servers.endpoint import Endpoint, EndpointEvacuatedError
+from pipeline.servers.replies import Reply
 from pipeline.servers.router import Router
 from pipeline.source.reader import RecordId, SourceRecord
 

@@ -4,10 +4,13 @@ long record extracted in chunks, each chunk as it finishes."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pipeline.errors import FailureClass
-from pipeline.servers.client import Reply
-from pipeline.source.reader import RecordId
+from pipeline.servers.replies import Reply
+
+if TYPE_CHECKING:  # a name for annotations only: the reader module would load DuckDB
+    from pipeline.source.reader import RecordId
 
 
 @dataclass(slots=True)

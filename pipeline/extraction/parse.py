@@ -20,7 +20,8 @@ from pipeline.errors import (
     summarize_validation_error,
 )
 from pipeline.extraction.repetition import find_loop
-from pipeline.servers.client import ChatMessage, ChatRequest, Reply
+from pipeline.servers.client import ChatMessage, ChatRequest
+from pipeline.servers.replies import Reply
 
 # Models asked for JSON without constrained decoding often wrap it in a Markdown code fence.
 _CODE_FENCE = re.compile(r"^```[a-zA-Z]*\s*\n?(.*?)\n?```$", re.DOTALL)

@@ -51,8 +51,9 @@ from pipeline.judging.model_prompt import Asking, JudgePrompts, verdicts_model, 
 from pipeline.judging.model_store import JudgedRecord, JudgingTask, read_sample_to_judge, write_judged
 from pipeline.quality.judgments import JudgmentVerdict, model_judge
 from pipeline.reports.reading import Sample
-from pipeline.servers.client import ClientSettings, LLMClient, Reply
+from pipeline.servers.client import ClientSettings, LLMClient
 from pipeline.servers.config import LOCAL_ENDPOINT
+from pipeline.servers.replies import Reply
 
 log = structlog.get_logger("pipeline.judging.model")
 

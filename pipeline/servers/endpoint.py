@@ -18,10 +18,11 @@ import httpx2
 import structlog
 
 from pipeline.servers.cache_counters import ServerCounters
-from pipeline.servers.client import LLMClient, Reply
+from pipeline.servers.client import LLMClient
 from pipeline.servers.config import EndpointConfig
 from pipeline.servers.knee_search import KneeMemory, ServerLoad
 from pipeline.servers.limits import AdaptiveLimit, LimitChange
+from pipeline.servers.replies import Reply
 from pipeline.servers.scrape import metrics_url, parse_metrics, server_load
 
 log = structlog.get_logger("pipeline.servers.endpoint")

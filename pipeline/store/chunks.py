@@ -18,7 +18,7 @@ import anyio
 from pipeline.errors import DatabaseError, FatalRunError
 from pipeline.extraction.outcomes import ChunkDone, Extracted, Usage
 from pipeline.job.spec import JobSpec
-from pipeline.servers.client import Reply
+from pipeline.servers.replies import Reply
 from pipeline.source.db import Database, quote
 from pipeline.source.reader import RecordId
 from pipeline.source.versions import JobVersion

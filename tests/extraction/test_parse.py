@@ -24,7 +24,8 @@ from pipeline.extraction.parse import (
     parse_reply,
     reask_request,
 )
-from pipeline.servers.client import ChatRequest, Reply
+from pipeline.servers.client import ChatRequest
+from pipeline.servers.replies import Reply
 from tests.support.fakes import GOOD_ITEM
 from tests.support.schemas import Item
 

@@ -9,7 +9,7 @@ import pytest
 
 from pipeline.extraction.outcomes import Extracted, Usage
 from pipeline.reports.chunk_status import ChunkingStatus, chunking_status
-from pipeline.servers.client import Reply
+from pipeline.servers.replies import Reply
 from pipeline.source.db import open_database
 from pipeline.source.versions import version_of
 from pipeline.store.opening import prepare_database

@@ -13,7 +13,7 @@ from pipeline.errors import EXIT_ABORTED, AnswersRejectedError, FailureClass, ex
 from pipeline.extraction.outcomes import Extracted, Failed, Outcome, Usage
 from pipeline.run.answer_breaker import WINDOW, AnswerBreaker
 from pipeline.run.options import RunStatus
-from pipeline.servers.client import Reply
+from pipeline.servers.replies import Reply
 from tests.support.fakes import completion, good_completion, respond
 from tests.support.jobs import make_job, table_rows
 from tests.support.outputs import record_number

@@ -11,7 +11,7 @@ import pytest
 from pipeline.extraction.outcomes import Extracted, Stored, Usage
 from pipeline.run.committer import commit_outcomes
 from pipeline.run.stats import RunStats
-from pipeline.servers.client import Reply
+from pipeline.servers.replies import Reply
 from pipeline.source.versions import version_of
 from pipeline.store.opening import prepare_database
 from pipeline.store.writer import RunStart, StoreWriter

@@ -16,7 +16,7 @@ import pytest
 from pipeline.errors import FailureClass
 from pipeline.extraction.outcomes import Extracted, Failed, Outcome, Usage
 from pipeline.job.spec import JobSpec
-from pipeline.servers.client import Reply
+from pipeline.servers.replies import Reply
 from pipeline.source.pending import PendingQueries, Selection
 from pipeline.source.reader import SourceReader, SourceRecord
 from pipeline.source.versions import JOB_CAUSES, StaleCause, version_of

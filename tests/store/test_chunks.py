@@ -10,7 +10,7 @@ import pytest
 
 from pipeline.extraction.outcomes import ChunkDone, Extracted, Usage
 from pipeline.job.spec import JobSpec
-from pipeline.servers.client import Reply
+from pipeline.servers.replies import Reply
 from pipeline.source.versions import version_of
 from pipeline.store.chunks import ChunkStore
 from pipeline.store.opening import prepare_database

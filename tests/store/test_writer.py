@@ -11,8 +11,8 @@ from structlog.testing import capture_logs
 from pipeline.errors import ConfigError, DatabaseError, DatabaseLockedError, FailureClass
 from pipeline.extraction.outcomes import Extracted, Failed, Usage
 from pipeline.job.spec import JobSpec
-from pipeline.servers.client import Reply
 from pipeline.servers.knee_search import KneeMemory
+from pipeline.servers.replies import Reply
 from pipeline.source.db import open_database
 from pipeline.source.versions import version_of
 from pipeline.store.opening import known_knees, open_for_reading, prepare_database
