@@ -42,8 +42,6 @@ from pipeline.job.spec import RetrySpec
 log = structlog.get_logger("pipeline.extraction.retry")
 
 MAX_RETRY_AFTER_S = 3600.0
-PROBE_INITIAL_S = 1.0
-PROBE_MAX_S = 5.0  # a probe is one cheap GET; a restarted server should not sit idle long
 
 
 class RetryKind(StrEnum):
