@@ -36,6 +36,8 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 
+from support import print_rows
+
 from pipeline.bench.closed_loop import LoadResult, Scenario, run_load
 from pipeline.sim.profiles import PROFILES, REFERENCE_OUTPUT_TOKENS, REFERENCE_PROMPT_TOKENS
 
@@ -151,14 +153,6 @@ def measure(cases: list[Case], timing: Timing, jobs: int) -> list[Outcome]:
             auto, next_run = autos[case.name].result(), nexts[case.name].result()
             outcomes.append(Outcome(case, sweep, whole, auto, next_run))
     return outcomes
-
-
-def print_rows(header: tuple[str, ...], rows: list[tuple[object, ...]]) -> None:
-    """A Markdown table, as benchmarks/run_scale.py prints its row: pastes into an issue as it is."""
-    print("| " + " | ".join(header) + " |")
-    print("|" + "---|" * len(header))
-    for row in rows:
-        print("| " + " | ".join(str(value) for value in row) + " |")
 
 
 def summary_row(outcome: Outcome) -> tuple[object, ...]:

@@ -33,32 +33,30 @@ whole runs, as a run's time counts its start.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import yaml
+from support import MODEL, PIPELINE, REPO, child_env, print_rows, simulator, write_job
 
 from pipeline.bench.closed_loop import LoadResult, Scenario, Workload, run_load
 from pipeline.bench.datasets import build_postings
 from pipeline.sim.profiles import PROFILES
 
-REPO = Path(__file__).resolve().parents[1]
-MODEL = "bench-model"
 # What one request of the job below holds in the KV cache when done, and the answer's tokens (measured:
 # a 1,965-token prompt with the schema, 327 completion tokens with low reasoning).
 REQUEST_TOKENS = 2300
 ANSWER_TOKENS = 327
 CLIENT_RECORDS_PER_S = 128  # what the client and the simulator sustain together on two cores, with room
+# The benchmarks' job (support.write_job) as a first auto run is given it: up to 512, low reasoning.
+JOB: dict[str, Any] = {"name": "auto_first_run", "max_concurrency": 512, "reasoning_effort": "low"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,48 +118,6 @@ class Run:
         return self.done / self.seconds
 
 
-@contextmanager
-def simulator(args: list[str]) -> Iterator[str]:
-    """`pipeline sim --port 0 ARGS`, its base URL; stopped at the end."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "pipeline", "sim", "--port", "0", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        start_new_session=True,
-    )
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        if " at http://" not in line:
-            raise RuntimeError(f"the simulator did not start: {line}")
-        yield line.rsplit(" at ", 1)[1].strip()
-    finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait()
-
-
-def write_job(folder: Path, url: str, concurrency: int | str) -> Path:
-    job = {
-        "name": "auto_first_run",
-        "database": "job.duckdb",
-        "source": {"table": "postings", "fields": ["title", "description"]},
-        "prompt": {"system": "Extract the posting.", "user": "{title}\n\n{description}"},
-        "schema": "schemas.linkedin:JobPosting",
-        "model": MODEL,
-        "endpoint": {"base_url": url},
-        "concurrency": concurrency,
-        "max_concurrency": 512,
-        "max_tokens": 2048,
-        "reasoning_effort": "low",
-        "request_timeout_s": 900,
-    }
-    path = folder / "job.yaml"
-    path.write_text(yaml.safe_dump(job))
-    return path
-
-
 def new_records(database: Path, count: int, start: int) -> None:
     """Replace the source with ``count`` postings of new ids: the next night's records."""
     with duckdb.connect(str(database)) as connection:
@@ -174,12 +130,12 @@ def new_records(database: Path, count: int, start: int) -> None:
 
 def run(folder: Path, url: str, concurrency: int | str) -> Run:
     """`pipeline run` in a child process; its numbers from the job's database."""
-    job = write_job(folder, url, concurrency)
+    job = write_job(folder, url, concurrency, stem="job", **JOB)
     child = subprocess.run(
-        [sys.executable, "-m", "pipeline", "run", str(job), "--progress", "log"],
+        [*PIPELINE, "run", str(job), "--progress", "log"],
         capture_output=True,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
+        env=child_env(),
         cwd=REPO,
     )
     if child.returncode != 0:
@@ -217,7 +173,7 @@ def measure(
     records = round(length * case.expected)
     fresh = folder / "fresh.duckdb"
     build_postings(fresh, records)
-    with simulator(case.sim_args(speed)) as url:
+    with simulator(*case.sim_args(speed)) as url:
         sweep = []
         for level in case.levels:
             place = folder / f"c{level}"
@@ -250,13 +206,6 @@ def row(case: Case, sweep: list[Run], first: Run, second: Run, speed: float) -> 
         f"{second.records_per_s / best.records_per_s:.3f}",
         first.knee or "-",
     )
-
-
-def print_rows(header: tuple[str, ...], rows: list[tuple[object, ...]]) -> None:
-    print("| " + " | ".join(header) + " |")
-    print("|" + "---|" * len(header))
-    for values in rows:
-        print("| " + " | ".join(str(value) for value in values) + " |")
 
 
 def closed_loop_scenario(case: Case, length: float) -> Scenario:

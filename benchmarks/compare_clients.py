@@ -62,6 +62,7 @@ from pipeline.sim.profiles import PROFILES
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from clients.curator_setup import curator_python, tiktoken_cache
 from clients.proc import descendants, process_cpu_s, server_metrics, status_kb
+from support import start_simulator, stop
 
 REPO = Path(__file__).resolve().parents[1]
 BENCHMARKS = REPO / "benchmarks"
@@ -106,26 +107,6 @@ class ClientResult:
     @property
     def cpu_s_per_1000(self) -> float:
         return self.cpu_s / max(self.server_requests, 1) * 1000
-
-
-# --- the simulator ----------------------------------------------------------------------------------
-
-
-def start_sim(profile: str, speed: float, model: str, seed: int) -> tuple[subprocess.Popen[str], str]:
-    argv = [PYTHON, "-m", "pipeline", "sim", "--port", "0", "--profile", profile, "--speed", str(speed)]
-    sim = subprocess.Popen(
-        [*argv, "--model", model, "--seed", str(seed)],
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-        start_new_session=True,
-    )
-    assert sim.stdout is not None
-    line = sim.stdout.readline()
-    if " at " not in line:
-        sim.kill()
-        raise SystemExit(f"pipeline sim did not start: {line!r}")
-    return sim, line.rsplit(" at ", 1)[1].strip()
 
 
 def measure(
@@ -367,7 +348,9 @@ def main() -> None:
 
     folder = Path(tempfile.mkdtemp(prefix="compare-clients-"))
     started = time.perf_counter()
-    sim, base_url = start_sim(args.profile, args.speed, args.model, seed=0)
+    sim, base_url = start_simulator(
+        "--profile", args.profile, "--speed", str(args.speed), "--model", args.model, "--seed", "0"
+    )
     results: list[ClientResult] = []
     try:
         env = {**os.environ, "PYTHONPATH": f"{BENCHMARKS}{os.pathsep}{REPO}"}
@@ -381,8 +364,7 @@ def main() -> None:
                 time.sleep(IDLE_GAP_S)
             results.append(run_client(key, folder, base_url, args, sim.pid, source_ids))
     finally:
-        os.killpg(sim.pid, signal.SIGTERM)
-        sim.wait()
+        stop(sim)
         if not args.keep:
             shutil.rmtree(folder, ignore_errors=True)
 

@@ -13,42 +13,19 @@ pass/fail test.
 from __future__ import annotations
 
 import argparse
-import os
 import resource
 import shutil
-import signal
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import duckdb
-import yaml
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 from clients.proc import build_source, server_metrics
-from run_scale import REPO, start_sim
+from run_scale import sim_args
+from support import PIPELINE, child_env, start_simulator, stop, write_job
 
 SIM_REQUESTS = "pipeline_sim:chat_requests"
-
-
-def write_job(folder: Path, urls: list[str], concurrency: int) -> Path:
-    job: dict[str, Any] = {
-        "name": "bench",
-        "database": "bench.duckdb",
-        "source": {"table": "postings", "fields": ["title", "description"]},
-        "prompt": {"system": "Extract the posting.", "user": "{title}\n\n{description}"},
-        "schema": "schemas.linkedin:JobPosting",
-        "model": "bench-model",
-        "endpoints": [{"base_url": url, "concurrency": concurrency} for url in urls],
-        "max_tokens": 2048,
-    }
-    path = folder / "bench.yaml"
-    path.write_text(yaml.safe_dump(job))
-    return path
 
 
 def run(folder: Path, urls: list[str], concurrency: int) -> dict[str, float]:
@@ -57,10 +34,10 @@ def run(folder: Path, urls: list[str], concurrency: int) -> dict[str, float]:
     requests_before = [server_metrics(url)[SIM_REQUESTS] for url in urls]
     started = time.perf_counter()
     subprocess.run(
-        [sys.executable, "-m", "pipeline", "run", str(job), "--progress", "log"],
+        [*PIPELINE, "run", str(job), "--progress", "log"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
+        env=child_env(),
         check=True,
     )
     wall = time.perf_counter() - started
@@ -85,7 +62,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=64, help="per endpoint")
     parser.add_argument("--latency", type=float, default=2.0, help="simulated seconds per request")
     args = parser.parse_args()
-    sims = [start_sim(args.latency) for _ in range(2)]
+    sims = [start_simulator(*sim_args(args.latency)) for _ in range(2)]
     rows = []
     try:
         with tempfile.TemporaryDirectory() as tmp:
@@ -98,8 +75,7 @@ def main() -> None:
                 rows.append((count, run(folder, [url for _, url in sims[:count]], args.concurrency)))
     finally:
         for process, _ in sims:
-            os.killpg(process.pid, signal.SIGTERM)
-            process.wait()
+            stop(process)
     one = rows[0][1]["records_per_s"]
     print(
         "| endpoints | records | wall s | records/s | vs one | requests per endpoint | client CPU ms/record |"

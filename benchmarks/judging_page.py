@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from clients.proc import build_source
 from read_copy import EXTRACTED_SQL, GROUNDING_SQL
-from run_scale import REPO, write_job
+from support import REPO, write_job
 
 from pipeline.job.spec import load_job
 from pipeline.source.db import open_database

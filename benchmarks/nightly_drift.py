@@ -28,31 +28,19 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx2
+from support import PIPELINE, REPO, simulator
 
-REPO = Path(__file__).resolve().parent.parent
 ADZUNA = REPO.parent / "shared" / "datasets" / "adzuna_uk_jobs_2499.csv"
-# `python -m pipeline` in REPO: the checkout this script is in, whichever one the venv installed.
-PIPELINE = [sys.executable, "-m", "pipeline"]
 JOB = str(REPO / "jobs" / "linkedin.yaml")
 MODEL = "openai/gpt-oss-120b"
 RENAMES = ("Id=id", "Title=title", "FullDescription=description", "LocationRaw=location", "Company=company")
 PLANTS = ("field", "latency", "retry")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def pipeline(*args: str, env: dict[str, str], check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -63,20 +51,15 @@ def pipeline(*args: str, env: dict[str, str], check: bool = True) -> subprocess.
 
 
 @contextlib.contextmanager
-def simulator(seed: int, latency: float, args: argparse.Namespace, *extra: str) -> Iterator[dict[str, str]]:
+def night_server(
+    seed: int, latency: float, args: argparse.Namespace, *extra: str
+) -> Iterator[dict[str, str]]:
     """A simulator for one night; yields the environment that points `pipeline run` at it."""
-    port = free_port()
-    sim = subprocess.Popen(
-        [*PIPELINE, "sim", "--port", str(port), "--model", MODEL, "--seed", str(seed), "--latency",
-         str(latency), "--jitter", "0.5", "--answer-noise", str(args.answer_noise), *extra],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO,
-    )  # fmt: skip
-    try:
-        wait_healthy(f"http://127.0.0.1:{port}/health")
-        yield {"PIPELINE_BASE_URL": f"http://127.0.0.1:{port}/v1", "PIPELINE_MODEL": MODEL}
-    finally:
-        sim.terminate()
-        sim.wait(timeout=30)
+    with simulator(
+        "--model", MODEL, "--seed", str(seed), "--latency", str(latency), "--jitter", "0.5",
+        "--answer-noise", str(args.answer_noise), *extra,
+    ) as url:  # fmt: skip
+        yield {"PIPELINE_BASE_URL": url, "PIPELINE_MODEL": MODEL}
 
 
 def night(number: int, args: argparse.Namespace, database: Path, env: dict[str, str]) -> str:
@@ -87,7 +70,7 @@ def night(number: int, args: argparse.Namespace, database: Path, env: dict[str, 
     selection = ["--limit", str(args.records)]
     if last and args.plant == "retry":
         selection = ["--only-failed"]
-    with simulator(number, latency, args, *planted) as sim_env:
+    with night_server(number, latency, args, *planted) as sim_env:
         run = pipeline(
             "run", JOB, "--database", str(database), *selection, "--progress", "log",
             "--concurrency", args.concurrency, env={**env, **sim_env},
@@ -97,25 +80,13 @@ def night(number: int, args: argparse.Namespace, database: Path, env: dict[str, 
 
 def fail_one_record(args: argparse.Namespace, database: Path, env: dict[str, str]) -> str:
     """One record that failed for good, for the last night's `--only-failed` to retry."""
-    with simulator(0, args.latency, args, "--fault-schema-invalid", "1") as sim_env:
+    with night_server(0, args.latency, args, "--fault-schema-invalid", "1") as sim_env:
         run = pipeline("run", JOB, "--database", str(database), "--limit", "1", env={**env, **sim_env})
     return summary_lines(run.stdout)
 
 
 def summary_lines(stdout: str) -> str:
     return "\n".join(line for line in stdout.splitlines() if line.startswith(("run ", "drift:")))
-
-
-def wait_healthy(url: str) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if httpx2.get(url, timeout=1).status_code == 200:
-                return
-        except httpx2.HTTPError:
-            pass
-        time.sleep(0.2)
-    sys.exit(f"the simulator at {url} did not start")
 
 
 def screenshot(page: Path, out: Path) -> None:

@@ -22,19 +22,15 @@ from __future__ import annotations
 import argparse
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
 import duckdb
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 from clients.proc import build_source
-from run_scale import REPO, print_table
-from run_scale import write_job as write_scale_job
+from support import MODEL, PIPELINE, REPO, print_rows, simulator
+from support import write_job as write_bench_job
 
 from pipeline.job.spec import load_job
 from pipeline.source.db import bind
@@ -65,7 +61,7 @@ GROUNDING_SQL = """to_json([
 
 
 def write_job(folder: Path, url: str, interval_s: float) -> Path:
-    return write_scale_job(folder, url, 256, operations={"snapshot_interval_s": interval_s})
+    return write_bench_job(folder, url, 256, operations={"snapshot_interval_s": interval_s})
 
 
 def fill_results(job: Path, rows: int) -> None:
@@ -103,29 +99,15 @@ def measure_size(rows: int) -> None:
             connection.close()
         mb = 1 / 1e6
         header = ("results", "database MB", "copy MB", "source copy MB", "first copy s", "later copy s")
-        print_table(
-            header,
-            (
-                f"{rows:,}",
-                f"{spec.database.stat().st_size * mb:,.0f}",
-                f"{copy_path(spec.database).stat().st_size * mb:,.0f}",
-                f"{source_copy_path(spec.database).stat().st_size * mb:,.0f}",
-                f"{first:.1f}",
-                f"{again:.1f}",
-            ),
+        row = (
+            f"{rows:,}",
+            f"{spec.database.stat().st_size * mb:,.0f}",
+            f"{copy_path(spec.database).stat().st_size * mb:,.0f}",
+            f"{source_copy_path(spec.database).stat().st_size * mb:,.0f}",
+            f"{first:.1f}",
+            f"{again:.1f}",
         )
-
-
-def start_sim() -> tuple[subprocess.Popen[str], str]:
-    command = [sys.executable, "-m", "pipeline", "sim", "--port", "0", "--model", "bench-model"]
-    sim = subprocess.Popen(
-        [*command, "--latency", "2", "--jitter", "0.5"],
-        stdout=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    assert sim.stdout is not None
-    return sim, sim.stdout.readline().rsplit(" at ", 1)[1].strip()
+        print_rows(header, [row])
 
 
 def timed_run(folder: Path, url: str, records: int, copies: bool) -> float:
@@ -145,7 +127,7 @@ def timed_run(folder: Path, url: str, records: int, copies: bool) -> float:
         asker.start()
     started = time.perf_counter()
     subprocess.run(
-        [sys.executable, "-m", "pipeline", "run", str(job), "--progress", "log"],
+        [*PIPELINE, "run", str(job), "--progress", "log"],
         check=True,
         cwd=REPO,
         capture_output=True,
@@ -155,28 +137,24 @@ def timed_run(folder: Path, url: str, records: int, copies: bool) -> float:
 
 
 def measure_throughput(records: int, pairs: int) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        sim, url = start_sim()
-        try:
-            without, with_copies = [], []
-            for _ in range(pairs):
-                without.append(timed_run(Path(tmp), url, records, copies=False))
-                with_copies.append(timed_run(Path(tmp), url, records, copies=True))
-        finally:
-            sim.terminate()
-            sim.wait()
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        simulator("--model", MODEL, "--latency", "2", "--jitter", "0.5") as url,
+    ):
+        without, with_copies = [], []
+        for _ in range(pairs):
+            without.append(timed_run(Path(tmp), url, records, copies=False))
+            with_copies.append(timed_run(Path(tmp), url, records, copies=True))
     ratio = statistics.median(b / a for a, b in zip(without, with_copies, strict=True))
     header = ("records", "runs each", "without copies rec/s", "with copies rec/s", "median ratio")
-    print_table(
-        header,
-        (
-            f"{records:,}",
-            pairs,
-            " ".join(f"{value:.1f}" for value in without),
-            " ".join(f"{value:.1f}" for value in with_copies),
-            f"{ratio:.3f}",
-        ),
+    row = (
+        f"{records:,}",
+        pairs,
+        " ".join(f"{value:.1f}" for value in without),
+        " ".join(f"{value:.1f}" for value in with_copies),
+        f"{ratio:.3f}",
     )
+    print_rows(header, [row])
 
 
 def main() -> None:

@@ -16,19 +16,17 @@ from __future__ import annotations
 
 import argparse
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import duckdb
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 from clients.proc import build_source, server_metrics, status_kb
-from run_scale import REPO, print_table, start_sim, write_job
+from run_scale import sim_args
+from support import PIPELINE, REPO, print_rows, simulator, write_job
 
 from pipeline.job.spec import load_job
+from pipeline.source.db import bind
 from pipeline.source.versions import content_hash_sql, version_of
 
 
@@ -37,23 +35,23 @@ def prepare(folder: Path, url: str, rows: int, done: int) -> Path:
     build_source(database, rows)
     job = write_job(folder, url, concurrency=256)
     subprocess.run(  # creates runs/results/failures exactly as a real run does
-        [sys.executable, "-m", "pipeline", "run", str(job), "--limit", "1", "--progress", "log"],
+        [*PIPELINE, "run", str(job), "--limit", "1", "--progress", "log"],
         check=True,
         cwd=REPO,
         capture_output=True,
     )
     spec = load_job(job)
     version = version_of(spec)
+    insert = (
+        "INSERT INTO results (variant, record_id, run_id, extracted, model, attempts, prompt_tokens, "
+        "completion_tokens, reasoning_tokens, latency_s, finish_reason, content_hash, content_fields, "
+        "prompt_hash, schema_hash, settings_hash) "
+        f"SELECT 'main', id, 1, '{{}}', $models[1], 1, 900, 300, 96, 240.0, 'stop', "
+        f"{content_hash_sql(spec.content_fields())}, $content_fields, $prompt_hash, $schema_hash, "
+        f"$settings_hash FROM postings s WHERE id < {done} AND id NOT IN (SELECT record_id FROM results)"
+    )
     with duckdb.connect(str(database)) as connection:
-        connection.execute(
-            "INSERT INTO results (variant, record_id, run_id, extracted, model, attempts, prompt_tokens, "
-            "completion_tokens, reasoning_tokens, latency_s, finish_reason, content_hash, content_fields, "
-            "prompt_hash, schema_hash, settings_hash) "
-            f"SELECT 'main', id, 1, '{{}}', $model, 1, 900, 300, 96, 240.0, 'stop', "
-            f"{content_hash_sql(spec.content_fields())}, $content_fields, $prompt_hash, $schema_hash, "
-            f"$settings_hash FROM postings s WHERE id < {done} AND id NOT IN (SELECT record_id FROM results)",
-            version.parameters(),
-        )
+        connection.execute(insert, bind(insert, version.parameters()))  # the parameters it uses
         connection.execute("CHECKPOINT")
     return job
 
@@ -62,7 +60,7 @@ def measure_restart(job: Path, url: str) -> dict[str, float]:
     before = server_metrics(url)["pipeline_sim:requests"]
     started = time.perf_counter()
     child = subprocess.Popen(
-        [sys.executable, "-m", "pipeline", "run", str(job), "--progress", "log"],
+        [*PIPELINE, "run", str(job), "--progress", "log"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         cwd=REPO,
@@ -89,18 +87,13 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--done", type=int, default=900_000)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, simulator(*sim_args(0.0)) as url:
         folder = Path(tmp)
-        sim, url = start_sim(0.0)
-        try:
-            job = prepare(folder, url, args.rows, args.done)
-            result = measure_restart(job, url)
-            with duckdb.connect(str(folder / "bench.duckdb"), read_only=True) as connection:
-                row = connection.execute("SELECT count(*) FROM results").fetchone()
-            results = int(row[0]) if row else 0
-        finally:
-            sim.terminate()
-            sim.wait()
+        job = prepare(folder, url, args.rows, args.done)
+        result = measure_restart(job, url)
+        with duckdb.connect(str(folder / "bench.duckdb"), read_only=True) as connection:
+            row = connection.execute("SELECT count(*) FROM results").fetchone()
+        results = int(row[0]) if row else 0
     header = ("source rows", "done before", "exit", "first request s", "wall s", "results", "peak RSS MB")
     values = (
         args.rows,
@@ -111,7 +104,7 @@ def main() -> None:
         results,
         f"{result['peak_rss_mb']:.0f}",
     )
-    print_table(header, values)
+    print_rows(header, [values])
 
 
 if __name__ == "__main__":

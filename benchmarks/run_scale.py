@@ -10,68 +10,20 @@ CPU time from the kernel (wait4). Prints one table row per run; nothing here is 
 from __future__ import annotations
 
 import argparse
-import os
 import resource
-import signal
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import duckdb
-import yaml
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 from clients.proc import build_source, status_kb
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-def start_sim(latency: float) -> tuple[subprocess.Popen[str], str]:
-    sim = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "pipeline",
-            "sim",
-            "--port",
-            "0",
-            "--model",
-            "bench-model",
-            "--latency",
-            str(latency),
-            "--jitter",
-            "0.5" if latency else "0",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    assert sim.stdout is not None
-    line = sim.stdout.readline()
-    return sim, line.rsplit(" at ", 1)[1].strip()
+from support import MODEL, PIPELINE, child_env, print_rows, start_simulator, stop, write_job
 
 
-def write_job(folder: Path, url: str, concurrency: int, **more: Any) -> Path:
-    """The benchmark's job file (``more``: other job keys, e.g. ``operations``)."""
-    job = {
-        "name": "bench",
-        "database": "bench.duckdb",
-        "source": {"table": "postings", "fields": ["title", "description"]},
-        "prompt": {"system": "Extract the posting.", "user": "{title}\n\n{description}"},
-        "schema": "schemas.linkedin:JobPosting",
-        "model": "bench-model",
-        "endpoint": {"base_url": url},
-        "concurrency": concurrency,
-        "max_tokens": 2048,
-        **more,
-    }
-    job_file = folder / "bench.yaml"
-    job_file.write_text(yaml.safe_dump(job))
-    return job_file
+def sim_args(latency: float) -> tuple[str, ...]:
+    """The simulator of these benchmarks: ``latency`` seconds a request, ±50% (none without latency)."""
+    return ("--model", MODEL, "--latency", str(latency), "--jitter", "0.5" if latency else "0")
 
 
 def run_once(folder: Path, url: str, records: int, concurrency: int) -> dict[str, float]:
@@ -79,10 +31,10 @@ def run_once(folder: Path, url: str, records: int, concurrency: int) -> dict[str
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     child = subprocess.Popen(
-        [sys.executable, "-m", "pipeline", "run", str(job_file), "--progress", "log"],
+        [*PIPELINE, "run", str(job_file), "--progress", "log"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
+        env=child_env(),
     )
     peak_kb = 0
     while child.poll() is None:  # VmHWM: this process image's own peak (ru_maxrss would include the
@@ -104,13 +56,6 @@ def run_once(folder: Path, url: str, records: int, concurrency: int) -> dict[str
     }
 
 
-def print_table(header: tuple[str, ...], values: tuple[object, ...]) -> None:
-    """One Markdown table row under its header: pastes into an issue or the README as it is."""
-    print("| " + " | ".join(header) + " |")
-    print("|" + "---|" * len(header))
-    print("| " + " | ".join(str(value) for value in values) + " |")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -123,12 +68,11 @@ def main() -> None:
         folder = Path(tmp)
         # In a child process, so this process stays small and its memory cannot blur the measurement.
         build_source(folder / "bench.duckdb", args.records)
-        sim, url = start_sim(args.latency)
+        sim, url = start_simulator(*sim_args(args.latency))
         try:
             result = run_once(folder, url, args.records, args.concurrency)
         finally:
-            os.killpg(sim.pid, signal.SIGTERM)
-            sim.wait()
+            stop(sim)
     header = (
         "records",
         "concurrency",
@@ -151,7 +95,7 @@ def main() -> None:
         f"{result['peak_rss_mb']:.0f}",
         f"{result['cpu_s_per_1000']:.2f}",
     )
-    print_table(header, values)
+    print_rows(header, [values])
 
 
 if __name__ == "__main__":

@@ -27,7 +27,6 @@ started_at.
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import tempfile
@@ -37,11 +36,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import duckdb
-import yaml
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from auto_first_run import simulator as start_simulator
+from support import MODEL, PIPELINE, REPO, child_env, print_rows, simulator, write_job
 
 from pipeline.bench.closed_loop import JobResult, Scenario, Workload, run_jobs
 from pipeline.bench.datasets import build_postings
@@ -78,41 +73,27 @@ def row(label: str, jobs: list[JobResult], alone: float) -> tuple[object, ...]:
     )
 
 
-REPO = Path(__file__).resolve().parents[1]
 REQUEST_TOKENS = 2300  # the postings job's prompt with its schema and a low-reasoning answer (measured)
 
 
-def simulator(kv_requests: int, speed: float) -> AbstractContextManager[str]:
+def kv_simulator(kv_requests: int, speed: float) -> AbstractContextManager[str]:
     """One `pipeline sim` whose KV cache holds ``kv_requests`` of the job's requests; its base URL."""
-    args = ["--profile", "gpt-oss-120b", "--model", "bench-model", "--max-num-seqs", "512"]
-    args += ["--kv-tokens", str(kv_requests * REQUEST_TOKENS), "--speed", f"{speed:g}"]
-    return start_simulator(args)
+    args = ["--profile", "gpt-oss-120b", "--model", MODEL, "--max-num-seqs", "512"]
+    return simulator(*args, "--kv-tokens", str(kv_requests * REQUEST_TOKENS), "--speed", f"{speed:g}")
 
 
 def start_job(folder: Path, url: str, records: int, concurrency: int | str) -> subprocess.Popen[str]:
     folder.mkdir()
     build_postings(folder / "job.duckdb", records)
-    job = {
-        "name": folder.name,
-        "database": "job.duckdb",
-        "source": {"table": "postings", "fields": ["title", "description"]},
-        "prompt": {"system": "Extract the posting.", "user": "{title}\n\n{description}"},
-        "schema": "schemas.linkedin:JobPosting",
-        "model": "bench-model",
-        "endpoint": {"base_url": url},
-        "concurrency": concurrency,
-        "max_concurrency": 512,
-        "max_tokens": 2048,
-        "reasoning_effort": "low",
-        "request_timeout_s": 900,
-    }
-    (folder / "job.yaml").write_text(yaml.safe_dump(job))
+    job = write_job(
+        folder, url, concurrency, stem="job", name=folder.name, max_concurrency=512, reasoning_effort="low"
+    )
     return subprocess.Popen(
-        [sys.executable, "-m", "pipeline", "run", str(folder / "job.yaml"), "--progress", "log"],
+        [*PIPELINE, "run", str(job), "--progress", "log"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
+        env=child_env(),
         cwd=REPO,
     )
 
@@ -144,7 +125,7 @@ def main_processes(records: int, kv_requests: int, speed: float, fixed: int) -> 
             (f"two jobs of {records:,} at c={fixed}", [("fa", records, fixed), ("fb", records, fixed)]),
         ]
         alone = None
-        with simulator(kv_requests, speed) as url:
+        with kv_simulator(kv_requests, speed) as url:
             for label, jobs in setups:
                 children = [(folder / name, start_job(folder / name, url, n, c)) for name, n, c in jobs]
                 done = finished(children)
@@ -155,10 +136,7 @@ def main_processes(records: int, kv_requests: int, speed: float, fixed: int) -> 
                 rows.append((label, times, f"{slower:.2f}", f"{pair:.1f}", f"{pair / alone:.3f}"))
                 print(f"  {label}: {times} s", file=sys.stderr)
     header = ("jobs", "each job's time (s)", "slower / faster", "records/s (both)", "against one job alone")
-    print("| " + " | ".join(header) + " |")
-    print("|" + "---|" * len(header))
-    for values in rows:
-        print("| " + " | ".join(str(value) for value in values) + " |")
+    print_rows(header, rows)
     print(
         f"\npipeline sim --speed {speed:g}, KV cache for {kv_requests}, "
         f"{time.perf_counter() - started:.0f} s wall"
@@ -201,10 +179,7 @@ def main() -> None:
         "against one job alone",
         "peak limit",
     )
-    print("| " + " | ".join(header) + " |")
-    print("|" + "---|" * len(header))
-    for values in rows:
-        print("| " + " | ".join(str(value) for value in values) + " |")
+    print_rows(header, rows)
     print(
         f"\nKV cache for {args.kv_requests} requests, closed loop on a virtual clock, "
         f"{time.perf_counter() - started:.0f} s wall"
