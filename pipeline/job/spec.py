@@ -276,10 +276,17 @@ class JobSpec(_Strict):
                 data[key] = value
         return self._rebuilt(data, f"{self.source_file} with the command-line options")
 
+    @property
+    def runs_locally(self) -> bool:
+        """Whether a run of this job starts the bundled local vLLM server (``endpoint.base_url: local``;
+        with ``endpoints:`` it never does). The one place that decides it: the CLI, ``run_job_sync``,
+        ``run_job`` and the fleet ask here."""
+        return self.endpoint.is_local
+
     def as_run(self, *, local: bool = False) -> JobSpec:
         """The job as a run makes it: with ``local`` (``--local``) or ``endpoint.base_url: local``, on
         the bundled vLLM server with the model that serves, whatever model the job names."""
-        if not (local or self.endpoint.is_local):
+        if not (local or self.runs_locally):
             return self
         return self.with_overrides(base_url=LOCAL_ENDPOINT, model=LOCAL_MODEL)
 

@@ -16,7 +16,7 @@ import anyio.from_thread
 from pipeline.errors import ConfigError
 from pipeline.job.spec import JobSpec
 from pipeline.run.options import RunOptions, RunSummary
-from pipeline.run.runner import run_job, run_job_locally
+from pipeline.run.runner import runner_for
 
 
 def run_job_sync(spec: JobSpec, options: RunOptions | None = None, *, local: bool = False) -> RunSummary:
@@ -28,8 +28,7 @@ def run_job_sync(spec: JobSpec, options: RunOptions | None = None, *, local: boo
     run gets an event loop of its own in a worker thread while this one waits; interrupting the wait
     (the notebook's stop button) cancels the run, which keeps everything it committed, as Ctrl-C
     does to ``pipeline run``."""
-    runner = run_job_locally if local or spec.endpoint.is_local else run_job
-    call = functools.partial(runner, spec, options)
+    call = functools.partial(runner_for(spec, local=local), spec, options)
     if not _loop_running():
         return anyio.run(call)
     if options is not None and options.handle_signals:

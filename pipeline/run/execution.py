@@ -14,6 +14,7 @@ watchdog, signals) around producer → bounded stream → N workers → the writ
 from __future__ import annotations
 
 import functools
+from typing import Protocol
 
 import anyio
 import structlog
@@ -27,9 +28,9 @@ from pipeline.errors import (
     StalledRunError,
     first_error,
 )
+from pipeline.extraction.context import RunContext
 from pipeline.extraction.documents import DocumentExtractor
 from pipeline.extraction.outcomes import Failed, Outcome, Stored
-from pipeline.job.spec import JobSpec
 from pipeline.run.answer_breaker import KEPT_NOTE, AnswerBreaker
 from pipeline.run.committer import FLUSH_MAX_ROWS, commit_outcomes
 from pipeline.run.options import RunOptions, RunStatus
@@ -50,45 +51,50 @@ log = structlog.get_logger("pipeline.run.execution")
 SNAPSHOT_INTERVAL_S = 2.0
 
 
-def save_snapshot(spec: JobSpec, run_id: int, stats: RunStats, status: str) -> OSError | None:
+def save_snapshot(context: RunContext, run_id: int, stats: RunStats, status: str) -> OSError | None:
     """Write the progress snapshot ``status`` reads (blocking: call it in a worker thread). A disk too
     full for it costs only the snapshot: the error is given back, for the caller to say once."""
     try:
-        write_snapshot(spec.database, run_id, stats.snapshot(), status)
+        write_snapshot(context.database, run_id, stats.snapshot(), status)
     except OSError as error:
         return error
     return None
 
 
+class OpenRun(Protocol):
+    """A run whose parts are open, as :class:`pipeline.run.runner.JobRun` hands itself on: what its
+    execution reads and drives."""
+
+    context: RunContext
+    options: RunOptions
+    reader: SourceReader
+    router: Router
+    stats: RunStats
+    writer: StoreWriter
+    extractor: DocumentExtractor
+
+
 class RunExecution:
-    def __init__(
-        self,
-        spec: JobSpec,
-        options: RunOptions,
-        reader: SourceReader,
-        writer: StoreWriter,
-        stats: RunStats,
-        router: Router,
-        extractor: DocumentExtractor,
-    ) -> None:
-        self._spec = spec
-        self._router = router
-        self._options = options
-        self._reader = reader
-        self._writer = writer
-        self._stats = stats
-        self._extractor = extractor
-        self._progress = options.progress or LogProgress()
-        self._shutdown = Shutdown(spec.operations.shutdown_grace_s)
+    def __init__(self, run: OpenRun) -> None:
+        operations = run.context.spec.operations
+        self._context = run.context
+        self._router = run.router
+        self._options = run.options
+        self._reader = run.reader
+        self._writer = run.writer
+        self._stats = run.stats
+        self._extractor = run.extractor
+        self._progress = run.options.progress or LogProgress()
+        self._shutdown = Shutdown(operations.shutdown_grace_s)
         self._watchdog = StallWatchdog(
-            stats,
-            warn_after_s=spec.operations.stall_warning_s,
-            abort_after_s=spec.operations.stall_abort_s,
+            run.stats,
+            warn_after_s=operations.stall_warning_s,
+            abort_after_s=operations.stall_abort_s,
             on_abort=self._abort,
         )
         self._breaker = AnswerBreaker()
         self._fatal: FatalRunError | None = None
-        self.series = RunSeries(stats)  # real time, like the progress snapshot
+        self.series = RunSeries(run.stats)  # real time, like the progress snapshot
 
     def _abort(self, error: FatalRunError) -> None:
         self._fatal = self._fatal or error
@@ -102,9 +108,9 @@ class RunExecution:
             publish = functools.partial(
                 publish_metrics,
                 self._stats,
-                self._spec.name,
+                self._context.spec.name,
                 port=options.metrics_port,
-                host=self._spec.operations.metrics_host,
+                host=self._context.spec.operations.metrics_host,
                 textfile=options.metrics_textfile,
             )
             try:
@@ -140,7 +146,9 @@ class RunExecution:
         return RunStatus.COMPLETED_WITH_FAILURES if self._stats.failed else RunStatus.COMPLETED
 
     async def _pump(self) -> None:
-        records_tx, records_rx = anyio.create_memory_object_stream[SourceRecord](self._spec.source.batch_size)
+        records_tx, records_rx = anyio.create_memory_object_stream[SourceRecord](
+            self._context.spec.source.batch_size
+        )
         outcomes_tx, outcomes_rx = anyio.create_memory_object_stream[Stored](FLUSH_MAX_ROWS)
         workers = self._router.most_in_flight
         if self._reader.content_counted:  # else the count is not final yet: more may come
@@ -225,7 +233,9 @@ class RunExecution:
         said = False  # a full disk is said once, not every few seconds
         while True:
             run_id = self._writer.run_id
-            error = await anyio.to_thread.run_sync(save_snapshot, self._spec, run_id, self._stats, "running")
+            error = await anyio.to_thread.run_sync(
+                save_snapshot, self._context, run_id, self._stats, "running"
+            )
             if error is not None and not said:
                 log.warning("the progress snapshot was not written", error=str(error))
             said = error is not None

@@ -8,11 +8,10 @@ import structlog
 
 from pipeline.errors import RecordError
 from pipeline.extraction.chunk_plan import ChunkPlanner
+from pipeline.extraction.context import RunContext
 from pipeline.extraction.documents import DocumentExtractor, KeptChunks
 from pipeline.extraction.extractor import BudgetGrowth, Extractor
-from pipeline.extraction.prompt import PromptBuilder
 from pipeline.extraction.retry import RetryKind, RetryPolicy
-from pipeline.job.spec import JobSpec
 from pipeline.quality.grounding import Grounder
 from pipeline.run.options import RunOptions
 from pipeline.run.stats import RunStats
@@ -22,7 +21,7 @@ log = structlog.get_logger("pipeline.run.extractors")
 
 
 def record_extractor(
-    spec: JobSpec, options: RunOptions, router: Router, stats: RunStats, kept: KeptChunks | None
+    context: RunContext, options: RunOptions, router: Router, stats: RunStats, kept: KeptChunks | None
 ) -> DocumentExtractor:
     """The run's extractor. With ``chunking:`` it checks first, against the servers' context, that a
     chunk can fit at all: a :class:`ConfigError` naming the key before any request."""
@@ -31,10 +30,10 @@ def record_extractor(
         stats.retries[str(kind)] += 1
         log.debug("retrying", kind=str(kind), attempt=attempt, wait_s=round(wait_s, 2), error=str(error))
 
+    spec, prompts = context.spec, context.prompts
     policy = RetryPolicy(spec.retry, sleep=options.sleep, observer=observe)
     growth = BudgetGrowth(spec.retry.truncation_growth, spec.max_tokens_ceiling)
     grounder = Grounder.for_schema(spec.schema_class)
-    prompts = PromptBuilder(spec)
     extractor = Extractor(router, prompts, spec.schema_class, policy, growth, stats, grounder)
     planner = None
     if spec.chunking is not None:

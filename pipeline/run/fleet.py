@@ -13,8 +13,7 @@ import httpx2
 import structlog
 
 from pipeline.errors import ModelNotServedError
-from pipeline.extraction.prompt import PromptBuilder, client_settings
-from pipeline.run.context import RunContext
+from pipeline.extraction.context import RunContext
 from pipeline.servers.capacity import read_server
 from pipeline.servers.client import LLMClient
 from pipeline.servers.config import EndpointConfig
@@ -46,7 +45,7 @@ async def open_fleet(
     to start from."""
     async with AsyncExitStack() as stack:
         spec = context.spec
-        if spec.endpoint.is_local and not spec.endpoints:
+        if spec.runs_locally:
             from pipeline.local import local_endpoint  # the local extra: only when asked for
 
             address = await stack.enter_async_context(local_endpoint(local))
@@ -74,7 +73,7 @@ async def _open_endpoint(
 ) -> Endpoint:
     """One server of the run: its client (closed with the fleet), its limit, its health."""
     spec = context.spec
-    client = await stack.enter_async_context(LLMClient(client_settings(spec, config)))
+    client = await stack.enter_async_context(LLMClient(context.client_settings(config)))
     return Endpoint(
         config,
         client,
@@ -105,7 +104,7 @@ async def _start_at_fit(context: RunContext, endpoints: list[Endpoint]) -> None:
     context (vLLM does), within :data:`FIT_BUDGET_S`; a server that does not say by then starts as
     before."""
     spec = context.spec
-    fixed = PromptBuilder(spec).request_for({}).messages
+    fixed = context.fixed_messages
 
     async def read(endpoint: Endpoint) -> None:
         reading = await read_server(endpoint.client, fixed, timeout_s=FIT_BUDGET_S, check_model=False)

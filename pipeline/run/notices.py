@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import structlog
 
-from pipeline.run.context import RunContext
+from pipeline.extraction.context import RunContext
 from pipeline.source.reader import SourceReader
 
 log = structlog.get_logger("pipeline.run.runner")

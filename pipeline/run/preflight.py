@@ -17,10 +17,9 @@ from __future__ import annotations
 import anyio
 import structlog
 
-from pipeline.extraction.prompt import PromptBuilder
+from pipeline.extraction.context import RunContext
 from pipeline.job.spec import JobSpec
 from pipeline.run.check_lines import Check, context_check, kv_check, prefix_check
-from pipeline.run.context import RunContext
 from pipeline.servers.capacity import ServerReading, read_server, requests_that_fit
 from pipeline.servers.endpoint import Endpoint
 from pipeline.servers.router import Router
@@ -35,7 +34,7 @@ _BASIS = "each, its answer counted at max_tokens; `pipeline check JOB` measures"
 async def warn_before_start(context: RunContext, router: Router, pending: int | None) -> list[Check]:
     """Read every endpoint at once, log each line that is not ok (one warning each) and return them."""
     spec = context.spec
-    fixed = PromptBuilder(spec).request_for({}).messages
+    fixed = context.fixed_messages
     found: list[Check] = []
 
     async def read(endpoint: Endpoint) -> None:

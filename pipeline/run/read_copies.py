@@ -15,7 +15,7 @@ import anyio
 import structlog
 
 from pipeline.errors import DatabaseError
-from pipeline.job.spec import JobSpec
+from pipeline.extraction.context import RunContext
 from pipeline.source.db import Database
 from pipeline.store.read_copy import clear_request, copy_requested, write_copy
 
@@ -30,18 +30,18 @@ class ReadCopies:
     def __init__(
         self,
         cursor: Database,
-        spec: JobSpec,
+        context: RunContext,
         run_id: int,
         *,
         sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._cursor = cursor
-        self._spec = spec
+        self._spec = context.spec
         self._run_id = run_id
         self._sleep = sleep
         self._clock = clock
-        self._interval_s = spec.operations.snapshot_interval_s
+        self._interval_s = context.spec.operations.snapshot_interval_s
         self._gap_s = 0.0  # a reader's first request is answered at once
         self._last = clock()  # the run's start: the first copy is due one interval in, or when asked
         self.written = 0

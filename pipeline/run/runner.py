@@ -21,17 +21,18 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
-from typing import TYPE_CHECKING
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import structlog
 
 from pipeline.errors import ConfigError, DatabaseError, FatalRunError
+from pipeline.extraction.context import RunContext
 from pipeline.extraction.documents import DocumentExtractor
 from pipeline.job.spec import JobSpec
 from pipeline.quality.drift import BASELINE_RUNS, Drift, find_drift
-from pipeline.run.context import RunContext
 from pipeline.run.execution import RunExecution, save_snapshot
 from pipeline.run.extractors import record_extractor
 from pipeline.run.fleet import open_fleet, read_counters_at_end
@@ -54,48 +55,41 @@ from pipeline.store.writer import RunStart, StoreWriter
 if TYPE_CHECKING:
     from pipeline.local import LocalServerOptions
 
-__all__ = ["RunOptions", "RunStatus", "RunSummary", "count_pending", "run_job", "run_job_locally"]
+__all__ = [
+    "JobRun",
+    "RunOptions",
+    "RunStatus",
+    "RunSummary",
+    "count_pending",
+    "run_job",
+    "run_job_locally",
+    "runner_for",
+]
 
 log = structlog.get_logger("pipeline.run.runner")
 
 #: The message of a run its caller cancelled (the row's status is ``interrupted``).
 CANCELLED = "cancelled by its caller (e.g. asyncio.wait_for's timeout); what finished is saved"
 
+Runner = Callable[[JobSpec, RunOptions | None], Awaitable[RunSummary]]
+
 
 async def count_pending(spec: JobSpec, options: RunOptions | None = None) -> int:
     """Check the database (as a run would) and count what a run would extract."""
     options = options or RunOptions()
-    connection = await anyio.to_thread.run_sync(prepare_database, spec)
-    reader = await SourceReader.open(connection, RunContext.of(spec).pending(options.selection))
-    try:
+    async with _opened_source(RunContext.of(spec), options) as (_, reader):
         return options.capped(await reader.count_metadata() + await reader.count_content())
-    finally:
-        await reader.aclose()
-        with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(connection.close)
 
 
 async def run_job(spec: JobSpec, options: RunOptions | None = None) -> RunSummary:
     """Extract every pending record of ``spec``. Raises :class:`FatalRunError` (incl. ConfigError)."""
     options = options or RunOptions()
-    if spec.endpoint.is_local and not spec.endpoints and options.local_server is None:
+    if spec.runs_locally and options.local_server is None:
         raise ConfigError(
             f"{spec.source_file}: key 'endpoint.base_url' is 'local': run with `pipeline run --local` "
             "(library: pipeline.run_job_locally)"
         )
-    with RunLock(spec.database):
-        connection = await anyio.to_thread.run_sync(prepare_database, spec)
-        try:
-            context = RunContext.of(spec)  # the composition root: what the stages below are given
-            reader = await SourceReader.open(connection, context.pending(options.selection))
-            try:
-                return await _run_with_reader(context, options, connection, reader)
-            finally:
-                await reader.aclose()
-        finally:
-            # Shielded: a caller that cancels the run (a notebook's stop) must not keep the file open.
-            with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(connection.close)
+    return await JobRun(RunContext.of(spec), options).run()
 
 
 async def run_job_locally(
@@ -109,172 +103,222 @@ async def run_job_locally(
     return await run_job(spec.as_run(local=True), options)
 
 
-async def _run_with_reader(
-    context: RunContext, options: RunOptions, connection: Database, reader: SourceReader
-) -> RunSummary:
-    spec = context.spec
-    pending = options.capped(await reader.count_metadata())
-    if pending == 0:  # only now is the content phase worth waiting for
-        pending = options.capped(await reader.count_content())
-    summary = functools.partial(
-        RunSummary,
-        database=spec.database,
-        results_table=spec.output.results_table,
-        failures_table=spec.output.failures_table,
-        pending_at_start=pending,
-        variant=spec.variant,
-    )
-    if pending == 0:
-        log.info("nothing to do", job=spec.name, variant=spec.variant)
-        records = await anyio.to_thread.run_sync(count_records, connection, spec)
-        kept = await stale_kept(reader)
-        return summary(run_id=None, status=RunStatus.NOTHING_TO_DO, stale_kept=kept, source_records=records)
-    warn_if_timeout_is_short(context)
-    knees = await anyio.to_thread.run_sync(known_knees, connection, spec) if context.auto else {}
-    fleet = open_fleet(context, local=options.local_server, sleep=options.sleep, knees=knees)
-    async with fleet as (context, router):
-        await warn_before_start(context, router, pending)
-        stats, run_id, status, fatal, drift = await _run_on(
-            context, options, connection, reader, router, pending
+def runner_for(spec: JobSpec, *, local: bool = False) -> Runner:
+    """How a run of ``spec`` is started: on the bundled local server when asked (``--local``) or when
+    the job says so (:attr:`JobSpec.runs_locally`), else against the job's servers."""
+    return run_job_locally if local or spec.runs_locally else run_job
+
+
+class JobRun:
+    """One run of a job, from its lock to its summary. It owns what it opens, in this order, and closes
+    it in reverse: the database connection and the source reader, the router over the job's servers,
+    the run's live stats, the chunks earlier runs kept, the store writer and the extractor. The parts
+    it hands on take its context (:class:`RunContext`), never the spec alone."""
+
+    connection: Database
+    reader: SourceReader
+    router: Router
+    stats: RunStats
+    writer: StoreWriter
+    extractor: DocumentExtractor
+
+    def __init__(self, context: RunContext, options: RunOptions) -> None:
+        self.context = context
+        self.options = options
+
+    async def run(self) -> RunSummary:
+        with RunLock(self.context.database):
+            async with _opened_source(self.context, self.options) as (self.connection, self.reader):
+                pending = self.options.capped(await self.reader.count_metadata())
+                if pending == 0:  # only now is the content phase worth waiting for
+                    pending = self.options.capped(await self.reader.count_content())
+                if pending == 0:
+                    return await self._nothing_to_do()
+                warn_if_timeout_is_short(self.context)
+                async with self._servers():
+                    await warn_before_start(self.context, self.router, pending)
+                    self.stats = self._new_stats(pending)
+                    status, fatal, drift = await self._extract()
+                stats = self.stats
+                log.info(
+                    "run ended",
+                    run_id=self.writer.run_id,
+                    status=str(status),
+                    done=stats.done,
+                    failed=stats.failed,
+                )
+                if fatal is not None:
+                    raise fatal
+                return self._summary(
+                    pending_at_start=stats.pending_at_start,
+                    run_id=self.writer.run_id,
+                    status=status,
+                    done=stats.done,
+                    failed=stats.failed,
+                    requests=stats.requests,
+                    output_tokens=stats.output_tokens,
+                    timeouts=stats.timeouts,
+                    elapsed_s=stats.elapsed_s(),
+                    stale_kept=await stale_kept(self.reader),
+                    drift=drift,
+                )
+
+    def _summary(self, **values: Any) -> RunSummary:
+        spec = self.context.spec
+        return RunSummary(
+            database=spec.database,
+            results_table=spec.output.results_table,
+            failures_table=spec.output.failures_table,
+            variant=spec.variant,
+            **values,
         )
-    log.info("run ended", run_id=run_id, status=str(status), done=stats.done, failed=stats.failed)
-    if fatal is not None:
-        raise fatal
-    return summary(
-        run_id=run_id,
-        status=status,
-        pending_at_start=stats.pending_at_start,
-        done=stats.done,
-        failed=stats.failed,
-        requests=stats.requests,
-        output_tokens=stats.output_tokens,
-        timeouts=stats.timeouts,
-        elapsed_s=stats.elapsed_s(),
-        stale_kept=await stale_kept(reader),
-        drift=drift,
-    )
 
+    async def _nothing_to_do(self) -> RunSummary:
+        log.info("nothing to do", job=self.context.spec.name, variant=self.context.spec.variant)
+        records = await anyio.to_thread.run_sync(count_records, self.connection, self.context.spec)
+        kept = await stale_kept(self.reader)
+        return self._summary(
+            run_id=None,
+            status=RunStatus.NOTHING_TO_DO,
+            pending_at_start=0,
+            stale_kept=kept,
+            source_records=records,
+        )
 
-async def _run_on(
-    context: RunContext,
-    options: RunOptions,
-    connection: Database,
-    reader: SourceReader,
-    router: Router,
-    pending: int,
-) -> tuple[RunStats, int, RunStatus, FatalRunError | None, tuple[Drift, ...]]:
-    spec = context.spec
-    stats = RunStats(
-        pending_at_start=pending,
-        concurrency=router.most_in_flight,
-        abort_after_failures=spec.retry.abort_after_consecutive_failures,
-    )
-    stats.endpoint_numbers = lambda: {
-        e.name: {**e.stats.as_dict(e), "failures_in_a_row": e.health.failures_in_a_row}
-        for e in router.endpoints
-    }
-    kept = await ChunkStore.open(connection, spec, context.version) if spec.chunking else None
-    try:
-        extractor = record_extractor(spec, options, router, stats, kept)  # a bad chunking: no run row
-        return await _recorded_run(context, options, connection, reader, router, stats, extractor)
-    finally:
-        if kept is not None:
-            await kept.aclose()
+    @asynccontextmanager
+    async def _servers(self) -> AsyncIterator[None]:
+        """The router over the job's servers (the local one started first, if the job runs there):
+        the context becomes the one the run runs with."""
+        context = self.context
+        knees = (
+            await anyio.to_thread.run_sync(known_knees, self.connection, context.spec) if context.auto else {}
+        )
+        fleet = open_fleet(context, local=self.options.local_server, sleep=self.options.sleep, knees=knees)
+        async with fleet as (self.context, self.router):
+            yield
 
+    def _new_stats(self, pending: int) -> RunStats:
+        router = self.router
+        stats = RunStats(
+            pending_at_start=pending,
+            concurrency=router.most_in_flight,
+            abort_after_failures=self.context.spec.retry.abort_after_consecutive_failures,
+        )
+        stats.endpoint_numbers = lambda: {
+            e.name: {**e.stats.as_dict(e), "failures_in_a_row": e.health.failures_in_a_row}
+            for e in router.endpoints
+        }
+        return stats
 
-async def _recorded_run(
-    context: RunContext,
-    options: RunOptions,
-    connection: Database,
-    reader: SourceReader,
-    router: Router,
-    stats: RunStats,
-    extractor: DocumentExtractor,
-) -> tuple[RunStats, int, RunStatus, FatalRunError | None, tuple[Drift, ...]]:
-    spec, pending = context.spec, stats.pending_at_start
-    writer = StoreWriter(connection, spec, context.version)
-    urls = ", ".join(endpoint.config.base_url for endpoint in router.endpoints)
-    start = RunStart(context.version.job_hash, spec.model, urls, router.most_in_flight, pending)
-    run_id = await writer.begin_run(dataclasses.replace(start, options=options.variant_options))
-    log.info(
-        "run started",
-        job=spec.name,
-        variant=spec.variant,
-        run_id=run_id,
-        pending=pending,
-        endpoints=[endpoint.name for endpoint in router.endpoints],
-        concurrency=[endpoint.config.concurrency or "auto" for endpoint in router.endpoints],
-    )
-    run = RunExecution(spec, options, reader, writer, stats, router, extractor)
-    try:
-        status, fatal = await _with_read_copies(run, connection, spec, run_id)
-    except anyio.get_cancelled_exc_class():
-        # The caller cancelled the run: what finished is committed (the writer drains first); the row
-        # says so, or the next run would take it for one killed without a trace.
-        with anyio.CancelScope(shield=True):
-            await _finish(writer, router, stats, RunStatus.INTERRUPTED, CANCELLED, quiet=True)
-        raise
-    await read_counters_at_end(router)  # the servers' prefix-cache counts up to the run's end
-    await _finish(writer, router, stats, status, str(fatal) if fatal else None, quiet=fatal is not None)
-    run.series.sample()
-    return stats, run_id, status, fatal, await _profile_and_drift(writer, run.series)
+    async def _extract(self) -> tuple[RunStatus, FatalRunError | None, tuple[Drift, ...]]:
+        """The extractor (a bad ``chunking:`` is a ConfigError before the run has a row), then the run."""
+        context = self.context
+        kept = await ChunkStore.open(self.connection, context) if context.spec.chunking else None
+        try:
+            self.extractor = record_extractor(context, self.options, self.router, self.stats, kept)
+            return await self._recorded()
+        finally:
+            if kept is not None:
+                await kept.aclose()
 
-
-async def _finish(
-    writer: StoreWriter,
-    router: Router,
-    stats: RunStats,
-    status: RunStatus,
-    message: str | None,
-    *,
-    quiet: bool,
-) -> None:
-    """The run's row and snapshot at its end. ``quiet``: the run is ending on an error of its own already
-    (a full disk that also refuses this last update), which stays the one the caller sees."""
-    knees = {e.config.knee_key: e.found_knee for e in router.endpoints if e.found_knee is not None}
-    try:
-        await writer.finish_run(str(status), message, knees)
-    except DatabaseError as error:
-        if not quiet:
+    async def _recorded(self) -> tuple[RunStatus, FatalRunError | None, tuple[Drift, ...]]:
+        """The run with its row in the runs table, finished whatever ended it."""
+        self.writer = StoreWriter(self.connection, self.context)
+        await self._begin()
+        execution = RunExecution(self)
+        try:
+            status, fatal = await self._with_read_copies(execution)
+        except anyio.get_cancelled_exc_class():
+            # The caller cancelled the run: what finished is committed (the writer drains first); the row
+            # says so, or the next run would take it for one killed without a trace.
+            with anyio.CancelScope(shield=True):
+                await self._finish(RunStatus.INTERRUPTED, CANCELLED, quiet=True)
             raise
-        log.warning("the run's row was not updated at its end", status=str(status), error=str(error))
-    unsaved = await anyio.to_thread.run_sync(save_snapshot, writer.spec, writer.run_id, stats, str(status))
-    if unsaved is not None:
-        log.warning("the progress snapshot was not written", error=str(unsaved))
+        await read_counters_at_end(self.router)  # the servers' prefix-cache counts up to the run's end
+        await self._finish(status, str(fatal) if fatal else None, quiet=fatal is not None)
+        execution.series.sample()
+        return status, fatal, await self._profile_and_drift(execution.series)
+
+    async def _begin(self) -> None:
+        spec, router, pending = self.context.spec, self.router, self.stats.pending_at_start
+        urls = ", ".join(endpoint.config.base_url for endpoint in router.endpoints)
+        start = RunStart(self.context.version.job_hash, spec.model, urls, router.most_in_flight, pending)
+        run_id = await self.writer.begin_run(dataclasses.replace(start, options=self.options.variant_options))
+        log.info(
+            "run started",
+            job=spec.name,
+            variant=spec.variant,
+            run_id=run_id,
+            pending=pending,
+            endpoints=[endpoint.name for endpoint in router.endpoints],
+            concurrency=[endpoint.config.concurrency or "auto" for endpoint in router.endpoints],
+        )
+
+    async def _finish(self, status: RunStatus, message: str | None, *, quiet: bool) -> None:
+        """The run's row and snapshot at its end. ``quiet``: the run is ending on an error of its own
+        already (a full disk that also refuses this last update), which stays the one the caller sees."""
+        found = {e.config.knee_key: e.found_knee for e in self.router.endpoints if e.found_knee is not None}
+        try:
+            await self.writer.finish_run(str(status), message, found)
+        except DatabaseError as error:
+            if not quiet:
+                raise
+            log.warning("the run's row was not updated at its end", status=str(status), error=str(error))
+        run_id = self.writer.run_id
+        unsaved = await anyio.to_thread.run_sync(save_snapshot, self.context, run_id, self.stats, str(status))
+        if unsaved is not None:
+            log.warning("the progress snapshot was not written", error=str(unsaved))
+
+    async def _with_read_copies(self, execution: RunExecution) -> tuple[RunStatus, FatalRunError | None]:
+        """Execute the run while keeping a read copy for readers; remove it when the run ends, so readers
+        open the database again."""
+        database = self.context.database
+        await anyio.to_thread.run_sync(remove_copies, database)  # a killed run's, if any
+        cursor = await anyio.to_thread.run_sync(self.connection.cursor)
+        try:
+            # Real time (not options.sleep, the retry waits tests make instant): a copy every few seconds.
+            return await execution.execute(ReadCopies(cursor, self.context, self.writer.run_id))
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(cursor.close)
+                await anyio.to_thread.run_sync(remove_copies, database)
+
+    async def _profile_and_drift(self, series: RunSeries) -> tuple[Drift, ...]:
+        """Keep the run's series and profile, and say what drifted against the runs before it. The
+        results are committed already: a failure here is a warning, not the run's end."""
+        writer = self.writer
+        try:
+            await writer.save_series(series.points)
+            if writer.counts.done == 0:
+                return ()
+            await writer.profile_run()
+            runs = await writer.recent_runs(BASELINE_RUNS + 1)
+        except DatabaseError as error:
+            log.warning("the run's profile was not kept: no drift check", error=str(error))
+            return ()
+        drift = tuple(find_drift([(run["run_id"], run["profile"]) for run in runs]))
+        if drift:
+            log.warning(
+                "the run drifted: numbers moved beyond their usual run-to-run variation",
+                drift=[entry.describe() for entry in drift],
+            )
+        return drift
 
 
-async def _with_read_copies(
-    run: RunExecution, connection: Database, spec: JobSpec, run_id: int
-) -> tuple[RunStatus, FatalRunError | None]:
-    """Execute the run while keeping a read copy for readers; remove it when the run ends, so readers
-    open the database again."""
-    await anyio.to_thread.run_sync(remove_copies, spec.database)  # a killed run's, if any
-    cursor = await anyio.to_thread.run_sync(connection.cursor)
+@asynccontextmanager
+async def _opened_source(
+    context: RunContext, options: RunOptions
+) -> AsyncIterator[tuple[Database, SourceReader]]:
+    """The job's database, checked and brought up to date as a run needs it, and the reader of what
+    ``options`` selects; both closed at the end, the database shielded (a caller that cancels the run,
+    a notebook's stop, must not keep the file open)."""
+    connection = await anyio.to_thread.run_sync(prepare_database, context.spec)
     try:
-        # Real time (not options.sleep, the retry waits tests make instant): a copy every few seconds.
-        return await run.execute(ReadCopies(cursor, spec, run_id))
+        reader = await SourceReader.open(connection, context.pending(options.selection))
+        try:
+            yield connection, reader
+        finally:
+            await reader.aclose()
     finally:
         with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(cursor.close)
-            await anyio.to_thread.run_sync(remove_copies, spec.database)
-
-
-async def _profile_and_drift(writer: StoreWriter, series: RunSeries) -> tuple[Drift, ...]:
-    """Keep the run's series and profile, and say what drifted against the runs before it. The results
-    are committed already: a failure here is a warning, not the run's end."""
-    try:
-        await writer.save_series(series.points)
-        if writer.counts.done == 0:
-            return ()
-        await writer.profile_run()
-        runs = await writer.recent_runs(BASELINE_RUNS + 1)
-    except DatabaseError as error:
-        log.warning("the run's profile was not kept: no drift check", error=str(error))
-        return ()
-    drift = tuple(find_drift([(run["run_id"], run["profile"]) for run in runs]))
-    if drift:
-        log.warning(
-            "the run drifted: numbers moved beyond their usual run-to-run variation",
-            drift=[entry.describe() for entry in drift],
-        )
-    return drift
+            await anyio.to_thread.run_sync(connection.close)

@@ -16,6 +16,7 @@ from typing import Any
 import anyio
 
 from pipeline.errors import DatabaseError, FatalRunError
+from pipeline.extraction.context import RunContext
 from pipeline.extraction.outcomes import ChunkDone, Extracted, Usage
 from pipeline.job.spec import JobSpec
 from pipeline.servers.replies import Reply
@@ -82,7 +83,8 @@ class ChunkStore:
     """Reads the kept chunks of one record at a time, on its own cursor of the run's connection, in a
     worker thread (one read at a time): the writer keeps writing meanwhile."""
 
-    def __init__(self, cursor: Database, spec: JobSpec, version: JobVersion) -> None:
+    def __init__(self, cursor: Database, context: RunContext) -> None:
+        spec, version = context.spec, context.version
         self._cursor = cursor
         self._limiter = anyio.CapacityLimiter(1)
         self._parameters = {**version.parameters(), "variant": spec.variant}
@@ -95,8 +97,8 @@ class ChunkStore:
         )
 
     @classmethod
-    async def open(cls, connection: Database, spec: JobSpec, version: JobVersion) -> ChunkStore:
-        return cls(await anyio.to_thread.run_sync(connection.cursor), spec, version)
+    async def open(cls, connection: Database, context: RunContext) -> ChunkStore:
+        return cls(await anyio.to_thread.run_sync(connection.cursor), context)
 
     async def aclose(self) -> None:
         with anyio.CancelScope(shield=True):

@@ -21,12 +21,11 @@ import orjson
 import structlog
 
 from pipeline.errors import ANSWER_FAILURE_CLASSES
+from pipeline.extraction.context import RunContext
 from pipeline.extraction.outcomes import ChunkDone, Extracted, Failed, Stored
-from pipeline.job.spec import JobSpec
 from pipeline.servers.knee_search import KneeMemory
 from pipeline.source.db import UTC_NOW, Database, quote
 from pipeline.source.reader import RecordId
-from pipeline.source.versions import JobVersion
 from pipeline.store.chunks import chunk_row
 from pipeline.store.run_profiles import (
     note_failures_before,
@@ -92,10 +91,10 @@ class RunStart:
 class StoreWriter:
     """The single writer: owns one connection; every call runs in a worker thread, one at a time."""
 
-    def __init__(self, connection: Database, spec: JobSpec, version: JobVersion) -> None:
+    def __init__(self, connection: Database, context: RunContext) -> None:
         self.connection = connection
-        self.spec = spec
-        self.version = version
+        self.spec = context.spec
+        self.version = context.version
         self.run_id = 0
         self.counts = RunCounts()
         self._pending = 0

@@ -8,11 +8,11 @@ import anyio
 import orjson
 import pytest
 
+from pipeline.extraction.context import RunContext
 from pipeline.extraction.outcomes import Extracted, Stored, Usage
 from pipeline.run.committer import commit_outcomes
 from pipeline.run.stats import RunStats
 from pipeline.servers.replies import Reply
-from pipeline.source.versions import version_of
 from pipeline.store.opening import prepare_database
 from pipeline.store.writer import RunStart, StoreWriter
 from tests.support.jobs import make_job, table_rows
@@ -30,7 +30,7 @@ async def test_a_cancelled_run_commits_what_finished_before_its_next_flush(tmp_p
     """Cancelled from outside (``asyncio.wait_for`` on ``run_job``), the writer used to drop the batch in
     its hands and what waited in the stream: up to half a second of finished records."""
     spec = make_job(tmp_path, records=10)
-    writer = StoreWriter(prepare_database(spec), spec, version_of(spec))
+    writer = StoreWriter(prepare_database(spec), RunContext.of(spec))
     await writer.begin_run(RunStart("hash", spec.model, "http://testserver/v1", 8, 10))
     stats = RunStats(pending_at_start=10, concurrency=8)
     send, receive = anyio.create_memory_object_stream[Stored](100)

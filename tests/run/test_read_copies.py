@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.extraction.context import RunContext
 from pipeline.run.read_copies import COST_SHARE, MIN_GAP_S, ReadCopies
 from pipeline.store.opening import prepare_database
 from pipeline.store.read_copy import copy_path, request_copy
@@ -27,7 +28,7 @@ async def test_copies_come_on_the_timer_or_when_asked_and_not_sooner_than_they_c
     spec = make_job(tmp_path, records=5, operations={"snapshot_interval_s": 60})
     connection = prepare_database(spec)
     clock = Clock()
-    copies = ReadCopies(connection.cursor(), spec, 1, clock=clock)
+    copies = ReadCopies(connection.cursor(), RunContext.of(spec), 1, clock=clock)
     assert not copies.due()  # nobody asked, and the interval has not passed
     request_copy(spec.database)
     assert copies.due()  # a reader asked: at once
@@ -53,7 +54,7 @@ async def test_an_expensive_copy_spaces_the_next_ones_out(
     spec = make_job(tmp_path, records=5, operations={"snapshot_interval_s": 10})
     connection = prepare_database(spec)
     clock = Clock()
-    copies = ReadCopies(connection.cursor(), spec, 1, clock=clock)
+    copies = ReadCopies(connection.cursor(), RunContext.of(spec), 1, clock=clock)
 
     def slow_copy(*args: object) -> float:
         clock.now += 3.0  # the copy took 3 s

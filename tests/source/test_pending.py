@@ -14,6 +14,7 @@ import orjson
 import pytest
 
 from pipeline.errors import FailureClass
+from pipeline.extraction.context import RunContext
 from pipeline.extraction.outcomes import Extracted, Failed, Outcome, Usage
 from pipeline.job.spec import JobSpec
 from pipeline.servers.replies import Reply
@@ -46,7 +47,7 @@ async def write(spec: JobSpec, make: Any, ids: Sequence[int]) -> None:
     """Outcomes made by ``spec`` for ``ids`` (``make(record) -> Outcome``), through the real writer."""
     records = await fetch(spec, ids)
     connection = await anyio.to_thread.run_sync(prepare_database, spec)
-    writer = StoreWriter(connection, spec, version_of(spec))
+    writer = StoreWriter(connection, RunContext.of(spec))
     await writer.begin_run(RunStart("h", spec.model, "http://x/v1", 1, len(ids)))
     await writer.write([make(records[record_id]) for record_id in ids])
     connection.close()

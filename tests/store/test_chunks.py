@@ -8,6 +8,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from pipeline.extraction.context import RunContext
 from pipeline.extraction.outcomes import ChunkDone, Extracted, Usage
 from pipeline.job.spec import JobSpec
 from pipeline.servers.replies import Reply
@@ -43,7 +44,7 @@ def job(folder: Path, **overrides: object) -> JobSpec:
 
 
 async def started(spec: JobSpec) -> StoreWriter:
-    writer = StoreWriter(prepare_database(spec), spec, version_of(spec))
+    writer = StoreWriter(prepare_database(spec), RunContext.of(spec))
     await writer.begin_run(RunStart("hash", spec.model, "http://testserver/v1", 8, 5))
     return writer
 
@@ -54,7 +55,7 @@ async def test_kept_chunks_are_read_back_as_they_were_written(tmp_path: Path) ->
     written = [chunk(1, 1, 1), chunk(1, 1, 2), chunk(1, 2, 1), chunk(2, 1, 1)]
     await writer.write(written)
     await writer.write([chunk(1, 1, 2)])  # done again (a redo): replaced, not doubled
-    store = await ChunkStore.open(writer.connection, spec, version_of(spec))
+    store = await ChunkStore.open(writer.connection, RunContext.of(spec))
     try:
         read = await store.finished(1, 9)
     finally:
@@ -88,7 +89,7 @@ async def test_only_chunks_of_the_same_text_and_the_same_job_are_taken(tmp_path:
         (rechunked, 9, []),  # other chunking settings
         (spec.for_variant("other"), 9, []),  # another variant's
     ]:
-        store = await ChunkStore.open(writer.connection, other, version_of(other))
+        store = await ChunkStore.open(writer.connection, RunContext.of(other))
         try:
             assert [done.chunk for done in await store.finished(1, content_hash)] == expected
         finally:

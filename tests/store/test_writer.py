@@ -9,6 +9,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from pipeline.errors import ConfigError, DatabaseError, DatabaseLockedError, FailureClass
+from pipeline.extraction.context import RunContext
 from pipeline.extraction.outcomes import Extracted, Failed, Usage
 from pipeline.job.spec import JobSpec
 from pipeline.servers.knee_search import KneeMemory
@@ -48,7 +49,7 @@ def failed(record_id: int, failure_class: FailureClass = FailureClass.SCHEMA_INV
 
 
 async def started_writer(spec: JobSpec) -> StoreWriter:
-    writer = StoreWriter(prepare_database(spec), spec, version_of(spec))
+    writer = StoreWriter(prepare_database(spec), RunContext.of(spec))
     await writer.begin_run(RunStart("hash", spec.model, "http://testserver/v1", 8, 10))
     return writer
 
@@ -197,7 +198,7 @@ async def test_variants_keep_their_own_results_and_failures(spec: JobSpec) -> No
     main = await started_writer(spec)
     await main.write([extracted(1, data=10), failed(2)])
     other_spec = spec.model_copy(update={"variant": "b"})
-    other = StoreWriter(main.connection, other_spec, version_of(other_spec))
+    other = StoreWriter(main.connection, RunContext.of(other_spec))
     await other.begin_run(RunStart("hash", spec.model, "http://testserver/v1", 8, 10))
     await other.write([extracted(1, data=99), extracted(2)])
     rows = main.connection.execute(
@@ -217,10 +218,10 @@ async def test_each_server_s_latest_knee_is_kept_across_runs_and_variants(spec: 
         "completed", knees={"http://a/v1 m": KneeMemory(256, True), "http://b/v1 m": KneeMemory(64, True)}
     )
     second_spec = spec.model_copy(update={"variant": "b"})
-    second = StoreWriter(first.connection, second_spec, version_of(second_spec))
+    second = StoreWriter(first.connection, RunContext.of(second_spec))
     await second.begin_run(RunStart("hash", spec.model, "http://a/v1", 8, 10))
     await second.finish_run("interrupted", knees={"http://a/v1 m": KneeMemory(240, False, worse_above=480)})
-    third = StoreWriter(first.connection, spec, version_of(spec))
+    third = StoreWriter(first.connection, RunContext.of(spec))
     await third.begin_run(RunStart("hash", spec.model, "http://a/v1", 8, 10))
     await third.finish_run("completed")  # found no knee: the earlier ones stand
     assert known_knees(first.connection, spec) == {
