@@ -53,8 +53,9 @@ from pipeline.servers.capacity import (
     reply_latency_s,
     requests_that_fit,
 )
-from pipeline.servers.client import ChatRequest, LLMClient, Reply
+from pipeline.servers.client import ChatRequest, LLMClient
 from pipeline.servers.config import EndpointConfig
+from pipeline.servers.replies import Reply
 from pipeline.source.pending import sampled_fields
 from pipeline.store.opening import open_for_reading
 

@@ -9,7 +9,6 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING
 
 import anyio
-import httpx2
 import structlog
 
 from pipeline.errors import ModelNotServedError
@@ -18,6 +17,7 @@ from pipeline.servers.capacity import read_server
 from pipeline.servers.client import LLMClient
 from pipeline.servers.config import EndpointConfig
 from pipeline.servers.endpoint import Endpoint
+from pipeline.servers.http import http_client
 from pipeline.servers.knee_search import KneeMemory
 from pipeline.servers.router import Router
 from pipeline.servers.sharing import RequestFit
@@ -92,7 +92,7 @@ async def read_counters_at_end(router: Router, timeout_s: float = 2.0) -> None:
     if not endpoints:
         return
     with anyio.move_on_after(timeout_s, shield=True):
-        async with httpx2.AsyncClient(timeout=timeout_s) as http, anyio.create_task_group() as tasks:
+        async with http_client(timeout_s=timeout_s) as http, anyio.create_task_group() as tasks:
             for endpoint in endpoints:
                 tasks.start_soon(endpoint.read_server_load, http)
 
