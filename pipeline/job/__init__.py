@@ -4,7 +4,9 @@ Owns the job file (``jobs/*.yaml``: loading, ``${VAR}`` interpolation, validatio
 its variants and few-shot examples, and the wording of configuration errors about it. Everything
 here is pure: no database, no network.
 
-May import: :mod:`pipeline.servers` (the endpoint settings a job declares), :mod:`pipeline.errors`.
+May import: :mod:`pipeline.servers` (the endpoint settings a job declares), :mod:`pipeline.quality`
+(the schema's field paths, which the merge rules of ``chunking:`` are checked against; pure),
+:mod:`pipeline.errors`.
 """
 
 from pipeline.job.spec import MAIN_VARIANT, JobSpec, load_job
