@@ -6,6 +6,6 @@ snapshot a run leaves beside the database.
 
 May import: :mod:`pipeline.extraction` (the outcomes it writes, and the run's context whose version key
 it writes them under), :mod:`pipeline.source`, :mod:`pipeline.job`, :mod:`pipeline.servers` (the knee a
-run found, an endpoint's settings, the model's reply in a kept chunk), :mod:`pipeline.quality` (a run's profile, judgments),
-:mod:`pipeline.errors`.
+run found, an endpoint's settings, the model's reply in a kept chunk), :mod:`pipeline.quality` (a run's
+profile, judgments), :mod:`pipeline.errors`.
 """
