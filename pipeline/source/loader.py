@@ -17,6 +17,7 @@ from pathlib import Path
 from pipeline.errors import ConfigError, DatabaseError
 from pipeline.job.spec import JobSpec
 from pipeline.source.db import Database, open_database, quote
+from pipeline.source.relation import check_ids
 
 _SQL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")  # as the job spec's table names
 # A column type as DESCRIBE names it (BIGINT, VARCHAR, DECIMAL(18,3)): safe to put into SQL text.
@@ -166,7 +167,7 @@ def _load(
     connection.execute(f"CREATE OR REPLACE TEMP TABLE pipeline_incoming AS {incoming}")
     if id_type is not None:
         _read_ids_as(connection, path, table, id_column, id_type)
-    _check_ids(connection, path, id_column)
+    check_ids(connection, "pipeline_incoming", id_column, str(path))
     report = _insert(connection, path, table, id_column, replace)
     connection.execute("DROP TABLE pipeline_incoming")
     return report
@@ -199,19 +200,6 @@ def _read_ids_as(connection: Database, path: Path, table: str, id_column: str, i
             "(--database)"
         )
     connection.execute(f"ALTER TABLE pipeline_incoming ALTER {column} TYPE {id_type}")
-
-
-def _check_ids(connection: Database, path: Path, id_column: str) -> None:
-    column = quote(id_column)
-    nulls = connection.scalar(f"SELECT count(*) FROM pipeline_incoming WHERE {column} IS NULL")
-    if nulls:
-        raise ConfigError(f"{path}: {nulls} rows have no value in the id column '{id_column}'")
-    duplicates = connection.rows(
-        f"SELECT {column} FROM pipeline_incoming GROUP BY ALL HAVING count(*) > 1 LIMIT 5"
-    )
-    if duplicates:
-        shown = ", ".join(repr(row[0]) for row in duplicates)
-        raise ConfigError(f"{path}: id column '{id_column}' has duplicate values (e.g. {shown})")
 
 
 def _insert(connection: Database, path: Path, table: str, id_column: str, replace: bool) -> LoadReport:

@@ -48,7 +48,8 @@ class SourceShape:
 def describe_source(connection: Database, spec: JobSpec) -> SourceShape:
     """Check the source has the id column and every prompt field, with usable ids. Blocking."""
     types = source_columns(connection, spec)
-    _check_ids(connection, spec, f"{spec.source_file}: source in {spec.database}")
+    where = f"{spec.source_file}: source in {spec.database}"
+    check_ids(connection, source_relation(spec), spec.source.id_column, where)
     return SourceShape(id_type=types[spec.source.id_column.lower()], columns=tuple(types))
 
 
@@ -82,15 +83,14 @@ def _missing_table(spec: JobSpec) -> str:
     return f"table '{spec.source.table}' does not exist (key source.table); {load}"
 
 
-def _check_ids(connection: Database, spec: JobSpec, where: str) -> None:
-    id_column = quote(spec.source.id_column)
-    relation = source_relation(spec)
-    nulls = connection.scalar(f"SELECT count(*) FROM {relation} WHERE {id_column} IS NULL")
+def check_ids(connection: Database, relation: str, id_column: str, where: str) -> None:
+    """Every row of ``relation`` (the source, or a file being loaded) has an id, and no id is there
+    twice: a :class:`ConfigError` at ``where`` with a few of the ids otherwise. Blocking."""
+    column = quote(id_column)
+    nulls = connection.scalar(f"SELECT count(*) FROM {relation} WHERE {column} IS NULL")
     if nulls:
-        raise ConfigError(f"{where}: {nulls} records have a NULL id in column {spec.source.id_column}")
-    duplicates = connection.rows(
-        f"SELECT {id_column} FROM {relation} GROUP BY ALL HAVING count(*) > 1 LIMIT 5"
-    )
+        raise ConfigError(f"{where}: {nulls} records have a NULL id in column {id_column}")
+    duplicates = connection.rows(f"SELECT {column} FROM {relation} GROUP BY ALL HAVING count(*) > 1 LIMIT 5")
     if duplicates:
-        shown = ", ".join(repr(dup[0]) for dup in duplicates)
-        raise ConfigError(f"{where}: ids are not unique in column {spec.source.id_column} (e.g. {shown})")
+        shown = ", ".join(repr(duplicate[0]) for duplicate in duplicates)
+        raise ConfigError(f"{where}: ids are not unique in column {id_column} (e.g. {shown})")

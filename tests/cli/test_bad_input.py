@@ -18,12 +18,11 @@ from typing import Any
 import anyio
 import duckdb
 import pytest
-from typer.testing import CliRunner, Result
 
-import pipeline.cli as cli
 from pipeline.extraction.prompt import PromptBuilder
 from pipeline.job.spec import JobSpec, load_job
 from pipeline.run.progress import LogProgress
+from tests.support.cli import cli_run, error_line
 from tests.support.fakes import ScriptedServer, good_completion, respond
 from tests.support.jobs import job_dict, make_source, table_rows, write_job
 from tests.support.processes import sim_server
@@ -36,21 +35,6 @@ CONTROL = "nul\x00 esc\x1b[31m ff\x0c bell\x07 del\x7f unit\x1f tab\t cr\r lf\n 
 
 
 # --- helpers ----------------------------------------------------------------------------------------
-
-
-def cli_run(*args: str) -> Result:
-    return CliRunner().invoke(cli.app, list(args))
-
-
-def error_line(result: Result) -> str:
-    """The command's one error line; log lines (JSON) aside, stderr holds nothing else, and no
-    exception escaped the command (a traceback would mean an unclassified error)."""
-    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
-    assert "Traceback" not in result.output
-    lines = [line for line in result.stderr.splitlines() if not line.startswith("{")]
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("error: "), lines
-    return lines[0]
 
 
 def database_state(database: Path) -> dict[str, list[tuple[Any, ...]]]:
@@ -435,11 +419,11 @@ def test_invalid_utf8_names_the_file_and_line_and_loads_nothing(
     [
         (
             [{"id": 7, "title": "a", "description": "b"}, {"id": 7, "title": "c", "description": "d"}],
-            "id column 'id' has duplicate values (e.g. 7)",
+            "ids are not unique in column id (e.g. 7)",
         ),
         (
             [{"id": None, "title": "a", "description": "b"}, {"id": 8, "title": "c", "description": "d"}],
-            "1 rows have no value in the id column 'id'",
+            "1 records have a NULL id in column id",
         ),
         (
             [{"posting_id": 9, "title": "a", "description": "b"}],
@@ -485,6 +469,7 @@ ODD_RECORDS: list[dict[str, Any]] = [
 ]
 
 
+@pytest.mark.process
 def test_null_empty_huge_and_control_character_fields(previous: Path, sim_url: str) -> None:
     job = rewrite_job(previous, endpoint={"base_url": sim_url}, max_tokens=512)
     database = previous / "test.duckdb"

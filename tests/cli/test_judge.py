@@ -13,26 +13,13 @@ from pathlib import Path
 
 import httpx2
 import pytest
-from typer.testing import CliRunner, Result
 
-import pipeline.cli as cli
 from pipeline.job.spec import JobSpec
+from tests.support.cli import cli_run, error_line
 from tests.support.judging import free_port, judge_process, judging_job, judgment_rows
 from tests.support.variants import two_variant_job
 
 pytestmark = pytest.mark.integration
-
-
-def cli_run(*args: str) -> Result:
-    return CliRunner().invoke(cli.app, list(args))
-
-
-def error_line(result: Result) -> str:
-    """The one error line (log lines, JSON, aside), and no traceback."""
-    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
-    lines = [line for line in result.stderr.splitlines() if not line.startswith("{")]
-    assert len(lines) == 1, result.stderr
-    return lines[0]
 
 
 @pytest.fixture(scope="module")

@@ -137,11 +137,11 @@ def test_rename_and_other_table(spec: JobSpec, tmp_path: Path) -> None:
         ([{"id": 1, "title": "x"}], r"no column \['description'\]"),
         (
             [{"id": 1, "title": "x", "description": "y"}, {"id": 1, "title": "z", "description": "w"}],
-            r"id column 'id' has duplicate values \(e.g. 1\)",
+            r"ids are not unique in column id \(e.g. 1\)",
         ),
         (
             [{"id": None, "title": "x", "description": "y"}, {"id": 2, "title": "x", "description": "y"}],
-            "1 rows have no value in the id column 'id'",
+            "1 records have a NULL id in column id",
         ),
     ],
 )
