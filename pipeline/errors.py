@@ -3,17 +3,22 @@
 ::
 
     PipelineError
-    ├── FatalRunError            abort the whole run early, with one clear message
-    │   ├── ConfigError          bad job spec, input file or database (exit code 2, before any request)
+    ├── FatalRunError            abort the whole run early, with one clear message (exit code 3 unless below)
+    │   ├── ConfigError          bad job, option, input file or database (exit code 2, before any request)
+    │   │   ├── SourceMissingError   the source is not in the database
     │   │   └── ModelNotServedError  the server does not serve the job's model
     │   ├── DatabaseLockedError  another process holds the job's database
-    │   │   └── AlreadyRunningError  another ``pipeline run`` of the same job is running
-    │   ├── DatabaseError        DuckDB failed a statement (out of memory, a missing table, I/O...)
-    │   ├── StalledRunError      requests in flight, none answered for too long (the stall watchdog)
+    │   │   └── AlreadyRunningError  another ``pipeline run`` of the same job is running (exit code 4;
+    │   │                            3 for a command that only reads the database)
+    │   ├── DatabaseError        DuckDB failed a statement (out of memory: exit code 2, the job's
+    │   │                        duckdb_memory_limit; a missing table, I/O, the disk full...)
+    │   ├── StalledRunError      requests in flight, none answered for too long (the watchdog: exit code 5)
     │   ├── ServerDownError      the server stayed unreachable past operations.server_down_abort_s
     │   ├── AnswersRejectedError the server answers, but a window of its answers failed validation
+    │   ├── EndpointUnreachableError  the server did not answer before the run (refused, or silent)
     │   └── LocalServerError     the embedded vLLM server cannot be installed, started or reached
     │       └── LocalNotInstalledError  the ``local`` extra is missing or broken (also a ConfigError)
+    ├── StructuredOutputRejectedError  the server refused ``response_format``: sent without it
     └── RecordError              about one record; the run goes on
         ├── TransientError       retry the same request after backoff (timeouts, resets, 408/429/5xx)
         │   ├── ServerUnreachableError  refused: the request goes to another endpoint, at no cost
@@ -28,6 +33,9 @@
         ├── TooLongError         the prompt alone does not fit the context: never sent, not retried
         └── PermanentRecordError record the failure, do not retry (400, 413, 422)
             └── ContextLengthError  a 400 naming the context: retried once with a budget that fits
+
+The exit code of a fatal error is decided in one place, :func:`exit_code_for`; a finished run's by
+:attr:`pipeline.run.options.RunSummary.exit_code` (0 all done, 1 with failures, 130 interrupted).
 
 Library errors (openai, httpx2, pydantic, duckdb) are translated into these once, at the boundary
 where they are caught (DuckDB's in :mod:`pipeline.source.db`, the server's in
@@ -298,13 +306,14 @@ def first_error(group: BaseExceptionGroup[T]) -> T:
     return first_error(error) if isinstance(error, BaseExceptionGroup) else error
 
 
-def exit_code_for(error: FatalRunError) -> int:
-    """The exit code of a run (or a command) that ``error`` ended."""
+def exit_code_for(error: FatalRunError, *, reading: bool = False) -> int:
+    """The exit code of a run (or a command) that ``error`` ended. A command ``reading`` the job's
+    database that finds a run holding it is aborted (3), not "already running" (4): it is not a run."""
     if isinstance(error, ConfigError):
         return EXIT_CONFIG
     if isinstance(error, DatabaseError) and error.kind is DatabaseFailure.OUT_OF_MEMORY:
         return EXIT_CONFIG  # the job's duckdb_memory_limit is too small for what it asks
-    if isinstance(error, AlreadyRunningError):
+    if isinstance(error, AlreadyRunningError) and not reading:
         return EXIT_ALREADY_RUNNING
     if isinstance(error, StalledRunError):
         return EXIT_STALLED

@@ -1,8 +1,11 @@
 """The ``pipeline`` command: parse arguments, configure logging, call the library, print, exit.
 
-Exit codes (decided in :mod:`pipeline.errors`): 0 all done · 1 finished with failures · 2
-configuration error · 3 run aborted (server unreachable, key refused, model not served, database in
-use, local server failed) · 4 already running · 5 stalled · 130 interrupted.
+Exit codes (decided in :mod:`pipeline.errors`: :func:`~pipeline.errors.exit_code_for`, through
+:func:`~pipeline.cli.common.run_or_exit`): 0 all done · 1 finished with failures · 2 configuration
+error, nothing sent (a bad job, option or input, a model the server does not serve, the ``local``
+extra missing, a duckdb_memory_limit too small) · 3 aborted (server unreachable, key refused, the
+server gone, its answers stopped validating, the database held by another process or failing, the
+local server failed) · 4 already running · 5 stalled · 130 interrupted.
 
 May import every package: it is the top layer.
 """

@@ -19,9 +19,11 @@ from pipeline.cli.common import (
     app,
     fail,
     load_job_or_exit,
+    run_or_exit,
+    seed_option,
     setup_logging,
 )
-from pipeline.errors import EXIT_CONFIG, ConfigError, FatalRunError, exit_code_for
+from pipeline.errors import ConfigError
 from pipeline.job.spec import JobSpec
 from pipeline.run.check import DEFAULT_PROBE_TIMEOUT_S, DEFAULT_PROBES, CheckReport, check_job
 from pipeline.servers.config import checked_url_option
@@ -37,7 +39,7 @@ JsonOption = Annotated[
 ProbesOption = Annotated[
     int, typer.Option(min=1, max=50, help="Probe requests made from a seeded sample of the job's records.")
 ]
-SeedOption = Annotated[int, typer.Option(help="The seed of the probes' sample (as `run --sample --seed`).")]
+ProbeSeedOption = Annotated[int, seed_option("the probes' sample (as `run --sample --seed`)")]
 ProbeTimeoutOption = Annotated[
     float, typer.Option(min=1, help="Seconds a probe may take alone (at most the job's request_timeout_s).")
 ]
@@ -51,17 +53,14 @@ def check(
     database: DatabaseOption = None,
     json_output: JsonOption = False,
     probes: ProbesOption = DEFAULT_PROBES,
-    seed: SeedOption = 0,
+    seed: ProbeSeedOption = 0,
     probe_timeout: ProbeTimeoutOption = DEFAULT_PROBE_TIMEOUT_S,
     log_format: LogFormatOption = LogFormat.AUTO,
 ) -> None:
     """Check the server for this job in 30 seconds: what would go wrong over a night's backlog."""
     setup_logging(log_format, "warning")
     spec = _with_servers(load_job_or_exit(job, database), endpoint or [], model)
-    try:
-        report = anyio.run(_check, spec, probes, seed, probe_timeout)
-    except FatalRunError as error:
-        raise fail(error, exit_code_for(error)) from error
+    report = run_or_exit(lambda: anyio.run(_check, spec, probes, seed, probe_timeout))
     if json_output:
         typer.echo(orjson.dumps(report.as_json(), option=orjson.OPT_INDENT_2).decode())
     else:
@@ -81,15 +80,16 @@ def _with_servers(spec: JobSpec, urls: list[str], model: str | None) -> JobSpec:
         message = (
             "the job's endpoint is local: start it with `pipeline serve-local` and give its URL as --endpoint"
         )
-        raise fail(ConfigError(f"{spec.source_file}: {message}"), EXIT_CONFIG)
-    try:
-        checked = [checked_url_option("--endpoint", url) for url in urls]
-        changes: dict[str, Any] = {"model": model}
-        if len(checked) == 1:
-            changes["base_url"] = checked[0]
-        elif checked:
-            changes["endpoint"] = spec.endpoint.model_dump(exclude={"base_url"}, exclude_none=True)
-            changes["endpoints"] = [{"base_url": url} for url in checked]
-        return spec.with_overrides(**changes)
-    except ConfigError as error:
-        raise fail(error, EXIT_CONFIG) from error
+        raise fail(ConfigError(f"{spec.source_file}: {message}"))
+    return run_or_exit(lambda: _on_servers(spec, urls, model))
+
+
+def _on_servers(spec: JobSpec, urls: list[str], model: str | None) -> JobSpec:
+    checked = [checked_url_option("--endpoint", url) for url in urls]
+    changes: dict[str, Any] = {"model": model}
+    if len(checked) == 1:
+        changes["base_url"] = checked[0]
+    elif checked:
+        changes["endpoint"] = spec.endpoint.model_dump(exclude={"base_url"}, exclude_none=True)
+        changes["endpoints"] = [{"base_url": url} for url in checked]
+    return spec.with_overrides(**changes)

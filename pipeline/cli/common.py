@@ -1,4 +1,5 @@
-"""The Typer app and what every command shares: exit codes, options, logging, error output."""
+"""The Typer app and what every command shares: options, logging, error output and exit codes (each
+from :func:`pipeline.errors.exit_code_for`, through :func:`fail` and :func:`run_or_exit`)."""
 
 from __future__ import annotations
 
@@ -13,15 +14,9 @@ import typer
 from typer.core import TyperGroup
 
 from pipeline.cli.logs import LOG_LEVELS, configure_logging
-from pipeline.errors import (
-    EXIT_ABORTED,
-    EXIT_CONFIG,
-    ConfigError,
-    DatabaseLockedError,
-    FatalRunError,
-    exit_code_for,
-)
+from pipeline.errors import EXIT_INTERRUPTED, ConfigError, FatalRunError, exit_code_for
 from pipeline.job.spec import JobSpec, load_job
+from pipeline.reports.comparison import parse_variants
 from pipeline.store.read_copy import ReadCopy
 
 #: Options whose value may be left out, and what they mean then: ``--redo-stale`` alone redoes every
@@ -82,6 +77,22 @@ VariantOption = Annotated[
     typer.Option(help="The variant (declared under `variants:` in the job, or any name); default: main."),
 ]
 
+JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+
+
+def sample_option(help_text: str = "Only records of a seeded random sample of N source records.") -> Any:
+    """``--sample N``: a seeded sample of the source (:func:`pipeline.source.pending.sample_sql`)."""
+    return typer.Option(min=1, help=help_text)
+
+
+def seed_option(seeds: str = "--sample: the same seed, the same records") -> Any:
+    """``--seed S``, with what it ``seeds`` in its help."""
+    return typer.Option(help=f"The seed of {seeds}.")
+
+
+SampleOption = Annotated[int | None, sample_option()]
+SeedOption = Annotated[int, seed_option()]
+
 LogFormatOption = Annotated[LogFormat, typer.Option(help="auto: JSON lines unless stderr is a terminal.")]
 
 LogLevelOption = Annotated[str, typer.Option(help=f"One of {', '.join(LOG_LEVELS)}.")]
@@ -99,15 +110,33 @@ def event_loop_options() -> dict[str, Any]:
 def setup_logging(log_format: LogFormat, log_level: str) -> None:
     """Logging as the options ask; an unknown ``--log-level`` is one line and exit 2."""
     if log_level.lower() not in LOG_LEVELS:
-        error = ConfigError(f"--log-level {log_level!r}: must be one of {', '.join(LOG_LEVELS)}")
-        raise fail(error, EXIT_CONFIG)
+        raise fail(ConfigError(f"--log-level {log_level!r}: must be one of {', '.join(LOG_LEVELS)}"))
     json_lines = log_format is LogFormat.JSON or (log_format is LogFormat.AUTO and not sys.stderr.isatty())
     configure_logging(json_lines=json_lines, level=log_level)
 
 
-def fail(error: Exception, code: int) -> typer.Exit:
+def fail(error: FatalRunError, *, reading: bool = False) -> typer.Exit:
+    """``error`` said in one line on stderr; the exit to raise, with its code (``reading``: for a
+    command that only reads the job's database, see :func:`pipeline.errors.exit_code_for`)."""
     typer.echo(f"error: {error}", err=True)
-    return typer.Exit(code)
+    return typer.Exit(exit_code_for(error, reading=reading))
+
+
+def run_or_exit(call: Callable[[], T], *, reading: bool = False) -> T:
+    """``call()``, a command's work: a fatal error is one line and its exit code (:func:`fail`), Ctrl-C
+    is exit 130 without a traceback."""
+    try:
+        return call()
+    except FatalRunError as error:
+        raise fail(error, reading=reading) from error
+    except KeyboardInterrupt:
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+
+
+def read_or_exit(read: Callable[[], T]) -> T:
+    """:func:`run_or_exit` for a command's reading of the job's database: a database a run holds is
+    exit 3 (a reader is not the run that is already running)."""
+    return run_or_exit(read, reading=True)
 
 
 def load_job_or_exit(
@@ -117,19 +146,20 @@ def load_job_or_exit(
 
     ``--database`` in a folder that does not exist is a typo, not a new job: refused before anything
     is created. A command that ``creates`` the database (run, load) says when it will be a new one."""
-    try:
-        path = _database_in_a_folder(database) if database is not None else None
-        spec = load_job(job)
-        if variant is not None:
-            spec = spec.for_variant(variant)
-        spec = spec.with_overrides(database=path)
-    except ConfigError as error:
-        raise fail(error, EXIT_CONFIG) from error
-    if creates and path is not None and not path.exists():
+    spec = run_or_exit(lambda: _job_on(job, database, variant))
+    if creates and database is not None and not spec.database.exists():
         typer.echo(
             f"note: --database {database} does not exist yet: a new database is created there", err=True
         )
     return spec
+
+
+def _job_on(job: Path, database: Path | None, variant: str | None) -> JobSpec:
+    path = _database_in_a_folder(database) if database is not None else None
+    spec = load_job(job)
+    if variant is not None:
+        spec = spec.for_variant(variant)
+    return spec.with_overrides(database=path)
 
 
 def _database_in_a_folder(database: Path) -> Path:
@@ -139,20 +169,18 @@ def _database_in_a_folder(database: Path) -> Path:
     return path
 
 
+def variant_names(spec: JobSpec, text: str, *, least: int) -> tuple[str, ...]:
+    """``--variants A,B`` (at least ``least`` names), each a variant of the job: a bad name is a
+    :class:`ConfigError` naming the rule."""
+    names = parse_variants(text, least=least)
+    for name in names:
+        spec.for_variant(name)
+    return names
+
+
 def say_read_copy(copy: ReadCopy | str | None) -> None:
     """On stderr (stdout stays the report): the numbers come from a running job's read copy (``copy``,
     or how a page described it)."""
     if copy is not None:
         described = copy if isinstance(copy, str) else copy.describe()
         typer.echo(f"note: a run holds the database; read from its copy, {described}", err=True)
-
-
-def read_or_exit(read: Callable[[], T]) -> T:
-    """``read()``, a command's reading of the job's database; any fatal error is one line and its exit
-    code, and a database a run holds is exit 3 (a reader is not the run that is already running)."""
-    try:
-        return read()
-    except DatabaseLockedError as error:  # a `pipeline run` holds the database; DuckDB allows one process
-        raise fail(error, EXIT_ABORTED) from error
-    except FatalRunError as error:
-        raise fail(error, exit_code_for(error)) from error

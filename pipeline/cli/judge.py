@@ -25,17 +25,20 @@ from pipeline.cli.common import (
     fail,
     load_job_or_exit,
     read_or_exit,
+    sample_option,
     say_read_copy,
+    seed_option,
+    variant_names,
 )
 from pipeline.cli.logs import configure_logging
-from pipeline.errors import EXIT_CONFIG, ConfigError
+from pipeline.errors import EXIT_FAILURES, ConfigError
 from pipeline.job.spec import JobSpec
 from pipeline.judging.exchange import export_gold, import_judgments
 from pipeline.judging.journal import journal_path
 from pipeline.judging.model import ModelJudging, judge_sample_by_model
 from pipeline.judging.server import DEFAULT_PORT, serve_judging
 from pipeline.judging.session import DEFAULT_SAMPLE, JudgingSession, SessionOptions
-from pipeline.reports import Sample, parse_variants
+from pipeline.reports import Sample
 
 VariantsOption = Annotated[
     str | None,
@@ -45,15 +48,14 @@ VariantsOption = Annotated[
         "drawn per record; the page never says which is which.",
     ),
 ]
-SampleOption = Annotated[
+JudgedSampleOption = Annotated[
     int | None,
-    typer.Option(
-        min=1,
-        help=f"The seeded sample of N source records (as `run --sample`) that have results "
-        f"(default: {DEFAULT_SAMPLE}, or as many of them as have results).",
+    sample_option(
+        f"The seeded sample of N source records (as `run --sample`) that have results "
+        f"(default: {DEFAULT_SAMPLE}, or as many of them as have results)."
     ),
 ]
-SeedOption = Annotated[int, typer.Option(help="The seed of --sample (and of the blind order).")]
+JudgedSeedOption = Annotated[int, seed_option("--sample (and of the blind order)")]
 PortOption = Annotated[
     int, typer.Option(min=0, max=65535, help="The page's port on 127.0.0.1 (0: a free one).")
 ]
@@ -98,8 +100,8 @@ def judge_command(
     job: JobArgument,
     variant: VariantOption = None,
     variants: VariantsOption = None,
-    sample: SampleOption = None,
-    seed: SeedOption = 0,
+    sample: JudgedSampleOption = None,
+    seed: JudgedSeedOption = 0,
     port: PortOption = DEFAULT_PORT,
     judge: JudgeOption = None,
     import_file: ImportOption = None,
@@ -113,15 +115,17 @@ def judge_command(
     Serves a page on 127.0.0.1 until Ctrl-C; every judgment is written at once to the job's database (or, while a run holds it, to a journal beside it, written when the run ends). Reopening the page goes on where you stopped. With --import or --export-gold, no page: judgments are imported, or the judged records written as a gold file.
     """  # noqa: E501  (Typer keeps a docstring's line breaks: one paragraph, one line)
     if variant is not None and variants is not None:
-        raise fail(ConfigError("give --variant or --variants, not both"), EXIT_CONFIG)
+        raise fail(ConfigError("give --variant or --variants, not both"))
     if sum([import_file is not None, export_file is not None, model]) > 1:
-        raise fail(ConfigError("give one of --import, --export-gold and --model"), EXIT_CONFIG)
+        raise fail(ConfigError("give one of --import, --export-gold and --model"))
     if judge_model is not None and not model:
-        raise fail(ConfigError("--judge-model goes with --model"), EXIT_CONFIG)
+        raise fail(ConfigError("--judge-model goes with --model"))
     if judge_model is not None and not judge_model.strip():
-        raise fail(ConfigError("--judge-model: give a model name"), EXIT_CONFIG)
+        raise fail(ConfigError("--judge-model: give a model name"))
     spec = load_job_or_exit(job, database, variant)
-    names = (spec.variant,) if variants is None else read_or_exit(lambda: _two_variants(spec, variants))
+    names = (
+        (spec.variant,) if variants is None else read_or_exit(lambda: variant_names(spec, variants, least=2))
+    )
     if import_file is not None:
         _import(spec, import_file, judge or login_name(), variant)
     elif model:
@@ -141,13 +145,6 @@ def login_name() -> str:
         return getpass.getuser()
     except (OSError, KeyError):  # no login name in the environment or the password database
         return "judge"
-
-
-def _two_variants(spec: JobSpec, text: str) -> tuple[str, ...]:
-    names = parse_variants(text, least=2)
-    for name in names:
-        spec.for_variant(name)  # a bad name is a ConfigError naming the rule
-    return names
 
 
 def _import(spec: JobSpec, path: Path, judge: str, variant: str | None) -> None:
@@ -185,7 +182,7 @@ def _judge_by_model(spec: JobSpec, variants: tuple[str, ...], sample: Sample, mo
         typer.echo(f"{len(done.failed):,} records failed ({classes}); the same command judges them again")
     typer.echo(f"next:  pipeline eval {spec.source_file} --judged")
     if done.failed:
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_FAILURES)
 
 
 def _counts(judging: ModelJudging) -> str:
@@ -212,6 +209,9 @@ def _serve(spec: JobSpec, options: SessionOptions, port: int) -> None:
         typer.echo(f"judging {len(session.records):,} records of {what} at {url} (Ctrl-C to stop)")
         sys.stdout.flush()
 
-    # Ctrl-C before the page is up ends it too (once up, the server stops on it): nothing is unsaved.
-    with contextlib.suppress(KeyboardInterrupt):
-        read_or_exit(lambda: asyncio.run(serve_judging(spec, options, ready, port=port)))
+    def serve() -> None:
+        # Ctrl-C before the page is up ends it too (once up, the server stops on it): nothing is unsaved.
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(serve_judging(spec, options, ready, port=port))
+
+    read_or_exit(serve)

@@ -7,13 +7,9 @@ from typing import Annotated
 
 import typer
 
-from pipeline.cli.common import DatabaseOption, app, fail, load_job_or_exit
-from pipeline.errors import EXIT_CONFIG, PERMANENT_FAILURE_CLASSES, ConfigError, FatalRunError, exit_code_for
-from pipeline.reports.failures import class_names
+from pipeline.cli.common import DatabaseOption, app, fail, load_job_or_exit, run_or_exit
+from pipeline.errors import ConfigError
 from pipeline.source.loader import LoadReport, load_source
-
-# Transient failures are retried by every run, so --class takes only the others.
-FAILURE_CLASSES = class_names(PERMANENT_FAILURE_CLASSES)
 
 
 def _parse_renames(pairs: list[str]) -> dict[str, str]:
@@ -21,7 +17,7 @@ def _parse_renames(pairs: list[str]) -> dict[str, str]:
     for pair in pairs:
         old, sep, new = pair.partition("=")
         if not sep or not old or not new:
-            raise fail(ConfigError(f"--rename {pair!r}: expected FILE_COLUMN=NAME"), EXIT_CONFIG)
+            raise fail(ConfigError(f"--rename {pair!r}: expected FILE_COLUMN=NAME"))
         renames[old] = new
     return renames
 
@@ -43,12 +39,9 @@ def load(
     """Load records into the job's DuckDB source table: new ids are added, changed rows updated."""
     spec = load_job_or_exit(job, database, creates=True)
     renames = _parse_renames(rename or [])
-    try:
-        report = load_source(
-            spec, file, table=table, rename=renames, replace=replace, file_format=file_format
-        )
-    except FatalRunError as error:
-        raise fail(error, exit_code_for(error)) from error
+    report = run_or_exit(
+        lambda: load_source(spec, file, table=table, rename=renames, replace=replace, file_format=file_format)
+    )
     typer.echo(_load_text(report, file, spec.database, replace))
 
 

@@ -12,14 +12,19 @@ import typer
 from pipeline.cli.common import (
     DatabaseOption,
     JobArgument,
+    JsonOption,
+    SampleOption,
+    SeedOption,
     VariantOption,
     app,
     fail,
     load_job_or_exit,
     read_or_exit,
+    sample_option,
     say_read_copy,
+    variant_names,
 )
-from pipeline.errors import EXIT_CONFIG, ConfigError
+from pipeline.errors import ConfigError
 from pipeline.job.spec import JobSpec
 from pipeline.quality.bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED, Bootstrap
 from pipeline.reports import (
@@ -41,14 +46,12 @@ from pipeline.reports import (
     format_paired_eval,
     format_paired_judged,
     parse_fields,
-    parse_variants,
     review_page,
 )
 from pipeline.reports.review_page import ReviewPage, write_review
 
 T = TypeVar("T")
 
-JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 HtmlOption = Annotated[
     Path | None, typer.Option(help="Also write the review page (one self-contained HTML file) here.")
 ]
@@ -60,24 +63,12 @@ FuzzyOption = Annotated[
         help="Text also matches when rapidfuzz fuzz.ratio of the normalised texts is at least this (0-100).",
     ),
 ]
-SampleOption = Annotated[
-    int | None,
-    typer.Option(min=1, help="Only records of the seeded sample of N source records (as `run --sample`)."),
-]
-SeedOption = Annotated[int, typer.Option(help="The seed of --sample: the same seed, the same records.")]
 ResamplesOption = Annotated[
     int, typer.Option(min=100, help="Bootstrap resamples over records for the 95% intervals.")
 ]
 ResampleSeedOption = Annotated[
     int, typer.Option(help="The seed of the bootstrap: the same seed, the same intervals.")
 ]
-
-
-def _variant_names(spec: JobSpec, text: str, *, least: int) -> tuple[str, ...]:
-    names = parse_variants(text, least=least)
-    for name in names:
-        spec.for_variant(name)  # a bad name is a ConfigError naming the rule
-    return names
 
 
 def _write_page(page: ReviewPage | None, path: Path | None, *, to_stderr: bool = False) -> None:
@@ -152,7 +143,7 @@ def eval_command(
     Also: how many grounded values were found in the record text, and every gold record without a result (failed, with its class; not extracted yet; not in the source). With --variants A,B: whether B is better than A, per field. With --judged and a model judge beside people: the people's precision and the combined one (prediction-powered inference), and how often the model agrees with them. The exit code is 0 whatever the scores.
     """  # noqa: E501  (Typer keeps a docstring's line breaks: one paragraph, one line)
     if variants is not None and variant is not None:
-        raise fail(ConfigError("--variants compares two variants: give it without --variant"), EXIT_CONFIG)
+        raise fail(ConfigError("--variants compares two variants: give it without --variant"))
     gold_options = {
         "--fields": fields,
         "--fuzzy": fuzzy,
@@ -199,7 +190,7 @@ def _gold_file(
     elif judged and (given := [name for name, value in gold_options.items() if value is not None]):
         problem = f"--judged takes no {', '.join(given)} (options of matching a gold file)"
     if problem is not None:
-        raise fail(ConfigError(problem), EXIT_CONFIG)
+        raise fail(ConfigError(problem))
     return gold
 
 
@@ -212,7 +203,7 @@ def _eval_judged(
         typer.echo(_json(report.to_json()) if as_json else format_judged_eval(report))
         _write_page(report.review, html, to_stderr=as_json)
         return
-    names = read_or_exit(lambda: _variant_names(spec, variants, least=2))
+    names = read_or_exit(lambda: variant_names(spec, variants, least=2))
     pair = read_or_exit(lambda: evaluate_judged_pair(spec, names, settings))
     say_read_copy(pair.read_copy)
     typer.echo(_json(pair.to_json()) if as_json else format_paired_judged(pair))
@@ -222,7 +213,7 @@ def _eval_judged(
 def _eval_pair(
     spec: JobSpec, gold: Path, variants: str, settings: EvalSettings, as_json: bool, html: Path | None
 ) -> None:
-    names = read_or_exit(lambda: _variant_names(spec, variants, least=2))
+    names = read_or_exit(lambda: variant_names(spec, variants, least=2))
     pair = read_or_exit(lambda: evaluate_pair(spec, gold, names, settings))
     say_read_copy(pair.a.read_copy)
     typer.echo(_json(pair.to_json()) if as_json else format_paired_eval(pair))
@@ -260,7 +251,7 @@ def compare(
     Failures are counted over the records both variants attempted. Temperature 0 on vLLM is not deterministic: with a re-run of A (`pipeline run JOB --variant A --rerun`), each field's A-vs-B agreement is set beside A-vs-rerun, and the fields beyond that noise are flagged.
     """  # noqa: E501
     spec = load_job_or_exit(job, database)
-    reference, candidate = read_or_exit(lambda: _variant_names(spec, variants, least=2))
+    reference, candidate = read_or_exit(lambda: variant_names(spec, variants, least=2))
     settings = CompareSettings(
         sample=Sample(sample, seed) if sample is not None else None,
         fuzzy_threshold=fuzzy,
@@ -292,7 +283,7 @@ def review(
         ),
     ] = None,
     sample: Annotated[
-        int, typer.Option(min=1, help="The seeded sample of N source records to show (as `run --sample`).")
+        int, sample_option("The seeded sample of N source records to show (as `run --sample`).")
     ] = DEFAULT_REVIEW_SAMPLE,
     seed: SeedOption = 0,
     database: DatabaseOption = None,
@@ -302,10 +293,10 @@ def review(
     Shows the records of the sample that the variant (of two: either) has a result or a failure for.
     """  # noqa: E501
     if variant is not None and variants is not None:
-        raise fail(ConfigError("give --variant or --variants, not both"), EXIT_CONFIG)
+        raise fail(ConfigError("give --variant or --variants, not both"))
     spec = load_job_or_exit(job, database, variant)
     names = (
-        (spec.variant,) if variants is None else read_or_exit(lambda: _variant_names(spec, variants, least=1))
+        (spec.variant,) if variants is None else read_or_exit(lambda: variant_names(spec, variants, least=1))
     )
     page = read_or_exit(lambda: review_page(spec, html, names, Sample(sample, seed)))
     say_read_copy(page.read_copy)

@@ -12,6 +12,7 @@ import typer
 from pipeline.cli.common import (
     DatabaseOption,
     JobArgument,
+    JsonOption,
     VariantOption,
     app,
     load_job_or_exit,
@@ -35,7 +36,7 @@ def failures(
         typer.Option("--class", metavar="CLASS", help="Only this failure class (repeatable)."),
     ] = None,
     examples: Annotated[int, typer.Option(min=0, help="Examples to show per class.")] = 3,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    as_json: JsonOption = False,
     database: DatabaseOption = None,
     variant: VariantOption = None,
 ) -> None:
@@ -160,7 +161,7 @@ def _count(number: int, noun: str) -> str:
 def report(
     job: JobArgument,
     runs: Annotated[int, typer.Option(min=1, help="How many of the last runs to show.")] = DEFAULT_RUNS,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    as_json: JsonOption = False,
     html: Annotated[
         Path | None, typer.Option(help="Also write the report page (one self-contained HTML file) here.")
     ] = None,

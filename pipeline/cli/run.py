@@ -19,22 +19,17 @@ from pipeline.cli.common import (
     LogFormat,
     LogFormatOption,
     LogLevelOption,
+    SampleOption,
+    SeedOption,
     VariantOption,
     app,
     event_loop_options,
     fail,
     load_job_or_exit,
+    run_or_exit,
     setup_logging,
 )
-from pipeline.errors import (
-    EXIT_CONFIG,
-    EXIT_INTERRUPTED,
-    PERMANENT_FAILURE_CLASSES,
-    ConfigError,
-    FailureClass,
-    FatalRunError,
-    exit_code_for,
-)
+from pipeline.errors import PERMANENT_FAILURE_CLASSES, ConfigError, FailureClass
 from pipeline.job.spec import MAIN_VARIANT, JobSpec
 from pipeline.job.variants import prompt_file_changes, rerun_name
 from pipeline.reports.failures import class_names, parse_failure_classes
@@ -71,10 +66,6 @@ RedoStaleOption = Annotated[
         "those listed (prompt,schema,model,settings,unknown). Changed content is always redone.",
     ),
 ]
-SampleOption = Annotated[
-    int | None, typer.Option(min=1, help="Only records of a fixed random sample of N source records.")
-]
-SeedOption = Annotated[int, typer.Option(help="The seed of --sample: the same seed, the same records.")]
 EndpointOption = Annotated[str | None, typer.Option(help="Override endpoint.base_url.")]
 ModelOption = Annotated[str | None, typer.Option(help="Override the model name.")]
 PromptFileOption = Annotated[
@@ -193,7 +184,10 @@ def run(
     selection = _Selection(limit, retry_failed, retry_class, only_failed, redo_stale, sample, seed)
     options = _run_options(selection, _reporter(progress), metrics_port, metrics_textfile)
     options = replace(options, variant_options=changes.as_given(local))
-    summary = _run_or_exit(run_job_locally if local or spec.endpoint.is_local else run_job, spec, options)
+    runner = run_job_locally if local or spec.endpoint.is_local else run_job
+    summary: RunSummary = run_or_exit(
+        lambda: anyio.run(runner, spec, options, backend_options=event_loop_options())
+    )
     _print_summary(summary, job, database)
     raise typer.Exit(summary.exit_code)
 
@@ -221,51 +215,35 @@ def _run_options(
     )
 
 
-def _run_or_exit(runner: Any, spec: JobSpec, options: RunOptions) -> RunSummary:
-    try:
-        summary: RunSummary = anyio.run(runner, spec, options, backend_options=event_loop_options())
-    except FatalRunError as error:
-        raise fail(error, exit_code_for(error)) from error
-    except KeyboardInterrupt:
-        raise typer.Exit(EXIT_INTERRUPTED) from None
-    return summary
-
-
 def _run_spec(job: Path, database: Path | None, variant: str | None, changes: _Overrides) -> JobSpec:
     """The job as the variant and the command-line options make it (exit 2 on a bad one)."""
     spec = load_job_or_exit(job, database, variant, creates=True)
-    try:
-        if changes.base_url is not None:
-            checked_url_option("--endpoint", changes.base_url, local_allowed=True)
-        if changes.metrics_host is not None:
-            checked_host_option("--metrics-host", changes.metrics_host)
-        overrides: dict[str, Any] = {name: getattr(changes, name) for name in changes.__slots__}
-        if changes.prompt is not None:
-            overrides["prompt"] = prompt_file_changes(changes.prompt)
-        return spec.with_overrides(**overrides)
-    except ConfigError as error:
-        raise fail(error, EXIT_CONFIG) from error
+    return run_or_exit(lambda: _overridden(spec, changes))
+
+
+def _overridden(spec: JobSpec, changes: _Overrides) -> JobSpec:
+    if changes.base_url is not None:
+        checked_url_option("--endpoint", changes.base_url, local_allowed=True)
+    if changes.metrics_host is not None:
+        checked_host_option("--metrics-host", changes.metrics_host)
+    overrides: dict[str, Any] = {name: getattr(changes, name) for name in changes.__slots__}
+    if changes.prompt is not None:
+        overrides["prompt"] = prompt_file_changes(changes.prompt)
+    return spec.with_overrides(**overrides)
 
 
 def _redo_causes(value: str | None, only_failed: bool) -> frozenset[StaleCause]:
     if value is None:
         return frozenset()
     if only_failed:
-        error = ConfigError("--only-failed retries failures and nothing else: drop --redo-stale or it")
-        raise fail(error, EXIT_CONFIG)
-    try:
-        return parse_causes([] if value == "all" else [value], "--redo-stale")
-    except ConfigError as error:
-        raise fail(error, EXIT_CONFIG) from error
+        raise fail(ConfigError("--only-failed retries failures and nothing else: drop --redo-stale or it"))
+    return run_or_exit(lambda: parse_causes([] if value == "all" else [value], "--redo-stale"))
 
 
 def _failure_classes(names: list[str], only_failed: bool) -> frozenset[FailureClass]:
     # A plain run retries transient failures anyway; --only-failed may ask for them alone.
     allowed = frozenset(FailureClass) if only_failed else PERMANENT_FAILURE_CLASSES
-    try:
-        return frozenset(parse_failure_classes(names, allowed=allowed))
-    except ConfigError as error:
-        raise fail(error, EXIT_CONFIG) from error
+    return frozenset(run_or_exit(lambda: parse_failure_classes(names, allowed=allowed)))
 
 
 def _print_summary(summary: RunSummary, job: Path, database: Path | None = None) -> None:

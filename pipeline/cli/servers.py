@@ -12,15 +12,17 @@ from typing import TYPE_CHECKING, Annotated
 import anyio
 import typer
 
-from pipeline.cli.common import LogFormat, LogFormatOption, app, fail, load_job_or_exit, setup_logging
-from pipeline.cli.logs import configure_logging
-from pipeline.errors import (
-    EXIT_CONFIG,
-    EXIT_INTERRUPTED,
-    ConfigError,
-    FatalRunError,
-    exit_code_for,
+from pipeline.cli.common import (
+    LogFormat,
+    LogFormatOption,
+    app,
+    fail,
+    load_job_or_exit,
+    run_or_exit,
+    setup_logging,
 )
+from pipeline.cli.logs import configure_logging
+from pipeline.errors import ConfigError
 from pipeline.local import LocalServer, LocalServerOptions, vllm_launch
 from pipeline.servers.config import checked_url_option
 
@@ -38,12 +40,7 @@ def serve_local(
     """Start the bundled local vLLM server, print its URL, and serve until Ctrl-C."""
     setup_logging(log_format, "info")
     options = LocalServerOptions(port=port, kv_cache_gib=kv_cache_gib, max_num_seqs=max_num_seqs)
-    try:
-        anyio.run(_serve_until_signal, options)
-    except FatalRunError as error:  # the extra missing is 2 (nothing started), a failed start 3
-        raise fail(error, exit_code_for(error)) from error
-    except KeyboardInterrupt:
-        raise typer.Exit(EXIT_INTERRUPTED) from None
+    run_or_exit(lambda: anyio.run(_serve_until_signal, options))  # the extra missing: 2; a failed start: 3
 
 
 async def _serve_until_signal(options: LocalServerOptions) -> None:
@@ -127,7 +124,7 @@ def bench(
         reasoning_effort=reasoning_effort,
         api_key=os.environ.get(api_key_env) if api_key_env else None,
     )
-    swept = options if job is None else _with_job(options, job, records)
+    swept = options if job is None else _with_job(options, job, records, local)
     result = _sweep(swept, local)
     _print_bench(result, out)
     if seed_knee and job is not None:
@@ -139,15 +136,12 @@ def _checked_bench_target(
 ) -> str | None:
     """What to sweep must be said, once and consistently (exit 2 otherwise); the URL, checked."""
     if not local and job is None and (endpoint is None or model is None):
-        raise fail(ConfigError("bench needs --endpoint and --model, --job, or --local"), EXIT_CONFIG)
+        raise fail(ConfigError("bench needs --endpoint and --model, --job, or --local"))
     if seed_knee and (job is None or local):
-        raise fail(ConfigError(_SEED_KNEE_NEEDS if job is None else _SEED_KNEE_LOCAL), EXIT_CONFIG)
+        raise fail(ConfigError(_SEED_KNEE_NEEDS if job is None else _SEED_KNEE_LOCAL))
     if endpoint is None:
         return None
-    try:
-        return checked_url_option("--endpoint", endpoint)
-    except ConfigError as error:
-        raise fail(error, EXIT_CONFIG) from error
+    return run_or_exit(lambda: checked_url_option("--endpoint", endpoint))
 
 
 def _levels(concurrency: str) -> tuple[int, ...]:
@@ -155,31 +149,27 @@ def _levels(concurrency: str) -> tuple[int, ...]:
     try:
         levels = tuple(int(part) for part in concurrency.split(",") if part.strip())
     except ValueError as error:
-        raise fail(
-            ConfigError(f"--concurrency {concurrency!r}: expected numbers like 1,2,4"), EXIT_CONFIG
-        ) from error
+        raise fail(ConfigError(f"--concurrency {concurrency!r}: expected numbers like 1,2,4")) from error
     if not levels or min(levels) < 1:
-        raise fail(ConfigError(f"--concurrency {concurrency!r}: expected numbers >= 1"), EXIT_CONFIG)
+        raise fail(ConfigError(f"--concurrency {concurrency!r}: expected numbers >= 1"))
     return levels
 
 
 def _sweep(options: BenchOptions, local: bool) -> SweepResult:
-    try:
-        return anyio.run(_bench, options, local)
-    except FatalRunError as error:  # a wrong URL or model, the local extra missing: 2; the server down: 3
-        raise fail(error, exit_code_for(error)) from error
-    except KeyboardInterrupt:
-        raise typer.Exit(EXIT_INTERRUPTED) from None
+    # A wrong URL or model, the local extra missing: 2; the server down: 3.
+    return run_or_exit(lambda: anyio.run(_bench, options, local))
 
 
-def _with_job(options: BenchOptions, job: Path, records: int) -> BenchOptions:
+def _with_job(options: BenchOptions, job: Path, records: int, local: bool) -> BenchOptions:
+    """``options`` with the job's requests; a job on the local server needs --local or --endpoint
+    (exit 2, as `check` says), not a connection to a URL named "local"."""
     from pipeline.bench.job import with_job
 
     spec = load_job_or_exit(job)
-    try:
-        return with_job(options, spec, records)
-    except FatalRunError as error:
-        raise fail(error, exit_code_for(error)) from error
+    if spec.runs_locally and not (local or options.base_url):
+        message = "the job's endpoint is local: give --local to sweep the bundled server, or --endpoint URL"
+        raise fail(ConfigError(f"{spec.source_file}: {message}"))
+    return run_or_exit(lambda: with_job(options, spec, records))
 
 
 async def _bench(options: BenchOptions, local: bool) -> SweepResult:
@@ -202,10 +192,8 @@ async def _bench(options: BenchOptions, local: bool) -> SweepResult:
 def _seed_knee(job: Path, options: BenchOptions, result: SweepResult) -> None:
     from pipeline.bench.seed import seed_sweep_knee
 
-    try:
-        typer.echo(seed_sweep_knee(load_job_or_exit(job), options, result.levels))
-    except FatalRunError as error:
-        raise fail(error, exit_code_for(error)) from error
+    spec = load_job_or_exit(job)
+    typer.echo(run_or_exit(lambda: seed_sweep_knee(spec, options, result.levels)))
 
 
 def _print_bench(result: SweepResult, out: Path) -> None:

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from pipeline.cli.common import app, fail
-from pipeline.errors import EXIT_CONFIG, ConfigError
+from pipeline.cli.common import app, fail, seed_option
+from pipeline.errors import ConfigError
 
 if TYPE_CHECKING:  # the simulator loads only for `sim`
     from pipeline.sim import SimConfig
@@ -66,8 +66,8 @@ AnswerInReasoningOption = Annotated[
 LatencyOption = Annotated[float, typer.Option(help="Without a profile: seconds per request.")]
 SecondsPerTokenOption = Annotated[float, typer.Option(help="Without a profile: seconds per token.")]
 JitterOption = Annotated[float, typer.Option(min=0, max=1, help="± fraction of the fixed delay.")]
-SeedOption = Annotated[
-    int, typer.Option(help="Seeds the answers, the faults and the noise: the same seed, the same run.")
+SimSeedOption = Annotated[
+    int, seed_option("the answers, the faults and the noise: the same seed, the same run")
 ]
 MaxModelLenOption = Annotated[
     int, typer.Option(min=1, help="The context: prompt and answer tokens a request may take (a 400 past it).")
@@ -144,7 +144,7 @@ def sim(
     latency: LatencyOption = 0.0,
     seconds_per_token: SecondsPerTokenOption = 0.0,
     jitter: JitterOption = 0.0,
-    seed: SeedOption = 0,
+    seed: SimSeedOption = 0,
     max_model_len: MaxModelLenOption = 131072,
     list_context: ListContextOption = True,
     tokenize: TokenizeOption = True,
@@ -190,7 +190,7 @@ def sim_config(options: Mapping[str, Any]) -> SimConfig:
 
     profile = options.get("profile")
     if profile is not None and profile not in PROFILES:
-        raise fail(ConfigError(f"--profile {profile!r}: one of {', '.join(PROFILES)}"), EXIT_CONFIG)
+        raise fail(ConfigError(f"--profile {profile!r}: one of {', '.join(PROFILES)}"))
     faults = {name.removeprefix(_FAULT): value for name, value in options.items() if name.startswith(_FAULT)}
     settings: dict[str, Any] = {
         ("latency_s" if name == "latency" else name): tuple(value or ()) if name in _LISTS else value

@@ -15,14 +15,14 @@ import typer
 from pipeline.cli.common import (
     DatabaseOption,
     JobArgument,
+    JsonOption,
     VariantOption,
     app,
-    fail,
     load_job_or_exit,
     read_or_exit,
+    run_or_exit,
     say_read_copy,
 )
-from pipeline.errors import EXIT_CONFIG, ConfigError
 from pipeline.reports.status import JobStatus, job_status
 from pipeline.run.progress import format_duration
 from pipeline.servers.config import LOCAL_MODEL
@@ -51,7 +51,7 @@ class _Asked:
 @app.command()
 def status(
     job: JobArgument,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    as_json: JsonOption = False,
     local: LocalOption = False,
     model: ModelOption = None,
     database: DatabaseOption = None,
@@ -59,10 +59,7 @@ def status(
 ) -> None:
     """Done / failed / pending / stale, and the rate and ETA of the last run."""
     spec = load_job_or_exit(job, database, variant)
-    try:
-        judged = spec.with_overrides(model=model)
-    except ConfigError as error:
-        raise fail(error, EXIT_CONFIG) from error
+    judged = run_or_exit(lambda: spec.with_overrides(model=model))
     report = read_or_exit(lambda: job_status(judged, local=local))
     say_read_copy(report.read_copy)
     if as_json:
