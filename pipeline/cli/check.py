@@ -76,7 +76,7 @@ async def _check(spec: JobSpec, probes: int, seed: int, probe_timeout: float) ->
 def _with_servers(spec: JobSpec, urls: list[str], model: str | None) -> JobSpec:
     """The job on the servers ``--endpoint`` names (one replaces the job's, several become its
     ``endpoints``) and ``--model``; a bad URL is exit 2."""
-    if spec.endpoint.is_local and not spec.endpoints and not urls:
+    if spec.runs_locally and not urls:
         message = (
             "the job's endpoint is local: start it with `pipeline serve-local` and give its URL as --endpoint"
         )

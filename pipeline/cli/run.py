@@ -34,7 +34,7 @@ from pipeline.job.spec import MAIN_VARIANT, JobSpec
 from pipeline.job.variants import prompt_file_changes, rerun_name
 from pipeline.reports.failures import class_names, parse_failure_classes
 from pipeline.run.progress import LiveProgress, LogProgress, ProgressReporter, format_duration
-from pipeline.run.runner import RunOptions, RunSummary, run_job, run_job_locally
+from pipeline.run.runner import RunOptions, RunSummary, runner_for
 from pipeline.servers.config import checked_host_option, checked_url_option
 from pipeline.source.versions import StaleCause, parse_causes
 
@@ -184,7 +184,7 @@ def run(
     selection = _Selection(limit, retry_failed, retry_class, only_failed, redo_stale, sample, seed)
     options = _run_options(selection, _reporter(progress), metrics_port, metrics_textfile)
     options = replace(options, variant_options=changes.as_given(local))
-    runner = run_job_locally if local or spec.endpoint.is_local else run_job
+    runner = runner_for(spec, local=local)
     summary: RunSummary = run_or_exit(
         lambda: anyio.run(runner, spec, options, backend_options=event_loop_options())
     )

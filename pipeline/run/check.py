@@ -51,11 +51,11 @@ from pipeline.servers.capacity import (
     effective_concurrency,
     read_server,
     reply_latency_s,
-    requests_that_fit,
 )
 from pipeline.servers.client import ChatRequest, LLMClient
 from pipeline.servers.config import EndpointConfig
 from pipeline.servers.replies import Reply
+from pipeline.servers.sharing import RequestFit
 from pipeline.source.pending import sampled_fields
 from pipeline.store.opening import open_for_reading
 
@@ -373,13 +373,5 @@ def _held(reading: ServerReading, prompt: float | None, answer: float | None) ->
 
 
 def _fit(reading: ServerReading, prompt: float | None, answer: float | None) -> int | None:
-    if reading.kv_tokens is None or prompt is None or answer is None:
-        return None
-    return requests_that_fit(
-        reading.kv_tokens,
-        prompt_tokens=prompt,
-        answer_tokens=answer,
-        shared_prefix_tokens=reading.prefix_tokens or 0,
-        prefix_caching=bool(reading.prefix_caching),
-        block_size=reading.cache.block_size if reading.cache is not None else None,
-    )
+    fit = RequestFit.of_reading(reading, answer_tokens=answer, prompt_tokens=prompt)
+    return None if fit is None or prompt is None else fit.requests

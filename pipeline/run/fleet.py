@@ -108,16 +108,9 @@ async def _start_at_fit(context: RunContext, endpoints: list[Endpoint]) -> None:
 
     async def read(endpoint: Endpoint) -> None:
         reading = await read_server(endpoint.client, fixed, timeout_s=FIT_BUDGET_S, check_model=False)
-        if endpoint.controller is None or reading.kv_tokens is None or reading.prefix_tokens is None:
+        fit = RequestFit.of_reading(reading, answer_tokens=spec.max_tokens)
+        if endpoint.controller is None or fit is None:
             return
-        fit = RequestFit(
-            reading.kv_tokens,
-            prompt_tokens=reading.prefix_tokens,
-            answer_tokens=spec.max_tokens,
-            shared_prefix_tokens=reading.prefix_tokens,
-            prefix_caching=bool(reading.prefix_caching),
-            block_size=reading.cache.block_size if reading.cache is not None else None,
-        )
         level = endpoint.controller.start_at_fit(fit)
         if level is not None:
             endpoint.limit = level

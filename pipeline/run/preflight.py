@@ -20,9 +20,10 @@ import structlog
 from pipeline.extraction.context import RunContext
 from pipeline.job.spec import JobSpec
 from pipeline.run.check_lines import Check, context_check, kv_check, prefix_check
-from pipeline.servers.capacity import ServerReading, read_server, requests_that_fit
+from pipeline.servers.capacity import ServerReading, read_server
 from pipeline.servers.endpoint import Endpoint
 from pipeline.servers.router import Router
+from pipeline.servers.sharing import RequestFit
 
 log = structlog.get_logger("pipeline.run.preflight")
 
@@ -57,19 +58,12 @@ def preflight_checks(
 ) -> list[Check]:
     """The lines a server's own word gives for this job, without a probe."""
     prompt = reading.prefix_tokens  # the fixed part, as the server counts it
-    fit = per_request = None
-    if reading.kv_tokens is not None and prompt is not None:
-        fit = requests_that_fit(
-            reading.kv_tokens,
-            prompt_tokens=prompt,
-            answer_tokens=spec.max_tokens,
-            shared_prefix_tokens=prompt,
-            prefix_caching=bool(reading.prefix_caching),
-            block_size=reading.cache.block_size if reading.cache is not None else None,
-        )
+    fit = RequestFit.of_reading(reading, answer_tokens=spec.max_tokens)
+    per_request = None
+    if fit is not None and prompt is not None:
         per_request = spec.max_tokens + (0 if reading.prefix_caching else prompt)
     return [
         context_check(reading.context, prompt, None, spec.max_tokens),
-        kv_check(reading.kv_tokens, fit, concurrency, per_request, _BASIS),
+        kv_check(reading.kv_tokens, None if fit is None else fit.requests, concurrency, per_request, _BASIS),
         prefix_check(reading.prefix_caching, prompt, pending),
     ]

@@ -36,8 +36,7 @@ from pipeline.errors import (
 from pipeline.servers.config import api_path_hint
 from pipeline.servers.http import http_client
 from pipeline.servers.lookup import look_up_host
-from pipeline.servers.replies import Reply as Reply
-from pipeline.servers.replies import parse_completion_body, served_models, token_count, tokenize_url
+from pipeline.servers.replies import Reply, parse_completion_body, served_models, token_count, tokenize_url
 
 _RETRYABLE_STATUS = frozenset({408, 409, 425, 429})
 # A server without POST /tokenize (not vLLM): 404 no such route, 405 the route takes no POST, 501.

@@ -34,7 +34,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from pipeline.servers.capacity import requests_that_fit
+from pipeline.servers.capacity import ServerReading, requests_that_fit
 from pipeline.servers.knee_search import ServerLoad
 
 #: Requests on the server not in this job's count that are still this job's: those that finished or were
@@ -55,6 +55,25 @@ class RequestFit:
     shared_prefix_tokens: float = 0.0  # held once for all requests with prefix caching
     prefix_caching: bool = False
     block_size: int | None = None
+
+    @classmethod
+    def of_reading(
+        cls, reading: ServerReading, *, answer_tokens: float | None, prompt_tokens: float | None = None
+    ) -> RequestFit | None:
+        """The fit by what a server says of itself (its KV cache, prefix caching, block size and the
+        shared prefix's tokens) for answers of ``answer_tokens`` and prompts of ``prompt_tokens`` (as
+        probes measured them; default the shared prefix alone); None while the server has not said."""
+        prompt = reading.prefix_tokens if prompt_tokens is None else prompt_tokens
+        if reading.kv_tokens is None or prompt is None or answer_tokens is None:
+            return None
+        return cls(
+            reading.kv_tokens,
+            prompt_tokens=prompt,
+            answer_tokens=answer_tokens,
+            shared_prefix_tokens=reading.prefix_tokens or 0,
+            prefix_caching=bool(reading.prefix_caching),
+            block_size=reading.cache.block_size if reading.cache is not None else None,
+        )
 
     @property
     def requests(self) -> int:
