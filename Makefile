@@ -1,6 +1,6 @@
 # `make run` (the LinkedIn job on the bundled sample, against the bundled local vLLM server) and
 # `make test` (what CI runs). Both install everything into .venv on first use; `make dry-run` (the
-# same job against the simulator) installs only the package.
+# same job against the simulator) installs only the package; `make check` is the inner loop.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -8,7 +8,7 @@ INSTALLED := $(VENV)/.installed
 # The package alone: enough for the simulator and a run against it (no vLLM, no PyTorch).
 CORE_INSTALLED := $(VENV)/.installed-core
 
-.PHONY: setup run test lint dry-run clean
+.PHONY: setup run test check lint dry-run clean
 
 # One environment: the package, the test tools and the local vLLM server (CPU build). It holds the
 # package too, so it stands for the core install as well.
@@ -39,6 +39,11 @@ lint: $(INSTALLED)
 # The local vLLM end-to-end tests must run here, not be skipped.
 test: lint
 	PIPELINE_REQUIRE_LOCAL_VLLM=1 $(BIN)/pytest
+
+# The inner loop, minutes not half an hour: lint and the tests that start no process (no simulator, no
+# `pipeline` subprocess, no browser; tests/support/process_guard.py keeps the `process` marker true).
+check: lint
+	$(BIN)/pytest -m "not process"
 
 # A dry run of the LinkedIn job against the simulator instead of a model (seconds, no vLLM needed,
 # so only the package is installed: a first `make dry-run` does not download vLLM and PyTorch).

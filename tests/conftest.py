@@ -5,6 +5,9 @@ from collections.abc import Iterator
 import pytest
 import structlog
 
+# Fails a test that starts a process without the `process` marker (`make check` leaves those out).
+pytest_plugins = ["tests.support.process_guard"]
+
 
 @pytest.fixture
 def anyio_backend() -> str:

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import re
+import shlex
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
 
 from tests.support.processes import REPO
+
+pytestmark = pytest.mark.process  # `make -n` in a child process
 
 
 def planned_commands(target: str, folder: Path) -> list[str]:
@@ -41,6 +45,18 @@ def test_dry_run_installs_the_package_without_the_local_server(tmp_path: Path) -
     assert not [command for command in commands if "torch" in command or "vllm" in command]
 
 
-@pytest.mark.parametrize("target", ["run", "test"])
+@pytest.mark.parametrize("target", ["run", "test", "check"])
 def test_run_and_test_install_the_local_server(tmp_path: Path, target: str) -> None:
     assert {"dev", "local"} <= installed_extras(planned_commands(target, tmp_path))
+
+
+def test_check_is_the_lint_then_the_tests_that_start_no_process(tmp_path: Path) -> None:
+    """The inner loop: everything `make lint` runs, then pytest without the tests marked `process` (a
+    marker pytest knows: `-m` with an unknown one would quietly select every test)."""
+    commands = planned_commands("check", tmp_path)
+    lint = planned_commands("lint", tmp_path)
+    (tests,) = [at for at, command in enumerate(commands) if "/pytest " in command]
+    assert set(lint) <= set(commands[:tests])
+    assert shlex.split(commands[tests])[1:] == ["-m", "not process"]
+    markers = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["markers"]
+    assert any(marker.startswith("process:") for marker in markers)

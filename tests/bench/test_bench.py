@@ -253,6 +253,7 @@ async def test_an_unreachable_server_or_a_missing_model_fails_at_once() -> None:
             await run_sweep(options(url, 1))
 
 
+@pytest.mark.process
 def test_cli_prints_the_table_the_knee_and_writes_files(tmp_path: Path) -> None:
     with sim_server("--profile", "gpt-oss-120b", "--speed", "20", "--model", "gpt-oss-120b") as url:
         args = ["bench", "--endpoint", url, "--model", "gpt-oss-120b", "--concurrency", "1,4"]

@@ -55,6 +55,7 @@ async def starting_levels(spec: JobSpec) -> list[Any]:
     return [entry["level"] for entry in logs if entry["event"].startswith("concurrency auto starts at")]
 
 
+@pytest.mark.process
 async def test_a_run_too_short_to_bracket_its_knee_leaves_what_it_learned_and_the_next_starts_there(
     tmp_path: Path,
 ) -> None:
@@ -72,6 +73,7 @@ async def test_a_run_too_short_to_bracket_its_knee_leaves_what_it_learned_and_th
     assert first["bracketed"] is False and first["level"] == learned[key].level
 
 
+@pytest.mark.process
 def test_a_bench_sweep_seeds_the_knee_the_next_auto_run_starts_from(tmp_path: Path) -> None:
     """nemotron-nano-9b runs 8 sequences and queues the rest: c=16 and c=32 deliver what c=8 does,
     give or take the noise, with requests waiting. The knee kept is c=8, whichever of them measured

@@ -229,6 +229,7 @@ def test_cli_bad_input_is_exit_2_with_one_line(tmp_path: Path, capsys: pytest.Ca
     )
 
 
+@pytest.mark.process
 def test_python_dash_m_entry_point(tmp_path: Path) -> None:
     missing = tmp_path / "skillspan_nope.conll"
     completed = subprocess.run(

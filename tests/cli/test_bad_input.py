@@ -25,6 +25,7 @@ from pipeline.run.progress import LogProgress
 from tests.support.cli import cli_run, error_line
 from tests.support.fakes import ScriptedServer, good_completion, respond
 from tests.support.jobs import job_dict, make_source, table_rows, write_job
+from tests.support.process_guard import starts_a_process
 from tests.support.processes import sim_server
 from tests.support.runs import run_served
 
@@ -454,6 +455,7 @@ def test_load_refuses_bad_ids_and_missing_columns(
 
 
 @pytest.fixture(scope="module")
+@starts_a_process
 def sim_url() -> Iterator[str]:
     with sim_server("--model", "test-model", "--max-model-len", str(MAX_MODEL_LEN)) as url:
         yield url
@@ -469,7 +471,6 @@ ODD_RECORDS: list[dict[str, Any]] = [
 ]
 
 
-@pytest.mark.process
 def test_null_empty_huge_and_control_character_fields(previous: Path, sim_url: str) -> None:
     job = rewrite_job(previous, endpoint={"base_url": sim_url}, max_tokens=512)
     database = previous / "test.duckdb"

@@ -6,10 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import orjson
+import pytest
 
 from tests.support.fakes import dead_url
 from tests.support.jobs import make_source, write_job
 from tests.support.processes import run_pipeline, sim_server
+
+pytestmark = pytest.mark.process  # each test runs `pipeline check` against a simulator process
 
 KEYS = {
     "context",

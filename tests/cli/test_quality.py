@@ -131,6 +131,7 @@ def test_eval_json_is_one_object_with_the_report_and_what_is_missing(job: JobSpe
     assert (data["failed"], data["not_extracted"], data["not_in_source"]) == ({}, ["50"], ["77"])
 
 
+@pytest.mark.process
 def test_eval_html_puts_the_gold_beside_the_variant(job: JobSpec, gold: Path, tmp_path: Path) -> None:
     html = tmp_path / "eval.html"
     code, out, _ = cli("eval", job.source_file, "--gold", gold, "--html", html)
@@ -156,6 +157,7 @@ def test_eval_html_puts_the_gold_beside_the_variant(job: JobSpec, gold: Path, tm
     assert card_ids(dom) == ["2", "1", "42"]  # by disagreement: 2/3, 1/4, 0
 
 
+@pytest.mark.process
 def test_eval_html_shows_each_score_with_its_interval(job: JobSpec, gold: Path, tmp_path: Path) -> None:
     html = tmp_path / "eval.html"
     code, _, _ = cli("eval", job.source_file, "--gold", gold, "--html", html)
@@ -222,6 +224,7 @@ def test_eval_variants_bad_input_exits_2(job: JobSpec, gold: Path, args: list[st
     assert code == 2 and out == "" and re.search(message, err) and "Traceback" not in err
 
 
+@pytest.mark.process
 def test_eval_two_variants_html_shows_a_beside_b_with_both_scores_and_the_difference(
     job: JobSpec, gold: Path, tmp_path: Path
 ) -> None:
@@ -282,6 +285,7 @@ def test_eval_bad_input_exits_2_with_one_line(
         assert err.startswith("error: ") and err.count("\n") == 1
 
 
+@pytest.mark.process
 def test_run_rerun_repeats_a_variant_on_its_own_records_as_a_variant_of_its_own(tmp_path: Path) -> None:
     spec = variants_job(tmp_path)
     run_variant(spec, "big", main_answer)
@@ -309,6 +313,7 @@ def test_a_job_that_never_ran_is_exit_2(tmp_path: Path) -> None:
         ["review", "--html", "{html}"],
     ],
 )
+@pytest.mark.process
 def test_a_database_held_by_another_process_is_exit_3(tmp_path: Path, gold: Path, command: list[str]) -> None:
     spec = two_variant_job(tmp_path)
     args = [arg.format(gold=gold, html=tmp_path / "review.html") for arg in command]
@@ -423,6 +428,7 @@ def test_compare_sample_reads_only_the_sampled_records(job: JobSpec) -> None:
     )
 
 
+@pytest.mark.process
 def test_compare_html_shows_both_variants_over_the_records_both_attempted(
     job: JobSpec, tmp_path: Path
 ) -> None:
@@ -481,6 +487,7 @@ def test_compare_bad_variants_exit_2_with_one_line(job: JobSpec, variants: str, 
     assert err.startswith("error: ") and err.count("\n") == 1 and re.search(message, err)
 
 
+@pytest.mark.process
 def test_compare_with_a_rerun_says_it_is_the_noise_floor(tmp_path: Path) -> None:
     spec = variants_job(tmp_path)
     run_variant(spec, "main", main_answer)
@@ -514,6 +521,7 @@ def test_compare_with_a_rerun_says_it_is_the_noise_floor(tmp_path: Path) -> None
 # --- review -----------------------------------------------------------------------------------------
 
 
+@pytest.mark.process
 def test_review_of_one_variant(job: JobSpec, tmp_path: Path) -> None:
     html = tmp_path / "review.html"
     code, out, err = cli("review", job.source_file, "--html", html)
@@ -526,6 +534,7 @@ def test_review_of_one_variant(job: JobSpec, tmp_path: Path) -> None:
     assert card_ids(dom) == ["1", "2", "3", "4", "5", "6", "7", "8", "9", "42"]
 
 
+@pytest.mark.process
 def test_review_of_two_variants_in_a_sample(job: JobSpec, tmp_path: Path) -> None:
     html = tmp_path / "review.html"
     args = ["--variants", "main,big", "--sample", str(SAMPLE.size), "--seed", str(SAMPLE.seed)]

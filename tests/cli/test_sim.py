@@ -45,6 +45,7 @@ def test_a_profile_serves_the_model_it_imitates_unless_model_says_otherwise(prof
     assert sim_config({**sim_defaults(), "profile": profile, "model": "mine"}).model == "mine"
 
 
+@pytest.mark.process
 def test_pipeline_sim_with_the_gpt_oss_profile_serves_what_the_jobs_ask_for() -> None:
     """The README's `pipeline sim --profile gpt-oss-120b` beside `pipeline run jobs/linkedin.yaml`,
     whose model is openai/gpt-oss-120b: the run's preflight finds that name in /v1/models."""

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import duckdb
 import orjson
+import pytest
 
 from pipeline.servers.config import LOCAL_MODEL
 from pipeline.store.opening import prepare_database
@@ -15,6 +16,8 @@ from pipeline.store.snapshot import write_snapshot
 from tests.support.jobs import make_source, write_job
 from tests.support.outputs import database_held_by_another_process, job_with_outputs
 from tests.support.processes import run_pipeline, sim_server
+
+pytestmark = pytest.mark.process  # `pipeline status` in a child process
 
 
 def test_a_missing_source_table_is_one_plain_line_and_no_nulls(tmp_path: Path) -> None:

@@ -36,6 +36,7 @@ def judged(session: JudgingSession, item: int, verdict: JudgmentVerdict = CORREC
     return session.judge(index, item, verdict)
 
 
+@pytest.mark.process
 def test_a_judgment_is_in_the_table_when_save_returns_and_the_database_is_closed(spec: JobSpec) -> None:
     writer = JudgmentWriter(spec)
     action = judged(session_of(spec), 0)
@@ -46,6 +47,7 @@ def test_a_judgment_is_in_the_table_when_save_returns_and_the_database_is_closed
         pass
 
 
+@pytest.mark.process
 def test_while_a_run_holds_the_database_judgments_are_journaled_then_written_in_order(spec: JobSpec) -> None:
     writer = JudgmentWriter(spec)
     session = session_of(spec)
@@ -69,6 +71,7 @@ def test_while_a_run_holds_the_database_judgments_are_journaled_then_written_in_
     assert session_of(spec).progress().judged == 2
 
 
+@pytest.mark.process
 def test_a_database_held_by_anything_else_journals_too(spec: JobSpec) -> None:
     writer = JudgmentWriter(spec)
     session = session_of(spec)
@@ -92,6 +95,7 @@ def test_undo_of_a_journaled_judgment_removes_it_from_the_journal(spec: JobSpec)
     assert [row[3] for row in judgment_rows(spec.database)] == ["Title 1"]
 
 
+@pytest.mark.process
 def test_undo_of_a_written_judgment_while_the_database_is_held_is_journaled(spec: JobSpec) -> None:
     writer = JudgmentWriter(spec)
     action = judged(session_of(spec), 0)

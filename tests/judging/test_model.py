@@ -228,6 +228,7 @@ def test_a_dead_judge_server_is_said_before_anything_is_judged(spec: JobSpec) ->
         anyio.run(functools.partial(judge_by_model, judged, ["main"], None))
 
 
+@pytest.mark.process
 def test_a_run_holding_the_database_is_refused_before_anything_is_sent(spec: JobSpec) -> None:
     server = ScriptedServer([judge_answering()])
     with database_held_by_another_process(spec.database, as_run=True), pytest.raises(AlreadyRunningError):

@@ -171,6 +171,7 @@ async def test_a_blind_page_never_names_a_variant_or_a_model(blind_spec: JobSpec
     assert sorted(row[1] for row in judgment_rows(spec.database)) == ["big", "main"]
 
 
+@pytest.mark.process
 async def test_while_a_run_holds_the_database_judgments_wait_in_the_journal(spec: JobSpec) -> None:
     write_read_copy(spec)
     async with page_server(spec, flush_every_s=0.05) as client:

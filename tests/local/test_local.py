@@ -55,6 +55,7 @@ def alive(pid: int) -> bool:
     return not (status.exists() and "State:\tZ" in status.read_text())
 
 
+@pytest.mark.process
 async def test_starts_waits_for_health_and_stops_the_group(tmp_path: Path) -> None:
     launch = sim_launch(tmp_path)
     async with LocalServer(launch) as server:
@@ -68,6 +69,7 @@ async def test_starts_waits_for_health_and_stops_the_group(tmp_path: Path) -> No
         httpx2.get(f"http://127.0.0.1:{launch.port}/health")
 
 
+@pytest.mark.process
 async def test_a_server_that_dies_shows_the_root_cause_and_the_log(tmp_path: Path) -> None:
     script = (
         "print('loading'); print('ValueError: Available memory on node 0 is too small'); raise SystemExit(1)"
@@ -82,6 +84,7 @@ async def test_a_server_that_dies_shows_the_root_cause_and_the_log(tmp_path: Pat
     assert "ValueError: Available memory on node 0" in message.splitlines()[1]
 
 
+@pytest.mark.process
 async def test_a_server_that_never_gets_healthy_is_stopped(tmp_path: Path) -> None:
     launch = sim_launch(
         tmp_path, argv=[sys.executable, "-c", "import time; time.sleep(60)"], startup_timeout_s=1.0
@@ -103,6 +106,7 @@ async def test_busy_port_is_a_clear_error(tmp_path: Path) -> None:
                 pass
 
 
+@pytest.mark.process
 def test_kill_9_of_the_parent_leaves_no_server_behind(tmp_path: Path) -> None:
     launch = sim_launch(tmp_path)
     parent_script = textwrap.dedent(f"""
@@ -217,6 +221,7 @@ async def test_model_cache_is_reused(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert await local_model.ensure_model(tmp_path) == done
 
 
+@pytest.mark.process
 async def test_failed_download_is_reported_and_leaves_no_half_model(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -260,6 +265,7 @@ def test_pdeathsig_file_is_shipped() -> None:
     assert (PDEATHSIG_DIR / "sitecustomize.py").is_file()
 
 
+@pytest.mark.process
 async def test_run_locally_runs_the_job_and_stops_the_server(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -279,6 +285,7 @@ async def test_run_locally_runs_the_job_and_stops_the_server(
         httpx2.get(f"http://127.0.0.1:{launch.port}/health")
 
 
+@pytest.mark.process
 async def test_a_local_run_again_redoes_nothing_and_status_says_which_model_made_them(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -236,6 +236,7 @@ def test_an_id_column_named_like_an_exported_column_is_refused(tmp_path: Path) -
         export_results(spec, tmp_path / "out.csv", ExportFormat.CSV)
 
 
+@pytest.mark.process
 def test_a_database_held_by_another_process_exits_3(tmp_path: Path) -> None:
     spec = job_with_outputs(tmp_path)
     out = tmp_path / "out.parquet"

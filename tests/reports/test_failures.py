@@ -208,6 +208,7 @@ def test_missing_database_or_tables_exit_2(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.process
 def test_a_database_held_by_another_process_exits_3(tmp_path: Path) -> None:
     spec = job_with_outputs(tmp_path)
     with database_held_by_another_process(spec.database):

@@ -204,6 +204,7 @@ def test_a_variant_without_results_is_named_with_the_variants_that_have_some(
         read_review(job, ["nope"], Sample(100))
 
 
+@pytest.mark.process
 def test_a_held_database_is_database_locked(tmp_path: Path) -> None:
     spec = two_variant_job(tmp_path)
     with database_held_by_another_process(spec.database), pytest.raises(DatabaseLockedError):

@@ -28,6 +28,7 @@ from pipeline.reports.review_page import (
     write_review,
 )
 from tests.support.browser import Element, dump_dom, parse_dom, require_browser, screenshot
+from tests.support.process_guard import starts_a_process
 
 # By its import path: ``pipeline.reports.review_page`` as an attribute is the page function of pages.py.
 review_module = importlib.import_module("pipeline.reports.review_page")
@@ -185,18 +186,21 @@ def embedded(document: str) -> Any:
 
 
 @pytest.fixture
+@starts_a_process
 def browser() -> str:
     return require_browser()
 
 
 # One Chromium start per page, shared by the tests that only read its DOM.
 @pytest.fixture(scope="module")
+@starts_a_process
 def one_variant_dom(tmp_path_factory: pytest.TempPathFactory) -> Element:
     require_browser()
     return open_page(tmp_path_factory.mktemp("one"), one_variant_page())
 
 
 @pytest.fixture(scope="module")
+@starts_a_process
 def two_variant_dom(tmp_path_factory: pytest.TempPathFactory) -> Element:
     require_browser()
     return open_page(tmp_path_factory.mktemp("two"), two_variant_page())

@@ -16,6 +16,7 @@ import pytest
 from pipeline.errors import ConfigError
 from pipeline.reports.runs_page import page_data, render_runs_page, write_runs_page
 from tests.support.browser import Element, dump_dom, parse_dom, require_browser
+from tests.support.process_guard import starts_a_process
 from tests.support.report_data import (
     ENDPOINTS,
     FIELDS,
@@ -66,12 +67,14 @@ def hostile_report() -> dict[str, Any]:
 
 
 @pytest.fixture
+@starts_a_process
 def browser() -> str:
     return require_browser()
 
 
 # One Chromium start for the sample page, shared by the tests that only read its DOM.
 @pytest.fixture(scope="module")
+@starts_a_process
 def sample_dom(tmp_path_factory: pytest.TempPathFactory) -> Element:
     require_browser()
     return open_page(tmp_path_factory.mktemp("runs"), sample_report())

@@ -153,6 +153,7 @@ def test_the_last_runs_json_columns_are_values_not_text(tmp_path: Path) -> None:
     assert run["knees"] is None
 
 
+@pytest.mark.process
 def test_during_a_run_every_count_is_the_copys_and_the_live_numbers_only_rates(tmp_path: Path) -> None:
     """One consistent set: the copy's counts, as of when it was taken; of the run's progress snapshot
     only what the copy cannot have (in flight, rates, ETA), as of its own time. Before, the snapshot's

@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from pipeline.reports.runs_report import format_runs_report, judged_runs
 from pipeline.reports.status import JobStatus, ServerCache, server_cache_of
 from pipeline.servers.cache_counters import WARN_AFTER_QUERIES
@@ -63,6 +65,7 @@ def test_the_runs_report_has_a_row_for_the_hit_rate_and_preemptions_when_a_serve
     assert (last["prefix_cache_hit_rate"], last["preemptions"]) == (0.9, 4)
 
 
+@pytest.mark.process
 def test_the_page_plots_the_hit_rate_over_runs_and_time_and_has_its_rows(tmp_path: Path) -> None:
     require_browser()
     data = sample_report(series_points=4)

@@ -16,6 +16,8 @@ from pipeline.source.db import open_database
 from pipeline.source.lock import RunLock, lock_holder, lock_path
 from tests.support.processes import REPO, subprocess_env
 
+pytestmark = pytest.mark.process  # each lock is held by another process
+
 HOLDER = """
 import sys, time, duckdb
 from pathlib import Path

@@ -97,6 +97,7 @@ def test_the_readers_library_reads_a_copy_like_the_database(
         assert output.read_copy is None
 
 
+@pytest.mark.process
 def test_a_database_held_by_another_process_than_a_run_is_refused_without_waiting_for_a_copy(
     job: JobSpec,
 ) -> None:

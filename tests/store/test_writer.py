@@ -280,6 +280,7 @@ def test_string_ids_keep_their_type(tmp_path: Path) -> None:
     assert types == [("VARCHAR",), ("VARCHAR",), ("VARCHAR",)]
 
 
+@pytest.mark.process
 def test_locked_database_is_reported(spec: JobSpec, tmp_path: Path) -> None:
     import subprocess
     import sys
