@@ -6,7 +6,6 @@ import json
 import signal
 import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +13,10 @@ import orjson
 import pytest
 
 from tests.support.jobs import make_source, table_rows, write_job
+from tests.support.logged_run import some_done, wait_for_snapshot
 from tests.support.processes import REPO, pipeline_command, run_pipeline, sim_server, subprocess_env
+
+pytestmark = pytest.mark.process  # real `pipeline` processes, most against a simulator process
 
 
 @pytest.fixture(scope="module")
@@ -165,7 +167,7 @@ def test_sigint_exits_130_and_keeps_what_finished(tmp_path: Path) -> None:
             env=subprocess_env(),
             cwd=REPO,
         )
-        time.sleep(3)
+        wait_for_snapshot(tmp_path / "test.duckdb", process, some_done)
         process.send_signal(signal.SIGINT)
         stdout, stderr = process.communicate(timeout=30)
     assert process.returncode == 130, stderr
@@ -217,7 +219,7 @@ def test_status_of_a_database_held_by_a_run_uses_the_snapshot(tmp_path: Path) ->
             cwd=REPO,
         )
         try:
-            time.sleep(4)
+            wait_for_snapshot(tmp_path / "test.duckdb", process)
             status = run_pipeline("status", str(job))
         finally:
             process.send_signal(signal.SIGINT)

@@ -19,11 +19,14 @@ from pipeline.run.blocking import run_job_sync
 from pipeline.run.options import RunOptions, RunStatus
 from pipeline.run.runner import run_job
 from tests.support.jobs import make_job, table_rows
+from tests.support.logged_run import some_done, wait_for_snapshot
+from tests.support.process_guard import starts_a_process
 from tests.support.processes import sim_server
 from tests.support.runs import options
 
 
 @pytest.fixture(scope="module")
+@starts_a_process
 def sim_url() -> Iterator[str]:
     with sim_server("--model", "test-model") as url:
         yield url
@@ -63,21 +66,30 @@ def test_run_job_sync_in_a_plain_script(tmp_path: Path, sim_url: str) -> None:
     assert table_rows(spec.database, "SELECT count(*) FROM results") == [(30,)]
 
 
+@pytest.mark.process
 @pytest.mark.anyio
 async def test_interrupting_run_job_sync_in_a_notebook_stops_the_run_and_keeps_what_it_did(
     tmp_path: Path,
 ) -> None:
     with sim_server("--model", "test-model", "--latency", "0.2") as url:
         spec = sim_job(tmp_path, url, records=200, concurrency=8)
-        # What the kernel does while a cell runs: SIGINT (its stop button) raises KeyboardInterrupt.
+        # What the kernel does while a cell runs: SIGINT (its stop button) raises KeyboardInterrupt,
+        # here once the run's snapshot says some records are done.
         previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-        interrupt = threading.Timer(1.5, os.kill, (os.getpid(), signal.SIGINT))
+        ended = threading.Event()
+
+        def interrupt_once_some_are_done() -> None:
+            wait_for_snapshot(spec.database, None, lambda now: ended.is_set() or some_done(now))
+            if not ended.is_set():
+                os.kill(os.getpid(), signal.SIGINT)
+
+        interrupt = threading.Thread(target=interrupt_once_some_are_done, daemon=True)
         interrupt.start()
         try:
             with pytest.raises(KeyboardInterrupt):
                 run_job_sync(spec, options())
         finally:
-            interrupt.cancel()
+            ended.set()
             signal.signal(signal.SIGINT, previous)
         done = table_rows(spec.database, "SELECT count(*) FROM results")[0][0]
         assert 0 < done < 200

@@ -11,11 +11,14 @@ from pathlib import Path
 
 import duckdb
 import orjson
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from pipeline.store.snapshot import snapshot_path
 from tests.support.jobs import make_source, table_rows, write_job
+from tests.support.logged_run import wait_for_snapshot
 from tests.support.processes import REPO, pipeline_command, run_pipeline, sim_server, subprocess_env
+
+pytestmark = pytest.mark.process  # `pipeline run` processes against a simulator process
 
 
 def start_run(job: Path, *args: str) -> subprocess.Popen[str]:
@@ -27,22 +30,6 @@ def start_run(job: Path, *args: str) -> subprocess.Popen[str]:
         env=subprocess_env(),
         cwd=REPO,
     )
-
-
-def wait_for_snapshot(
-    database: Path, process: subprocess.Popen[str], timeout_s: float = 60
-) -> dict[str, object]:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        assert process.poll() is None, process.communicate()
-        try:
-            snapshot = orjson.loads(snapshot_path(database).read_bytes())
-        except (OSError, orjson.JSONDecodeError):
-            snapshot = None
-        if isinstance(snapshot, dict) and snapshot.get("status") == "running" and snapshot.get("requests"):
-            return snapshot
-        time.sleep(0.1)
-    raise AssertionError("the run did not start")
 
 
 def test_a_second_run_of_the_same_job_exits_4_naming_the_running_pid(tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
 """`pipeline run` in a child process whose JSON log lines a thread reads: to wait for a line, then kill
-it (kill -9 tests) or let it finish."""
+it (kill -9 tests) or let it finish; and waiting for what a run's progress snapshot says."""
 
 from __future__ import annotations
 
@@ -10,9 +10,11 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pipeline.store.snapshot import read_snapshot
 from tests.support.processes import REPO, pipeline_command, subprocess_env
 
 
@@ -31,6 +33,42 @@ def json_log_lines(stderr: str) -> list[dict[str, Any]]:
 
 WAIT_S = 60.0  # the longest wait for any line or exit of a run that is meant to be killed
 FINISH_S = 240.0  # an uninterrupted run of a test job on a busy 2-core machine stays far below
+
+
+def running(snapshot: dict[str, Any]) -> bool:
+    """The run holds the database and has sent requests."""
+    return snapshot.get("status") == "running" and bool(snapshot.get("requests"))
+
+
+def some_done(snapshot: dict[str, Any]) -> bool:
+    """The run is going on and has finished records (an interrupted run keeps them)."""
+    return running(snapshot) and int(snapshot.get("done") or 0) > 0
+
+
+def wait_for_snapshot(
+    database: Path,
+    process: subprocess.Popen[Any] | None,
+    holds: Callable[[dict[str, Any]], bool] = running,
+    *,
+    timeout_s: float = WAIT_S,
+) -> dict[str, Any]:
+    """The run's progress snapshot (rewritten every 2 s) once ``holds`` is true of it: the state a signal or
+    a reader needs, where a fixed sleep is too short on a loaded machine or outlasts a quick run. Fails
+    when the run's process (None: a run in this one) ends first, or after ``timeout_s``, with what the
+    snapshot said last."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        snapshot = read_snapshot(database)
+        if snapshot is not None and holds(snapshot):
+            return snapshot
+        if process is not None and (code := process.poll()) is not None:
+            _, stderr = process.communicate()
+            raise AssertionError(
+                f"the run ended ({code}) before its snapshot said so; last: {snapshot}\n{stderr or ''}"
+            )
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the run's snapshot did not say so in {timeout_s:.0f} s; last: {snapshot}")
+        time.sleep(0.1)
 
 
 class Run:
