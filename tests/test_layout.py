@@ -1,0 +1,97 @@
+"""Tests mirror the packages: pipeline/<package>/<module>.py has tests/<package>/test_<module>.py, or is
+listed in TESTED_ELSEWHERE with the test files that test it. So the README's claim stays true as modules
+come and go: a new module needs its own test file or a line here saying where it is tested."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from tests.support.processes import REPO
+
+# Module (under pipeline/) -> the test files that test it, and how: mostly parts tested through the
+# command or the module that uses them, or data types every test of their package builds.
+TESTED_ELSEWHERE: dict[str, str] = {
+    "bench/job.py": "tests/bench/test_bench.py: bench --job's requests are the job's own",
+    "bench/load.py": "tests/bench/test_bench.py: one level of the sweep, through run_sweep",
+    "bench/report.py": "tests/bench/test_bench.py: the sweep's table, knee, diagnostics and files",
+    "bench/seed.py": "tests/bench/test_knee_memory.py: bench --job --seed-knee and the next auto run",
+    "cli/load.py": "tests/cli/test_cli.py, tests/cli/test_bad_input.py: `pipeline load` as a user runs it",
+    "cli/logs.py": "tests/run/test_progress.py: the JSON and the console log lines",
+    "cli/results.py": (
+        "tests/reports/test_failures.py, tests/reports/test_export.py, tests/reports/test_runs_report.py: "
+        "the failures, export and report commands"
+    ),
+    "cli/run.py": "tests/cli/test_cli.py, tests/cli/test_bad_input.py: `pipeline run`, its exits and output",
+    "cli/servers.py": "tests/bench/test_bench.py: `pipeline bench` through the CLI",
+    "extraction/context.py": "tests/store/test_writer.py, tests/run/test_read_copies.py: the run's context",
+    "extraction/outcomes.py": "tests/extraction/test_extractor.py: the outcome each record ends in",
+    "job/examples.py": "tests/job/test_variants.py: few-shot examples, checked when the job loads",
+    "job/judge.py": "tests/job/test_judge_section.py: the job's judge: section",
+    "job/text.py": "tests/job/test_spec.py: ${VAR} and the one-line errors of a job file",
+    "local/convert.py": "tests/local/test_local.py: the GGUF file turned into a vLLM folder",
+    "local/model.py": "tests/local/test_local.py: the bundled model, found and converted once",
+    "local/server.py": "tests/local/test_local.py: start, health and stop, with stand-in server processes",
+    "quality/intervals.py": "tests/quality/test_bootstrap.py: the intervals and paired differences",
+    "quality/matching.py": "tests/quality/test_agreement.py: matching, through the agreement metrics",
+    "quality/normalize.py": "tests/quality/test_agreement.py, tests/quality/test_grounding.py: normalising",
+    "quality/scores.py": "tests/quality/test_agreement.py: what an agreement measurement reports",
+    "reports/comparison.py": "tests/reports/test_reports.py: compare",
+    "reports/evaluation.py": "tests/reports/test_reports.py: eval against a gold file",
+    "reports/flatten.py": "tests/reports/test_export.py: export --flatten",
+    "reports/judged_report.py": "tests/reports/test_judged_evaluation.py: eval --judged",
+    "reports/noise.py": "tests/cli/test_quality.py: compare with a re-run (the noise floor)",
+    "reports/pages.py": "tests/reports/test_review_page.py, tests/reports/test_runs_page.py: the pages",
+    "reports/paired_evaluation.py": "tests/reports/test_reports.py, tests/cli/test_quality.py: eval A,B",
+    "reports/reading.py": "tests/reports/test_reports.py: reading results, failures and texts",
+    "reports/review.py": "tests/reports/test_review_page.py: the review page's data",
+    "reports/shared.py": "tests/cli/test_quality.py: the grounded share lines of eval and compare",
+    "run/check_lines.py": "tests/run/test_check.py: the lines of pipeline check",
+    "run/extractors.py": "tests/run/test_runner.py: the retry policy, through runs",
+    "run/fleet.py": "tests/run/test_runner.py, tests/run/test_server_cache.py: a run's servers",
+    "run/notices.py": "tests/source/test_staleness.py, tests/run/test_runner.py: stale kept, short timeout",
+    "run/options.py": "tests/run/test_execution.py: what a caller asks of a run and gets back",
+    "run/preflight.py": "tests/run/test_check.py: the preflight, beside pipeline check",
+    "run/stats.py": "tests/run/test_progress.py, tests/run/test_prometheus.py: the live counters",
+    "servers/config.py": "tests/job/test_spec.py: endpoint settings, validated with the job",
+    "servers/endpoint.py": "tests/servers/test_router.py: one server as the router uses it",
+    "servers/knee_search.py": "tests/servers/test_limits.py: the search behind concurrency: auto",
+    "servers/lookup.py": "tests/servers/test_client.py: a name lookup that never answers",
+    "servers/replies.py": "tests/extraction/test_parse.py: reading what a server answers",
+    "servers/scrape.py": "tests/sim/test_metrics.py, tests/servers/test_capacity.py: reading /metrics",
+    "sim/http.py": "tests/sim/test_sim.py: the simulator's HTTP server",
+    "sim/instances.py": "tests/sim/test_sim.py: valid instances of a schema",
+    "sim/profiles.py": "tests/sim/test_engine.py: the profiles' curves",
+    "sim/server.py": "tests/sim/test_sim.py: the simulator end to end",
+    "source/relation.py": "tests/source/test_reader.py: the job's source and its ids",
+    "store/opening.py": "tests/store/test_writer.py, tests/source/test_reader.py: opening the job's database",
+    "store/snapshot.py": "tests/reports/test_status.py, tests/run/test_progress.py: the progress snapshot",
+    "store/tables.py": "tests/store/test_migration.py: the output tables and their upgrade",
+}
+
+
+def modules_without_their_own_test_file() -> set[str]:
+    return {
+        module.relative_to(REPO / "pipeline").as_posix()
+        for module in (REPO / "pipeline").glob("*/*.py")
+        if module.name != "__init__.py"
+        and not (REPO / "tests" / module.parent.name / f"test_{module.name}").exists()
+    }
+
+
+def test_every_module_has_its_test_file_or_says_where_it_is_tested() -> None:
+    missing = modules_without_their_own_test_file()
+    unlisted = sorted(missing - TESTED_ELSEWHERE.keys())
+    stale = sorted(TESTED_ELSEWHERE.keys() - missing)
+    assert not unlisted, (
+        f"no tests/<package>/test_<module>.py for {unlisted}: write it, or add the module to "
+        "TESTED_ELSEWHERE with the test files that test it"
+    )
+    assert not stale, f"{stale} have their own test file now (or are gone): take them out of TESTED_ELSEWHERE"
+
+
+def test_the_test_files_named_exist() -> None:
+    for module, where in TESTED_ELSEWHERE.items():
+        named = re.findall(r"tests/[\w/]+\.py", where)
+        assert named, f"{module}: no test file named in {where!r}"
+        assert all(Path(REPO / path).is_file() for path in named), f"{module}: {where!r}"
