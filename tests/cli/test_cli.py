@@ -263,7 +263,7 @@ def test_local_flag_and_local_endpoint_use_the_local_runner(
     from typer.testing import CliRunner
 
     import pipeline.cli as cli
-    import pipeline.cli.run as cli_run
+    import pipeline.run.runner as runner_module
     from pipeline.run.runner import RunStatus, RunSummary
 
     calls: list[str] = []
@@ -272,7 +272,7 @@ def test_local_flag_and_local_endpoint_use_the_local_runner(
         calls.append(spec.endpoint.base_url)  # type: ignore[attr-defined]
         return RunSummary(None, RunStatus.NOTHING_TO_DO, tmp_path / "x.duckdb", "results", "failures", 0)
 
-    monkeypatch.setattr(cli_run, "run_job_locally", fake_local)
+    monkeypatch.setattr(runner_module, "run_job_locally", fake_local)  # what runner_for picks
     runner = CliRunner()
     plain = write_job(tmp_path)
     assert runner.invoke(cli.app, ["run", str(plain), "--local", "--log-format", "json"]).exit_code == 0
