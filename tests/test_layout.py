@@ -24,7 +24,6 @@ TESTED_ELSEWHERE: dict[str, str] = {
     ),
     "cli/run.py": "tests/cli/test_cli.py, tests/cli/test_bad_input.py: `pipeline run`, its exits and output",
     "cli/servers.py": "tests/bench/test_bench.py: `pipeline bench` through the CLI",
-    "extraction/context.py": "tests/store/test_writer.py, tests/run/test_read_copies.py: the run's context",
     "extraction/outcomes.py": "tests/extraction/test_extractor.py: the outcome each record ends in",
     "job/examples.py": "tests/job/test_variants.py: few-shot examples, checked when the job loads",
     "job/judge.py": "tests/job/test_judge_section.py: the job's judge: section",
