@@ -23,7 +23,8 @@ def planned_commands(target: str, folder: Path) -> list[str]:
     plan = subprocess.run(
         ["make", "-n", target], cwd=folder, capture_output=True, text=True, timeout=60, check=True
     )
-    return plan.stdout.splitlines()
+    # Under `make test` (CI) this make is a sub-make: it adds "make[1]: Entering/Leaving directory" lines.
+    return [line for line in plan.stdout.splitlines() if not line.startswith("make[")]
 
 
 def installed_extras(commands: list[str]) -> set[str]:
