@@ -89,7 +89,7 @@ class ChunkPlanner:
         key = f"{self._where}: key 'chunking.max_chunk_tokens'"
         # The fixed part (system, examples, template) at its floor: only what certainly cannot fit stops
         # the run, whatever a server that cannot count would have said.
-        bare = fewest_tokens(self._prompts.request_for({}).messages)
+        bare = fewest_tokens(self._prompts.fixed_messages)
         if chunking.auto and context is None:
             raise ConfigError(
                 f"{key}: auto fits chunks to the server's context, which the server does not list; "
@@ -142,7 +142,7 @@ class ChunkPlanner:
         """The ``too_long`` failure of a record whose prompt without its chunking field (``rest``)
         leaves no room for a chunk: what to shorten, unless the fixed part alone leaves none."""
         field = self._chunking.field
-        fixed = fixed_part_count(self._prompts.request_for({}).messages, rest_messages, rest)
+        fixed = fixed_part_count(self._prompts.fixed_messages, rest_messages, rest)
         where = f"in a context of {context:,} tokens with max_tokens {self._max_tokens:,}"
         if fixed_part_leaves_no_room(fixed, context):
             message = f"the prompt without field '{field}' is {rest} {where}, and {fixed_part_full(fixed)}"

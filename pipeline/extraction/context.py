@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pipeline.extraction.prompt import PromptBuilder, client_settings
 from pipeline.job.spec import JobSpec
-from pipeline.servers.client import ChatMessage, ClientSettings
+from pipeline.servers.client import ClientSettings
 from pipeline.servers.config import EndpointConfig
 from pipeline.source.pending import PendingQueries, Selection
 from pipeline.source.versions import JobVersion, version_of
@@ -46,12 +46,6 @@ class RunContext:
     @property
     def most_in_flight(self) -> int:
         return max(config.most_in_flight for config in self.endpoints)
-
-    @property
-    def fixed_messages(self) -> tuple[ChatMessage, ...]:
-        """The part of every request that no record changes (system prompt, examples, the template with
-        empty fields): what a server's prefix cache holds once and the KV-cache fit counts per request."""
-        return self.prompts.request_for({}).messages
 
     def client_settings(self, config: EndpointConfig) -> ClientSettings:
         return client_settings(self.spec, config)

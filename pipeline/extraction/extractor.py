@@ -124,7 +124,7 @@ class Extractor:
         self._growth = growth
         self._stats = stats
         self._grounder = grounder
-        self._fixed = prompts.request_for({}).messages  # what every record sends: system, examples, template
+        self._fixed = prompts.fixed_messages
 
     async def extract(self, record: SourceRecord, follow_up: ChatMessage | None = None) -> Outcome:
         """``follow_up``: a last message after the record's (a later pass over a chunk says what earlier

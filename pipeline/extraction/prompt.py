@@ -63,6 +63,9 @@ class PromptBuilder:
         self.system_message: ChatMessage = {"role": "system", "content": system}
         turns = [message for example in spec.prompt.examples for message in self._example_turns(example)]
         self.prefix: tuple[ChatMessage, ...] = (self.system_message, *turns)
+        # What no record changes (system prompt, examples, the template with empty fields): what a
+        # server's prefix cache holds once, and what the KV-cache fit and the chunk planner count.
+        self.fixed_messages: tuple[ChatMessage, ...] = (*self.prefix, self._user_message({}))
 
     @staticmethod
     def schema_system(spec: JobSpec) -> str:

@@ -104,7 +104,7 @@ async def _start_at_fit(context: RunContext, endpoints: list[Endpoint]) -> None:
     context (vLLM does), within :data:`FIT_BUDGET_S`; a server that does not say by then starts as
     before."""
     spec = context.spec
-    fixed = context.fixed_messages
+    fixed = context.prompts.fixed_messages
 
     async def read(endpoint: Endpoint) -> None:
         reading = await read_server(endpoint.client, fixed, timeout_s=FIT_BUDGET_S, check_model=False)

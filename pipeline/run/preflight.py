@@ -35,7 +35,7 @@ _BASIS = "each, its answer counted at max_tokens; `pipeline check JOB` measures"
 async def warn_before_start(context: RunContext, router: Router, pending: int | None) -> list[Check]:
     """Read every endpoint at once, log each line that is not ok (one warning each) and return them."""
     spec = context.spec
-    fixed = context.fixed_messages
+    fixed = context.prompts.fixed_messages
     found: list[Check] = []
 
     async def read(endpoint: Endpoint) -> None:

@@ -19,8 +19,8 @@ def test_the_context_holds_what_a_run_decides_once(tmp_path: Path) -> None:
     assert (context.auto, context.most_in_flight) == (False, 8)
     # the fixed part is the record's request with no field filled: system prompt, examples, template
     fixed = PromptBuilder(spec).request_for({}).messages
-    assert context.fixed_messages == fixed
-    assert context.fixed_messages[0]["content"] == context.prompts.system_message["content"]
+    assert context.prompts.fixed_messages == fixed
+    assert context.prompts.fixed_messages[0]["content"] == context.prompts.system_message["content"]
     assert context.client_settings(context.endpoints[0]).base_url == "http://testserver/v1"
 
 
