@@ -4,9 +4,10 @@ watchdog, signals) around producer → bounded stream → N workers → the writ
 * A fatal error (the router's, the watchdog's, the answer breaker's) cancels the producer and the
   workers; a signal stops the producer and gives the requests in flight a grace period
   (:mod:`pipeline.run.shutdown`). Either way the writer still drains and commits every finished outcome.
-* Every record's outcome passes the :mod:`pipeline.run.answer_breaker` on its way to the writer: a
-  server whose answers stopped validating stops the run before it marks the backlog failed, and the
-  records failed in the breaker's window are kept retryable once the writer has drained.
+* Every record's outcome, once handed to the writer, is judged by the :mod:`pipeline.run.answer_breaker`
+  (in the order the records were sent): a server whose answers stopped validating stops the run before
+  it marks the backlog failed, and the records failed in the breaker's window are kept retryable once
+  the writer has drained.
 * A writer that fails (the disk is full) ends the run with its own error: the workers that then find
   its stream closed stop quietly instead of adding errors of their own.
 """
@@ -181,18 +182,21 @@ class RunExecution:
                 async for record in records:
                     if self._shutdown.stopping:
                         return  # records still queued stay pending in the database: the next run does them
+                    turn = self._breaker.sent()
                     outcome = await self._extractor.extract(record, outcomes.send)
-                    self._judge(outcome)
+                    # Sent to the writer first: the breaker may stop the run, and the outcome that
+                    # tripped it is kept with the rest of its window.
                     await outcomes.send(outcome)
+                    self._judge(turn, outcome)
             except* anyio.BrokenResourceError:
                 pass  # the writer failed and closed its stream: its error ends the run, the rest is pending
 
-    def _judge(self, outcome: Outcome) -> None:
-        """What a record's outcome says of the server: the answer breaker's verdict, and the last
-        server-side failure for the progress line."""
+    def _judge(self, turn: int, outcome: Outcome) -> None:
+        """What the outcome of the record sent at ``turn`` says of the server: the answer breaker's
+        verdict, and the last server-side failure for the progress line."""
         if isinstance(outcome, Failed):
             self._stats.last_failure = outcome.message
-        tripped = self._breaker.observe(outcome)
+        tripped = self._breaker.observe(turn, outcome)
         if tripped is not None:
             self._abort(tripped)
 
