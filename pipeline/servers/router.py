@@ -222,12 +222,15 @@ class Router:
             except EndpointUnreachableError as error:
                 errors[endpoint.name] = error
 
+        fatal: FatalRunError | None = None
         try:
             async with anyio.create_task_group() as checks:
                 for endpoint in self.endpoints:
                     checks.start_soon(check, endpoint)
         except* FatalRunError as group:  # a wrong model or a refused key: not a matter of waiting
-            raise first_error(group) from None
+            fatal = first_error(group)
+        if fatal is not None:  # raised here: inside except*, CPython before 3.11.4 wraps it in a group
+            raise fatal
         if len(errors) == len(self.endpoints):
             raise next(iter(errors.values()))
         for endpoint in self.endpoints:
