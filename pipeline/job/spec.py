@@ -6,11 +6,9 @@ before any request is sent.
 
 from __future__ import annotations
 
-import importlib
 import os
 import re
 import string
-import sys
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any
@@ -31,9 +29,9 @@ from pipeline.errors import ConfigError
 from pipeline.job.chunking import ChunkingSpec, check_chunk_field, checked_merges
 from pipeline.job.examples import Example, check_examples, read_examples_file
 from pipeline.job.judge import JudgeSettings, JudgeSpec, ReasoningEffort, resolve_judge
+from pipeline.job.schema import resolve_schema
 from pipeline.job.text import (
     IDENTIFIER,
-    describe_import_error,
     describe_validation_error,
     interpolate,
     one_line,
@@ -410,26 +408,3 @@ def _resolve_paths(spec: JobSpec, base: Path) -> JobSpec:
         prompt = prompt.model_copy(update={"examples_file": (base / prompt.examples_file).resolve()})
     database = (spec.database if spec.database.is_absolute() else base / spec.database).resolve()
     return spec.model_copy(update={"database": database, "source": source, "prompt": prompt})
-
-
-def resolve_schema(import_path: str, job_file: Path) -> type[BaseModel]:
-    """Import ``package.module:Class``; the job file's project folder is searched first."""
-    module_name, _, class_name = import_path.partition(":")
-    for folder in (job_file.resolve().parent.parent, job_file.resolve().parent):
-        if str(folder) not in sys.path:
-            sys.path.insert(0, str(folder))
-    where = f"{job_file}: key 'schema'"
-    try:
-        module = importlib.import_module(module_name)
-    # Whatever a module raises while it runs (a SyntaxError, a NameError, a bare raise, sys.exit) is
-    # the job's configuration going wrong: one line, not a traceback.
-    except (Exception, SystemExit) as exc:
-        raise ConfigError(
-            f"{where}: cannot import module '{module_name}' ({describe_import_error(exc)})"
-        ) from exc
-    found = getattr(module, class_name, None)
-    if found is None:
-        raise ConfigError(f"{where}: module '{module_name}' has no class '{class_name}'")
-    if not (isinstance(found, type) and issubclass(found, BaseModel)):
-        raise ConfigError(f"{where}: '{import_path}' is not a Pydantic model class")
-    return found

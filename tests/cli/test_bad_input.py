@@ -567,6 +567,25 @@ def test_a_schema_module_that_raises_on_import_is_one_line_with_its_file_and_lin
     assert_nothing_lost(previous, before)
 
 
+@pytest.mark.parametrize(
+    ("schema", "field"), [("WithCallback", "normalise"), ("WithArbitraryType", "contacts.handle")]
+)
+@pytest.mark.parametrize("command", ["run", "status", "check"])
+def test_a_schema_without_a_json_schema_is_one_line_naming_class_and_field(
+    previous: Path, schema: str, field: str, command: str
+) -> None:
+    before = database_state(previous / "test.duckdb")
+    job = rewrite_job(previous, schema=f"tests.support.schemas:{schema}")
+    result = cli_run(command, str(job))
+    assert result.exit_code == 2, result.output  # a configuration error, not "finished with failures"
+    line = error_line(result)
+    assert line.startswith(
+        f"error: {job}: key 'schema': tests.support.schemas:{schema}: field '{field}' cannot be put into "
+        "a JSON schema"
+    ), line
+    assert_nothing_lost(previous, before)
+
+
 @pytest.mark.parametrize("level", ["loud", "", "WARN "])
 def test_an_unknown_log_level_names_the_option_and_the_levels(previous: Path, level: str) -> None:
     before = database_state(previous / "test.duckdb")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
@@ -72,3 +73,38 @@ class ItemWithModel(Item):
     """Item with a field named like one of export's columns (``model``)."""
 
     model: str | None = None
+
+
+# Schemas Pydantic validates with but cannot put into a JSON schema, which every request sends.
+
+
+class WithCallback(BaseModel):
+    """A function among the fields."""
+
+    title: str
+    normalise: Callable[[str], str] | None = None
+
+
+class Handle:
+    """A class Pydantic takes as it is (``arbitrary_types_allowed``) and cannot describe in JSON."""
+
+
+class Contact(BaseModel):
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    name: str
+    handle: Handle
+
+
+class WithArbitraryType(BaseModel):
+    """An arbitrary class, in a nested model of a list."""
+
+    title: str
+    contacts: list[Contact] = Field(default_factory=list)
+
+
+class Node(BaseModel):
+    """A tree whose children are fine and whose hook is not: the hook is the field at fault."""
+
+    children: list[Node] = Field(default_factory=list)
+    hook: Callable[[], None] | None = None
