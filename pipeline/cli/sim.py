@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import os
 import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Annotated, Any
@@ -170,7 +172,7 @@ def sim(
     """
     import asyncio
 
-    from pipeline.sim import run_sim
+    from pipeline.sim import ListenError, run_sim
 
     config = sim_config(ctx.params)
 
@@ -178,7 +180,27 @@ def sim(
         typer.echo(f"serving {config.model} at {url}")
         sys.stdout.flush()
 
-    asyncio.run(run_sim(config, host, port, on_ready=ready))
+    try:
+        asyncio.run(run_sim(config, host, port, on_ready=ready))
+    except ListenError as refused:
+        raise fail(cannot_listen(host, port, refused.error)) from None
+
+
+def cannot_listen(host: str, port: int, error: OSError) -> ConfigError:
+    """Why ``--host``/``--port`` cannot be listened on, as the option to change: a port already in use
+    (a simulator started twice), one only root may take, a host that is not this machine's."""
+    # asyncio words a refused bind at length around the C library's reason: that reason is enough.
+    reason = os.strerror(error.errno) if error.errno and error.errno > 0 else error.strerror or str(error)
+    if error.errno == errno.EADDRINUSE:
+        return ConfigError(
+            f"--port {port}: {host}:{port} is already in use (a `pipeline sim` started before?); "
+            "stop what listens there, or pick another port (--port 0: any free one)"
+        )
+    if error.errno == errno.EACCES:
+        return ConfigError(
+            f"--port {port}: cannot listen on {host}:{port} ({reason}); a port below 1024 needs root"
+        )
+    return ConfigError(f"--host {host}: cannot listen on {host}:{port} ({reason})")
 
 
 def sim_config(options: Mapping[str, Any]) -> SimConfig:

@@ -12,15 +12,28 @@ from collections.abc import Callable
 from pipeline.sim.http import serve
 from pipeline.sim.server import Faults, SimConfig, SimServer
 
-__all__ = ["Faults", "SimConfig", "SimServer", "run_sim"]
+__all__ = ["Faults", "ListenError", "SimConfig", "SimServer", "run_sim"]
+
+
+class ListenError(Exception):
+    """The simulator cannot listen where it was asked: ``error`` says why (the port in use, an address
+    not of this machine, a privileged port). Raised before it serves anything."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 async def run_sim(
     config: SimConfig, host: str, port: int, on_ready: Callable[[str], None] | None = None
 ) -> None:
-    """Serve until SIGINT/SIGTERM. ``on_ready`` gets the base URL (with the real port if ``port`` is 0)."""
+    """Serve until SIGINT/SIGTERM. ``on_ready`` gets the base URL (with the real port if ``port`` is 0).
+    Raises :class:`ListenError` when it cannot listen there."""
     sim = SimServer(config)
-    server = await serve(sim.handle, host, port)
+    try:
+        server = await serve(sim.handle, host, port)
+    except OSError as error:  # binding, or resolving the host: nothing is served yet
+        raise ListenError(error) from error
     bound_port = server.sockets[0].getsockname()[1]
     if on_ready is not None:
         on_ready(f"http://{host}:{bound_port}/v1")

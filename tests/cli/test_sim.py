@@ -1,15 +1,19 @@
 from __future__ import annotations
 
+import errno
+import socket
+
 import httpx2
 import pytest
 import typer.main
 from typer.core import TyperCommand, TyperOption
 
 import pipeline.cli as cli
-from pipeline.cli.sim import sim_config
+from pipeline.cli.sim import cannot_listen, sim_config
 from pipeline.sim import Faults, SimConfig
 from pipeline.sim.profiles import PROFILES
-from tests.support.processes import sim_server
+from tests.support.cli import cli_run, error_line
+from tests.support.processes import run_pipeline, sim_server
 
 
 def sim_command() -> TyperCommand:
@@ -80,3 +84,51 @@ def test_the_cache_and_reasoning_options_reach_the_simulator() -> None:
 def test_kv_tokens_is_the_option_kv_cache_tokens_still_works() -> None:
     names = {opt for param in sim_command().params if param.name == "kv_cache_tokens" for opt in param.opts}
     assert names == {"--kv-tokens", "--kv-cache-tokens"}
+
+
+@pytest.mark.process
+def test_a_second_sim_on_the_same_port_is_one_line_and_exit_2() -> None:
+    """The README's Commands block, started twice: the second says the port is taken, no traceback."""
+    with sim_server() as url:
+        port = int(url.removesuffix("/v1").rsplit(":", 1)[1])
+        second = run_pipeline("sim", "--port", str(port), timeout=60)
+        assert httpx2.get(f"{url}/models", timeout=10).status_code == 200  # the first serves on
+    assert second.returncode == 2, second.stderr
+    assert second.stdout == ""
+    assert second.stderr.splitlines() == [
+        f"error: --port {port}: 127.0.0.1:{port} is already in use (a `pipeline sim` started before?); "
+        "stop what listens there, or pick another port (--port 0: any free one)"
+    ]
+
+
+def test_a_port_in_use_is_refused_before_anything_is_served() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = cli_run("sim", "--port", str(port))
+    assert result.exit_code == 2
+    assert error_line(result).startswith(f"error: --port {port}: 127.0.0.1:{port} is already in use")
+    assert "serving" not in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("host", "reason"),
+    [
+        ("192.0.2.1", "Cannot assign requested address"),  # TEST-NET-1: never this machine's
+        ("no-such-host.invalid", "not known"),  # .invalid never resolves
+    ],
+)
+def test_a_host_that_is_not_this_machine_names_the_option_and_the_reason(host: str, reason: str) -> None:
+    result = cli_run("sim", "--host", host, "--port", "0")
+    assert result.exit_code == 2
+    line = error_line(result)
+    assert line.startswith(f"error: --host {host}: cannot listen on {host}:0 ("), line
+    assert reason in line
+
+
+def test_a_port_only_root_may_take_names_the_port() -> None:
+    refused = cannot_listen("127.0.0.1", 80, OSError(errno.EACCES, "error while attempting to bind"))
+    assert str(refused) == (
+        "--port 80: cannot listen on 127.0.0.1:80 (Permission denied); a port below 1024 needs root"
+    )
