@@ -59,7 +59,6 @@ TESTED_ELSEWHERE: dict[str, str] = {
     "servers/replies.py": "tests/extraction/test_parse.py: reading what a server answers",
     "servers/scrape.py": "tests/sim/test_metrics.py, tests/servers/test_capacity.py: reading /metrics",
     "sim/http.py": "tests/sim/test_sim.py: the simulator's HTTP server",
-    "sim/instances.py": "tests/sim/test_sim.py: valid instances of a schema",
     "sim/profiles.py": "tests/sim/test_engine.py: the profiles' curves",
     "sim/server.py": "tests/sim/test_sim.py: the simulator end to end",
     "source/relation.py": "tests/source/test_reader.py: the job's source and its ids",
