@@ -120,27 +120,40 @@ def plan_answer(
     return spend_budget(text, reasoning_tokens, max_tokens, fault == "length")
 
 
-def answer_value(schema: dict[str, Any], draws: Draws) -> Any:
-    """A valid instance of ``schema``, each top-level field from its own draws (``empty`` ones empty)."""
+def answer_value(schema: dict[str, Any], draws: Draws, fault: str | None = None) -> Any:
+    """A valid instance of ``schema``, each top-level field from its own draws (``empty`` ones empty);
+    with the ``schema_invalid`` fault, one the schema refuses."""
     generator = InstanceGenerator(schema, draws.whole(), draws.words if draws.variation.quoted else ())
     properties = generator.top_level_properties()
     if properties is None:
-        return generator.generate()
-    empty = draws.variation.empty
-    return {
-        name: generator.empty(sub) if name in empty else generator.value_with(sub, draws.field(name))
-        for name, sub in properties.items()
-    }
+        value = generator.generate()
+    else:
+        empty = draws.variation.empty
+        value = {
+            name: generator.empty(sub) if name in empty else generator.value_with(sub, draws.field(name))
+            for name, sub in properties.items()
+        }
+    return generator.spoiled(value) if fault == "schema_invalid" else value
 
 
 def answer_text(body: dict[str, Any], draws: Draws, fault: str | None) -> str:
     schema = requested_schema(body)
-    value = answer_value(schema, draws) if schema else {"answer": "simulated"}
-    if fault == "schema_invalid" and isinstance(value, dict) and value:
-        value.pop(next(iter(value)))
+    value = answer_value(schema, draws, fault) if schema else {"answer": "simulated"}
+    if fault == "schema_invalid" and not schema:
         value["unexpected_field"] = 1
     text = orjson.dumps(value).decode()
-    return text[: max(1, len(text) // 2)] + ' "' if fault == "invalid_json" else text
+    return _cut(text) if fault == "invalid_json" else text
+
+
+def _cut(text: str) -> str:
+    """The answer cut halfway and an unclosed string begun: never JSON, even where the half left is
+    (a bare number or text as the answer: then an object is opened before it)."""
+    cut = text[: max(1, len(text) // 2)] + ' "'
+    try:
+        orjson.loads(cut)
+    except orjson.JSONDecodeError:
+        return cut
+    return "{" + cut
 
 
 def spend_budget(
@@ -180,12 +193,20 @@ def requested_schema(body: dict[str, Any]) -> dict[str, Any] | None:
         schema = (response_format.get("json_schema") or {}).get("schema")
         return schema if isinstance(schema, dict) else None
     for message in body.get("messages", []):
-        content = str(message.get("content") or "")
-        start = content.find('{"')
-        if message.get("role") == "system" and start >= 0:
-            try:
-                found = orjson.loads(content[start:])
-            except orjson.JSONDecodeError:
-                return None
-            return found if isinstance(found, dict) else None
+        if message.get("role") == "system" and (found := _embedded(str(message.get("content") or ""))):
+            return found
+    return None
+
+
+def _embedded(content: str) -> dict[str, Any] | None:
+    """The JSON object that ends ``content`` (the schema is the prompt's last part): an example of
+    JSON in the words before it is not the schema."""
+    start = content.find('{"')
+    while start >= 0:
+        try:
+            found = orjson.loads(content[start:])
+        except orjson.JSONDecodeError:
+            start = content.find('{"', start + 1)
+            continue
+        return found if isinstance(found, dict) else None
     return None
