@@ -42,7 +42,8 @@ if TYPE_CHECKING:  # what mypy and editors see; at run time each name is importe
     from pipeline.reports.status import JobStatus, job_status
     from pipeline.run.blocking import run_job_sync
     from pipeline.run.runner import RunOptions, RunStatus, RunSummary, run_job, run_job_locally
-    from pipeline.source.loader import LoadReport, load_source
+    from pipeline.source.loader import LoadReport
+    from pipeline.store.opening import load_source
 
 # Where each public name lives. Importing ``pipeline`` (or any module under it, which imports this
 # package first) loads none of them: ``pipeline.source.db`` must not pay for the OpenAI client, rich or
@@ -93,7 +94,7 @@ _PUBLIC: dict[str, str] = {
     "run_job": "pipeline.run.runner",
     "run_job_locally": "pipeline.run.runner",
     "LoadReport": "pipeline.source.loader",
-    "load_source": "pipeline.source.loader",
+    "load_source": "pipeline.store.opening",
 }
 
 __all__ = [

@@ -62,7 +62,6 @@ TESTED_ELSEWHERE: dict[str, str] = {
     "sim/profiles.py": "tests/sim/test_engine.py: the profiles' curves",
     "sim/server.py": "tests/sim/test_sim.py: the simulator end to end",
     "source/relation.py": "tests/source/test_reader.py: the job's source and its ids",
-    "store/opening.py": "tests/store/test_writer.py, tests/source/test_reader.py: opening the job's database",
     "store/snapshot.py": "tests/reports/test_status.py, tests/run/test_progress.py: the progress snapshot",
     "store/tables.py": "tests/store/test_migration.py: the output tables and their upgrade",
 }

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -139,34 +140,40 @@ def read_or_exit(read: Callable[[], T]) -> T:
     return run_or_exit(read, reading=True)
 
 
-def load_job_or_exit(
-    job: Path, database: Path | None = None, variant: str | None = None, *, creates: bool = False
-) -> JobSpec:
+def load_job_or_exit(job: Path, database: Path | None = None, variant: str | None = None) -> JobSpec:
     """The job file, as ``variant`` makes it, on ``database`` if given; exit 2 on any problem.
 
     ``--database`` in a folder that does not exist is a typo, not a new job: refused before anything
-    is created. A command that ``creates`` the database (run, load) says when it will be a new one."""
-    spec = run_or_exit(lambda: _job_on(job, database, variant))
-    if creates and database is not None and not spec.database.exists():
-        typer.echo(
-            f"note: --database {database} does not exist yet: a new database is created there", err=True
-        )
-    return spec
+    is created (:func:`in_an_existing_folder`)."""
+    return run_or_exit(lambda: _job_on(job, database, variant))
 
 
 def _job_on(job: Path, database: Path | None, variant: str | None) -> JobSpec:
-    path = _database_in_a_folder(database) if database is not None else None
+    path = in_an_existing_folder("--database", database) if database is not None else None
     spec = load_job(job)
     if variant is not None:
         spec = spec.for_variant(variant)
     return spec.with_overrides(database=path)
 
 
-def _database_in_a_folder(database: Path) -> Path:
-    path = database.resolve()
-    if not path.parent.is_dir():
-        raise ConfigError(f"--database {database}: folder {path.parent} does not exist (nothing was created)")
-    return path
+def in_an_existing_folder(option: str, path: Path) -> Path:
+    """``path``, given as ``option`` (--database, --out), resolved: a file the command writes goes into a
+    folder that exists. One that does not is a typo, refused before anything is created, not made."""
+    resolved = path.expanduser().resolve()
+    if not resolved.parent.is_dir():
+        raise ConfigError(f"{option} {path}: folder {resolved.parent} does not exist (nothing was created)")
+    return resolved
+
+
+@contextmanager
+def saying_a_new_database(spec: JobSpec, database: Path | None) -> Iterator[None]:
+    """Around the work of a command that creates the job's database (run, load): once it succeeded, a
+    line on stderr when ``--database`` named a file that did not exist and does now. A command that
+    fails creates nothing (:func:`pipeline.store.opening.new_database`), so says nothing of it."""
+    new = database is not None and not spec.database.exists()
+    yield
+    if new and spec.database.exists():
+        typer.echo(f"note: --database {database} did not exist: a new database was created there", err=True)
 
 
 def variant_names(spec: JobSpec, text: str, *, least: int) -> tuple[str, ...]:

@@ -7,9 +7,17 @@ from typing import Annotated
 
 import typer
 
-from pipeline.cli.common import DatabaseOption, app, fail, load_job_or_exit, run_or_exit
+from pipeline.cli.common import (
+    DatabaseOption,
+    app,
+    fail,
+    load_job_or_exit,
+    run_or_exit,
+    saying_a_new_database,
+)
 from pipeline.errors import ConfigError
-from pipeline.source.loader import LoadReport, load_source
+from pipeline.source.loader import LoadReport
+from pipeline.store.opening import load_source
 
 
 def _parse_renames(pairs: list[str]) -> dict[str, str]:
@@ -37,11 +45,14 @@ def load(
     database: DatabaseOption = None,
 ) -> None:
     """Load records into the job's DuckDB source table: new ids are added, changed rows updated."""
-    spec = load_job_or_exit(job, database, creates=True)
+    spec = load_job_or_exit(job, database)
     renames = _parse_renames(rename or [])
-    report = run_or_exit(
-        lambda: load_source(spec, file, table=table, rename=renames, replace=replace, file_format=file_format)
-    )
+    with saying_a_new_database(spec, database):
+        report = run_or_exit(
+            lambda: load_source(
+                spec, file, table=table, rename=renames, replace=replace, file_format=file_format
+            )
+        )
     typer.echo(_load_text(report, file, spec.database, replace))
 
 

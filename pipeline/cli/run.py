@@ -27,6 +27,7 @@ from pipeline.cli.common import (
     fail,
     load_job_or_exit,
     run_or_exit,
+    saying_a_new_database,
     setup_logging,
 )
 from pipeline.errors import PERMANENT_FAILURE_CLASSES, ConfigError, FailureClass
@@ -185,9 +186,10 @@ def run(
     options = _run_options(selection, _reporter(progress), metrics_port, metrics_textfile)
     options = replace(options, variant_options=changes.as_given(local))
     runner = runner_for(spec, local=local)
-    summary: RunSummary = run_or_exit(
-        lambda: anyio.run(runner, spec, options, backend_options=event_loop_options())
-    )
+    with saying_a_new_database(spec, database):
+        summary: RunSummary = run_or_exit(
+            lambda: anyio.run(runner, spec, options, backend_options=event_loop_options())
+        )
     _print_summary(summary, job, database)
     raise typer.Exit(summary.exit_code)
 
@@ -217,7 +219,7 @@ def _run_options(
 
 def _run_spec(job: Path, database: Path | None, variant: str | None, changes: _Overrides) -> JobSpec:
     """The job as the variant and the command-line options make it (exit 2 on a bad one)."""
-    spec = load_job_or_exit(job, database, variant, creates=True)
+    spec = load_job_or_exit(job, database, variant)
     return run_or_exit(lambda: _overridden(spec, changes))
 
 

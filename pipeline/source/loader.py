@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pipeline.errors import ConfigError, DatabaseError
 from pipeline.job.spec import JobSpec
-from pipeline.source.db import Database, open_database, quote
+from pipeline.source.db import Database, quote
 from pipeline.source.relation import check_ids
 
 _SQL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")  # as the job spec's table names
@@ -259,24 +259,3 @@ def _shared_columns(connection: Database, table: str, id_column: str) -> list[st
 
 def _differs(columns: list[str]) -> str:
     return " OR ".join(f"t.{name} IS DISTINCT FROM i.{name}" for name in columns)
-
-
-def load_source(
-    spec: JobSpec,
-    path: str | Path,
-    *,
-    table: str | None = None,
-    rename: Mapping[str, str] | None = None,
-    replace: bool = False,
-    file_format: str | None = None,
-) -> LoadReport:
-    """``pipeline load``: :func:`load_file` into the job's own database, opened and closed here.
-    Blocking; raises :class:`ConfigError` for what it cannot load, ``DatabaseLockedError`` while a run
-    holds the database."""
-    connection = open_database(spec.database, memory_limit=spec.duckdb_memory_limit)
-    try:
-        return load_file(
-            connection, spec, Path(path), table=table, rename=rename, replace=replace, file_format=file_format
-        )
-    finally:
-        connection.close()

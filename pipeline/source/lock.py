@@ -2,13 +2,15 @@
 
 ``flock`` locks belong to the open file, so the kernel drops them when the process dies, kill -9
 included: a crashed run never leaves a stale lock behind. The file holds the owner's pid, so the
-second run can say who is running instead of surfacing DuckDB's lock error.
+second run can say who is running instead of surfacing DuckDB's lock error. A run that ends before its
+database exists (it failed on its input) takes its lock file, and any folder made for it, along.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+from contextlib import suppress
 from pathlib import Path
 from types import TracebackType
 
@@ -17,6 +19,22 @@ from pipeline.errors import AlreadyRunningError, ConfigError
 # Locks this process holds, by path: run_job_locally takes the lock before starting the server and
 # run_job takes it again for the run itself.
 _held: set[Path] = set()
+
+
+def missing_folders(folder: Path) -> list[Path]:
+    """``folder`` and those of its parents that do not exist, deepest first: what making it makes."""
+    missing = []
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    return missing
+
+
+def remove_folders(folders: list[Path]) -> None:
+    """Remove ``folders`` (deepest first) that are empty: what a failed command made for nothing."""
+    for folder in folders:
+        with suppress(OSError):  # not empty: something else put a file there meanwhile
+            folder.rmdir()
 
 
 def lock_path(database: Path) -> Path:
@@ -60,6 +78,7 @@ class RunLock:
         self.database = database
         self.path = lock_path(database)
         self._descriptor: int | None = None
+        self._made: list[Path] = []
 
     def __enter__(self) -> RunLock:
         self.acquire()
@@ -73,6 +92,7 @@ class RunLock:
     def acquire(self) -> None:
         if self.path in _held:
             return  # this process already holds it (an outer caller releases it)
+        made = missing_folders(self.path.parent)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -86,12 +106,16 @@ class RunLock:
             raise already_running(self.database, pid) from None
         os.ftruncate(descriptor, 0)
         os.pwrite(descriptor, str(os.getpid()).encode(), 0)
-        self._descriptor = descriptor
+        self._descriptor, self._made = descriptor, made
         _held.add(self.path)
 
     def release(self) -> None:
         if self._descriptor is None:
             return
         _held.discard(self.path)
+        if not self.database.exists():  # the run failed before creating it: it leaves nothing behind
+            with suppress(OSError):  # gone already: nothing is left either way
+                self.path.unlink()  # while still held: a run starting now makes a lock of its own
+            remove_folders(self._made)
         os.close(self._descriptor)  # drops the lock; the file stays, empty locks are harmless
         self._descriptor = None

@@ -1,10 +1,17 @@
 """Opening the job's database: for a run (load the seed file, check the source, create or upgrade the
-output tables) and for reading (read-only, brought up to date first), and what earlier runs left for
-the next one (the knees `concurrency: auto` found)."""
+output tables), for a load, and for reading (read-only, brought up to date first), and what earlier
+runs left for the next one (the knees `concurrency: auto` found).
+
+The one place a job's database is created: a new one is built beside where it goes and put there only
+when the load or the run's set-up succeeded (:func:`new_database`), so a command that fails on its
+input creates nothing."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
+from pathlib import Path
 
 import orjson
 import structlog
@@ -19,7 +26,8 @@ from pipeline.job.spec import JobSpec
 from pipeline.servers.config import EndpointConfig
 from pipeline.servers.knee_search import KneeMemory
 from pipeline.source.db import UTC_NOW, Database, memory_limit_or_default, open_database, quote
-from pipeline.source.loader import load_file
+from pipeline.source.loader import LoadReport, load_file
+from pipeline.source.lock import missing_folders, remove_folders
 from pipeline.source.relation import describe_source
 from pipeline.store.read_copy import open_read_copy
 from pipeline.store.tables import create_output_tables, needs_upgrade
@@ -30,11 +38,34 @@ log = structlog.get_logger("pipeline.store.opening")
 def prepare_database(spec: JobSpec) -> Database:
     """Open the job's database, load the seed file into an absent source table, check the source and
     create (or bring up to date) the output tables. Blocking; raises :class:`ConfigError` before any
-    request is sent."""
+    request is sent. A database that does not exist yet is created only if all of that succeeds."""
+    new = not spec.database.exists()
+    if new:
+        with new_database(spec.database, spec.duckdb_memory_limit, where=_key_database(spec)) as building:
+            _prepare(building, spec)
+    connection = _open(spec.database, spec)
+    if new:
+        return connection
     try:
-        connection = open_database(spec.database, memory_limit=spec.duckdb_memory_limit)
+        _prepare(connection, spec)
+    except BaseException:
+        connection.close()
+        raise
+    return connection
+
+
+def _open(database: Path, spec: JobSpec) -> Database:
+    try:
+        return open_database(database, memory_limit=spec.duckdb_memory_limit)
     except ConfigError as error:
-        raise ConfigError(f"{spec.source_file}: key 'database': {error}") from error
+        raise ConfigError(f"{_key_database(spec)}{error}") from error
+
+
+def _key_database(spec: JobSpec) -> str:
+    return f"{spec.source_file}: key 'database': "
+
+
+def _prepare(connection: Database, spec: JobSpec) -> None:
     try:
         table, seed = spec.source.table, spec.source.seed_file
         if table is not None and seed is not None and table.lower() not in connection.table_names():
@@ -50,12 +81,81 @@ def prepare_database(spec: JobSpec) -> Database:
         runs = quote(spec.output.runs_table)
         connection.execute(f"UPDATE {runs} SET status = 'abandoned' WHERE status = 'running'")
     except DatabaseError as error:
-        connection.close()
         raise _setup_error(spec, error) from error
-    except BaseException:
+
+
+def load_source(
+    spec: JobSpec,
+    path: str | Path,
+    *,
+    table: str | None = None,
+    rename: Mapping[str, str] | None = None,
+    replace: bool = False,
+    file_format: str | None = None,
+) -> LoadReport:
+    """``pipeline load``: :func:`~pipeline.source.loader.load_file` into the job's own database, opened
+    (created, if it is new and the load succeeds) and closed here. Blocking; raises :class:`ConfigError`
+    for what it cannot load, ``DatabaseLockedError`` while a run holds the database."""
+
+    def load(connection: Database) -> LoadReport:
+        return load_file(
+            connection, spec, Path(path), table=table, rename=rename, replace=replace, file_format=file_format
+        )
+
+    if not spec.database.exists():
+        with new_database(spec.database, spec.duckdb_memory_limit) as building:
+            return load(building)
+    connection = open_database(spec.database, memory_limit=spec.duckdb_memory_limit)
+    try:
+        return load(connection)
+    finally:
         connection.close()
+
+
+@contextmanager
+def new_database(database: Path, memory_limit: str | None, *, where: str = "") -> Iterator[Database]:
+    """A database that does not exist yet, built in a file beside ``database`` (its folder made if
+    missing) and put in its place when the block ends without an error; after an error, nothing it
+    made is left (the file, its folder). Never replaces a database another process made meanwhile.
+    ``where``: what an error opening it is said of first (the job file's key)."""
+    made = missing_folders(database.parent)
+    building = database.with_name(f".{database.name}.{os.getpid()}.new")
+    try:
+        try:
+            connection = open_database(building, memory_limit=memory_limit)
+        except ConfigError as error:  # said of the database, not of the file it is built in
+            raise ConfigError(where + str(error).replace(str(building), str(database))) from error
+        try:
+            yield connection
+            connection.execute("CHECKPOINT")  # all of it in the file: its WAL is not moved along
+        finally:
+            connection.close()
+        _put_in_place(building, database)
+    except DatabaseError as error:  # said of the database, not of the file it was built in
+        _undo(building, made)
+        raise DatabaseError(error.reason, kind=error.kind, database=database) from error
+    except BaseException:
+        _undo(building, made)
         raise
-    return connection
+
+
+def _put_in_place(building: Path, database: Path) -> None:
+    """``building`` becomes ``database``, unless one appeared there meanwhile (a hard link, unlike a
+    rename, refuses to replace it)."""
+    try:
+        os.link(building, database)
+    except FileExistsError:
+        raise ConfigError(
+            f"{database}: another process created this database meanwhile; run the command again"
+        ) from None
+    os.unlink(building)
+
+
+def _undo(building: Path, made: list[Path]) -> None:
+    for leftover in (building, building.with_name(building.name + ".wal")):
+        with suppress(OSError):  # never made (or its folder is a file): the error is the block's
+            leftover.unlink()
+    remove_folders(made)
 
 
 def _setup_error(spec: JobSpec, error: DatabaseError) -> ConfigError:

@@ -652,7 +652,7 @@ def test_a_new_database_in_an_existing_folder_is_created_with_a_line_saying_so(
     )
     job = str(rewrite_job(previous, endpoint={"base_url": sim_url}, source={"seed_file": str(seed)}))
     trial = previous / "trial.duckdb"
-    note = f"note: --database {trial} does not exist yet: a new database is created there"
+    note = f"note: --database {trial} did not exist: a new database was created there"
 
     result = cli_run("run", job, "--database", str(trial), "--log-format", "json")
     assert result.exit_code == 0, result.output
@@ -663,8 +663,69 @@ def test_a_new_database_in_an_existing_folder_is_created_with_a_line_saying_so(
 
     loaded = cli_run("load", str(seed), "--job", job, "--database", str(previous / "other.duckdb"))
     assert loaded.exit_code == 0, loaded.output
-    assert f"note: --database {previous / 'other.duckdb'} does not exist yet" in loaded.stderr
+    assert f"note: --database {previous / 'other.duckdb'} did not exist: a new database" in loaded.stderr
     assert table_rows(previous / "other.duckdb", "SELECT count(*) FROM postings") == [(3,)]
+
+
+def files_in(folder: Path) -> set[str]:
+    return {path.relative_to(folder).as_posix() for path in folder.rglob("*")}
+
+
+# A failure on the input, for load and for run (whose seed file it is), each naming what is at fault.
+INPUT_FAILURES: dict[str, tuple[list[dict[str, Any]] | None, str]] = {
+    "no such file": (None, "no such file"),
+    "duplicate ids": ([{"id": 1, "title": "a", "description": "d"}] * 2, "ids are not unique in column id"),
+    "NULL ids": ([{"id": None, "title": "a", "description": "d"}], "have a NULL id in column id"),
+    "a missing column": ([{"id": 1, "title": "a"}], "no column ['description']"),
+}
+
+
+@pytest.mark.parametrize("failure", sorted(INPUT_FAILURES))
+@pytest.mark.parametrize("command", ["load", "run"])
+@pytest.mark.parametrize("where", ["--database", "the job's own, in a new folder"])
+def test_a_load_or_run_that_fails_on_its_input_creates_nothing(
+    tmp_path: Path, failure: str, command: str, where: str
+) -> None:
+    rows, expected = INPUT_FAILURES[failure]
+    data = tmp_path / "records.jsonl"
+    if rows is not None:
+        write_rows(data, rows)
+    own = where != "--database"
+    job = write_job(
+        tmp_path,
+        database="new/folders/test.duckdb" if own else "test.duckdb",
+        source={"seed_file": str(data)} if command == "run" else {},
+        endpoint={"base_url": "http://127.0.0.1:9/v1"},  # never asked: the input fails first
+    )
+    before = files_in(tmp_path)
+    args = ["run", str(job)] if command == "run" else ["load", str(data), "--job", str(job)]
+    result = cli_run(*args, *([] if own else ["--database", str(tmp_path / "trial.duckdb")]))
+    assert result.exit_code == 2, result.output
+    assert expected in error_line(result)  # the one line: no note that a database was created
+    assert files_in(tmp_path) == before  # no .duckdb, .wal, .lock, .progress.json, folder or leftover
+
+
+def test_a_run_on_a_table_that_does_not_exist_creates_nothing(tmp_path: Path) -> None:
+    job = write_job(tmp_path, endpoint={"base_url": "http://127.0.0.1:9/v1"})
+    before = files_in(tmp_path)
+    result = cli_run("run", str(job), "--database", str(tmp_path / "trial.duckdb"))
+    assert result.exit_code == 2, result.output
+    assert "postings" in error_line(result)
+    assert files_in(tmp_path) == before
+
+
+@pytest.mark.parametrize("failure", sorted(INPUT_FAILURES))
+def test_a_load_that_fails_on_an_existing_database_leaves_it_as_it_was(previous: Path, failure: str) -> None:
+    rows, expected = INPUT_FAILURES[failure]
+    data = previous / "records.jsonl"
+    if rows is not None:
+        write_rows(data, rows)
+    before, files = database_state(previous / "test.duckdb"), files_in(previous)
+    result = cli_run("load", str(data), "--job", str(previous / "job.yaml"))
+    assert result.exit_code == 2, result.output
+    assert expected in error_line(result)
+    assert_nothing_lost(previous, before)
+    assert files_in(previous) == files
 
 
 def test_status_on_a_database_that_does_not_exist_yet_says_so_and_creates_nothing(previous: Path) -> None:

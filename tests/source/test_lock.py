@@ -113,3 +113,19 @@ def test_a_database_held_by_something_else_is_still_a_clear_error(tmp_path: Path
     finally:
         process.kill()
         process.wait(timeout=10)
+
+
+def test_a_run_that_ends_before_its_database_exists_leaves_no_lock_nor_the_folders_made(
+    tmp_path: Path,
+) -> None:
+    database = tmp_path / "new" / "folders" / "job.duckdb"
+    with RunLock(database):
+        assert lock_holder(database) == os.getpid()
+    assert list(tmp_path.iterdir()) == []  # it failed on its input: nothing is left behind
+
+
+def test_the_lock_of_a_database_that_exists_stays_beside_it(tmp_path: Path) -> None:
+    database = tmp_path / "new" / "job.duckdb"
+    with RunLock(database):
+        open_database(database).close()  # the run created it
+    assert lock_path(database).exists() and lock_holder(database) is None

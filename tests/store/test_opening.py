@@ -1,0 +1,89 @@
+"""Opening the job's database: a new one exists only once what it was created for succeeded, built
+beside where it goes (the commands' own cases are in tests/cli/test_bad_input.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from pipeline.errors import ConfigError
+from pipeline.store.opening import load_source, new_database, prepare_database
+from tests.support.jobs import make_job, table_rows
+
+
+def files_in(folder: Path) -> set[str]:
+    return {path.relative_to(folder).as_posix() for path in folder.rglob("*")}
+
+
+def build(database: Path, then: Callable[[], object]) -> None:
+    """A new database with one table, ``then`` called before the block ends."""
+    with new_database(database, None) as connection:
+        connection.execute("CREATE TABLE t AS SELECT 42 AS x")
+        then()
+
+
+def refuse() -> None:
+    raise ConfigError("the input is bad")
+
+
+def test_a_new_database_is_put_in_place_when_the_block_succeeds(tmp_path: Path) -> None:
+    database = tmp_path / "made" / "here" / "new.duckdb"
+    with new_database(database, None) as connection:
+        connection.execute("CREATE TABLE t AS SELECT 42 AS x")
+        assert not database.exists()  # built beside it until the block ends
+    assert files_in(tmp_path) == {"made", "made/here", "made/here/new.duckdb"}  # no WAL, no leftover
+    assert table_rows(database, "SELECT x FROM t") == [(42,)]
+
+
+def test_a_block_that_fails_leaves_nothing_it_made(tmp_path: Path) -> None:
+    database = tmp_path / "made" / "here" / "new.duckdb"
+    with pytest.raises(ConfigError, match="the input is bad"):
+        build(database, refuse)
+    assert files_in(tmp_path) == set()  # not the file, not its WAL, not the folders made for it
+
+
+def test_a_database_another_process_made_meanwhile_is_not_replaced(tmp_path: Path) -> None:
+    database = tmp_path / "new.duckdb"
+    with pytest.raises(ConfigError) as caught:
+        build(database, lambda: database.write_bytes(b"theirs"))
+    assert str(caught.value) == (
+        f"{database}: another process created this database meanwhile; run the command again"
+    )
+    assert database.read_bytes() == b"theirs"
+    assert files_in(tmp_path) == {"new.duckdb"}
+
+
+def test_a_run_whose_source_check_fails_creates_no_database(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=0, database="sub/test.duckdb")  # no table postings anywhere
+    before = files_in(tmp_path)
+    with pytest.raises(ConfigError, match="postings"):
+        prepare_database(spec)
+    assert files_in(tmp_path) == before
+
+
+def test_a_run_on_a_new_database_loads_its_seed_and_keeps_the_connection_open(tmp_path: Path) -> None:
+    seed = tmp_path / "seed.jsonl"
+    seed.write_text('{"id": 1, "title": "t", "description": "d"}\n')
+    spec = make_job(tmp_path, records=0, source={"seed_file": str(seed)})
+    connection = prepare_database(spec)
+    try:
+        assert {"postings", "results", "failures", "runs"} <= connection.table_names()
+        assert connection.path == spec.database  # the database itself, not the file it was built in
+    finally:
+        connection.close()
+    assert files_in(tmp_path) == {"job.yaml", "seed.jsonl", "test.duckdb"}
+
+
+def test_a_load_that_fails_creates_no_database_and_one_that_succeeds_does(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=0)
+    data = tmp_path / "records.jsonl"
+    data.write_text('{"id": 1, "title": "t"}\n')  # no description
+    with pytest.raises(ConfigError, match=r"no column \['description'\]"):
+        load_source(spec, data)
+    assert not spec.database.exists()
+    data.write_text('{"id": 1, "title": "t", "description": "d"}\n')
+    assert load_source(spec, data).inserted == 1
+    assert table_rows(spec.database, "SELECT id FROM postings") == [(1,)]
+    assert files_in(tmp_path) == {"job.yaml", "records.jsonl", "test.duckdb"}
