@@ -1,0 +1,161 @@
+"""What a run learns from the server's own numbers, shared by all its requests: how many tokens the
+server counts for what the pipeline estimates, and how many tokens its answers take.
+
+* The rate. Every reply names its prompt's tokens (``usage.prompt_tokens``), and so do vLLM's 400 for
+  a request past the context and ``POST /tokenize``: each such count, divided by the pipeline's
+  estimate of the same messages (:func:`pipeline.extraction.budget.estimated_tokens`), is one rate.
+  The estimate errs towards more tokens (the server's ~3.7-4 characters a token against its 3 bytes),
+  so behind a proxy that cannot count, a prompt 1,000 tokens short of a small context would be
+  estimated past it: later prompts are estimated at the run's learned rate instead, the rate of all
+  but the densest :data:`DENSEST_SHARE` of the prompts counted (the others are over-, not
+  under-estimated), and :data:`RATE_MARGIN` more. The fixed part (system prompt, examples, the chat
+  template) is most of a short record's prompt and the same in every one, so the rate learned on the
+  first answer holds for the next.
+* What an answer needs: what all but the shortest :data:`SHORTEST_SHARE` of the run's answers took
+  (their completion tokens, reasoning included; answers that passed validation), once
+  :data:`ANSWERS_TO_MEASURE` are in; until then the fewest tokens an answer of the schema can be
+  (:func:`fewest_answer_tokens`). A budget the context cuts below that is not sent
+  (:func:`pipeline.extraction.budget.fitted`): hardly any answer would fit it. One above it may not
+  hold this record's answer either, but it may: it is sent, and an answer cut off is ``too_long``.
+
+Both keep the run's latest :data:`LEARNED_WINDOW` values. A request whose budget only the estimate
+starves waits, while nothing is learned, for a request in flight to teach the rate
+(:meth:`Calibration.wait_to_learn`), so a run's first records do not each ask the server the same thing.
+Only budgets use what is learned: the chunk planner keeps the plain estimate, since whether a record is
+split changes what is sent, which must not depend on how much the run had learned when the record came.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import anyio
+from pydantic import BaseModel
+
+#: How many of the run's latest rates and answers are learned from.
+LEARNED_WINDOW = 1000
+#: The learned rate is that of all but the densest of the prompts counted (nearest rank)...
+DENSEST_SHARE = 0.05
+#: Added to the learned rate: a prompt longer than those counted may be a little denser (the chat
+#: template's tokens weigh less in it), and a prompt under-estimated costs a 400 and a retry.
+RATE_MARGIN = 0.02
+#: ... and what an answer needs, what all but the shortest answers took.
+SHORTEST_SHARE = 0.05
+#: How many answers are measured before their size is what an answer needs.
+ANSWERS_TO_MEASURE = 10
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerNeed:
+    """The fewest tokens a budget cut to fit the context may have and still be sent, and why."""
+
+    tokens: int
+    why: str
+
+    def __str__(self) -> str:
+        return f"{self.tokens:,} tokens ({self.why})"
+
+
+def fewest_answer_tokens(schema: type[BaseModel]) -> int:
+    """The fewest tokens an answer of ``schema`` can be: its braces, and a name and a value for each
+    required field (a token each at least: a tokenizer does not merge a key, its quotes and its value
+    into one token)."""
+    required = sum(1 for field in schema.model_fields.values() if field.is_required())
+    return 1 + 2 * required
+
+
+class _Window:
+    """The latest :data:`LEARNED_WINDOW` values and where a share of them lies, sorted again only after
+    a change (it is read for every request)."""
+
+    def __init__(self) -> None:
+        self._values: deque[float] = deque(maxlen=LEARNED_WINDOW)
+        self._sorted: list[float] | None = None
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def add(self, value: float) -> None:
+        self._values.append(value)
+        self._sorted = None
+
+    def at(self, share: float) -> float:
+        """The value ``share`` of them are at most (nearest rank)."""
+        if self._sorted is None:
+            self._sorted = sorted(self._values)
+        return self._sorted[max(0, math.ceil(share * len(self._sorted)) - 1)]
+
+
+class Calibration:
+    """The run's learned rate of server tokens to estimated ones, and its answers' sizes (one per run:
+    the extractor's). ``fewest_answer``: what an answer needs until answers are measured
+    (:func:`fewest_answer_tokens`)."""
+
+    def __init__(self, fewest_answer: int = 1) -> None:
+        self._fewest_answer = fewest_answer
+        self._rates = _Window()
+        self._answers = _Window()
+        self._in_flight = 0
+        self._changed: anyio.Event | None = None  # made when first waited on (within the event loop)
+
+    @property
+    def learned(self) -> bool:
+        return len(self._rates) > 0
+
+    def counted(self, estimate: int, tokens: int | None) -> None:
+        """The server counted ``tokens`` for messages the pipeline estimated at ``estimate``."""
+        if tokens and estimate > 0:
+            self._rates.add(tokens / estimate)
+            self._notify()
+
+    def scaled(self, estimate: int) -> int:
+        """An estimate at the learned rate (as it is, before anything is learned)."""
+        if not self._rates:
+            return estimate
+        return math.ceil(estimate * self._rates.at(1 - DENSEST_SHARE) * (1 + RATE_MARGIN))
+
+    def answered(self, completion_tokens: int | None) -> None:
+        """An answer that passed validation took ``completion_tokens`` (its reasoning included)."""
+        if completion_tokens:
+            self._answers.add(completion_tokens)
+
+    def answer_need(self, max_tokens: int) -> AnswerNeed:
+        """What an answer needs, never more than the job's budget ``max_tokens``."""
+        if len(self._answers) >= ANSWERS_TO_MEASURE:
+            tokens = math.ceil(self._answers.at(SHORTEST_SHARE))
+            why = (
+                f"what {1 - SHORTEST_SHARE:.0%} of the {len(self._answers):,} answers measured took at least"
+            )
+        else:
+            tokens = self._fewest_answer
+            why = (
+                f"the fewest an answer of the schema can be, until {ANSWERS_TO_MEASURE} answers are measured"
+            )
+        return AnswerNeed(max(1, min(tokens, max_tokens)), why)
+
+    @contextmanager
+    def sending(self) -> Iterator[None]:
+        """A request in flight: its reply (or its 400) will teach the rate."""
+        self._in_flight += 1
+        try:
+            yield
+        finally:
+            self._in_flight -= 1
+            self._notify()
+
+    async def wait_to_learn(self) -> bool:
+        """Whether the rate is learned, once no request in flight may still teach it."""
+        while not self.learned and self._in_flight:
+            if self._changed is None:
+                self._changed = anyio.Event()
+            await self._changed.wait()
+        return self.learned
+
+    def _notify(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
