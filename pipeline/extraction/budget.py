@@ -23,6 +23,15 @@ sent. Without a server count (a proxy or a router without ``/tokenize``), a prom
 past the context but its floor does not is sent with what the floor leaves: the server's answer then
 says (its 400 names the prompt's tokens: retried once with the budget that fits, or ``too_long`` when
 the prompt alone does not fit; newer vLLM, as the bundled 0.32, cuts the budget itself).
+
+Behind such a proxy the estimate would starve what fits: it errs towards more tokens, and a prompt 1,000
+tokens short of a 4,096 context is estimated at about its end. So a prompt never counted is estimated
+at the rate the run learned from the server's counts (:class:`~pipeline.extraction.calibration.
+Calibration`), and a budget the context cuts below what an answer needs (:meth:`~pipeline.extraction.
+calibration.Calibration.answer_need`) is never sent: on an estimate, the request waits for the run to
+learn its rate (:func:`starved`), then goes with what its floor leaves, so that the server's answer or
+its 400 counts it; on the server's count, the record is ``too_long`` with both numbers
+(:func:`no_room_for_answer`).
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pipeline.errors import TooLongError
+from pipeline.extraction.calibration import AnswerNeed, Calibration
 from pipeline.extraction.parse import grown_budget
 from pipeline.job.chunking import MIN_CHUNK_TOKENS
 from pipeline.servers.client import ChatMessage, ChatRequest
@@ -105,12 +115,16 @@ def fewest_tokens(messages: Sequence[ChatMessage]) -> int:
     return sum(len(message["content"].split()) for message in messages)
 
 
-def prompt_count(messages: tuple[ChatMessage, ...], counted: CountedPrompt | None) -> PromptCount:
-    """The prompt tokens of ``messages``: the server's count where it has one, else an estimate."""
+def prompt_count(
+    messages: tuple[ChatMessage, ...], counted: CountedPrompt | None, calibration: Calibration | None = None
+) -> PromptCount:
+    """The prompt tokens of ``messages``: the server's count where it has one, else an estimate (at the
+    run's learned rate, given its ``calibration``)."""
     if counted is not None and messages[: len(counted.messages)] == counted.messages:
         added = messages[len(counted.messages) :]
         return PromptCount(counted.tokens + estimated_tokens(added), exact=not added)
-    return PromptCount(estimated_tokens(messages), exact=False)
+    estimate = estimated_tokens(messages)
+    return PromptCount(calibration.scaled(estimate) if calibration else estimate, exact=False)
 
 
 def prompt_floor(messages: tuple[ChatMessage, ...], counted: CountedPrompt | None) -> PromptCount:
@@ -159,23 +173,53 @@ def fitted(
     context: int | None,
     counted: CountedPrompt | None,
     parts: PromptParts | None = None,
+    calibration: Calibration | None = None,
+    need: AnswerNeed | None = None,
 ) -> ChatRequest:
     """``request`` asking for at most what ``context`` leaves after its prompt (``counted``: the
-    server's count of it, or of the messages it starts with). A prompt whose estimate leaves no room
-    but whose floor does is sent with what the floor leaves; one that certainly fills the context is a
-    :class:`TooLongError`."""
+    server's count of it, or of the messages it starts with; else the estimate at ``calibration``'s
+    rate). A budget cut below ``need`` (what an answer needs) is not sent: where the prompt was only
+    estimated and its floor leaves enough, it is sent with what the floor leaves (the server's answer
+    or its 400 then counts the prompt); where the count (or the floor) certainly leaves less, it is a
+    :class:`TooLongError`: the prompt alone does not fit, or leaves no room for an answer."""
     if context is None:
         return request
-    prompt = prompt_count(request.messages, counted)
+    prompt = prompt_count(request.messages, counted, calibration)
     room = context - prompt.tokens
     if room >= request.max_tokens:
         return request
-    if room < 1 and not prompt.exact:
+    least = _least_budget(request, need)
+    if room < least and not prompt.exact:
         prompt = prompt_floor(request.messages, counted)
         room = context - prompt.tokens
-    if room >= 1:
+    if room >= least:
         return dataclasses.replace(request, max_tokens=min(room, request.max_tokens))
-    raise too_long(prompt, context, parts or PromptParts(None), request.messages)
+    parts = parts or PromptParts(None)
+    if room < 1 or need is None:
+        raise too_long(prompt, context, parts, request.messages)
+    raise no_room_for_answer(prompt, context, f"and an answer needs {need}", parts, request.messages)
+
+
+def starved(
+    request: ChatRequest,
+    context: int | None,
+    counted: CountedPrompt | None,
+    calibration: Calibration,
+    need: AnswerNeed,
+) -> bool:
+    """Whether only the estimate (not the server's count) cuts ``request``'s budget below ``need``: it
+    waits for the run to learn the server's rate (:meth:`Calibration.wait_to_learn`) before it goes."""
+    if context is None:
+        return False
+    prompt = prompt_count(request.messages, counted, calibration)
+    room = context - prompt.tokens
+    return not prompt.exact and room < request.max_tokens and room < _least_budget(request, need)
+
+
+def _least_budget(request: ChatRequest, need: AnswerNeed | None) -> int:
+    """The smallest budget ``request`` is sent with, cut to fit: what an answer needs (never more than
+    the request asks for), or at least a token."""
+    return max(1, min(need.tokens, request.max_tokens)) if need is not None else 1
 
 
 def too_long(
@@ -183,6 +227,26 @@ def too_long(
 ) -> TooLongError:
     """The ``too_long`` failure of a prompt that alone does not fit, with the numbers and what to do:
     chunking the longest field, unless the fixed part alone leaves no room for a chunk."""
+    return _too_long(prompt_does_not_fit(prompt, context), prompt, context, parts, messages)
+
+
+def no_room_for_answer(
+    prompt: PromptCount, context: int, answer: str, parts: PromptParts, messages: tuple[ChatMessage, ...]
+) -> TooLongError:
+    """The ``too_long`` failure of a prompt that fits but leaves less of the context than an answer
+    needs: the prompt, what it leaves, ``answer`` (what an answer needs, or how one was cut off), and
+    what to do. Not the server's answers at fault, so not ``truncated``."""
+    head = (
+        f"the prompt leaves too little of the context for an answer: {prompt} of a context of {context} "
+        f"tokens (the server's max_model_len) leaves {'' if prompt.exact else 'at most '}"
+        f"{context - prompt.tokens} tokens for the answer, {answer}"
+    )
+    return _too_long(head, prompt, context, parts, messages)
+
+
+def _too_long(
+    head: str, prompt: PromptCount, context: int, parts: PromptParts, messages: tuple[ChatMessage, ...]
+) -> TooLongError:
     longest = parts.longest
     fixed = fixed_part_count(parts.fixed, messages, prompt) if parts.fixed else None
     if fixed is not None and fixed_part_leaves_no_room(fixed, context):
@@ -194,7 +258,7 @@ def too_long(
             "the context (the server's --max-model-len), or shorten the field"
         )
     return TooLongError(
-        f"{prompt_does_not_fit(prompt, context)}{advice}",
+        f"{head}{advice}",
         tokens=prompt.tokens,
         context=context,
         exact=prompt.exact,
@@ -227,6 +291,25 @@ def fixed_part_count(
     return PromptCount(fewest_tokens(fixed), exact=False, floor=ONE_A_WORD)
 
 
+def cut_by_the_estimate(
+    reply: Reply,
+    sent: ChatRequest,
+    asked: int,
+    context: int | None,
+    prompt: PromptCount,
+    parts: PromptParts,
+) -> bool:
+    """Whether an answer was cut off with a budget only the estimate cut below the ``asked`` one (the
+    job's): the server's count of the prompt (``prompt``) leaves more, so it is asked again, fitted to
+    that. A budget the context cut that had all the count leaves is :class:`TooLongError`: an answer
+    does not fit beside the prompt, the record's fit, not the server's answer (never ``truncated``)."""
+    if context is None or sent.max_tokens >= asked:
+        return False
+    if context - prompt.tokens > sent.max_tokens:
+        return True
+    raise no_room_for_answer(prompt, context, cut_off_below_the_job(reply, asked), parts, sent.messages)
+
+
 def no_room_to_grow(sent: ChatRequest, context: int | None, prompt: PromptCount) -> bool:
     """Whether a request that came back truncated already had all the context leaves its prompt."""
     return context is not None and sent.max_tokens >= context - prompt.tokens
@@ -248,4 +331,14 @@ def cut_off_at_context(reply: Reply, sent: ChatRequest, prompt: PromptCount, con
         f"tokens of a context of {context}; it produced {reply.completion_tokens} completion tokens"
         f"{reasoning} (finish_reason={reply.finish_reason}); a larger budget does not fit: shorten the "
         "prompt, lower reasoning_effort, or use a server with a longer context"
+    )
+
+
+def cut_off_below_the_job(reply: Reply, max_tokens: int) -> str:
+    """How an answer ended that was cut off with a budget the context cut below the job's ``max_tokens``
+    (the end of :func:`no_room_for_answer`'s message)."""
+    reasoning = f", {reply.reasoning_tokens} of them reasoning" if reply.reasoning_tokens else ""
+    return (
+        f"and the answer was cut off there ({reply.completion_tokens} completion tokens{reasoning}, "
+        f"finish_reason={reply.finish_reason}), short of the job's max_tokens {max_tokens:,}"
     )

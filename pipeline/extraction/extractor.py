@@ -4,7 +4,11 @@ Each attempt takes a slot on an endpoint from the :class:`~pipeline.servers.rout
 no more tokens than that endpoint's context leaves after the prompt (:mod:`pipeline.extraction.budget`);
 a prompt the estimate puts near the context is counted by the server first, one that certainly does not
 fit is a ``too_long`` failure without a request, and one that may fit is sent: a 400 naming the
-prompt's tokens then gives the budget that fits (or ``too_long``).
+prompt's tokens then gives the budget that fits (or ``too_long``). What the server counts and what
+its answers take teach the run's :class:`~pipeline.extraction.calibration.Calibration`, which every
+record's budget then uses; an answer cut off with a budget the context cut below the job's is the
+record's fit, not the server's answer: asked again with all the room the server's count leaves, or
+``too_long`` with the numbers (never ``truncated``, which the run's answer breaker judges).
 Record-level problems always end as a :class:`Failed` outcome (never silently dropped); only a
 :class:`FatalRunError` escapes, to stop the run.
 """
@@ -39,15 +43,19 @@ from pipeline.extraction.budget import (
     CountedPrompt,
     PromptCount,
     PromptParts,
+    cut_by_the_estimate,
     cut_off_at_context,
+    estimated_tokens,
     fitted,
     longest_field,
     needs_count,
     no_room_to_grow,
     prompt_count,
     prompt_floor,
+    starved,
     too_long,
 )
+from pipeline.extraction.calibration import Calibration, fewest_answer_tokens
 from pipeline.extraction.outcomes import Extracted, Failed, Outcome, Usage
 from pipeline.extraction.parse import (
     from_reasoning,
@@ -125,6 +133,8 @@ class Extractor:
         self._stats = stats
         self._grounder = grounder
         self._fixed = prompts.fixed_messages
+        # The run's, as the run has one extractor: every record's requests teach it and use it.
+        self.calibration = Calibration(fewest_answer_tokens(schema))
 
     async def extract(self, record: SourceRecord, follow_up: ChatMessage | None = None) -> Outcome:
         """``follow_up``: a last message after the record's (a later pass over a chunk says what earlier
@@ -140,6 +150,7 @@ class Extractor:
                 with attempt:
                     reply, value = await self._attempt(state)
                     self._finished(state, None)
+                    self.calibration.answered(reply.completion_tokens)
                     return Extracted(
                         record.id,
                         value.model_dump_json(),
@@ -174,33 +185,42 @@ class Extractor:
             state.counted = CountedPrompt(state.sent.messages, reply.prompt_tokens)
         try:
             return reply, parse_reply(reply, self._schema)
-        except RepetitionLoopError as error:
-            state.request = loop_reask_request(state.first, error, state.sent_max_tokens)
-            log.info(
-                "repetition loop: asking again for a shorter answer, with penalties on repetition",
-                record_id=state.record_id,
-                endpoint=state.endpoint.name if state.endpoint else None,
-                error=str(error),
-            )
-            raise
         except TruncatedError as error:
-            self._grow(state, reply, error)
+            self._after_truncation(state, reply, error)
             raise
         except BadOutputError as error:
             budget = ChatRequest(state.first.messages, state.request.max_tokens)
             state.request = reask_request(budget, error)
             raise
 
-    def _grow(self, state: _RecordState, reply: Reply, error: TruncatedError) -> None:
-        """The next request after a cut-off answer: a larger budget, or (when the answer already had all
-        the context leaves) a :class:`ContextFullError` with the numbers instead."""
+    def _after_truncation(self, state: _RecordState, reply: Reply, error: TruncatedError) -> None:
+        """The next request after a cut-off answer: the same, fitted to the server's count, when only
+        the estimate cut its budget (``too_long`` when the context did); another way after a loop; or
+        with a larger budget."""
         assert state.sent is not None  # it was answered
         assert state.endpoint is not None
-        context = state.endpoint.context_length
-        prompt = prompt_count(state.sent.messages, state.counted)
-        if context is not None and no_room_to_grow(state.sent, context, prompt):
-            raise ContextFullError(cut_off_at_context(reply, state.sent, prompt, context)) from error
-        state.request = larger_budget_request(state.sent, self._growth.factor, self._growth.ceiling)
+        context, sent = state.endpoint.context_length, state.sent
+        prompt = prompt_count(sent.messages, state.counted)
+        if cut_by_the_estimate(reply, sent, state.first.max_tokens, context, prompt, state.parts):
+            log.info(
+                "answer cut off with a budget the estimate cut: asking again with what the server's "
+                "count leaves",
+                record_id=state.record_id,
+                budget=sent.max_tokens,
+                prompt_tokens=prompt.tokens,
+            )
+        elif isinstance(error, RepetitionLoopError):
+            state.request = loop_reask_request(state.first, error, state.sent_max_tokens)
+            log.info(
+                "repetition loop: asking again for a shorter answer, with penalties on repetition",
+                record_id=state.record_id,
+                endpoint=state.endpoint.name,
+                error=str(error),
+            )
+        elif context is not None and no_room_to_grow(sent, context, prompt):
+            raise ContextFullError(cut_off_at_context(reply, sent, prompt, context)) from error
+        else:
+            state.request = larger_budget_request(sent, self._growth.factor, self._growth.ceiling)
 
     async def _refused_for_context(self, state: _RecordState, error: ContextLengthError) -> None:
         """The server refused the request for its context (the client now uses the length it named):
@@ -272,12 +292,15 @@ class Extractor:
 
     async def _fitted(self, state: _RecordState, endpoint: Endpoint) -> ChatRequest:
         """The next request as it may go to ``endpoint``: its budget within what the context leaves,
-        the prompt counted by the server first when the estimate puts it near the context."""
-        context = endpoint.context_length
-        prompt = prompt_count(state.request.messages, state.counted)
-        if needs_count(state.request, context, prompt):
-            await self._counted(state, endpoint, state.request.messages)
-        return fitted(state.request, context, state.counted, state.parts)
+        the prompt counted by the server first when the estimate puts it near the context; a budget
+        only the estimate starves waits for the run to learn the server's rate first."""
+        context, request, calibration = endpoint.context_length, state.request, self.calibration
+        if needs_count(request, context, prompt_count(request.messages, state.counted)):
+            await self._counted(state, endpoint, request.messages)
+        need = calibration.answer_need(state.first.max_tokens)
+        if starved(request, context, state.counted, calibration, need):
+            await calibration.wait_to_learn()
+        return fitted(request, context, state.counted, state.parts, calibration, need)
 
     async def _counted(
         self, state: _RecordState, endpoint: Endpoint, messages: tuple[ChatMessage, ...]
@@ -288,6 +311,7 @@ class Extractor:
         if tokens is None:
             return None
         state.counted = CountedPrompt(messages, tokens)
+        self.calibration.counted(estimated_tokens(messages), tokens)
         return PromptCount(tokens, exact=True)
 
     async def _send_once(self, endpoint: Endpoint, request: ChatRequest, usage: Usage) -> Reply:
@@ -296,8 +320,8 @@ class Extractor:
         answered = False
         started = time.perf_counter()
         try:
-            with endpoint.request():
-                reply = await endpoint.client.complete(request)
+            with endpoint.request(), self.calibration.sending():
+                reply = await self._learning(endpoint, request)
             answered = True
             usage.add_reply(reply)
             endpoint.answered(reply, time.perf_counter() - started)
@@ -318,6 +342,18 @@ class Extractor:
         stats.output_tokens += reply.completion_tokens or 0
         stats.prompt_tokens += reply.prompt_tokens or 0
         stats.reasoning_tokens += reply.reasoning_tokens or 0
+        return reply
+
+    async def _learning(self, endpoint: Endpoint, request: ChatRequest) -> Reply:
+        """The server's reply, its count of the prompt (the reply's, or its 400's) taught to the run
+        before the request stops being in flight."""
+        try:
+            reply = await endpoint.client.complete(request)
+        except ContextLengthError as error:
+            if error.prompt_tokens is not None and not error.prompt_at_least:
+                self.calibration.counted(estimated_tokens(request.messages), error.prompt_tokens)
+            raise
+        self.calibration.counted(estimated_tokens(request.messages), reply.prompt_tokens)
         return reply
 
     def _finished(self, state: _RecordState, error: RecordError | None) -> None:

@@ -14,6 +14,8 @@ from pipeline.extraction.budget import (
     LongestField,
     PromptCount,
     PromptParts,
+    cut_by_the_estimate,
+    cut_off_below_the_job,
     estimated_text_tokens,
     estimated_tokens,
     fewest_tokens,
@@ -23,9 +25,12 @@ from pipeline.extraction.budget import (
     no_room_to_grow,
     prompt_count,
     prompt_floor,
+    starved,
     too_long,
 )
+from pipeline.extraction.calibration import AnswerNeed, Calibration
 from pipeline.servers.client import ChatMessage, ChatRequest
+from pipeline.servers.replies import Reply
 
 SYSTEM: ChatMessage = {"role": "system", "content": "s" * 300}
 USER: ChatMessage = {"role": "user", "content": "u" * 31}
@@ -63,6 +68,19 @@ def test_the_servers_count_is_used_for_what_it_counted() -> None:
     other: tuple[ChatMessage, ...] = ({"role": "system", "content": "another prompt"}, USER)
     assert prompt_count(other, counted) == PromptCount(estimated_tokens(other), exact=False)
     assert prompt_count(REQUEST.messages, None) == PromptCount(estimated_tokens(REQUEST.messages), False)
+
+
+def test_a_prompt_never_counted_is_estimated_at_the_rate_the_run_learned() -> None:
+    calibration = Calibration()
+    estimate = estimated_tokens(REQUEST.messages)  # 127
+    assert prompt_count(REQUEST.messages, None, calibration) == PromptCount(estimate, exact=False)
+    calibration.counted(200, 150)  # another prompt, counted by the server at 3/4 of its estimate
+    scaled = calibration.scaled(estimate)
+    assert scaled == 98  # 127 x 0.75, and the margin
+    assert prompt_count(REQUEST.messages, None, calibration) == PromptCount(scaled, exact=False)
+    counted = CountedPrompt(REQUEST.messages, 90)  # what the server counted stays its count
+    assert prompt_count(REQUEST.messages, counted, calibration) == PromptCount(90, exact=True)
+    assert fitted(REQUEST, 400, None, calibration=calibration).max_tokens == 400 - scaled
 
 
 def test_the_fewest_tokens_are_one_a_word_whatever_its_characters() -> None:
@@ -104,6 +122,88 @@ def test_a_request_asks_for_at_most_what_the_context_leaves(
     sent = fitted(REQUEST, context, count)
     assert sent.max_tokens == budget
     assert sent.messages is REQUEST.messages
+
+
+NEED = AnswerNeed(200, "what the job's answers take")
+
+
+def test_a_budget_only_the_estimate_cuts_below_what_an_answer_needs_goes_with_what_the_floor_leaves() -> None:
+    """The estimate (127) leaves 100 of a context of 227; an answer needs 200. The prompt may be
+    shorter (its floor is 2 tokens): sent with what the floor leaves, the server's answer or its 400
+    counts it. Without a need, the same 100 would go."""
+    assert starved(REQUEST, 227, None, Calibration(), NEED)
+    assert fitted(REQUEST, 227, None, need=NEED).max_tokens == 225
+    assert fitted(REQUEST, 227, None).max_tokens == 100
+    assert not starved(REQUEST, 327, None, Calibration(), NEED)  # 200 left: enough
+    assert not starved(REQUEST, None, None, Calibration(), NEED)
+    small = ChatRequest(REQUEST.messages, max_tokens=150)  # asks for less than an answer needs: all of it
+    assert (
+        starved(small, 227, None, Calibration(), NEED)
+        and fitted(small, 227, None, need=NEED).max_tokens == 150
+    )
+    assert not starved(ChatRequest(REQUEST.messages, max_tokens=100), 227, None, Calibration(), NEED)
+
+
+def test_a_budget_the_servers_count_cuts_below_what_an_answer_needs_is_too_long_with_both_numbers() -> None:
+    counted = CountedPrompt(REQUEST.messages, 150)
+    assert not starved(REQUEST, 300, counted, Calibration(), NEED)  # the count: nothing to wait for
+    parts = PromptParts(LongestField("description", 9_000))
+    with pytest.raises(TooLongError) as caught:
+        fitted(REQUEST, 300, counted, parts, need=NEED)
+    error = caught.value
+    assert (error.failure_class, error.tokens, error.context, error.exact) == (
+        FailureClass.TOO_LONG,
+        150,
+        300,
+        True,
+    )
+    assert str(error) == (
+        "the prompt leaves too little of the context for an answer: 150 tokens of a context of 300 "
+        "tokens (the server's max_model_len) leaves 150 tokens for the answer, and an answer needs 200 "
+        "tokens (what the job's answers take); most of it is field 'description' (9,000 characters): "
+        "enable chunking (chunking: field: description), raise the context (the server's "
+        "--max-model-len), or shorten the field"
+    )
+    assert fitted(REQUEST, 350, counted, parts, need=NEED).max_tokens == 200
+
+
+def test_a_floor_that_leaves_less_than_an_answer_needs_is_too_long_saying_at_most() -> None:
+    with pytest.raises(TooLongError) as caught:
+        fitted(WORDY, 300, None, need=NEED)
+    assert str(caught.value).startswith(
+        f"the prompt leaves too little of the context for an answer: at least 201 tokens ({ONE_A_WORD}) "
+        "of a context of 300 tokens (the server's max_model_len) leaves at most 99 tokens for the answer"
+    )
+    with pytest.raises(TooLongError) as alone:  # no room at all: the prompt alone does not fit
+        fitted(WORDY, 200, None, need=NEED)
+    assert str(alone.value).startswith("the prompt alone does not fit the context: at least 201 tokens")
+
+
+def test_an_answer_cut_off_with_a_budget_the_context_cut_is_asked_again_or_too_long() -> None:
+    reply = Reply(None, "x" * 10, "length", 700, 250, 10, 1.0)
+    sent = ChatRequest(REQUEST.messages, max_tokens=250)
+    exact = PromptCount(700, exact=True)
+    parts = PromptParts(LongestField("description", 9_000))
+    assert not cut_by_the_estimate(reply, sent, 250, 1000, exact, parts)  # the job's budget: the answer's
+    assert not cut_by_the_estimate(reply, sent, 500, None, exact, parts)  # no context: nothing cut it
+    assert cut_by_the_estimate(reply, sent, 500, 1000, exact, parts)  # 300 left, 250 sent: ask again
+    with pytest.raises(TooLongError) as caught:  # 250 left and had: an answer does not fit beside it
+        cut_by_the_estimate(reply, sent, 500, 950, exact, parts)
+    assert caught.value.failure_class is FailureClass.TOO_LONG
+    assert str(caught.value).startswith(
+        "the prompt leaves too little of the context for an answer: 700 tokens of a context of 950 tokens "
+        "(the server's max_model_len) leaves 250 tokens for the answer, and the answer was cut off there "
+        "(250 completion tokens, 10 of them reasoning, finish_reason=length), short of the job's "
+        "max_tokens 500"
+    )
+
+
+def test_an_answer_cut_off_below_the_jobs_budget_says_how() -> None:
+    reply = Reply(None, "x" * 10, "length", 3050, 1046, 1000, 1.0)
+    assert cut_off_below_the_job(reply, 4096) == (
+        "and the answer was cut off there (1046 completion tokens, 1000 of them reasoning, "
+        "finish_reason=length), short of the job's max_tokens 4,096"
+    )
 
 
 WORDY = ChatRequest(({"role": "system", "content": "word " * 200}, USER), max_tokens=500)

@@ -5,12 +5,14 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import anyio
 import orjson
 import pytest
 from httpx2 import Request, Response
 
 from pipeline.errors import FailureClass, FatalRunError
 from pipeline.extraction.budget import FIXED_PART_ADVICE, FIXED_PART_FULL, estimated_tokens, fewest_tokens
+from pipeline.extraction.calibration import RATE_MARGIN
 from pipeline.extraction.extractor import BudgetGrowth, Extractor
 from pipeline.extraction.outcomes import Extracted, Failed, Outcome
 from pipeline.extraction.prompt import PromptBuilder
@@ -465,12 +467,13 @@ async def test_a_400_without_the_prompts_count_is_counted_by_the_server_before_i
     it is not: the record is retried with what its count leaves, not failed on the estimate."""
     message = "max_tokens=256 cannot be greater than max_model_len=20. Please request fewer output tokens."
     server = ScriptedServer(
-        [refused_for_context(message), respond(good_completion())], count_tokens=lambda messages: 12
+        [refused_for_context(message), respond(good_completion())], count_tokens=lambda messages: 4
     )
     outcome = await make_harness(spec, server).extract()
     assert isinstance(outcome, Extracted) and outcome.attempts == 2
     assert estimated_tokens(server.bodies[0]["messages"]) > 20  # the estimate alone would have said too long
-    assert [body["max_tokens"] for body in server.bodies] == [256, 20 - 12]
+    # 16 left: what an answer needs before any is measured (1/16 of max_tokens 256), so it goes
+    assert [body["max_tokens"] for body in server.bodies] == [256, 20 - 4]
     assert len(server.tokenize_bodies) == 1
 
 
@@ -728,10 +731,11 @@ async def test_against_the_simulator_no_request_passes_its_context(
     if effort == "low":  # the server's count leaves what the answer needs: one request each
         assert all(isinstance(outcome, Extracted) and outcome.attempts == 1 for outcome in normal)
         assert all(prompt + budget == context for prompt, budget, _ in seen)
-    else:  # reasoning past the context, which the simulator writes as one sentence over and over
+    else:  # reasoning past what the context leaves: the record's fit, not an answer the server spoilt
         for outcome in normal:
-            assert isinstance(outcome, Failed) and outcome.failure_class is FailureClass.TRUNCATED
-            assert outcome.message.startswith("repetition loop: ")
+            assert isinstance(outcome, Failed) and outcome.failure_class is FailureClass.TOO_LONG
+            assert outcome.message.startswith("the prompt leaves too little of the context for an answer: ")
+            assert "and the answer was cut off there (" in outcome.message
 
 
 async def test_a_server_that_neither_lists_nor_counts_learns_the_context_from_its_400(spec: JobSpec) -> None:
@@ -751,8 +755,10 @@ async def test_a_server_that_neither_lists_nor_counts_learns_the_context_from_it
 async def test_behind_a_server_without_tokenize_records_that_fit_are_done(spec: JobSpec) -> None:
     """Issue 22's proxy: the server lists its context but cannot count (``sim --no-tokenize``). These
     records' estimates are past the context of 700, their prompts as the server counts them are not:
-    each is sent on its floor, refused with its count, and done with the budget that fits; the huge
-    one, whose floor alone is past the context, is never sent."""
+    the first is sent on its floor, refused with its count, and done with the budget that fits; its
+    count taught the run the server's rate, so the others go at once with nearly all the context
+    leaves (the margin of the rate short of it); the huge one, whose floor alone is past the context,
+    is never sent."""
     sizes = range(120, 140, 5)
     (*normal, huge), seen = await extract_at_the_simulator(
         spec, 700, "low", counts=False, lists=True, sizes=sizes
@@ -764,7 +770,119 @@ async def test_behind_a_server_without_tokenize_records_that_fit_are_done(spec: 
     assert all(
         estimated_tokens(messages) > 700 > sim_prompt_tokens([*map(dict, messages)]) for messages in prompts
     )
-    assert all(isinstance(outcome, Extracted) and outcome.attempts == 2 for outcome in normal)
-    assert [status for _, _, status in seen] == [400, 200] * len(sizes)
-    assert all(prompt + budget == 700 for prompt, budget, status in seen if status == 200)
+    assert all(isinstance(outcome, Extracted) for outcome in normal)
+    assert [outcome.attempts for outcome in normal] == [2] + [1] * (len(sizes) - 1)
+    assert [status for _, _, status in seen] == [400] + [200] * len(sizes)
+    first, *others = [(prompt, budget) for prompt, budget, status in seen if status == 200]
+    assert sum(first) == 700
+    # short of what the context leaves by the rate's margin (2%) and its rounding: under 3% of the prompt
+    assert RATE_MARGIN == 0.02
+    assert all(0 <= 700 - prompt - budget < prompt * 0.03 for prompt, budget in others)
     assert isinstance(huge, Failed) and huge.failure_class is FailureClass.TOO_LONG and huge.attempts == 0
+
+
+# --- issue 29: behind a proxy, a record that fits must not get a starved budget ---------------------
+
+
+async def test_a_budget_the_estimate_starves_is_never_sent(spec: JobSpec, make_harness: MakeHarness) -> None:
+    """The estimate leaves 3 tokens (issue 29's budgets were 1, 3 and 13), less than the fewest an answer
+    of the schema can be: the request goes with what its floor leaves instead, and the server's 400
+    names the prompt's tokens, whose room the retry asks for."""
+    job = spec.with_overrides(max_tokens=4096)
+    messages = PromptBuilder(job).request_for(RECORD.fields).messages
+    context = estimated_tokens(messages) + 3
+    counted = estimated_tokens(messages) * 3 // 4
+
+    def refuse(request: Request) -> Response:
+        budget = orjson.loads(request.content)["max_tokens"]
+        return refused_for_context(
+            f"This model's maximum context length is {context} tokens. However, you requested "
+            f"{counted + budget} tokens ({counted} in the messages, {budget} in the completion)."
+        )
+
+    server = ScriptedServer([refuse, respond(answered_with_prompt(counted))], max_model_len=context)
+    outcome = await make_harness(job, server).extract()
+    assert isinstance(outcome, Extracted) and outcome.attempts == 2
+    assert [body["max_tokens"] for body in server.bodies] == [
+        context - fewest_tokens(messages),
+        context - counted,
+    ]
+
+
+async def test_an_answer_cut_off_with_a_budget_the_context_cut_is_too_long_not_truncated(
+    spec: JobSpec, make_harness: MakeHarness
+) -> None:
+    """The server counted the prompt (700): the budget is all the context leaves (300), below the job's
+    4,096, and the answer still did not end. The record's fit, not an answer the server spoilt: not
+    `truncated`, which the run's answer breaker would count against the server."""
+    cut = completion(
+        None, finish_reason="length", reasoning=REASONING, completion_tokens=300, prompt_tokens=700
+    )
+    server = ScriptedServer([respond(cut)], max_model_len=CONTEXT, count_tokens=lambda messages: 700)
+    outcome = await make_harness(spec.with_overrides(max_tokens=4096), server).extract(LONG_RECORD)
+    assert [body["max_tokens"] for body in server.bodies] == [CONTEXT - 700]
+    assert isinstance(outcome, Failed)
+    assert (outcome.failure_class, outcome.attempts) == (FailureClass.TOO_LONG, 1)
+    assert outcome.message.startswith(
+        "the prompt leaves too little of the context for an answer: 700 tokens of a context of 1000 tokens "
+        "(the server's max_model_len) leaves 300 tokens for the answer, and the answer was cut off there "
+        "(300 completion tokens, 10 of them reasoning, finish_reason=length), short of the job's "
+        "max_tokens 4,096; most of it is field 'description' (3,250 characters): enable chunking"
+    )
+
+
+async def test_an_answer_cut_off_with_a_budget_only_the_estimate_cut_is_asked_again_with_all_the_room(
+    spec: JobSpec, make_harness: MakeHarness
+) -> None:
+    """No /tokenize: the estimate cut the budget; the reply counts the prompt at 100 tokens fewer, so the
+    retry asks for the room that count leaves, not twice the starved budget."""
+    job = spec.with_overrides(max_tokens=4096)
+    estimate = estimated_tokens(PromptBuilder(job).request_for(RECORD.fields).messages)
+    cut = completion(
+        None,
+        finish_reason="length",
+        reasoning=REASONING,
+        completion_tokens=1000 - estimate,
+        prompt_tokens=estimate - 100,
+    )
+    server = ScriptedServer([respond(cut), respond(good_completion())], max_model_len=CONTEXT)
+    outcome = await make_harness(job, server).extract()
+    assert isinstance(outcome, Extracted) and outcome.attempts == 2
+    assert [body["max_tokens"] for body in server.bodies] == [CONTEXT - estimate, CONTEXT - estimate + 100]
+
+
+async def test_behind_a_proxy_the_first_count_teaches_the_records_waiting_for_it(spec: JobSpec) -> None:
+    """``sim --no-tokenize``, eight records at once whose estimates are past the context of 700 and whose
+    prompts are not: one goes first with what its floor leaves and is refused with its count; the
+    others wait for that count instead of each asking the same, and go once, with nearly all the room."""
+    records = [SourceRecord(i, {"title": f"Job {i}", "description": "We need SQL. " * 125}) for i in range(8)]
+    async with small_context_sim(700, counts=False, lists=True) as (url, seen):
+        job = spec.with_overrides(base_url=url, max_tokens=4096, reasoning_effort="low", concurrency=8)
+        endpoint = endpoint_for(job)
+        outcomes: list[Outcome] = []
+        try:
+            await endpoint.client.check_server()
+            async with running_router([endpoint]) as router:
+                extractor = Extractor(
+                    router,
+                    PromptBuilder(job),
+                    job.schema_class,
+                    RetryPolicy(job.retry, sleep=no_sleep),
+                    BudgetGrowth(job.retry.truncation_growth, job.max_tokens_ceiling),
+                    RunStats(pending_at_start=len(records), concurrency=8),
+                )
+
+                async def extract(record: SourceRecord) -> None:
+                    outcomes.append(await extractor.extract(record))
+
+                async with anyio.create_task_group() as tasks:
+                    for record in records:
+                        tasks.start_soon(extract, record)
+        finally:
+            await endpoint.client.aclose()
+    assert len(outcomes) == 8 and all(isinstance(outcome, Extracted) for outcome in outcomes)
+    assert sorted(outcome.attempts for outcome in outcomes) == [1] * 7 + [2]
+    assert [status for _, _, status in seen].count(400) == 1
+    answered = [(prompt, budget) for prompt, budget, status in seen if status == 200]
+    assert len(answered) == 8
+    assert all(0 <= 700 - prompt - budget < prompt * 0.03 for prompt, budget in answered)
