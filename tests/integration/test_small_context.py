@@ -1,0 +1,133 @@
+"""The Adzuna ads through `pipeline run` against `pipeline sim --max-model-len`, with and without
+`/tokenize` (``--no-tokenize``: a router or a proxy in front of vLLM). The LinkedIn job's fixed part
+(system prompt with the schema, two examples) is 2,876 tokens as the simulator counts, so in a context
+of 4,096 every ad is near the end of it, and the job's max_tokens (4,096) is always cut: a record that
+fits must still get what the context leaves, not a budget starved by the estimate, and one that does
+not fit its answer is `too_long` with the numbers, never `truncated` (which the answer breaker judges).
+In a context of 131,072 nothing changes: every record goes once with the job's budget."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pytest
+import yaml
+
+from pipeline.extraction.prompt import PromptBuilder
+from pipeline.job.spec import load_job
+from pipeline.sim.answers import prompt_tokens as sim_prompt_tokens
+from tests.support.datasets import ADZUNA
+from tests.support.jobs import linkedin_job, table_rows
+from tests.support.processes import run_pipeline, sim_metrics, sim_server
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(not ADZUNA.is_file(), reason=f"the Adzuna ads are not at {ADZUNA}"),
+]
+
+SMALL, LARGE = 4096, 131_072
+# One ad in four (by id, the same ones in every run): the whole range of lengths, in seconds.
+SAMPLE = "hash(id) % 4 = 0"
+
+
+def loaded_job(folder: Path, url: str) -> Path:
+    """jobs/linkedin.yaml on the simulator at ``url``, its source the sample of the Adzuna ads loaded as
+    the issue loads them (``pipeline load --rename``)."""
+    spec = linkedin_job(folder / "jobs.duckdb")
+    spec.update(model="test-model", concurrency=64, request_timeout_s=60)
+    spec["endpoint"]["base_url"] = url
+    job = folder / "linkedin.yaml"
+    job.write_text(yaml.safe_dump(spec))
+    rename = ("--rename", "FullDescription=description", "--rename", "LocationRaw=location")
+    load = run_pipeline("load", str(ADZUNA), "--job", str(job), *rename)
+    assert load.returncode == 0, load.stderr[-2000:]
+    with duckdb.connect(str(folder / "jobs.duckdb")) as connection:
+        connection.execute(f"DELETE FROM postings WHERE NOT ({SAMPLE})")
+    return job
+
+
+def server_prompts(job: Path) -> dict[int, int]:
+    """Each record's prompt as the simulator counts it (what its replies and its 400s say)."""
+    spec = load_job(job)
+    prompts = PromptBuilder(spec)
+    rows = table_rows(spec.database, "SELECT id, title, company, location, description FROM postings")
+    return {
+        row[0]: sim_prompt_tokens(
+            [
+                dict(m)
+                for m in prompts.request_for(dict(zip(spec.source.fields, row[1:], strict=True))).messages
+            ]
+        )
+        for row in rows
+    }
+
+
+def run_against_the_simulator(folder: Path, context: int, tokenize: bool) -> tuple[Path, dict[str, float]]:
+    counting = () if tokenize else ("--no-tokenize",)
+    with sim_server(
+        "--model", "test-model", "--max-model-len", str(context), "--seed", "3", *counting
+    ) as url:
+        job = loaded_job(folder, url)
+        run = run_pipeline("run", str(job), timeout=300)
+        assert run.returncode in (0, 1), run.stderr[-3000:]
+        again = run_pipeline("run", str(job))  # a plain run after it: nothing left, nothing judged
+        assert again.returncode == 0 and "nothing to do" in again.stdout + again.stderr, again.stderr[-2000:]
+        return job, sim_metrics(url)
+
+
+@pytest.mark.parametrize("tokenize", [True, False], ids=["tokenize", "no-tokenize"])
+def test_in_a_small_context_what_fits_gets_what_the_context_leaves(tmp_path: Path, tokenize: bool) -> None:
+    job, metrics = run_against_the_simulator(tmp_path, SMALL, tokenize)
+    database, prompts = load_job(job).database, server_prompts(job)
+    failures = table_rows(database, "SELECT record_id, failure_class, message FROM failures")
+    results = table_rows(database, "SELECT record_id, attempts, max_tokens, completion_tokens FROM results")
+    assert len(results) + len(failures) == len(prompts) > 500
+    # Nothing the server's answers are blamed for: every failure is the record's fit.
+    assert {failure_class for _, failure_class, _ in failures} == {"too_long"}
+    longest_answer = max(completion for *_, completion in results)
+    for record_id, _, message in failures:
+        prompt = prompts[record_id]
+        if prompt >= SMALL:
+            assert message.startswith(f"the prompt alone does not fit the context: {prompt} tokens "), message
+            continue
+        # The server's own count, what it leaves, and why an answer does not fit in it.
+        assert message.startswith(
+            f"the prompt leaves too little of the context for an answer: {prompt} tokens of a context of "
+            f"{SMALL} tokens (the server's max_model_len) leaves {SMALL - prompt} tokens for the answer, "
+        ), message
+        assert SMALL - prompt < longest_answer
+    # Every record with room for the longest answer is done, in one request, with (nearly) all the room:
+    # /tokenize counts it exactly; without it, the rate the run learned leaves a margin of 2%.
+    roomy = {record_id for record_id, prompt in prompts.items() if SMALL - prompt >= longest_answer * 1.1}
+    done = {record_id: (attempts, budget) for record_id, attempts, budget, _ in results}
+    assert roomy <= done.keys() and len(roomy) > len(prompts) / 2
+    for record_id in roomy:
+        attempts, budget = done[record_id]
+        room = SMALL - prompts[record_id]
+        assert room - prompts[record_id] * 0.03 <= budget <= room, (record_id, budget, room)
+        if tokenize:
+            assert (attempts, budget) == (1, room)
+    # A second attempt only after a 400 that counted the prompt: the run's first requests (the others
+    # wait for the rate they teach) and a prompt denser than the rate learned.
+    again = sum(1 for record_id in roomy if done[record_id][0] > 1)
+    assert again <= metrics["pipeline_sim:context_rejections_total"]
+    # No request the server refused for its length but a few to learn a prompt's count from, and
+    # none of the 1-, 3- or 13-token budgets of issue 29: the requests are about the records.
+    assert metrics["pipeline_sim:context_rejections_total"] <= len(prompts) * 0.05
+    assert metrics["pipeline_sim:chat_requests_total"] <= len(prompts) * 1.1
+    assert min(budget for _, budget in done.values()) >= min(completion for *_, completion in results)
+
+
+@pytest.mark.parametrize("tokenize", [True, False], ids=["tokenize", "no-tokenize"])
+def test_in_a_large_context_every_record_goes_once_with_the_jobs_budget(
+    tmp_path: Path, tokenize: bool
+) -> None:
+    job, metrics = run_against_the_simulator(tmp_path, LARGE, tokenize)
+    database = load_job(job).database
+    assert table_rows(database, "SELECT count(*) FROM failures") == [(0,)]
+    assert table_rows(database, "SELECT DISTINCT attempts, max_tokens FROM results") == [(1, 4096)]
+    assert metrics["pipeline_sim:context_rejections_total"] == 0
+    # Far from the context, no record is counted: only the fixed part, once, by the run's preflight (the
+    # share of the server's KV cache a request holds).
+    assert metrics["pipeline_sim:tokenize_requests_total"] == (1 if tokenize else 0)
