@@ -15,8 +15,10 @@ from pipeline.cli.common import (
     JsonOption,
     VariantOption,
     app,
+    in_an_existing_folder,
     load_job_or_exit,
     read_or_exit,
+    run_or_exit,
     say_read_copy,
 )
 from pipeline.errors import EXIT_FAILURES, FailureClass
@@ -135,6 +137,7 @@ def export_command(
     The file is written beside --out and renamed into place: an interrupted export leaves no half file.
     """  # noqa: E501  (Typer keeps a docstring's line breaks: one paragraph, one line)
     spec = load_job_or_exit(job, database, variant)
+    run_or_exit(lambda: in_an_existing_folder("--out", out))  # as --database: never made
     report = read_or_exit(
         lambda: export_results(
             spec, out, file_format, include_failures=include_failures, history=history, flatten=flatten

@@ -141,9 +141,10 @@ def export_results(
 ) -> ExportReport:
     """Write the variant's results for ids still in the source to ``out``, in ``fmt`` (by default the
     one ``out``'s extension names); if asked, its failures and the results that redos replaced
-    (``results.history.parquet``), each beside ``out``. ``flatten``: a column per schema field instead
-    of ``extracted``. Blocking; raises :class:`ConfigError` for an unknown format or a job that has
-    not run."""
+    (``results.history.parquet``), each beside ``out``, in its folder (which must exist: the pipeline
+    makes no folder for a file it is named). ``flatten``: a column per schema field instead of
+    ``extracted``. Blocking; raises :class:`ConfigError` for an unknown format or a job that has not
+    run."""
     out = Path(out)
     fmt = export_format(out, fmt)
     out = _checked_target(spec, out.expanduser().absolute(), include_failures)
@@ -159,7 +160,6 @@ def export_results(
     connection.execute("SET preserve_insertion_order = false")
     written: list[tuple[Path, Path]] = []  # (temporary file, final path)
     try:
-        _make_folder(out)  # only now: a locked or missing database leaves no empty folder behind
         copy = functools.partial(_copy, connection, spec.variant, fmt, written=written)
         rows = copy(_results_sql(spec, extracted), out)
         failure_rows = copy(_failures_sql(spec), failures_out) if failures_out else None
@@ -186,13 +186,6 @@ def _checked_target(spec: JobSpec, out: Path, include_failures: bool) -> Path:
     if out.resolve() == spec.database.resolve():
         raise ConfigError(f"{out}: is the job's database; give another path")
     return out
-
-
-def _make_folder(out: Path) -> None:
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(f"{out}: cannot create its folder ({exc.strerror or exc})") from exc
 
 
 def _extracted_columns(spec: JobSpec, fmt: ExportFormat, flatten: bool) -> str:

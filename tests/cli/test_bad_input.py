@@ -626,19 +626,22 @@ def test_local_without_the_local_extra_exits_2_with_the_install_command(previous
     assert_nothing_lost(previous, before)  # no run was recorded
 
 
-@pytest.mark.parametrize("command", ["run", "load", "status"])
-def test_a_database_in_a_folder_that_does_not_exist_is_refused_and_nothing_is_created(
-    previous: Path, command: str
+@pytest.mark.parametrize(
+    ("command", "option"),
+    [("run", "--database"), ("load", "--database"), ("status", "--database"), ("export", "--out")],
+)
+def test_a_file_in_a_folder_that_does_not_exist_is_refused_and_nothing_is_created(
+    previous: Path, command: str, option: str
 ) -> None:
     before = database_state(previous / "test.duckdb")
-    typo = previous / "trail" / "test.duckdb"
+    typo = previous / "trail" / ("out.parquet" if option == "--out" else "test.duckdb")
     data = write_rows(previous / "more.jsonl", [{"id": 60, "title": "t", "description": "d"}])
     job = str(rewrite_job(previous, source={"seed_file": str(data)}))  # a typo must not start a new job
-    args = {"run": ["run", job], "status": ["status", job]}.get(command) or ["load", str(data), "--job", job]
-    result = cli_run(*args, "--database", str(typo))
+    args = {"run": ["run", job], "status": ["status", job], "export": ["export", job]}.get(command)
+    result = cli_run(*(args or ["load", str(data), "--job", job]), option, str(typo))
     assert result.exit_code == 2, result.output
     assert error_line(result) == (
-        f"error: --database {typo}: folder {typo.parent} does not exist (nothing was created)"
+        f"error: {option} {typo}: folder {typo.parent} does not exist (nothing was created)"
     )
     assert not typo.parent.exists()
     assert_nothing_lost(previous, before)

@@ -103,6 +103,7 @@ def reports(job: Path, folder: Path) -> dict[str, str]:
         commands["failures --json"] = ["failures", str(job), "--json", "--examples", "20"]
     if "export" in registered:
         out = folder / "exported" / "results.jsonl"
+        out.parent.mkdir()  # export makes no folder, as no command does for a file it is named
         commands["export"] = ["export", str(job), "--out", str(out), "--include-failures"]
     outputs = {}
     for name, args in commands.items():

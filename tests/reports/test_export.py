@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import functools
+import re
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +89,7 @@ def parquet_type(path: Path, column: str) -> str:
 def test_each_format_holds_every_result_with_its_id(tmp_path: Path, fmt: ExportFormat) -> None:
     spec = job_with_outputs(tmp_path)
     out = tmp_path / "export" / f"results.{fmt}"
+    out.parent.mkdir()
     report = export_results(spec, out, fmt)
     assert (report.out, report.rows, report.failures_out) == (out, 5, None)
     rows = read_rows(out, fmt)
@@ -188,6 +190,7 @@ def test_a_failed_export_keeps_the_old_file_and_leaves_no_temporary(
 def test_a_path_with_quotes_is_passed_safely(tmp_path: Path) -> None:
     spec = job_with_outputs(tmp_path)
     out = tmp_path / "it's a \"test\"'); DROP TABLE results; --" / "out.csv"
+    out.parent.mkdir()
     assert export_results(spec, out, ExportFormat.CSV).rows == 5
     assert [row["id"] for row in read_rows(out, ExportFormat.CSV)] == DONE_IDS
 
@@ -220,12 +223,27 @@ def test_cli_unknown_format_or_extension_exits_2_naming_the_path(tmp_path: Path)
 
 def test_cli_missing_database_or_results_exit_2(tmp_path: Path) -> None:
     spec = make_job(tmp_path, records=0)
-    out = tmp_path / "exports" / "out.parquet"
+    out = tmp_path / "out.parquet"
     code, _, stderr = export_cli(str(spec.source_file), "--out", str(out))
     assert code == 2 and len(stderr.splitlines()) == 1 and "does not exist yet" in stderr
     make_job(tmp_path, records=3)  # a source, but no run yet
     code, _, stderr = export_cli(str(spec.source_file), "--out", str(out))
     assert code == 2 and stderr.startswith(f"error: {spec.database}: no table 'results' yet")
+    assert not any(path.name.startswith(("out", ".out")) for path in tmp_path.iterdir())
+
+
+def test_a_folder_that_does_not_exist_is_not_made(tmp_path: Path) -> None:
+    """As with --database: a typo in the folder is refused, by the command in one line naming the
+    folder, and by the library naming the file it could not write."""
+    spec = job_with_outputs(tmp_path)
+    out = tmp_path / "exprots" / "out.parquet"
+    code, stdout, stderr = export_cli(str(spec.source_file), "--out", str(out))
+    assert (code, stdout) == (2, "")
+    assert stderr == f"error: --out {out}: folder {out.parent} does not exist (nothing was created)\n"
+    with pytest.raises(
+        ConfigError, match=f"^{re.escape(str(out))}: export failed .*No such file or directory"
+    ):
+        export_results(spec, out, ExportFormat.PARQUET)
     assert not out.parent.exists()
 
 
