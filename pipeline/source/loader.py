@@ -135,7 +135,8 @@ def _incoming(
     an existing table's (the file's are read as text, then as those), else None (the file's own)."""
     incoming, id_column = _incoming_sql(path, file_format, rename), spec.source.id_column
     try:
-        columns = {str(row[0]): str(row[1]) for row in connection.rows(f"DESCRIBE {incoming}")}
+        in_file = connection.rows(f"DESCRIBE {_incoming_sql(path, file_format, {})}")
+        columns = _renamed(path, {str(row[0]): str(row[1]) for row in in_file}, rename)
         _check_columns(path, spec, list(columns))
         id_type = _table_id_type(connection, table, id_column)
     except DatabaseError as error:
@@ -171,6 +172,18 @@ def _load(
     report = _insert(connection, path, table, id_column, replace)
     connection.execute("DROP TABLE pipeline_incoming")
     return report
+
+
+def _renamed(path: Path, columns: dict[str, str], rename: Mapping[str, str]) -> dict[str, str]:
+    """The file's columns (name: type) as ``rename`` names them. Renaming a column the file does not
+    have is refused, naming the rename as it was typed (DuckDB passes over it, and the column it was
+    for would then be reported missing instead)."""
+    in_file = {name.lower(): name for name in columns}
+    for old, new in rename.items():
+        if old.lower() not in in_file:
+            raise ConfigError(f"--rename {old}={new}: {path} has no column {old!r}; it has {list(columns)}")
+    renames = {in_file[old.lower()]: new for old, new in rename.items()}
+    return {renames.get(name, name): kind for name, kind in columns.items()}
 
 
 def _check_columns(path: Path, spec: JobSpec, columns: list[str]) -> None:

@@ -838,6 +838,21 @@ def test_numeric_looking_ids_load_into_a_table_of_text_ids_as_text(
     ]
 
 
+def test_a_misspelt_rename_names_the_rename_and_the_file_not_the_column_it_was_for(previous: Path) -> None:
+    before = database_state(previous / "test.duckdb")
+    data = previous / "adzuna.csv"
+    data.write_text("id,title,FullDescription\n60,Sixty,D\n")
+    result = cli_run(
+        "load", str(data), "--job", str(previous / "job.yaml"), "--rename", "FullDescriptoin=description"
+    )
+    assert result.exit_code == 2, result.output
+    assert error_line(result) == (
+        f"error: --rename FullDescriptoin=description: {data} has no column 'FullDescriptoin'; "
+        "it has ['id', 'title', 'FullDescription']"
+    )
+    assert_nothing_lost(previous, before)
+
+
 def test_ids_past_the_csv_sample_keep_their_leading_zeros_in_a_table_of_text_ids(tmp_path: Path) -> None:
     job = write_job(tmp_path)
     database = text_id_table(tmp_path)

@@ -130,6 +130,20 @@ def test_rename_and_other_table(spec: JobSpec, tmp_path: Path) -> None:
     assert table_rows(spec.database, "SELECT id, Title, description FROM other") == [(1, "x", "y")]
 
 
+def test_a_rename_of_a_column_the_file_does_not_have_names_what_was_typed(
+    spec: JobSpec, tmp_path: Path
+) -> None:
+    path = write_jsonl(tmp_path / "a.jsonl", [{"id": 1, "title": "x", "FullDescription": "y"}])
+    with pytest.raises(ConfigError) as caught:
+        load(spec, path, rename={"FullDescriptoin": "description"})
+    assert str(caught.value) == (
+        f"--rename FullDescriptoin=description: {path} has no column 'FullDescriptoin'; "
+        "it has ['id', 'title', 'FullDescription']"
+    )
+    load(spec, path, rename={"fulldescription": "description"})  # as DuckDB matches names: any case
+    assert table_rows(spec.database, "SELECT description FROM postings") == [("y",)]
+
+
 @pytest.mark.parametrize(
     ("rows", "message"),
     [
