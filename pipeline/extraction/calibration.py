@@ -44,7 +44,7 @@ DENSEST_SHARE = 0.05
 #: template's tokens weigh less in it), and a prompt under-estimated costs a 400 and a retry.
 RATE_MARGIN = 0.02
 #: ... and what an answer needs, what all but the shortest answers took.
-SHORTEST_SHARE = 0.05
+SHORTEST_SHARE = 0.01
 #: How many answers are measured before their size is what an answer needs.
 ANSWERS_TO_MEASURE = 10
 

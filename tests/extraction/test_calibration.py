@@ -72,13 +72,13 @@ def test_once_answers_are_measured_an_answer_needs_what_nearly_all_of_them_took(
         calibration.answered(300 + tokens)
     calibration.answered(None)  # a reply without usage says nothing
     assert calibration.answer_need(4096).tokens == 5
-    calibration.answered(100)  # one short answer among ten: what 95% took at least is still 100
+    calibration.answered(100)  # one short answer among ten: what 99% took at least is still 100
     need = calibration.answer_need(4096)
-    assert need == AnswerNeed(100, "what 95% of the 10 answers measured took at least")
-    assert str(need) == "100 tokens (what 95% of the 10 answers measured took at least)"
+    assert need == AnswerNeed(100, "what 99% of the 10 answers measured took at least")
+    assert str(need) == "100 tokens (what 99% of the 10 answers measured took at least)"
     for tokens in range(300, 400):
         calibration.answered(tokens)
-    assert calibration.answer_need(4096).tokens == 302  # the 6th of 110: 100, 300, 300, 301, 301, 302
+    assert calibration.answer_need(4096).tokens == 300  # the 2nd of 110: 100, 300
     assert calibration.answer_need(250).tokens == 250
 
 
