@@ -171,14 +171,15 @@ def report(
     fail_on_drift: Annotated[
         bool,
         typer.Option(
-            help="Exit 1 when the last run drifted (for a nightly cron line); "
-            "a run not judged (far smaller than usual, or a retry of failures) is 0."
+            help="Exit 1 when the newest run drifted for the worse, or in a number with no better side "
+            "(for a nightly cron line); an improvement, or a run not judged (nothing to do, far smaller "
+            "than usual, a retry of failures), is 0. Only the newest run is judged: a drift alerts once."
         ),
     ] = False,
     database: DatabaseOption = None,
     variant: VariantOption = None,
 ) -> None:
-    """The last runs side by side: fill rate and grounded share per field, tokens, latency, failures and speed, with their trends, and what drifted in the last run beyond its usual run-to-run variation."""  # noqa: E501
+    """The last runs side by side: fill rate and grounded share per field, tokens, latency, failures and speed, with their trends, and what moved in the newest run beyond its usual run-to-run variation, which way, and against which runs."""  # noqa: E501
     spec = load_job_or_exit(job, database, variant)
     found = read_or_exit(lambda: runs_report(spec, runs) if html is None else runs_page(spec, html, runs))
     say_read_copy(found.read_copy)
@@ -186,5 +187,5 @@ def report(
     typer.echo(orjson.dumps(data, default=str).decode() if as_json else format_runs_report(found))
     if html is not None:
         typer.echo(f"wrote {html} ({len(found.runs)} runs)", err=as_json)
-    if fail_on_drift and found.drift:
+    if fail_on_drift and found.fails:
         raise typer.Exit(EXIT_FAILURES)

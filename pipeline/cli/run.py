@@ -33,6 +33,7 @@ from pipeline.cli.common import (
 from pipeline.errors import PERMANENT_FAILURE_CLASSES, ConfigError, FailureClass
 from pipeline.job.spec import MAIN_VARIANT, JobSpec
 from pipeline.job.variants import prompt_file_changes, rerun_name
+from pipeline.quality.drift import against as drift_baseline
 from pipeline.reports.failures import class_names, parse_failure_classes
 from pipeline.run.progress import LiveProgress, LogProgress, ProgressReporter, format_duration
 from pipeline.run.runner import RunOptions, RunSummary, runner_for
@@ -276,7 +277,9 @@ def _print_summary(summary: RunSummary, job: Path, database: Path | None = None)
     if summary.drift:
         moved = "; ".join(entry.describe() for entry in summary.drift)
         report = shlex.join(["pipeline", "report", *same_job])
-        typer.echo(f"drift:    {moved} (beyond the usual run-to-run variation; `{report}`)")
+        label = "drift:   " if any(entry.fails for entry in summary.drift) else "better:  "  # no alert
+        against = f"beyond the usual run-to-run variation of {drift_baseline(summary.drift)}"
+        typer.echo(f"{label} {moved}; {against} (`{report}`)")
     typer.echo(f"look:     {_look_command(summary)}")
 
 

@@ -4,7 +4,9 @@
 prints) into one self-contained HTML document; ``write_runs_page`` writes it atomically. The page is
 the template ``runs_page.html`` (markup, one style, one script) plus the data as JSON in
 ``<script type="application/json" id="report-data">``; the page's script draws everything in the
-browser, with DOM calls and ``textContent`` only: the drift list (or why the last run was not judged),
+browser, with DOM calls and ``textContent`` only: the drift list, each entry with the way it moved
+(improvements listed apart and not marked on the plots), the runs it was judged against (or why the
+newest run was not judged),
 inline SVG plots (over runs: fill rate and grounded share per field, tokens per record, latency p50 and
 p90, records per minute, the failure rate overall and per class, the servers' prefix-cache hit rate;
 over the last run: records per minute, requests in flight, the prefix-cache hit rate and endpoint
@@ -60,6 +62,9 @@ def page_data(data: Mapping[str, Any]) -> dict[str, Any]:
             raise ValueError(
                 f"report data: every drift entry needs a 'field' and a 'measure', not {entry!r:.60}"
             )
+    against = data.get("against")
+    if against is not None and not isinstance(against, str):
+        raise ValueError(f"report data: 'against' must be null or a str, not {against!r:.60}")
     not_judged = data.get("not_judged")
     if not_judged is not None and not (
         isinstance(not_judged, Mapping) and isinstance(not_judged.get("message"), str)

@@ -1,10 +1,12 @@
-"""``pipeline report``: a job's runs side by side, their trends, and what drifted in the last one.
+"""``pipeline report``: a job's runs side by side, their trends, and what drifted in the newest one.
 
 Each run keeps a profile of what it produced and a small time series (:mod:`pipeline.store.run_profiles`,
-:mod:`pipeline.run.series`). This reads the last runs of a variant, read-only, and judges the last one
-against the runs before it (:mod:`pipeline.quality.drift`), or says why it was not judged (far smaller
-than usual, or a retry of earlier failures). ``--fail-on-drift`` turns a drift into exit 1 for a
-nightly cron line; a run not judged is no drift.
+:mod:`pipeline.run.series`). This reads the last runs of a variant, read-only, and judges the newest
+against the runs before it (:mod:`pipeline.quality.drift`), naming them with their dates and saying
+which way each number moved, or says why it was not judged (nothing to do, far smaller than usual, or
+a retry of earlier failures). ``--fail-on-drift`` turns a drift for the worse (or of a number with no
+better side) into exit 1 for a nightly cron line; an improvement, or a run not judged, is no drift.
+Only the newest run is judged, so a drift is said once: a quiet night after it has nothing to judge.
 """
 
 from __future__ import annotations
@@ -16,11 +18,21 @@ from typing import Any
 
 from pipeline.errors import ConfigError
 from pipeline.job.spec import JobSpec
-from pipeline.quality.drift import BASELINE_RUNS, RULE, Drift, NotJudged, judge_last
+from pipeline.quality.drift import (
+    BASELINE_RUNS,
+    RULE,
+    Drift,
+    NewestRun,
+    NotJudged,
+    ProfiledRun,
+    Verdict,
+    describe_runs,
+    judge_last,
+)
 from pipeline.reports.status import server_cache_of
 from pipeline.store.opening import open_job_output
 from pipeline.store.read_copy import ReadCopy, read_copy_of
-from pipeline.store.run_profiles import stored_runs
+from pipeline.store.run_profiles import newest_run, stored_runs
 
 DEFAULT_RUNS = 10
 # Runs read to judge the last: enough for BASELINE_RUNS earlier ones when retries are among them.
@@ -33,13 +45,28 @@ class RunsReport:
     job: str
     variant: str
     runs: tuple[Mapping[str, Any], ...]  # stored_runs' rows, oldest first
-    drift: tuple[Drift, ...]  # of the last run
+    verdict: Verdict  # of the newest run
     read_copy: ReadCopy | None = None  # a run holds the database: read from its copy
-    not_judged: NotJudged | None = None  # why the last run was not compared with the runs before it
+    profiled: int = 0  # the profiled runs read (to judge the newest: more than are shown)
+
+    @property
+    def drift(self) -> tuple[Drift, ...]:
+        return self.verdict.drift
+
+    @property
+    def not_judged(self) -> NotJudged | None:
+        """Why the newest run was not compared with the runs before it."""
+        return self.verdict.not_judged
+
+    @property
+    def fails(self) -> bool:
+        """What ``--fail-on-drift`` exits 1 on: a drift that is not an improvement."""
+        return self.verdict.fails
 
     def to_json(self) -> dict[str, Any]:
         last = self.runs[-1] if self.runs else None
         series = last.get("series") if last else None
+        verdict = self.verdict
         return {
             "job": self.job,
             "variant": self.variant,
@@ -47,6 +74,10 @@ class RunsReport:
             "rule": RULE,
             "runs": [_run_json(run) for run in self.runs],
             "drift": [entry.to_json() for entry in self.drift],
+            "fails": self.fails,
+            "judged": verdict.judged.to_json() if verdict.judged else None,
+            "baseline": [run.to_json() for run in verdict.baseline],
+            "against": describe_runs(verdict.baseline) if verdict.baseline else None,
             "not_judged": self.not_judged.to_json() if self.not_judged else None,
             "series": {"run_id": last["run_id"], "points": series} if last and series else None,
             "read_copy": self.read_copy.to_json() if self.read_copy else None,
@@ -92,24 +123,26 @@ def _field_json(data: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def runs_report(spec: JobSpec, runs: int = DEFAULT_RUNS) -> RunsReport:
-    """The last ``runs`` profiled runs of ``spec.variant`` and what drifted in the last one. Raises
-    :class:`ConfigError` when none has a profile; ``DatabaseLockedError`` while a run holds the database."""
+    """The last ``runs`` profiled runs of ``spec.variant`` and what drifted in the newest run. Raises
+    :class:`ConfigError` when the variant has no run; ``DatabaseLockedError`` while a run holds the
+    database and has written no read copy yet."""
     if runs < 1:
         raise ConfigError(f"--runs {runs}: give 1 or more")
     tables = [spec.output.runs_table, spec.output.results_table]
     connection = open_job_output(spec, tables)
     try:
-        # The last run is judged against as many earlier runs as drift uses, however many are shown.
+        # The newest run is judged against as many earlier runs as drift uses, however many are shown.
         found = stored_runs(connection, spec, max(runs, _JUDGED_RUNS))
         read_copy = read_copy_of(connection)
+        newest = newest_run(connection, spec, read_copy.run_id if read_copy else None)
     finally:
         connection.close()
-    if not found:
+    if not found and newest is None:
         raise ConfigError(
             f"{spec.database}: no run of variant {spec.variant!r} has a profile yet "
             f"(every run keeps one from this version on: `pipeline run {spec.source_file}`)"
         )
-    return judged_runs(spec.name, spec.variant, found, runs, read_copy)
+    return judged_runs(spec.name, spec.variant, found, runs, read_copy, newest)
 
 
 def judged_runs(
@@ -118,11 +151,13 @@ def judged_runs(
     found: Sequence[Mapping[str, Any]],
     shown: int,
     read_copy: ReadCopy | None = None,
+    newest: NewestRun | None = None,
 ) -> RunsReport:
     """The report of ``found`` (stored_runs' rows, oldest first): the last ``shown`` of them, and the
-    last judged against the runs before it."""
-    verdict = judge_last([(run["run_id"], run["profile"]) for run in found])
-    return RunsReport(job, variant, tuple(found[-shown:]), verdict.drift, read_copy, verdict.not_judged)
+    newest run judged against the runs before it; ``newest``: the newest run that ended, which may have
+    kept no profile (nothing to do): then there is nothing to judge."""
+    verdict = judge_last([ProfiledRun.of(run) for run in found], newest)
+    return RunsReport(job, variant, tuple(found[-shown:]), verdict, read_copy, len(found))
 
 
 def _cell(value: Any, digits: int = 2) -> str:
@@ -178,7 +213,11 @@ def _rows(report: RunsReport) -> list[tuple[str, list[Any]]]:
 
 
 def format_runs_report(report: RunsReport) -> str:
-    """The runs as columns (oldest first), each number's trend, and the drift of the last run."""
+    """The runs as columns (oldest first), each number's trend, and the drift of the newest run."""
+    if not report.runs:
+        return "\n".join(
+            [f"{report.job}, variant {report.variant}: no run with a profile yet", "", *drift_lines(report)]
+        )
     header = ["run", *(str(run["run_id"]) for run in report.runs), "trend"]
     table = [header]
     for label, values in _rows(report):
@@ -204,14 +243,31 @@ def format_runs_report(report: RunsReport) -> str:
 
 
 def drift_lines(report: RunsReport) -> list[str]:
-    last = report.runs[-1]["run_id"]
-    if len(report.runs) < 2 and not report.drift:
-        return [f"drift: run {last} is the first with a profile; nothing to compare it with yet"]
-    rule = f"({RULE})"
-    if report.not_judged is not None:
-        return [report.not_judged.describe(), rule]
-    if not report.drift:
-        return [f"no drift in run {last}: every number is within its usual run-to-run variation", rule]
-    lines = [f"drift in run {last}:"]
-    lines += [f"  {entry.describe()} (allowed ±{_cell(entry.threshold)})" for entry in report.drift]
+    """What drifted in the newest run, worse first and improvements last, each with the way it moved
+    and what was allowed; the runs it was judged against, with their dates; or why it was not judged."""
+    verdict, rule = report.verdict, f"({RULE})"
+    if verdict.not_judged is not None:
+        return [verdict.not_judged.describe(), rule]
+    if verdict.judged is None:
+        return []
+    run = describe_runs([verdict.judged])
+    if not verdict.baseline:
+        if report.profiled <= 1:
+            return [f"drift: {run} is the first with a profile; nothing to compare it with yet"]
+        return [
+            f"drift: nothing to compare {run} with: the runs before it were retries of earlier failures",
+            rule,
+        ]
+    against = describe_runs(verdict.baseline)
+    if not verdict.drift:
+        return [f"no drift in {run} against {against}: every number is within its usual variation", rule]
+    heading = f"drift in {run} against {against}:"
+    if not verdict.fails:
+        heading = f"no drift for the worse in {run} against {against}; better than usual:"
+    lines = [heading]
+    for entry in verdict.drift:
+        # A number some earlier runs lack (a field new in the schema) was judged against fewer runs.
+        fewer = set(entry.baseline) != set(verdict.baseline)
+        own = f", against {describe_runs(entry.baseline)}" if fewer else ""
+        lines.append(f"  {entry.describe(allowed=True)}{own}")
     return [*lines, rule]

@@ -32,7 +32,7 @@ from pipeline.errors import ConfigError, DatabaseError, FatalRunError
 from pipeline.extraction.context import RunContext
 from pipeline.extraction.documents import DocumentExtractor
 from pipeline.job.spec import JobSpec
-from pipeline.quality.drift import BASELINE_RUNS, Drift, find_drift
+from pipeline.quality.drift import BASELINE_RUNS, Drift, ProfiledRun, describe_runs, judge_last
 from pipeline.run.execution import RunExecution, save_snapshot
 from pipeline.run.extractors import record_extractor
 from pipeline.run.fleet import open_fleet, read_counters_at_end
@@ -296,13 +296,17 @@ class JobRun:
         except DatabaseError as error:
             log.warning("the run's profile was not kept: no drift check", error=str(error))
             return ()
-        drift = tuple(find_drift([(run["run_id"], run["profile"]) for run in runs]))
-        if drift:
-            log.warning(
-                "the run drifted: numbers moved beyond their usual run-to-run variation",
-                drift=[entry.describe() for entry in drift],
+        verdict = judge_last([ProfiledRun.of(run) for run in runs])
+        if verdict.drift:
+            said = log.warning if verdict.fails else log.info
+            said(
+                "the run drifted: numbers moved beyond their usual run-to-run variation"
+                if verdict.fails
+                else "the run improved: numbers moved for the better beyond their usual variation",
+                drift=[entry.describe() for entry in verdict.drift],
+                against=describe_runs(verdict.baseline),
             )
-        return drift
+        return verdict.drift
 
 
 @asynccontextmanager

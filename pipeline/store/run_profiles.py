@@ -16,11 +16,15 @@ from typing import Any
 import orjson
 
 from pipeline.job.spec import JobSpec
+from pipeline.quality.drift import NewestRun
 from pipeline.quality.fields import schema_fields, top_field
 from pipeline.quality.grounding import grounding_from_json
 from pipeline.quality.profile import profile_fields
 from pipeline.source.db import Database, quote
 
+#: The status of a run that had nothing to do (``pipeline.run``'s ``RunStatus.NOTHING_TO_DO``): a quiet
+#: night, kept as a row with nothing done, no profile and no series.
+NOTHING_TO_DO = "nothing_to_do"
 PROFILED_RESULTS = 50_000
 PROFILE_VERSION = 1
 _TOKENS = ("prompt", "completion", "reasoning")
@@ -187,3 +191,23 @@ def stored_runs(connection: Database, spec: JobSpec, most: int) -> list[dict[str
             }
         )
     return runs
+
+
+def newest_run(connection: Database, spec: JobSpec, running_id: int | None = None) -> NewestRun | None:
+    """The variant's newest run that ended, profiled or not (a quiet night, a run that ended before its
+    first record); ``running_id``: the run that holds the database now (a read copy's), left out. Any
+    other row still ``running`` was killed: it is ``abandoned``, as the next run marks it."""
+    row = connection.row(
+        "SELECT run_id, status, started_at, coalesce(done, 0) + coalesce(failed, 0) "
+        f"FROM {quote(spec.output.runs_table)} "
+        # A 'bench' row is a knee `pipeline bench` kept (store/opening.py's seed_knee), not a run.
+        "WHERE variant = $variant AND status <> 'bench' AND run_id <> $running "
+        "ORDER BY run_id DESC LIMIT 1",
+        {"variant": spec.variant, "running": running_id or 0},
+    )
+    if row is None:
+        return None
+    run_id, status, started, records = row
+    status = "abandoned" if status == "running" else str(status)
+    started_at = started.isoformat() if started else None
+    return NewestRun(int(run_id), status, started_at, int(records), quiet=status == NOTHING_TO_DO)

@@ -1,6 +1,6 @@
 """Drift across nightly runs, end to end: runs of new records over HTTP to the simulator (with answer
 noise, as a real server varies); then a field left empty, a server three times slower below one second,
-or a one-record retry of a failure (not judged: no alert)."""
+or a one-record retry of a failure (not judged: no alert); a server that got faster (better: no alert)."""
 
 from __future__ import annotations
 
@@ -90,7 +90,9 @@ def test_runs_with_ordinary_noise_flag_nothing_and_an_emptied_field_is_flagged_a
     assert text.returncode == 0
     lines = text.stdout.splitlines()
     assert lines[2].split()[:4] == ["run", "4", "5", "6"]
-    assert "drift in run 6:" in lines and any(line.strip().startswith("salary fill_rate") for line in lines)
+    (heading,) = [line for line in lines if line.startswith("drift in run 6 ")]
+    assert heading.endswith(" UTC):") and " against runs 1-5 (" in heading, heading
+    assert any(line.strip().startswith("salary fill_rate 1.00 -> 0.00 (down; allowed ±") for line in lines)
 
     # Night 7: the server answers in 0.7 s instead of 0.2 (issue 22: 0.30 -> 1.00 s went unseen). The run
     # names its database: the report it suggests must read the same one.
@@ -98,8 +100,9 @@ def test_runs_with_ordinary_noise_flag_nothing_and_an_emptied_field_is_flagged_a
     limit = ("--limit", str(RECORDS_PER_RUN), "--database", database)
     out = nightly(job, port, seed=7, latency=0.7, run_args=limit)
     (line,) = [line for line in out.splitlines() if line.startswith("drift:")]
-    assert "latency_p50 0.2" in line and "latency_p90" in line, line
-    assert line.endswith(f"`pipeline report {job} --database {database}`)"), line
+    assert "latency_p50 0.2" in line and "latency_p90" in line and "(worse)" in line, line
+    assert "beyond the usual run-to-run variation of runs 1-6 (" in line, line
+    assert f"report {job} --database {database}`)" in line, line
     slower = orjson.loads(run_pipeline("report", str(job), "--json").stdout)["drift"]
     assert {entry["field"] for entry in slower} == {"(run)"}
     assert {"latency_p50", "latency_p90"} <= {entry["measure"] for entry in slower}
@@ -125,3 +128,18 @@ def test_a_one_record_retry_after_ordinary_nights_is_not_judged(tmp_path: Path) 
     data = orjson.loads(run_pipeline("report", str(job), "--json").stdout)
     assert data["drift"] == [] and data["not_judged"]["reason"] == "retried"
     assert [(run["run_id"], run["retried"]) for run in data["runs"]] == [(2, 0), (3, 0), (4, 0), (5, 1)]
+
+
+def test_a_faster_server_is_reported_better_and_does_not_alert(tmp_path: Path) -> None:
+    """Issue 29: records/min up 9x was a drift that `--fail-on-drift` mailed."""
+    job, port = postings_job(tmp_path, 5 * RECORDS_PER_RUN)
+    for night in range(1, 5):
+        assert "drift:" not in nightly(job, port, seed=night, latency=0.5)
+    faster = nightly(job, port, seed=5, latency=0.05)
+    (line,) = [line for line in faster.splitlines() if line.startswith("better:")]
+    assert "latency_p50 0.5" in line and "(better)" in line and "(worse)" not in line, line
+    report = run_pipeline("report", str(job), "--fail-on-drift", "--json")
+    assert report.returncode == 0, report.stdout + report.stderr
+    data = orjson.loads(report.stdout)
+    assert data["drift"] and {entry["change"] for entry in data["drift"]} == {"better"}
+    assert data["fails"] is False and data["against"].startswith("runs 1-4 (")

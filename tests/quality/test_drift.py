@@ -1,5 +1,7 @@
 """Drift: seeded simulations of nightly runs whose truth is known; ordinary run-to-run noise flags
-nothing, an emptied field is flagged on that field alone, small runs are judged with their small n."""
+nothing, an emptied field is flagged on that field alone, small runs are judged with their small n; which
+way each number moved, the runs it was judged against, and the newest run alone judged (a quiet night
+after a drift has nothing to judge)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,16 @@ from typing import Any
 
 import pytest
 
-from pipeline.quality.drift import RUN, Drift, Verdict, find_drift, judge, judge_last, measures, share
+from pipeline.quality.drift import (
+    Drift,
+    NewestRun,
+    ProfiledRun,
+    RunDate,
+    describe_runs,
+    find_drift,
+    judge_last,
+)
+from pipeline.quality.drift_numbers import RUN, Change, measures
 from pipeline.quality.profile import profile_fields
 from tests.support.quality_schemas import posting_fields
 
@@ -41,8 +52,13 @@ def nightly(rng: random.Random, records: int, *, salary: float = 0.6, senior: fl
     }
 
 
-def runs(profiles: list[dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:
-    return list(enumerate(profiles, start=1))
+def night(run_id: int) -> str:
+    """When run ``run_id`` started: one a night from 2026-11-01, 02:00 UTC."""
+    return f"2026-11-{run_id:02d}T02:00:00.123456"
+
+
+def runs(profiles: list[dict[str, Any]]) -> list[ProfiledRun]:
+    return [ProfiledRun(run_id, profile, night(run_id)) for run_id, profile in enumerate(profiles, start=1)]
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -110,6 +126,8 @@ def test_a_one_record_retry_after_normal_runs_is_not_judged() -> None:
         "records": 1,
         "usual": 120.0,
         "retried": 1,
+        "started_at": night(6),
+        "status": None,
         "message": verdict.not_judged.describe(),
     }
     assert verdict.not_judged.describe() == (
@@ -126,7 +144,9 @@ def test_a_retry_run_of_the_usual_size_is_not_judged_and_not_a_baseline() -> Non
     assert verdict.drift == () and verdict.not_judged is not None
     assert verdict.not_judged.reason == "retried"
     # The night after is judged against the ordinary runs only: its pay is as usual, no drift.
-    assert judge_last(runs([*history, retry, nightly(rng, 500)])) == Verdict()
+    after = judge_last(runs([*history, retry, nightly(rng, 500)]))
+    assert (after.drift, after.not_judged) == ((), None)
+    assert [run.run_id for run in after.baseline] == [1, 2, 3, 4]
 
 
 def test_a_run_of_one_record_has_no_spread_to_judge_a_mean_by() -> None:
@@ -150,22 +170,8 @@ def test_one_run_or_none_before_it_is_no_drift() -> None:
     assert find_drift([]) == []
 
 
-def test_the_threshold_has_a_floor_and_grows_with_the_spread() -> None:
-    big = share(6000, 10000)
-    assert big is not None
-    before, threshold, drifted = judge(big, [share(6000, 10000)] * 4)  # type: ignore[list-item]
-    assert (before, threshold, drifted) == (0.6, 0.05, False)  # 4 sampling errors (0.028) < the floor
-    small = share(60, 100)
-    assert small is not None
-    _, allowed, _ = judge(small, [share(600, 1000)] * 4)  # type: ignore[list-item]
-    assert allowed > 0.2  # 100 records say less than 10,000
-    spread = [share(k, 10000) for k in (5000, 6000, 7000, 6500)]
-    _, wider, _ = judge(big, spread)  # type: ignore[arg-type]
-    assert wider > 0.25  # 4 x 1.4826 x their median absolute deviation (0.05)
-
-
 def test_drift_entries_are_json() -> None:
-    entry = Drift(6, "pay", "fill_rate", 0.6, 0.0, 0.08)
+    entry = Drift(6, "pay", "fill_rate", 0.6, 0.0, 0.08, (RunDate(4, night(4)), RunDate(5, None)))
     assert entry.to_json() == {
         "run_id": 6,
         "field": "pay",
@@ -173,6 +179,9 @@ def test_drift_entries_are_json() -> None:
         "before": 0.6,
         "now": 0.0,
         "threshold": 0.08,
+        "change": "either",
+        "fails": True,
+        "baseline": [{"run_id": 4, "started_at": night(4)}, {"run_id": 5, "started_at": None}],
     }
 
 
@@ -237,3 +246,145 @@ def test_times_and_rates_need_three_earlier_runs() -> None:
     history = [speed(120, *night) for night in ORDINARY[:2]]
     assert find_drift(runs([*history, speed(120, 1166.0, 1.03, 1.44)])) == []
     assert find_drift(runs([*history, speed(120, 3100.0, 0.32, 0.44), speed(120, 1166.0, 1.03, 1.44)]))
+
+
+def test_an_improvement_is_reported_and_fails_nothing() -> None:
+    """Issue 29: `failure_rate 0.11 -> 0.00` and records/min up 9x were flagged as drift, and the cron
+    line mailed them."""
+    rng = random.Random(11)
+    history = []
+    for _ in range(5):
+        profile = nightly(rng, 500)
+        profile["failures"], profile["failed"] = {"truncated": 55}, 55
+        profile["attempted"] = 555
+        profile["records_per_min"] = rng.uniform(380, 420)
+        history.append(profile)
+    fixed = nightly(rng, 500)
+    fixed["failures"], fixed["failed"], fixed["attempted"] = {}, 0, 500
+    fixed["records_per_min"] = 3600.0
+    verdict = judge_last(runs([*history, fixed]))
+    assert {entry.measure: entry.change for entry in verdict.drift} == {
+        "failure_rate": Change.BETTER,
+        "records_per_min": Change.BETTER,
+    }
+    assert not verdict.fails
+    assert "failure_rate 0.10 -> 0.00 (better)" in [entry.describe() for entry in verdict.drift]
+
+
+def test_a_degradation_fails_and_is_listed_before_an_improvement() -> None:
+    history = [speed(3000, 1000.0, 0.5, 0.8) for _ in range(5)]
+    last = speed(3000, 400.0, 0.5, 0.8)  # 2.5x slower, and its completion tokens halved
+    last["tokens"]["completion"]["mean"] = 300.0
+    verdict = judge_last(runs([*history, last]))
+    assert verdict.fails
+    assert [(entry.measure, entry.change) for entry in verdict.drift] == [
+        ("records_per_min", Change.WORSE),
+        ("tokens_completion", Change.BETTER),
+    ]
+
+
+def test_a_field_filled_far_more_often_than_usual_is_a_drift_too() -> None:
+    rng = random.Random(13)
+    history = [nightly(rng, 500, salary=0.3) for _ in range(5)]
+    verdict = judge_last(runs([*history, nightly(rng, 500, salary=0.9)]))
+    (entry,) = verdict.drift
+    assert (entry.field, entry.measure, entry.change, entry.way) == ("pay", "fill_rate", Change.EITHER, "up")
+    assert verdict.fails
+
+
+# ---- the baseline: named with its dates; the first run, one earlier run, several
+
+
+def test_each_drift_names_the_runs_it_was_judged_against_with_their_dates() -> None:
+    rng = random.Random(14)
+    history = [nightly(rng, 500) for _ in range(5)]
+    verdict = judge_last(runs([*history, nightly(rng, 500, salary=0.0)]))
+    (entry,) = verdict.drift
+    assert entry.baseline == tuple(RunDate(run_id, night(run_id)) for run_id in range(1, 6))
+    assert verdict.baseline == entry.baseline and verdict.judged == RunDate(6, night(6))
+    assert describe_runs(verdict.baseline) == "runs 1-5 (2026-11-01 02:00 to 2026-11-05 02:00 UTC)"
+
+
+def test_the_first_run_has_no_baseline_and_no_drift() -> None:
+    verdict = judge_last(runs([nightly(random.Random(15), 500, salary=0.0)]))
+    assert (verdict.drift, verdict.not_judged, verdict.baseline) == ((), None, ())
+    assert verdict.judged == RunDate(1, night(1)) and not verdict.fails
+
+
+def test_one_earlier_run_judges_shares_and_amounts_but_not_speed() -> None:
+    rng = random.Random(16)
+    first, second = nightly(rng, 500), nightly(rng, 500, salary=0.0)
+    second["records_per_min"] = first["records_per_min"] / 9  # speed needs three earlier runs
+    verdict = judge_last(runs([first, second]))
+    assert [(entry.field, entry.measure) for entry in verdict.drift] == [("pay", "fill_rate")]
+    assert describe_runs(verdict.baseline) == "run 1 (2026-11-01 02:00 UTC)"
+
+
+def test_a_number_earlier_runs_lack_is_judged_against_those_that_have_it() -> None:
+    rng = random.Random(17)
+    history = [nightly(rng, 500) for _ in range(5)]
+    for profile in history[:3]:  # a field added to the schema before run 4
+        del profile["fields"]["pay"]
+    verdict = judge_last(runs([*history, nightly(rng, 500, salary=0.0)]))
+    (entry,) = verdict.drift
+    assert [run.run_id for run in entry.baseline] == [4, 5]
+    assert [run.run_id for run in verdict.baseline] == [1, 2, 3, 4, 5]
+
+
+def test_describe_runs_names_ranges_and_the_first_and_last_dates() -> None:
+    dates = [RunDate(run_id, night(run_id)) for run_id in (1, 2, 3, 5, 7, 8)]
+    assert describe_runs(dates) == "runs 1-3, 5, 7-8 (2026-11-01 02:00 to 2026-11-08 02:00 UTC)"
+    assert describe_runs([RunDate(4, None)]) == "run 4"
+    assert describe_runs([]) == "no earlier run"
+
+
+# ---- only the newest run is judged: a quiet night after a drift says nothing again
+
+
+def quiet(run_id: int, *, status: str = "nothing_to_do", records: int = 0) -> NewestRun:
+    return NewestRun(run_id, status, night(run_id), records, quiet=status == "nothing_to_do")
+
+
+def test_a_quiet_night_after_a_drift_has_nothing_to_judge() -> None:
+    rng = random.Random(18)
+    profiled = runs([*(nightly(rng, 500) for _ in range(5)), nightly(rng, 500, salary=0.0)])
+    assert judge_last(profiled, quiet(6, status="completed", records=500)).fails  # the drift, said once
+    verdict = judge_last(profiled, quiet(7))
+    assert (verdict.drift, verdict.judged, verdict.fails) == ((), None, False)
+    assert verdict.not_judged is not None and verdict.not_judged.reason == "nothing_to_do"
+    assert verdict.not_judged.describe() == (
+        "not judged: run 7 (2026-11-07 02:00 UTC) had nothing to do; only the newest run is judged, so "
+        "what the runs before it drifted is not said again"
+    )
+    # The night after, with records again, is judged against the ordinary runs and the drifted one.
+    eighth = ProfiledRun(8, nightly(rng, 500), night(8))
+    again = judge_last([*profiled, eighth], quiet(8, status="completed", records=500))
+    assert again.not_judged is None and [run.run_id for run in again.baseline] == [1, 2, 3, 4, 5, 6]
+    assert judge_last([*profiled, eighth]).baseline == again.baseline  # no newest given: the same
+
+
+def test_a_newest_run_that_kept_no_profile_says_why() -> None:
+    profiled = runs([nightly(random.Random(19), 500) for _ in range(3)])
+    aborted = judge_last(profiled, quiet(4, status="aborted"))
+    assert aborted.not_judged is not None and aborted.not_judged.describe() == (
+        "not judged: run 4 (aborted, 2026-11-04 02:00 UTC) kept no profile: it finished no record"
+    )
+    killed = judge_last(profiled, quiet(5, status="abandoned", records=40))
+    assert killed.not_judged is not None and killed.not_judged.to_json()["message"] == (
+        "not judged: run 5 (abandoned, 2026-11-05 02:00 UTC) kept no profile: it ended before keeping one "
+        "(40 records done or failed)"
+    )
+    assert killed.not_judged.to_json()["status"] == "abandoned" and not killed.fails
+
+
+def test_only_quiet_nights_have_nothing_to_judge_and_no_error() -> None:
+    verdict = judge_last([], quiet(1))
+    assert verdict.not_judged is not None and verdict.not_judged.usual == 0.0
+
+
+def test_a_run_that_took_no_record_is_no_baseline_and_no_usual_size() -> None:
+    rng = random.Random(20)
+    empty = {"records": 0, "failed": 0, "attempted": 0, "failures": {}, "fields": {}}
+    history = [nightly(rng, 500), empty, empty, empty, nightly(rng, 500)]
+    verdict = judge_last(runs([*history, nightly(rng, 200)]))  # 200 of the usual 500: judged
+    assert verdict.not_judged is None and [run.run_id for run in verdict.baseline] == [1, 5]

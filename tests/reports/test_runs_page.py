@@ -116,6 +116,7 @@ def test_embedding_keeps_report_text_from_ending_the_script_element() -> None:
         ({"drift": [{"run_id": 8, "field": "salary"}]}, r"every drift entry needs a 'field' and a 'measure'"),
         ({"runs": [{"started_at": "x"}]}, r"every run needs a 'run_id'"),
         ({"not_judged": {"reason": "retried"}}, r"'not_judged' must be null or an object with a 'message'"),
+        ({"against": ["runs 3-7"]}, r"'against' must be null or a str"),
     ],
 )
 def test_malformed_report_data_is_refused_naming_the_key(change: dict[str, Any], message: str) -> None:
@@ -181,9 +182,13 @@ def test_the_drift_list_names_the_drifted_field_and_measure(sample_dom: Element)
         "fill_rate",
         LAST_RUN,
     )
-    assert item.text == "salary fill_rate 0.60 → 0.00 (threshold ±0.08)"
+    assert item.text == "salary fill_rate 0.60 → 0.00 (down; threshold ±0.08)"  # no better side: its way
     assert (
         "hidden" not in sample_dom.find(id="drift").attrs and "hidden" in sample_dom.find(id="no-drift").attrs
+    )
+    assert "has-drift" in sample_dom.find(id="drift-section").attrs["class"]
+    assert sample_dom.find(id="against").text == (
+        "Judged against runs 3-7 (2026-11-20 02:00 to 2026-11-24 02:00 UTC)."
     )
 
 
@@ -250,7 +255,7 @@ def test_the_table_puts_runs_side_by_side_and_marks_the_drifted_cell(sample_dom:
     )
     assert drifted.text == "0.00"
     assert drifted.attrs["title"].startswith(
-        f"drift in fill_rate: 0.60 → 0.00 (threshold ±0.08)\nsalary in run {LAST_RUN}\nfill rate 0.00\n"
+        f"drift in fill_rate: 0.60 → 0.00 (down; threshold ±0.08)\nsalary in run {LAST_RUN}\nfill rate 0.00\n"
     )
     records = table.find("tr", data_measure="records")
     assert [cell.text for cell in records.find_all("td")] == [
@@ -299,10 +304,12 @@ def test_a_slower_server_is_marked_on_the_latency_plot(browser: str, tmp_path: P
             "before": 0.3,
             "now": 1.03,
             "threshold": 0.15,
+            "change": "worse",
+            "fails": True,
         }
     ]
     dom = open_page(tmp_path, data)
-    assert dom.find(id="drift").find("li").text == "run latency_p50 0.30 → 1.03 (threshold ±0.15)"
+    assert dom.find(id="drift").find("li").text == "run latency_p50 0.30 → 1.03 (worse; threshold ±0.15)"
     chart = dom.find("svg", data_plot="latency")
     assert [group.attrs["data-series"] for group in chart.find_all("g", cls="drifted")] == ["p50"]
     (marked,) = chart.find_all("circle", cls="drift-point")
@@ -325,6 +332,38 @@ def test_a_run_not_judged_says_why_and_is_no_drift(browser: str, tmp_path: Path)
     assert dom.find(id="not-judged").text == message
     assert "hidden" in dom.find(id="no-drift").attrs and "hidden" in dom.find(id="drift").attrs
     assert [cell.text for cell in dom.find("tr", data_measure="retried").find_all("td")][-2:] == ["0", "1"]
+
+
+def test_an_improvement_is_listed_as_better_and_marks_nothing(browser: str, tmp_path: Path) -> None:
+    """Issue 29: records/min up 9x was shown, and mailed, as a drift."""
+    data = sample_report(drift=False)
+    faster = {"run_id": 8, "field": "(run)", "measure": "records_per_min", "before": 64.2, "now": 580.0}
+    data["drift"] = [{**faster, "threshold": 21.4, "change": "better", "fails": False, "baseline": []}]
+    data["fails"] = False
+    dom = open_page(tmp_path, data)
+    (item,) = dom.find(id="drift").find_all("li")
+    assert (item.attrs.get("class"), item.attrs["data-change"]) == ("better", "better")
+    assert item.text == "run records_per_min 64.2 → 580 (better; threshold ±21.4)"
+    assert dom.find(id="drift-title").text == "Run 8, the latest: better than usual"
+    assert "has-drift" not in (dom.find(id="drift-section").attrs.get("class") or "")
+    assert dom.find("table", id="runs").find_all("td", cls="drifted") == []  # nothing to act on is marked
+
+
+def test_a_quiet_night_is_the_latest_run_not_judged(browser: str, tmp_path: Path) -> None:
+    data = sample_report(drift=False)
+    message = (
+        "not judged: run 9 (2026-11-26 02:00 UTC) had nothing to do; only the newest run is judged, so what "
+        "the runs before it drifted is not said again"
+    )
+    data["not_judged"] = {"run_id": 9, "reason": "nothing_to_do", "records": 0, "usual": 1225.0, "retried": 0}
+    data["not_judged"]["message"] = message
+    data.update(judged=None, baseline=[], against=None)
+    dom = open_page(tmp_path, data)
+    assert dom.find(id="drift-title").text == "Run 9, the latest: not judged"
+    assert dom.find(id="not-judged").text == message
+    assert all("hidden" in dom.find(id=name).attrs for name in ("drift", "no-drift", "against"))
+    head = dom.find("table", id="runs").find("thead").text
+    assert "run 8" in head and "run 9" not in head  # it has no column of its own
 
 
 def test_many_runs_scroll_sideways_with_the_latest_in_view(browser: str, tmp_path: Path) -> None:
@@ -351,7 +390,8 @@ def test_run_level_drift_marks_its_table_cell_and_its_plot_line(browser: str, tm
         }
     ]
     dom = open_page(tmp_path, data)
-    assert dom.find(id="drift").find("li").text == "run tokens_prompt 1,510 → 2,400 (threshold ±40.0)"
+    # Without a "change" (data of an earlier version), the way is up or down.
+    assert dom.find(id="drift").find("li").text == "run tokens_prompt 1,510 → 2,400 (up; threshold ±40.0)"
     (drifted,) = dom.find("table", id="runs").find_all("td", cls="drifted")
     assert (drifted.attrs["data-run"], drifted.attrs["data-measure"]) == (LAST_RUN, "tokens_prompt")
     tokens = dom.find("svg", data_plot="tokens")
@@ -369,6 +409,8 @@ def test_drift_of_a_measure_without_a_row_marks_the_nearest_cell(browser: str, t
             "before": 0.002,
             "now": 0.03,
             "threshold": 0.004,
+            "change": "worse",
+            "fails": True,
         },
         {
             "run_id": 8,
@@ -381,14 +423,16 @@ def test_drift_of_a_measure_without_a_row_marks_the_nearest_cell(browser: str, t
     ]
     dom = open_page(tmp_path, data)
     assert [item.text for item in dom.find(id="drift").find_all("li")] == [
-        "run failure_rate[truncated] 0.20% → 3.00% (threshold ±0.40%)",
-        "seniority share[senior] 0.40 → 0.10 (threshold ±0.05)",
+        "run failure_rate[truncated] 0.20% → 3.00% (worse; threshold ±0.40%)",
+        "seniority share[senior] 0.40 → 0.10 (down; threshold ±0.05)",
     ]
     table = dom.find("table", id="runs")
     assert table.find_all("td", cls="drifted") == []
     failures, seniority = table.find_all("td", cls="drifted-other")
     assert (failures.attrs["data-run"], failures.attrs["data-measure"]) == (LAST_RUN, "failures")
-    assert failures.attrs["title"] == "drift in failure_rate[truncated]: 0.20% → 3.00% (threshold ±0.40%)"
+    assert (
+        failures.attrs["title"] == "drift in failure_rate[truncated]: 0.20% → 3.00% (worse; threshold ±0.40%)"
+    )
     assert (seniority.attrs["data-field"], seniority.attrs["data-measure"]) == ("seniority", "fill_rate")
     assert "drifted" in table.find("tr", data_field="seniority", data_measure="fill_rate").find("th").classes
 

@@ -1,7 +1,12 @@
+"""``pipeline report``'s text and JSON from stored runs: the trends, what drifted in the newest run
+and which way, the runs it was judged against, and the runs not judged (a quiet night after a drift
+among them); and, in the CLI, ``--fail-on-drift`` failing on a drift for the worse only."""
+
 from __future__ import annotations
 
 from typing import Any
 
+from pipeline.quality.drift import NewestRun
 from pipeline.reports.runs_report import format_runs_report, judged_runs, sparkline
 
 
@@ -25,8 +30,8 @@ def stored_run(run_id: int, records: int, *, retried: int = 0, skills: float = 2
     """A row of stored_runs: a run of ``records`` ads, ``retried`` of them retries of earlier failures."""
     return {
         "run_id": run_id,
-        "started_at": "2026-11-20T02:00:00",
-        "ended_at": "2026-11-20T02:01:00",
+        "started_at": f"2026-11-{run_id:02d}T02:00:00",
+        "ended_at": f"2026-11-{run_id:02d}T02:01:00",
         "status": "completed",
         "model": "test-model",
         "concurrency": 24,
@@ -87,4 +92,103 @@ def test_a_run_of_the_usual_size_is_judged_and_only_the_last_runs_are_shown() ->
     assert [run["run_id"] for run in report.runs] == [10, 11, 12]
     assert [(entry.field, entry.measure) for entry in report.drift] == [("skills", "mean_length")]
     assert report.not_judged is None and report.to_json()["not_judged"] is None
-    assert "  skills mean_length 2.40 -> 9.00 (allowed ±1.00)" in format_runs_report(report).splitlines()
+    lines = format_runs_report(report).splitlines()
+    heading = (
+        "drift in run 12 (2026-11-12 02:00 UTC) against runs 2-11 (2026-11-02 02:00 to 2026-11-11 02:00 UTC):"
+    )
+    assert lines[lines.index(heading) + 1] == "  skills mean_length 2.40 -> 9.00 (up; allowed ±1.00)"
+    data = report.to_json()
+    assert data["fails"] is True and data["judged"] == {"run_id": 12, "started_at": "2026-11-12T02:00:00"}
+    assert [run["run_id"] for run in data["baseline"]] == list(range(2, 12))
+    assert data["against"] == "runs 2-11 (2026-11-02 02:00 to 2026-11-11 02:00 UTC)"
+
+
+def test_the_first_run_has_nothing_to_compare_with() -> None:
+    report = judged_runs("linkedin", "main", [stored_run(1, 400, skills=9.0)], 10)
+    assert report.drift == () and not report.fails
+    assert format_runs_report(report).splitlines()[-1] == (
+        "drift: run 1 (2026-11-01 02:00 UTC) is the first with a profile; nothing to compare it with yet"
+    )
+
+
+def test_one_earlier_run_is_named_as_the_baseline() -> None:
+    report = judged_runs("linkedin", "main", [stored_run(1, 400), stored_run(2, 400, skills=9.0)], 10)
+    assert "drift in run 2 (2026-11-02 02:00 UTC) against run 1 (2026-11-01 02:00 UTC):" in (
+        format_runs_report(report).splitlines()
+    )
+
+
+def faster(run_id: int) -> dict[str, Any]:
+    """A run of the usual 400 records at 9 times the usual records/min, with no failure."""
+    run = stored_run(run_id, 400)
+    run["profile"]["records_per_min"] = 9 * 3500.0
+    return run
+
+
+def failing(run_id: int) -> dict[str, Any]:
+    """A run of 400 records of which 44 failed (truncated): a failure rate of 0.11."""
+    run = stored_run(run_id, 400)
+    run["profile"].update(failed=44, attempted=444, failures={"truncated": 44})
+    return run
+
+
+def test_an_improvement_is_reported_as_one_and_fails_nothing() -> None:
+    """Issue 29: `failure_rate 0.11 -> 0.00` and records/min up 9x were mailed as drift."""
+    report = judged_runs("linkedin", "main", [*(failing(run_id) for run_id in range(1, 6)), faster(6)], 10)
+    assert {entry.measure: entry.way for entry in report.drift} == {
+        "failure_rate": "better",
+        "records_per_min": "better",
+    }
+    assert not report.fails and report.to_json()["fails"] is False
+    lines = format_runs_report(report).splitlines()
+    heading = (
+        "no drift for the worse in run 6 (2026-11-06 02:00 UTC) against runs 1-5 "
+        "(2026-11-01 02:00 to 2026-11-05 02:00 UTC); better than usual:"
+    )
+    following = lines[lines.index(heading) + 1 : lines.index(heading) + 3]
+    assert following[0] == "  failure_rate 0.10 -> 0.00 (better; allowed ±0.06)"  # 4 standard errors
+    assert following[1].startswith("  records_per_min 3,503 -> 31,500 (better; allowed ±")
+
+
+def test_a_degradation_beside_an_improvement_fails_and_comes_first() -> None:
+    quicker_but_failing = failing(6)
+    quicker_but_failing["profile"]["records_per_min"] = 9 * 3500.0
+    runs = [*(stored_run(run_id, 400) for run_id in range(1, 6)), quicker_but_failing]
+    report = judged_runs("linkedin", "main", runs, 10)
+    assert [(entry.measure, entry.way) for entry in report.drift] == [
+        ("failure_rate", "worse"),
+        ("records_per_min", "better"),
+    ]
+    assert report.fails and report.to_json()["drift"][0]["fails"] is True
+    assert any(line.startswith("drift in run 6 ") for line in format_runs_report(report).splitlines())
+
+
+def test_a_quiet_night_after_a_drift_is_not_judged_and_fails_nothing() -> None:
+    """Issue 29: after a drift, every quiet night's `report --fail-on-drift` mailed the same drift again."""
+    runs = [*(stored_run(run_id, 400) for run_id in range(1, 6)), stored_run(6, 400, skills=9.0)]
+    assert judged_runs("linkedin", "main", runs, 10).fails  # the night of the drift: said once
+    newest = NewestRun(7, "nothing_to_do", "2026-11-07T02:00:00", 0, quiet=True)
+    report = judged_runs("linkedin", "main", runs, 10, newest=newest)
+    assert report.drift == () and not report.fails
+    message = (
+        "not judged: run 7 (2026-11-07 02:00 UTC) had nothing to do; only the newest run is judged, so what "
+        "the runs before it drifted is not said again"
+    )
+    lines = format_runs_report(report).splitlines()
+    assert message in lines and not any(line.startswith("drift in") for line in lines)
+    assert lines[2].split() == ["run", "1", "2", "3", "4", "5", "6", "trend"]  # a quiet night has no column
+    data = report.to_json()
+    assert data["not_judged"]["reason"] == "nothing_to_do" and data["not_judged"]["message"] == message
+    assert (data["drift"], data["fails"], data["judged"]) == ([], False, None)
+
+
+def test_only_quiet_nights_make_a_report_with_no_column() -> None:
+    newest = NewestRun(1, "nothing_to_do", "2026-11-01T02:00:00", 0, quiet=True)
+    report = judged_runs("linkedin", "main", [], 10, newest=newest)
+    assert format_runs_report(report).splitlines()[:3] == [
+        "linkedin, variant main: no run with a profile yet",
+        "",
+        "not judged: run 1 (2026-11-01 02:00 UTC) had nothing to do; only the newest run is judged, so what "
+        "the runs before it drifted is not said again",
+    ]
+    assert report.to_json()["runs"] == [] and report.to_json()["series"] is None

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from pipeline.quality.drift import RunDate, describe_runs
+
 JOB = "linkedin"
 VARIANT = "main"
 GENERATED_AT = "2026-11-25T05:00:00+00:00"
@@ -28,7 +30,15 @@ FIELDS: dict[str, tuple[str, float, float | None]] = {
 GROUNDED_FIELDS = [name for name, (_, _, grounded) in FIELDS.items() if grounded is not None]
 ENDPOINTS = ("127.0.0.1:8000", "gpu-b:8000")
 FIRST_RUN_ID = 3
-SALARY_DRIFT = {"field": "salary", "measure": "fill_rate", "before": 0.6, "now": 0.0, "threshold": 0.08}
+SALARY_DRIFT = {
+    "field": "salary",
+    "measure": "fill_rate",
+    "before": 0.6,
+    "now": 0.0,
+    "threshold": 0.08,
+    "change": "either",  # a fill rate has no better side: a move either way is a drift
+    "fails": True,
+}
 _WOBBLE = (0.0, 0.01, -0.01, 0.02, -0.02, 0.005)  # the usual run-to-run variation, repeated
 
 
@@ -43,6 +53,8 @@ def sample_report(
     run with ``series_points`` points (None: no series) and a limit per endpoint (none: ``limits`` {})."""
     run_ids = list(range(FIRST_RUN_ID, FIRST_RUN_ID + runs))
     last = run_ids[-1]
+    earlier = [RunDate(run_id, _started(index)) for index, run_id in enumerate(run_ids[:-1])]
+    baseline = [run.to_json() for run in earlier]
     return {
         "job": JOB,
         "variant": VARIANT,
@@ -52,7 +64,11 @@ def sample_report(
             sample_run(run_id, index, drifted=drift and run_id == last)
             for index, run_id in enumerate(run_ids)
         ],
-        "drift": [{"run_id": last, **SALARY_DRIFT}] if drift else [],
+        "drift": [{"run_id": last, **SALARY_DRIFT, "baseline": baseline}] if drift else [],
+        "fails": drift,
+        "judged": {"run_id": last, "started_at": _started(len(run_ids) - 1)},
+        "baseline": baseline,
+        "against": describe_runs(earlier) if earlier else None,
         "not_judged": None,
         "series": None if series_points is None else sample_series(last, series_points, endpoints),
     }
@@ -64,7 +80,7 @@ def sample_run(run_id: int, index: int, *, drifted: bool = False) -> dict[str, A
     records, failed = 1200 + 10 * index, 3 + index % 2
     return {
         "run_id": run_id,
-        "started_at": f"2026-11-{20 + index % 9:02d}T02:00:00",
+        "started_at": _started(index),
         "ended_at": f"2026-11-{20 + index % 9:02d}T02:{18 + index % 3:02d}:30",
         "status": "completed",
         "model": MODEL,
@@ -85,6 +101,10 @@ def sample_run(run_id: int, index: int, *, drifted: bool = False) -> dict[str, A
             for name, (kind, fill, grounded) in FIELDS.items()
         },
     }
+
+
+def _started(index: int) -> str:
+    return f"2026-11-{20 + index % 9:02d}T02:00:00"
 
 
 def sample_field(kind: str, fill_rate: float, grounded: float | None, wobble: float) -> dict[str, Any]:

@@ -1,0 +1,56 @@
+"""The numbers drift judges: the threshold's floor and how it grows with the spread of earlier runs,
+and which side of each number is the worse one (the run's costs have one, the output's profile none)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.quality.drift import Drift
+from pipeline.quality.drift_numbers import RUN, Change, change_of, judge, share
+
+
+def test_the_threshold_has_a_floor_and_grows_with_the_spread() -> None:
+    big = share(6000, 10000)
+    assert big is not None
+    before, threshold, drifted = judge(big, [share(6000, 10000)] * 4)  # type: ignore[list-item]
+    assert (before, threshold, drifted) == (0.6, 0.05, False)  # 4 sampling errors (0.028) < the floor
+    small = share(60, 100)
+    assert small is not None
+    _, allowed, _ = judge(small, [share(600, 1000)] * 4)  # type: ignore[list-item]
+    assert allowed > 0.2  # 100 records say less than 10,000
+    spread = [share(k, 10000) for k in (5000, 6000, 7000, 6500)]
+    _, wider, _ = judge(big, spread)  # type: ignore[arg-type]
+    assert wider > 0.25  # 4 x 1.4826 x their median absolute deviation (0.05)
+
+
+# ---- which way: the run's costs have a better side, the output's profile has none
+
+
+@pytest.mark.parametrize(
+    ("field", "measure", "before", "now", "change"),
+    [
+        (RUN, "failure_rate", 0.01, 0.11, Change.WORSE),
+        (RUN, "failure_rate", 0.11, 0.0, Change.BETTER),
+        (RUN, "failure_rate[truncated]", 0.0, 0.2, Change.WORSE),
+        (RUN, "tokens_completion", 600.0, 1400.0, Change.WORSE),
+        (RUN, "tokens_reasoning", 800.0, 100.0, Change.BETTER),
+        (RUN, "latency_p90", 0.4, 1.4, Change.WORSE),
+        (RUN, "latency_p50", 1.0, 0.3, Change.BETTER),
+        (RUN, "records_per_min", 3900.0, 1200.0, Change.WORSE),
+        (RUN, "records_per_min", 400.0, 3600.0, Change.BETTER),
+        (RUN, "tokens_prompt", 1500.0, 300.0, Change.EITHER),  # the input's length: a site change
+        ("pay", "fill_rate", 0.6, 0.0, Change.EITHER),
+        ("pay", "fill_rate", 0.6, 1.0, Change.EITHER),  # filled more often: invented values?
+        ("skills", "grounded_share", 0.8, 0.5, Change.EITHER),
+        ("skills", "mean_length", 2.4, 9.0, Change.EITHER),
+        ("level", "share[senior]", 0.4, 0.0, Change.EITHER),
+    ],
+)
+def test_each_number_has_a_worse_side_or_none(
+    field: str, measure: str, before: float, now: float, change: Change
+) -> None:
+    assert change_of(field, measure, before, now) is change
+    entry = Drift(6, field, measure, before, now, 0.05)
+    assert entry.change is change and entry.fails is (change is not Change.BETTER)
+    way = str(change) if change is not Change.EITHER else ("up" if now > before else "down")
+    assert entry.describe().endswith(f"({way})")
