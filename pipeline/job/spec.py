@@ -179,6 +179,8 @@ class JobSpec(_Strict):
     source_file: Path = Field(default=Path("<memory>"), exclude=True)
     # Which variant's results this spec reads and writes (``main``: the job as written).
     variant: str = Field(default=MAIN_VARIANT, exclude=True)
+    # The keys command-line options set (with_overrides): an error about one names the option typed.
+    overridden: frozenset[str] = Field(default=frozenset(), exclude=True)
 
     @field_validator("duckdb_memory_limit", mode="before")
     @classmethod
@@ -272,7 +274,18 @@ class JobSpec(_Strict):
                 data = merge_changes(data, {"prompt": value})
             else:
                 data[key] = value
-        return self._rebuilt(data, f"{self.source_file} with the command-line options")
+        spec = self._rebuilt(data, f"{self.source_file} with the command-line options")
+        return spec.model_copy(update={"overridden": self.overridden | updates.keys()})
+
+    def said_of(self, key: str) -> str:
+        """Where the value of top-level ``key`` was given, as an error about it says first: the option
+        typed (``--model x``), else the key of the variant that sets it, else the job file's key."""
+        if key in self.overridden and key in _OPTIONS:
+            return f"{_OPTIONS[key]} {getattr(self, key)}"
+        declared = self.variants.get(rerun_of(self.variant) or self.variant)
+        if declared is not None and key in variant_changes(declared):
+            return f"{self.source_file}: key 'variants.{rerun_of(self.variant) or self.variant}.{key}'"
+        return f"{self.source_file}: key '{key}'"
 
     @property
     def runs_locally(self) -> bool:
@@ -286,7 +299,8 @@ class JobSpec(_Strict):
         the bundled vLLM server with the model that serves, whatever model the job names."""
         if not (local or self.runs_locally):
             return self
-        return self.with_overrides(base_url=LOCAL_ENDPOINT, model=LOCAL_MODEL)
+        local = self.with_overrides(base_url=LOCAL_ENDPOINT, model=LOCAL_MODEL)
+        return local.model_copy(update={"overridden": self.overridden})  # --local's model, not --model's
 
     def for_variant(self, name: str) -> JobSpec:
         """The job as variant ``name`` makes it: a declared variant's changes applied, or (for a name
@@ -314,13 +328,18 @@ class JobSpec(_Strict):
             spec = JobSpec.model_validate(data)
         except ValidationError as exc:
             raise ConfigError(f"{where}: {describe_validation_error(exc, JobSpec)}") from exc
-        spec = spec.model_copy(update={"source_file": self.source_file, "variant": self.variant})
+        kept = {"source_file": self.source_file, "variant": self.variant, "overridden": self.overridden}
+        spec = spec.model_copy(update=kept)
         return checked_examples(_resolve_paths(spec, self.source_file.resolve().parent), key_prefix)
 
     # Not cached: model_copy() would carry a cached value over to a copy with other settings.
     def content_fields(self) -> tuple[str, ...]:
         """The source fields the user template reads, in order, each once: the record's content."""
         return tuple(dict.fromkeys(template_fields(self.prompt.user)))
+
+
+# The command-line option that sets a top-level key, for JobSpec.said_of.
+_OPTIONS = {"model": "--model"}
 
 
 def template_fields(template: str) -> list[str]:

@@ -63,7 +63,7 @@ async def open_fleet(
         try:
             await router.check_servers()
         except ModelNotServedError as error:
-            raise ModelNotServedError(f"{spec.source_file}: key 'model': {error}") from error
+            raise ModelNotServedError(f"{spec.said_of('model')}: {error}") from error
         await _start_at_fit(context, endpoints)
         yield context, router
 

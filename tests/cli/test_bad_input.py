@@ -520,15 +520,29 @@ def test_a_null_field_renders_as_an_empty_string(tmp_path: Path) -> None:
     assert control == f"Title: {CONTROL}\n\n"
 
 
-def test_a_model_the_server_does_not_serve_exits_2_naming_both(previous: Path, sim_url: str) -> None:
-    job = rewrite_job(previous, endpoint={"base_url": sim_url}, model="gpt-oss-120b")
+@pytest.mark.parametrize("where", ["job", "option", "variant"])
+def test_a_model_the_server_does_not_serve_exits_2_naming_both_where_it_was_typed(
+    previous: Path, sim_url: str, where: str
+) -> None:
+    """The model named where it was given: the job file's key, the option on the command line, or
+    the key of the variant that sets it."""
+    model = {"model": "gpt-oss-120b"} if where == "job" else {}
+    variants = {"variants": {"big": {"model": "gpt-oss-120b"}}} if where == "variant" else {}
+    job = rewrite_job(previous, endpoint={"base_url": sim_url}, **model, **variants)
     with duckdb.connect(str(previous / "test.duckdb")) as connection:  # something is pending
         connection.execute("INSERT INTO postings VALUES (50, 'Pending', 'Not extracted yet')")
     before = database_state(previous / "test.duckdb")
-    result = cli_run("run", str(job), "--log-format", "json")
+    given = {"job": [], "option": ["--model", "gpt-oss-120b"], "variant": ["--variant", "big"]}[where]
+    result = cli_run("run", str(job), *given, "--log-format", "json")
     assert result.exit_code == 2, result.output
-    line = error_line(result)
-    assert "'gpt-oss-120b'" in line and "test-model" in line
+    said = {
+        "job": f"{job}: key 'model'",
+        "option": "--model gpt-oss-120b",
+        "variant": f"{job}: key 'variants.big.model'",
+    }[where]
+    assert error_line(result) == (
+        f"error: {said}: {sim_url} does not serve model 'gpt-oss-120b'; it serves: test-model"
+    )
     assert_nothing_lost(previous, before)
 
 

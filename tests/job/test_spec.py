@@ -169,6 +169,21 @@ def test_overrides_keep_unset_values(tmp_path: Path) -> None:
     )
 
 
+def test_a_value_is_said_of_where_it_was_given(tmp_path: Path) -> None:
+    job = write_job(tmp_path, variants={"big": {"model": "large-model"}, "terse": {"max_tokens": 64}})
+    spec = load_job(job)
+    assert spec.said_of("model") == f"{job}: key 'model'"
+    assert spec.with_overrides(model="typed").said_of("model") == "--model typed"
+    assert spec.with_overrides(model="typed").for_variant("terse").said_of("model") == "--model typed"
+    assert spec.for_variant("big").said_of("model") == f"{job}: key 'variants.big.model'"
+    assert spec.for_variant("big~rerun").said_of("model") == f"{job}: key 'variants.big.model'"
+    assert spec.for_variant("terse").said_of("model") == f"{job}: key 'model'"
+    assert (
+        spec.with_overrides(concurrency=4).said_of("concurrency") == f"{job}: key 'concurrency'"
+    )  # no option
+    assert spec.as_run(local=True).said_of("model") == f"{job}: key 'model'"  # --local's, not typed
+
+
 def test_a_local_run_is_the_bundled_server_with_its_model(tmp_path: Path) -> None:
     spec = load_job(write_job(tmp_path, model="openai/gpt-oss-120b"))
     assert spec.as_run() is spec
