@@ -299,8 +299,8 @@ class JobSpec(_Strict):
         the bundled vLLM server with the model that serves, whatever model the job names."""
         if not (local or self.runs_locally):
             return self
-        local = self.with_overrides(base_url=LOCAL_ENDPOINT, model=LOCAL_MODEL)
-        return local.model_copy(update={"overridden": self.overridden})  # --local's model, not --model's
+        bundled = self.with_overrides(base_url=LOCAL_ENDPOINT, model=LOCAL_MODEL)
+        return bundled.model_copy(update={"overridden": self.overridden})  # --local's model, not --model's
 
     def for_variant(self, name: str) -> JobSpec:
         """The job as variant ``name`` makes it: a declared variant's changes applied, or (for a name
