@@ -49,7 +49,6 @@ TESTED_ELSEWHERE: dict[str, str] = {
     "run/extractors.py": "tests/run/test_runner.py: the retry policy, through runs",
     "run/fleet.py": "tests/run/test_runner.py, tests/run/test_server_cache.py: a run's servers",
     "run/notices.py": "tests/source/test_staleness.py, tests/run/test_runner.py: stale kept, short timeout",
-    "run/options.py": "tests/run/test_execution.py: what a caller asks of a run and gets back",
     "run/preflight.py": "tests/run/test_check.py: the preflight, beside pipeline check",
     "run/stats.py": "tests/run/test_progress.py, tests/run/test_prometheus.py: the live counters",
     "servers/config.py": "tests/job/test_spec.py: endpoint settings, validated with the job",

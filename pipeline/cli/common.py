@@ -4,6 +4,7 @@ from :func:`pipeline.errors.exit_code_for`, through :func:`fail` and :func:`run_
 from __future__ import annotations
 
 import re
+import shlex
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -17,7 +18,9 @@ from typer.core import TyperGroup
 from pipeline.cli.logs import LOG_LEVELS, configure_logging
 from pipeline.errors import EXIT_INTERRUPTED, ConfigError, FatalRunError, exit_code_for
 from pipeline.job.spec import JobSpec, load_job
+from pipeline.job.variants import rerun_of
 from pipeline.reports.comparison import parse_variants
+from pipeline.run.options import VariantOptions
 from pipeline.store.read_copy import ReadCopy
 
 #: Options whose value may be left out, and what they mean then: ``--redo-stale`` alone redoes every
@@ -183,6 +186,18 @@ def variant_names(spec: JobSpec, text: str, *, least: int) -> tuple[str, ...]:
     for name in names:
         spec.for_variant(name)
     return names
+
+
+def say_kept_options(made: VariantOptions, variant: str, does: str) -> None:
+    """On stderr: the variant ``does`` (runs, is judged) with the options its last run was given."""
+    if made.kept:
+        maker = rerun_of(variant)  # a re-run's are those of the variant it repeats
+        whose = f"variant {maker} was" if maker else "it was"
+        typer.echo(
+            f"note: variant {variant} {does} with the options {whose} made with, kept with its last run: "
+            f"{shlex.join(made.words_of_making())} (give --model, --prompt-file or --local for others)",
+            err=True,
+        )
 
 
 def say_read_copy(copy: ReadCopy | str | None) -> None:

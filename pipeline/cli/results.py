@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 from typing import Annotated, TypeVar
 
@@ -22,10 +21,12 @@ from pipeline.cli.common import (
     say_read_copy,
 )
 from pipeline.errors import EXIT_FAILURES, FailureClass
+from pipeline.job.commands import Asked
 from pipeline.reports.export import FORMAT_BY_EXTENSION, ExportReport, export_results
 from pipeline.reports.failures import FailureReport, failure_report, parse_failure_classes
 from pipeline.reports.pages import runs_page
 from pipeline.reports.runs_report import DEFAULT_RUNS, format_runs_report, runs_report
+from pipeline.reports.variants import require_known_variant
 
 T = TypeVar("T")
 
@@ -50,16 +51,9 @@ def failures(
     if as_json:
         typer.echo(orjson.dumps(report.to_json(), default=str).decode())
         return
-    typer.echo(_failures_text(report, classes, _retry_command(job, database, report)))
-
-
-def _retry_command(job: Path, database: Path | None, report: FailureReport) -> str:
-    words = ["pipeline", "run", str(job), "--retry-failed"]
-    for summary in report.classes:
-        words += ["--class", summary.failure_class]
-    if database is not None:
-        words += ["--database", str(database)]
-    return shlex.join(words)
+    asked = Asked(job, database, variant)
+    retry = asked.command("run", "--only-failed", *(word for name in classes for word in ("--class", name)))
+    typer.echo(_failures_text(report, classes, retry))
 
 
 def _failures_text(report: FailureReport, asked: list[FailureClass], retry_command: str) -> str:
@@ -79,7 +73,7 @@ def _failures_text(report: FailureReport, asked: list[FailureClass], retry_comma
                 lines.append(f"      output: {example.raw_output}")
         if summary.count > len(summary.examples) and summary.examples:
             lines.append(f"  … and {summary.count - len(summary.examples):,} more")
-    lines += ["", f"retry them: {retry_command}"]
+    lines += ["", f"retry them (no new record is taken): {retry_command}"]
     return "\n".join(lines)
 
 
@@ -138,6 +132,7 @@ def export_command(
     """  # noqa: E501  (Typer keeps a docstring's line breaks: one paragraph, one line)
     spec = load_job_or_exit(job, database, variant)
     run_or_exit(lambda: in_an_existing_folder("--out", out))  # as --database: never made
+    read_or_exit(lambda: require_known_variant(spec))
     report = read_or_exit(
         lambda: export_results(
             spec, out, file_format, include_failures=include_failures, history=history, flatten=flatten

@@ -27,14 +27,17 @@ from pipeline.cli.common import (
     fail,
     load_job_or_exit,
     run_or_exit,
+    say_kept_options,
     saying_a_new_database,
     setup_logging,
 )
 from pipeline.errors import PERMANENT_FAILURE_CLASSES, ConfigError, FailureClass
+from pipeline.job.commands import Asked
 from pipeline.job.spec import MAIN_VARIANT, JobSpec
-from pipeline.job.variants import prompt_file_changes, rerun_name
+from pipeline.job.variants import rerun_name
 from pipeline.quality.drift import against as drift_baseline
 from pipeline.reports.failures import class_names, parse_failure_classes
+from pipeline.run.options import VariantOptions, options_of_variant
 from pipeline.run.progress import LiveProgress, LogProgress, ProgressReporter, format_duration
 from pipeline.run.runner import RunOptions, RunSummary, runner_for
 from pipeline.servers.config import checked_host_option, checked_url_option
@@ -113,26 +116,16 @@ ProgressOption = Annotated[Display, typer.Option(help="auto: a live bar on a ter
 
 @dataclass(frozen=True, slots=True)
 class _Overrides:
-    """The options that change the job as it runs (``None``: keep the job's)."""
+    """The options that change how the job runs (``None``: keep the job's); what it sends besides,
+    the model and the prompt, is :class:`VariantOptions`'s."""
 
     concurrency: str | None
     base_url: str | None
-    model: str | None
-    prompt: Path | None
     request_timeout_s: float | None
     shutdown_grace_s: float | None
     stall_warning_s: float | None
     stall_abort_s: float | None
     metrics_host: str | None
-
-    def as_given(self, local: bool) -> tuple[str, ...]:
-        """The options that change what is sent, as a hint repeats them (the prompt file in full)."""
-        return (
-            *(("--endpoint", self.base_url) if self.base_url else ()),
-            *(("--model", self.model) if self.model else ()),
-            *(("--prompt-file", str(self.prompt.resolve())) if self.prompt else ()),
-            *(("--local",) if local else ()),
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,21 +170,25 @@ def run(
     log_format: LogFormatOption = LogFormat.AUTO,
     log_level: LogLevelOption = "info",
 ) -> None:
-    """Extract every record not done yet; safe to interrupt and run again."""
+    """Extract every record not done yet; safe to interrupt and run again.
+
+    A variant other than main given none of --model, --prompt-file and --local runs with those its last run was given: a variant made from options stays that variant."""  # noqa: E501  (Typer keeps a docstring's line breaks: one paragraph, one line)
     setup_logging(log_format, log_level)
-    changes = _Overrides(
-        concurrency, endpoint, model, prompt_file, timeout, grace, stall_warning, stall_abort, metrics_host
-    )
-    spec = _run_spec(job, database, rerun_name(variant or MAIN_VARIANT) if rerun else variant, changes)
+    changes = _Overrides(concurrency, endpoint, timeout, grace, stall_warning, stall_abort, metrics_host)
+    spec = load_job_or_exit(job, database, rerun_name(variant or MAIN_VARIANT) if rerun else variant)
+    given = VariantOptions(endpoint, model, prompt_file, local)
+    made = run_or_exit(lambda: options_of_variant(spec, given, for_run=True))
+    say_kept_options(made, spec.variant, "runs")
+    spec = run_or_exit(lambda: _overridden(spec, changes, made))
     selection = _Selection(limit, retry_failed, retry_class, only_failed, redo_stale, sample, seed)
     options = _run_options(selection, _reporter(progress), metrics_port, metrics_textfile)
-    options = replace(options, variant_options=changes.as_given(local))
-    runner = runner_for(spec, local=local)
+    options = replace(options, variant_options=made.words())
+    runner = runner_for(spec, local=made.local)
     with saying_a_new_database(spec, database):
         summary: RunSummary = run_or_exit(
             lambda: anyio.run(runner, spec, options, backend_options=event_loop_options())
         )
-    _print_summary(summary, job, database)
+    _print_summary(summary, Asked(job, database, endpoints=(endpoint,) if endpoint else ()), made)
     raise typer.Exit(summary.exit_code)
 
 
@@ -218,21 +215,14 @@ def _run_options(
     )
 
 
-def _run_spec(job: Path, database: Path | None, variant: str | None, changes: _Overrides) -> JobSpec:
-    """The job as the variant and the command-line options make it (exit 2 on a bad one)."""
-    spec = load_job_or_exit(job, database, variant)
-    return run_or_exit(lambda: _overridden(spec, changes))
-
-
-def _overridden(spec: JobSpec, changes: _Overrides) -> JobSpec:
+def _overridden(spec: JobSpec, changes: _Overrides, made: VariantOptions) -> JobSpec:
+    """The job as the variant and the command-line options make it (a bad one: ConfigError)."""
     if changes.base_url is not None:
         checked_url_option("--endpoint", changes.base_url, local_allowed=True)
     if changes.metrics_host is not None:
         checked_host_option("--metrics-host", changes.metrics_host)
     overrides: dict[str, Any] = {name: getattr(changes, name) for name in changes.__slots__}
-    if changes.prompt is not None:
-        overrides["prompt"] = prompt_file_changes(changes.prompt)
-    return spec.with_overrides(**overrides)
+    return made.applied(spec.with_overrides(**overrides))
 
 
 def _redo_causes(value: str | None, only_failed: bool) -> frozenset[StaleCause]:
@@ -249,14 +239,18 @@ def _failure_classes(names: list[str], only_failed: bool) -> frozenset[FailureCl
     return frozenset(run_or_exit(lambda: parse_failure_classes(names, allowed=allowed)))
 
 
-def _print_summary(summary: RunSummary, job: Path, database: Path | None = None) -> None:
+def _print_summary(summary: RunSummary, given: Asked, made: VariantOptions) -> None:
+    """The run's end, and the commands that go on from it: each reads or runs the database, variant
+    and endpoint this run did, with the options that made its results."""
+    asked = replace(given, variant=None if summary.variant == MAIN_VARIANT else summary.variant)
+    making = made.words_of_making()
     if summary.run_id is None and summary.source_records == 0:
-        load = f"`pipeline load FILE --job {job}` adds some"
+        load = f"`{asked.command('load')}` adds some"
         typer.echo(f"nothing to do: the source has no records ({summary.database}; {load})")
         return
     if summary.run_id is None:
         typer.echo(f"nothing to do: every record is done or failed permanently ({summary.database})")
-        _print_stale_kept(summary, job)
+        _print_stale_kept(summary, asked, making)
         return
     minutes = summary.records_per_s * 60
     tokens = summary.output_tokens / summary.elapsed_s if summary.elapsed_s else 0.0
@@ -266,27 +260,19 @@ def _print_summary(summary: RunSummary, job: Path, database: Path | None = None)
         f"({minutes:,.1f} records/min, {tokens:,.0f} output tok/s)"
     )
     typer.echo(f"results:  table {summary.results_table} in {summary.database}")
-    same_job = _same_job(summary, job, database)
     if summary.failed:
-        failures = shlex.join(["pipeline", "failures", *same_job])
-        retry = shlex.join(["pipeline", "run", *same_job, "--retry-failed"])
+        failures, retry = asked.command("failures"), asked.command("run", "--only-failed", *making)
         typer.echo(
-            f"failures: table {summary.failures_table} (`{failures}` shows them, `{retry}` retries them)"
+            f"failures: table {summary.failures_table} (`{failures}` shows them, `{retry}` retries them "
+            "and takes no new record)"
         )
-    _print_stale_kept(summary, job)
+    _print_stale_kept(summary, asked, making)
     if summary.drift:
         moved = "; ".join(entry.describe() for entry in summary.drift)
-        report = shlex.join(["pipeline", "report", *same_job])
         label = "drift:   " if any(entry.fails for entry in summary.drift) else "better:  "  # no alert
         against = f"beyond the usual run-to-run variation of {drift_baseline(summary.drift)}"
-        typer.echo(f"{label} {moved}; {against} (`{report}`)")
+        typer.echo(f"{label} {moved}; {against} (`{asked.command('report')}`)")
     typer.echo(f"look:     {_look_command(summary)}")
-
-
-def _same_job(summary: RunSummary, job: Path, database: Path | None) -> list[str]:
-    """The arguments that make a reader's hint read what this run wrote: its database and variant."""
-    variant = [] if summary.variant == MAIN_VARIANT else ["--variant", summary.variant]
-    return [str(job), *(["--database", str(database)] if database else []), *variant]
 
 
 def _look_command(summary: RunSummary) -> str:
@@ -300,15 +286,16 @@ def _look_command(summary: RunSummary) -> str:
     return shlex.join([sys.executable, "-c", code])
 
 
-def _print_stale_kept(summary: RunSummary, job: Path) -> None:
+def _print_stale_kept(summary: RunSummary, asked: Asked, making: tuple[str, ...]) -> None:
     if not summary.stale_kept:
         return
     total = summary.stale_kept.get("total", 0)
     causes = ", ".join(
         f"{cause} {count:,}" for cause, count in summary.stale_kept.items() if cause != "total"
     )
-    which = f"; `pipeline status {job}` says which model made them" if summary.stale_kept.get("model") else ""
+    status = asked.command("status", *making)
+    which = f"; `{status}` says which model made them" if summary.stale_kept.get("model") else ""
     typer.echo(
         f"stale:    {total:,} results were made by an older version of the job ({causes}); "
-        f"kept as they are: `pipeline run {job} --redo-stale` redoes them{which}"
+        f"kept as they are: `{asked.command('run', '--redo-stale', *making)}` redoes them{which}"
     )

@@ -3,6 +3,7 @@ live numbers of a run that holds the database."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import shlex
 from dataclasses import dataclass
@@ -21,9 +22,12 @@ from pipeline.cli.common import (
     load_job_or_exit,
     read_or_exit,
     run_or_exit,
+    say_kept_options,
     say_read_copy,
 )
+from pipeline.job.commands import Asked, Verb
 from pipeline.reports.status import JobStatus, job_status
+from pipeline.run.options import VariantOptions, options_of_variant
 from pipeline.run.progress import format_duration
 from pipeline.servers.config import LOCAL_MODEL
 
@@ -33,19 +37,34 @@ LocalOption = Annotated[
 ModelOption = Annotated[
     str | None, typer.Option(help="Judge the results as `pipeline run --model NAME` would.")
 ]
+PromptFileOption = Annotated[
+    Path | None, typer.Option(help="Judge the results as `pipeline run --prompt-file FILE` would.")
+]
 
 
 @dataclass(frozen=True, slots=True)
 class _Asked:
-    """The command as given, which the hints repeat: the job, its model, and the run overrides."""
+    """The command as given, which the hints repeat: the job, its database and variant, the job file's
+    model, and the options the results are judged against."""
 
-    job: Path
+    given: Asked
     job_model: str  # the job file's, before --local or --model
-    overrides: tuple[str, ...]  # --local, or --model NAME: what the results are judged against
-    selectors: tuple[str, ...]  # --database, --variant
+    made: VariantOptions  # --local, --model, --prompt-file: given, or kept with the variant
 
-    def command(self, verb: str, *options: str) -> str:
-        return shlex.join(["pipeline", verb, str(self.job), *options, *self.selectors])
+    def command(self, verb: Verb, *options: str) -> str:
+        return self.given.command(verb, *options)
+
+    @property
+    def making(self) -> tuple[str, ...]:
+        return self.made.words_of_making()
+
+    def judging_as_made_by(self, model: str) -> tuple[str, ...]:
+        """The options that judge results made by ``model`` current: these, with that model."""
+        local = model == LOCAL_MODEL
+        same = dataclasses.replace(
+            self.made, local=local, model=None if local or model == self.job_model else model
+        )
+        return same.words_of_making()
 
 
 @app.command()
@@ -54,23 +73,24 @@ def status(
     as_json: JsonOption = False,
     local: LocalOption = False,
     model: ModelOption = None,
+    prompt_file: PromptFileOption = None,
     database: DatabaseOption = None,
     variant: VariantOption = None,
 ) -> None:
-    """Done / failed / pending / stale, and the rate and ETA of the last run."""
+    """Done / failed / pending / stale, and the rate and ETA of the last run.
+
+    A variant other than main given none of --model, --prompt-file and --local is judged with those its last run was given."""  # noqa: E501  (Typer keeps a docstring's line breaks: one paragraph, one line)
     spec = load_job_or_exit(job, database, variant)
-    judged = run_or_exit(lambda: spec.with_overrides(model=model))
-    report = read_or_exit(lambda: job_status(judged, local=local))
+    made = read_or_exit(lambda: options_of_variant(spec, VariantOptions(None, model, prompt_file, local)))
+    say_kept_options(made, spec.variant, "is judged")
+    judged = run_or_exit(lambda: made.applied(spec))
+    report = read_or_exit(lambda: job_status(judged, local=made.local))
     say_read_copy(report.read_copy)
     if as_json:
-        typer.echo(orjson.dumps(_status_dict(report), default=str).decode())
+        judged_with = {"judged_with": list(made.words_of_making())}  # the options the results are judged by
+        typer.echo(orjson.dumps(_status_dict(report) | judged_with, default=str).decode())
         return
-    overrides = ("--local",) if local else ("--model", model) if model else ()
-    selectors = (
-        *(("--database", str(database)) if database else ()),
-        *(("--variant", variant) if variant else ()),
-    )
-    typer.echo(_status_text(report, _Asked(job, spec.model, overrides, selectors)))
+    typer.echo(_status_text(report, _Asked(Asked(job, database, variant), spec.model, made)))
 
 
 #: What only the source can tell: left out of the JSON when it cannot be read, rather than nulls.
@@ -168,8 +188,10 @@ def _stale_lines(report: JobStatus, asked: _Asked) -> list[str]:
         causes = ", ".join(
             f"{cause} {count}" for cause, count in report.stale.items() if count and cause != "total"
         )
-        redo = asked.command("run", *asked.overrides, "--redo-stale")
-        lines.append(f"stale:    {report.stale['total']} ({causes}; `{redo}` redoes them)")
+        redo = asked.command("run", "--redo-stale", *asked.making)
+        also = f" and takes the {report.pending:,} pending too" if report.pending else ""  # it is a run too
+        kept = f"{report.stale['total']} ({causes}; a plain run keeps them"
+        lines.append(f"stale:    {kept}, `{redo}` redoes them{also})")
     lines += _model_lines(report, asked)
     if report.orphaned:
         lines.append(f"orphaned: {report.orphaned} results whose record is no longer in the source")
@@ -193,17 +215,17 @@ def _model_lines(report: JobStatus, asked: _Asked) -> list[str]:
     """Which model made the results stale for the model, against which the status judged them, and
     the two ways on: judge them as the run that made them, or redo them."""
     judged = " or ".join(report.models)
-    against = f"what {' '.join(asked.overrides)} runs" if asked.overrides else "the job's model"
+    made = asked.made
+    judging = ["--local"] if made.local else ["--model", made.model] if made.model is not None else []
+    against = f"what {shlex.join(judging)} runs" if judging else "the job's model"
     lines = []
     for model, count in report.stale_models.items():
         bundled = " (the bundled model of --local)" if model == LOCAL_MODEL else ""
-        same = (
-            ("--local",) if model == LOCAL_MODEL else () if model == asked.job_model else ("--model", model)
-        )
+        same = asked.judging_as_made_by(model)
         lines += [
             f"model:    {count} results made by {model}{bundled}, not by {judged} ({against})",
             f"          `{asked.command('status', *same)}` counts them as current; "
-            f"`{asked.command('run', *asked.overrides, '--redo-stale', 'model')}` redoes them with {judged}",
+            f"`{asked.command('run', '--redo-stale', 'model', *asked.making)}` redoes them with {judged}",
         ]
     return lines
 
@@ -324,7 +346,16 @@ def _last_run_lines(report: JobStatus) -> list[str]:
     speed = f", {rate:,.1f} records/min" if rate else ""
     if report.live is None and report.eta_s is not None:  # a live run says its own, on its line
         speed += f", ETA for pending {format_duration(report.eta_s)}"
+    why = run.get("message") or (ABANDONED if run["status"] == "abandoned" else None)
     return [
         f"last run: #{run['run_id']} {run['status']}, started {run['started_at']:%Y-%m-%d %H:%M:%S %Z}, "
-        f"{run['done']} done, {run['failed']} failed{speed}"
+        f"{run['done']} done, {run['failed']} failed{speed}",
+        *([f"why:      {why}"] if why else []),
     ]
+
+
+#: Why a run row still says running when no process holds the database.
+ABANDONED = (
+    "it ended without a word (killed, or the machine stopped); what it committed is kept, a plain run "
+    "goes on from there"
+)

@@ -7,6 +7,8 @@ through the DuckDB boundary.
 * :mod:`~pipeline.reports.status`, :mod:`~pipeline.reports.failures`, :mod:`~pipeline.reports.export`:
   the operational reads;
 * :mod:`~pipeline.reports.reading`: the queries (results, failures, record texts) and their scopes;
+* :mod:`~pipeline.reports.variants`: which variants a job has (a reader's ``--variant`` is checked against
+  them) and the command-line options a variant's last run was given;
 * :mod:`~pipeline.reports.evaluation`: ``eval``; :mod:`~pipeline.reports.paired_evaluation`: ``eval
   --variants A,B`` (the paired difference and its verdict);
 * :mod:`~pipeline.reports.judged_evaluation`: ``eval --judged`` (precision and recall from judged values,

@@ -35,7 +35,6 @@ from pipeline.reports.noise import (
     measure_noise,
     noise_floor_hint,
     noise_lines,
-    variant_options,
 )
 from pipeline.reports.reading import JobOutput, Sample, Scope, StoredResult, open_output, sample_scope
 from pipeline.reports.review import (
@@ -53,6 +52,7 @@ from pipeline.reports.shared import (
     grounding_summary,
     shown_value,
 )
+from pipeline.reports.variants import last_run_options
 from pipeline.store.read_copy import ReadCopy
 
 DEFAULT_SHOWN = 5
@@ -182,7 +182,7 @@ def compare_variants(
         failures = output.failures(names, attempted)
         attempted_count = output.count_attempted(names, attempted)
         rerun = _rerun_results(output, names, sampled)
-        options = variant_options(output, reference) if rerun is None else ()
+        options = last_run_options(output.connection, spec, reference) if rerun is None else ()
         shown = _review_records(spec, output, names, attempted) if settings.review else None
         read_copy = output.read_copy
     agreement = variant_agreement(spec, results[reference], results[candidate], settings.fuzzy_threshold)

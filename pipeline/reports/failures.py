@@ -14,6 +14,7 @@ from typing import Any
 from pipeline.errors import ConfigError, FailureClass
 from pipeline.extraction.budget import FIXED_PART_ADVICE, FIXED_PART_FULL
 from pipeline.job.spec import JobSpec
+from pipeline.reports.variants import check_variant
 from pipeline.source.db import Database, quote
 from pipeline.store.opening import open_job_output
 from pipeline.store.read_copy import ReadCopy, read_copy_of
@@ -24,14 +25,14 @@ ADVICE: dict[str, str] = {
     FailureClass.TOO_LONG: (
         "not sent: the prompt does not fit the model's context. Split the long field the message names "
         "with `chunking: {field: NAME}` in the job, raise the context (the server's --max-model-len), or "
-        "shorten the field; then retry them (`--retry-failed --class too_long`)"
+        "shorten the field; then retry them (`--only-failed --class too_long`)"
     ),
 }
 #: What to do about ``too_long`` failures whose prompts' fixed part alone leaves no room for a record.
 FIXED_PART_TOO_LONG_ADVICE = (
     "not sent: the fixed part of the prompt (system prompt, examples, template), sent with every record, "
     f"leaves no room for one, so {FIXED_PART_FULL}: {FIXED_PART_ADVICE}; then retry them "
-    "(`--retry-failed --class too_long`)"
+    "(`--only-failed --class too_long`)"
 )
 RAW_OUTPUT_CHARS = 120
 # Cut long texts in SQL first, with room for the whitespace that one_line() squeezes out.
@@ -135,6 +136,7 @@ def failure_report(spec: JobSpec, classes: Sequence[FailureClass] = (), examples
     table = spec.output.failures_table
     connection = open_job_output(spec, [table])
     try:
+        check_variant(connection, spec)
         counts = _class_counts(connection, table, spec.variant, classes)
         picked = _examples(connection, table, spec.variant, classes, examples) if examples > 0 else {}
         read_copy = read_copy_of(connection)

@@ -9,21 +9,19 @@ on the records A, B and the re-run all extracted, and resampled together.
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-import orjson
-
+from pipeline.job.commands import Asked
 from pipeline.job.spec import JobSpec
 from pipeline.job.variants import rerun_name
 from pipeline.quality.bootstrap import Bootstrap
 from pipeline.quality.intervals import NoiseFloor, noise_floor
 from pipeline.quality.scores import TOO_SMALL, has_spread, interval_json
-from pipeline.reports.reading import JobOutput, Sample, StoredResult
+from pipeline.reports.reading import Sample, StoredResult
 from pipeline.reports.review import variant_agreement
-from pipeline.source.db import quote
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,20 +114,6 @@ def _interval(interval: tuple[float, float] | None) -> str:
     return f" [{interval[0]:.3f}, {interval[1]:.3f}]" if has_spread(interval) else f" [{TOO_SMALL}]"
 
 
-def variant_options(output: JobOutput, variant: str) -> tuple[str, ...]:
-    """The command-line options the variant's last run was given (``--model M``, ``--prompt-file F``...):
-    a variant made with them is re-run with them. None kept (an older database): none."""
-    runs = output.spec.output.runs_table
-    if "options" not in output.connection.column_names(runs):
-        return ()
-    row = output.connection.row(
-        f"SELECT options FROM {quote(runs)} WHERE variant = $variant ORDER BY run_id DESC LIMIT 1",
-        {"variant": variant},
-    )
-    words = orjson.loads(row[0]) if row and row[0] else []
-    return tuple(str(word) for word in words) if isinstance(words, list) else ()
-
-
 def noise_floor_hint(
     reference: str,
     candidate: str,
@@ -139,14 +123,12 @@ def noise_floor_hint(
     options: Sequence[str] = (),
 ) -> str:
     """Without a re-run of A: what the noise floor is, and the exact commands that measure it;
-    ``options``: those A was made with (:func:`variant_options`), which its re-run needs too."""
-    on = ["--database", database] if database else []
+    ``options``: those A was made with (:func:`~pipeline.reports.variants.last_run_options`), which its
+    re-run needs too."""
+    asked = Asked(Path(job), Path(database) if database else None)
     sampled = ["--sample", str(sample.size), "--seed", str(sample.seed)] if sample else []
-    words = ["pipeline", "run", job, "--variant", reference, "--rerun", *options, *sampled, *on]
-    run = shlex.join(words)
-    compare = shlex.join(
-        ["pipeline", "compare", job, "--variants", f"{reference},{candidate}", *sampled, *on]
-    )
+    run = asked.command("run", "--variant", reference, "--rerun", *options, *sampled)
+    compare = asked.command("compare", "--variants", f"{reference},{candidate}", *sampled)
     return (
         f"noise floor: not measured ({rerun_name(reference)} has no results). Temperature 0 on vLLM is not "
         f"deterministic across batches, so a difference means something only above how much {reference} "

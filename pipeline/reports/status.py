@@ -18,6 +18,7 @@ import orjson
 from pipeline.errors import DatabaseLockedError, SourceMissingError
 from pipeline.job.spec import JobSpec
 from pipeline.reports.chunk_status import ChunkingStatus, chunking_status
+from pipeline.reports.variants import check_variant
 from pipeline.servers.cache_counters import hit_rate, low_hit_rate_warning
 from pipeline.source.db import Database, quote
 from pipeline.source.pending import PendingQueries
@@ -154,6 +155,7 @@ def job_status(spec: JobSpec, *, local: bool = False) -> JobStatus:
     except DatabaseLockedError:
         return JobStatus(database=str(spec.database), variant=spec.variant, live=read_snapshot(spec.database))
     try:
+        check_variant(connection, spec)
         copy = read_copy_of(connection)
         status = _read_status(connection, spec, running=copy is not None)
     finally:
@@ -163,6 +165,21 @@ def job_status(spec: JobSpec, *, local: bool = False) -> JobStatus:
     live = read_snapshot(spec.database)
     beside = {key: live[key] for key in LIVE_BESIDE_COPY if key in live} if live is not None else None
     return dataclasses.replace(status, read_copy=copy, live=beside)
+
+
+def pending_as_read(spec: JobSpec) -> tuple[int | None, ReadCopy | None]:
+    """What a plain run would take, as :func:`job_status` counts it, and the read copy it comes from
+    while a run holds the database (None, None: the run has written no copy yet). Blocking."""
+    try:
+        connection = open_for_reading(spec)
+    except DatabaseLockedError:
+        return None, None
+    try:
+        queries = PendingQueries(spec, version_of(spec))
+        rows = connection.rows(queries.accounting_sql(), queries.parameters())
+        return sum(int(count) for state, _, _, count in rows if state == "pending"), read_copy_of(connection)
+    finally:
+        connection.close()
 
 
 def _read_status(connection: Database, spec: JobSpec, *, running: bool = False) -> JobStatus:
@@ -244,14 +261,16 @@ def _stored(connection: Database, spec: JobSpec, status: JobStatus, *, running: 
 def _stale_counts(
     connection: Database, queries: PendingQueries, parameters: dict[str, Any]
 ) -> dict[str, int]:
+    """The results a plain run keeps though the job changed since they were made (``total`` and per
+    job cause), and the orphaned. A result whose text changed too is not among them: a plain run
+    redoes it, so it is pending (``content_changed``), one story, not two."""
     values = read_stale_counts(connection, queries.spec, queries.version)
     changed = connection.counts(queries.changed_count_sql(), parameters)
     return {
         "results": values["results"],
         "orphaned": values["orphaned"],
-        "total": values["stale"] + changed["content_only"],
-        str(StaleCause.CONTENT): changed["content"],
-        **{str(cause): values[str(cause)] for cause in JOB_CAUSES},
+        "total": values["stale"] - changed["job_stale"],
+        **{str(cause): values[str(cause)] - changed[f"stale_{cause}"] for cause in JOB_CAUSES},
     }
 
 

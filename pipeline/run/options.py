@@ -1,8 +1,18 @@
-"""What a caller asks of a run (:class:`RunOptions`) and what it gets back (:class:`RunSummary`)."""
+"""What a caller asks of a run (:class:`RunOptions`) and what it gets back (:class:`RunSummary`), and
+the command-line options that make a variant (:class:`VariantOptions`).
+
+A variant made from options (``run --variant v2 --prompt-file p2.yaml``) is that variant only with
+them: its runs keep them (``runs.options``), and a later run, re-run, redo or status of the variant
+given none of ``--model``, ``--prompt-file`` and ``--local`` takes them again
+(:func:`options_of_variant`), so its results are judged and redone with its own prompt, not the job's.
+``main`` is the job file itself: options given to it are for that command only.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+import dataclasses
+import shlex
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -10,9 +20,20 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from pipeline.errors import EXIT_FAILURES, EXIT_INTERRUPTED, PERMANENT_FAILURE_CLASSES, FailureClass
+from pipeline.errors import (
+    EXIT_FAILURES,
+    EXIT_INTERRUPTED,
+    PERMANENT_FAILURE_CLASSES,
+    ConfigError,
+    DatabaseLockedError,
+    FailureClass,
+)
+from pipeline.job.spec import MAIN_VARIANT, JobSpec
+from pipeline.job.variants import prompt_file_changes, rerun_of
 from pipeline.quality.drift import Drift
+from pipeline.reports.variants import made_with
 from pipeline.run.progress import ProgressReporter
+from pipeline.source.lock import lock_holder
 from pipeline.source.pending import Selection
 from pipeline.source.versions import StaleCause
 
@@ -110,3 +131,88 @@ class RunSummary:
     @property
     def records_per_s(self) -> float:
         return (self.done + self.failed) / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class VariantOptions:
+    """The command-line options that change what a run sends: where (``--endpoint``) and what it
+    makes (``--model``, ``--prompt-file``, ``--local``). A run keeps them as :meth:`words`."""
+
+    endpoint: str | None = None
+    model: str | None = None
+    prompt_file: Path | None = None
+    local: bool = False
+    kept: bool = False  # taken from the variant's last run, not given on this command line
+
+    def words(self) -> tuple[str, ...]:
+        """As given on a command line, the prompt file by its full path: what a run keeps and a hint
+        repeats."""
+        return (*(("--endpoint", self.endpoint) if self.endpoint else ()), *self.words_of_making())
+
+    def words_of_making(self) -> tuple[str, ...]:
+        """:meth:`words` but the endpoint."""
+        return (
+            *(("--model", self.model) if self.model is not None else ()),
+            *(("--prompt-file", str(self.prompt_file.resolve())) if self.prompt_file else ()),
+            *(("--local",) if self.local else ()),
+        )
+
+    def making(self) -> VariantOptions:
+        """Only those that make the results (the endpoint is where they are made, not what)."""
+        return dataclasses.replace(self, endpoint=None)
+
+    @property
+    def make_results(self) -> bool:
+        return self.model is not None or self.prompt_file is not None or self.local
+
+    @classmethod
+    def of_words(cls, words: Sequence[str]) -> VariantOptions:
+        """The options kept as :meth:`words`; a word this version does not know is passed over."""
+        found: dict[str, str] = {}
+        local = False
+        for index, word in enumerate(words):
+            if word == "--local":
+                local = True
+            elif word in _VALUED and index + 1 < len(words):
+                found[_VALUED[word]] = words[index + 1]
+        prompt = found.get("prompt_file")
+        return cls(found.get("endpoint"), found.get("model"), Path(prompt) if prompt else None, local)
+
+    def applied(self, spec: JobSpec) -> JobSpec:
+        """``spec`` with ``--model`` and ``--prompt-file`` (``--local`` and ``--endpoint`` are the
+        caller's: they choose the server). Kept options that no longer apply say where they came from."""
+        try:
+            prompt = prompt_file_changes(self.prompt_file) if self.prompt_file else None
+            return spec.with_overrides(model=self.model, prompt=prompt)
+        except ConfigError as error:
+            if not self.kept:
+                raise
+            raise ConfigError(
+                f"variant {spec.variant} was made with {shlex.join(self.words_of_making())} (kept with its "
+                f"last run), which no longer applies: {error}; give --model or --prompt-file to run it "
+                "with others"
+            ) from error
+
+
+_VALUED = {"--endpoint": "endpoint", "--model": "model", "--prompt-file": "prompt_file"}
+
+
+def options_of_variant(spec: JobSpec, given: VariantOptions, *, for_run: bool = False) -> VariantOptions:
+    """The options a command on ``spec``'s variant runs or judges it with: those ``given``; for a
+    variant other than main given none that make results, those its last run was given (a re-run's:
+    those of the variant it repeats), with the endpoint as given. Blocking (reads the database).
+
+    ``for_run``: a run holding the database is not waited for (this run will say it is running)."""
+    variant = rerun_of(spec.variant) or spec.variant
+    if given.make_results or variant == MAIN_VARIANT or not spec.database.exists():
+        return given
+    if for_run and lock_holder(spec.database) is not None:
+        return given
+    try:
+        words = made_with(spec, variant)
+    except DatabaseLockedError:  # held by another process: the command says so when it opens it
+        return given
+    kept = VariantOptions.of_words(words)
+    if not kept.make_results:
+        return given
+    return dataclasses.replace(kept, endpoint=given.endpoint, kept=True)

@@ -185,15 +185,19 @@ class PendingQueries:
         )
 
     def changed_count_sql(self) -> str:
-        """How many of the variant's results were made from text that has changed since (``content``),
-        and how many of those are not stale for a job cause too (``content_only``)."""
+        """How many of the variant's results were made from text that has changed since (``content``):
+        a plain run redoes them, so they are pending, not stale. Of those, how many are stale for a job
+        cause too (``job_stale``, and ``stale_<cause>`` per cause): what a stale count takes out."""
         spec, id_column = self.spec, quote(self.spec.source.id_column)
-        job_stale = " OR ".join(stale_conditions("r").values())
+        conditions = stale_conditions("r")
+        per_cause = "".join(f", ({sql}) AS stale_{cause}" for cause, sql in conditions.items())
+        counts = "".join(f", count(*) FILTER (WHERE stale_{cause}) AS stale_{cause}" for cause in conditions)
         return (
-            "SELECT count(*) AS content, count(*) FILTER (WHERE NOT job_stale) AS content_only "
+            f"SELECT count(*) AS content, count(*) FILTER (WHERE job_stale) AS job_stale{counts} "
             f"FROM {source_relation(spec)} s JOIN (SELECT record_id, content_hash, "
-            f"({job_stale}) AS job_stale FROM {quote(spec.output.results_table)} r "
-            "WHERE variant = $variant AND content_hash IS NOT NULL AND content_fields = $content_fields) r "
+            f"({' OR '.join(conditions.values())}) AS job_stale{per_cause} "
+            f"FROM {quote(spec.output.results_table)} r WHERE variant = $variant "
+            "AND content_hash IS NOT NULL AND content_fields = $content_fields) r "
             f"ON r.record_id = s.{id_column} "
             f"WHERE r.content_hash <> {content_hash_sql(spec.content_fields(), 's')}"
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import signal
 import socket
 import subprocess
@@ -12,11 +13,14 @@ from pathlib import Path
 import orjson
 import pytest
 
+from pipeline.job.commands import program
 from tests.support.jobs import make_source, table_rows, write_job
 from tests.support.logged_run import some_done, wait_for_snapshot
 from tests.support.processes import REPO, pipeline_command, run_pipeline, sim_server, subprocess_env
 
 pytestmark = pytest.mark.process  # real `pipeline` processes, most against a simulator process
+
+PROGRAM = shlex.join(program())  # how a hint names the pipeline program
 
 
 @pytest.fixture(scope="module")
@@ -75,10 +79,10 @@ def test_the_hints_after_a_variant_run_read_its_database_and_variant(tmp_path: P
     assert result.returncode == 1, result.stderr  # some records failed their re-asks too
     (hint,) = [line for line in result.stdout.splitlines() if line.startswith("failures:")]
     command = hint.split("`")[1]
-    assert command.startswith("pipeline failures ") and command.endswith(
+    assert command.startswith(f"{PROGRAM} failures ") and command.endswith(
         f"--database {trial / 'trial.duckdb'} --variant quick"
     )
-    shown = run_pipeline(*command.split()[1:])
+    shown = run_pipeline(*shlex.split(command)[len(program()) :])
     assert shown.returncode == 0 and "invalid_json" in shown.stdout, shown.stderr
     (look,) = [line.removeprefix("look:") for line in result.stdout.splitlines() if line.startswith("look:")]
     pasted = subprocess.run(["bash", "-c", look], capture_output=True, text=True, timeout=60)
@@ -112,7 +116,9 @@ def test_failures_exit_1_and_retry_failed(tmp_path: Path) -> None:
         make_source(tmp_path / "test.duckdb", 6)
         result = run_pipeline("run", str(job))
     assert result.returncode == 1
-    assert "6 failed" in result.stdout and "--retry-failed" in result.stdout
+    assert (
+        "6 failed" in result.stdout and f"`{PROGRAM} run {job} --only-failed` retries them" in result.stdout
+    )
     assert table_rows(tmp_path / "test.duckdb", "SELECT DISTINCT failure_class FROM failures") == [
         ("invalid_json",)
     ]
@@ -189,18 +195,21 @@ def test_status_text_and_json(tmp_path: Path, sim_url: str) -> None:
     assert (report["source_records"], report["done"], report["pending"]) == (20, 15, 5)
     assert report["last_run"]["status"] == "completed" and report["eta_s"] is not None
     assert report["stale"] == {
-        "total": 0, "content": 0, "prompt": 0, "schema": 0, "model": 0, "settings": 0, "unknown": 0,
+        "total": 0, "prompt": 0, "schema": 0, "model": 0, "settings": 0, "unknown": 0,
     }  # fmt: skip
     assert report["tokens_per_done"]["completion"] > 0 and report["orphaned"] == 0
 
     edited = write_job(tmp_path, endpoint={"base_url": sim_url}, prompt={"system": "Extract it well."})
     stale_text = run_pipeline("status", str(edited)).stdout
-    assert f"stale:    15 (prompt 15; `pipeline run {edited} --redo-stale` redoes them)" in stale_text
+    assert (
+        f"stale:    15 (prompt 15; a plain run keeps them, `{PROGRAM} run {edited} --redo-stale` redoes them "
+        "and takes the 5 pending too)" in stale_text
+    )
     plain = run_pipeline("run", str(edited), "--limit", "1")
     assert plain.returncode == 0
     assert (
         "stale:    15 results were made by an older version of the job (prompt 15); kept as they are: "
-        f"`pipeline run {edited} --redo-stale` redoes them"
+        f"`{PROGRAM} run {edited} --redo-stale` redoes them"
     ) in plain.stdout
     redo = run_pipeline("run", str(edited), "--redo-stale", "prompt")
     assert redo.returncode == 0 and "19 done, 0 failed of 19" in redo.stdout

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from pipeline.cli import app
+from pipeline.job.commands import program
 from pipeline.job.spec import JobSpec
 from tests.support.browser import Element, dump_dom, parse_dom, require_browser
 from tests.support.jobs import table_rows
@@ -31,6 +33,8 @@ from tests.support.variants import (
 )
 
 DATA_SCRIPT = re.compile(r'<script type="application/json" id="review-data">(.*?)</script>', re.DOTALL)
+
+PROGRAM = shlex.join(program())  # how a hint names the pipeline program
 
 
 @pytest.fixture(scope="module")
@@ -368,8 +372,8 @@ def test_compare_prints_agreement_per_variant_numbers_disagreements_and_the_nois
     assert lines[-1] == (
         "noise floor: not measured (main~rerun has no results). Temperature 0 on vLLM is not deterministic "
         "across batches, so a difference means something only above how much main differs from a re-run "
-        f"of itself: `pipeline run {job_file} --variant main --rerun` (re-runs main with its settings on "
-        f"the records it extracted), then `pipeline compare {job_file} --variants main,big`"
+        f"of itself: `{PROGRAM} run {job_file} --variant main --rerun` (re-runs main with its settings on "
+        f"the records it extracted), then `{PROGRAM} compare {job_file} --variants main,big`"
     )
 
 
@@ -423,7 +427,7 @@ def test_compare_sample_reads_only_the_sampled_records(job: JobSpec) -> None:
     code, out, _ = cli("compare", job.source_file, *args, "--database", job.database)
     assert out.splitlines()[-1].endswith(
         f"--sample 4 --seed 7 --database {job.database}` (re-runs main with its settings on the records "
-        f"it extracted), then `pipeline compare {job.source_file} --variants main,big --sample 4 --seed 7 "
+        f"it extracted), then `{PROGRAM} compare {job.source_file} --variants main,big --sample 4 --seed 7 "
         f"--database {job.database}`"
     )
 
@@ -468,7 +472,7 @@ def test_compare_html_shows_both_variants_over_the_records_both_attempted(
     ]
     (hint,) = section.find_all("p", cls="noise-note")
     assert hint.text.startswith("noise floor: not measured (main~rerun has no results).")
-    assert f"`pipeline run {job.source_file} --variant main --rerun --database {job.database}`" in hint.text
+    assert f"`{PROGRAM} run {job.source_file} --variant main --rerun --database {job.database}`" in hint.text
 
 
 @pytest.mark.parametrize(

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 
 import duckdb
 import orjson
 import pytest
 
+from pipeline.job.commands import program
 from pipeline.servers.config import LOCAL_MODEL
 from pipeline.store.opening import prepare_database
 from pipeline.store.read_copy import write_copy
@@ -18,6 +20,8 @@ from tests.support.outputs import database_held_by_another_process, job_with_out
 from tests.support.processes import run_pipeline, sim_server
 
 pytestmark = pytest.mark.process  # `pipeline status` in a child process
+
+PROGRAM = shlex.join(program())  # how a hint names the pipeline program
 
 
 def test_a_missing_source_table_is_one_plain_line_and_no_nulls(tmp_path: Path) -> None:
@@ -51,11 +55,11 @@ def test_results_of_the_bundled_model_say_so_and_the_same_override_counts_them_c
     plain = run_pipeline("status", str(job))
     assert plain.returncode == 0, plain.stderr
     assert (
-        f"stale:    12 (model 12; `pipeline run {job} --redo-stale` redoes them)\n"
+        f"stale:    12 (model 12; a plain run keeps them, `{PROGRAM} run {job} --redo-stale` redoes them)\n"
         f"model:    12 results made by {LOCAL_MODEL} (the bundled model of --local), "
         "not by openai/gpt-oss-120b (the job's model)\n"
-        f"          `pipeline status {job} --local` counts them as current; "
-        f"`pipeline run {job} --redo-stale model` redoes them with openai/gpt-oss-120b\n"
+        f"          `{PROGRAM} status {job} --local` counts them as current; "
+        f"`{PROGRAM} run {job} --redo-stale model` redoes them with openai/gpt-oss-120b\n"
     ) in plain.stdout
     for same in (["--local"], ["--model", LOCAL_MODEL]):
         judged = run_pipeline("status", str(job), *same)
@@ -64,7 +68,7 @@ def test_results_of_the_bundled_model_say_so_and_the_same_override_counts_them_c
     report = orjson.loads(run_pipeline("status", str(job), "--json").stdout)
     assert (report["models"], report["stale_models"]) == (["openai/gpt-oss-120b"], {LOCAL_MODEL: 12})
     kept = run_pipeline("run", str(job), "--endpoint", url)  # nothing to do: no request is sent
-    assert f"`pipeline status {job}` says which model made them" in kept.stdout
+    assert f"`{PROGRAM} status {job}` says which model made them" in kept.stdout
 
 
 def test_a_bad_model_override_is_one_line_and_exit_2(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 import pytest
 
+from pipeline.job.commands import program
 from tests.support.datasets import build_postings
 from tests.support.jobs import table_rows, write_job
 from tests.support.processes import run_pipeline, sim_server
@@ -82,10 +83,13 @@ def test_a_rerun_is_the_noise_floor_and_a_changed_prompt_is_beyond_it(tmp_path: 
 
 
 def hinted_run(compare_text: str) -> list[str]:
-    """The `pipeline run ... --rerun ...` command compare prints without a re-run, as words."""
-    match = re.search(r"`(pipeline run [^`]*--rerun[^`]*)`", compare_text)
+    """The `pipeline run ... --rerun ...` command compare prints without a re-run, as words after the
+    program's."""
+    match = re.search(r"`([^`]* run [^`]*--rerun[^`]*)`", compare_text)
     assert match is not None, compare_text
-    return shlex.split(match.group(1))
+    words = shlex.split(match.group(1))
+    assert words[: len(program())] == program()  # by its path: it runs without the environment active
+    return words[len(program()) :]
 
 
 def test_the_hint_for_a_variant_made_with_command_line_options_does_the_rerun(tmp_path: Path) -> None:
@@ -113,8 +117,8 @@ def test_the_hint_for_a_variant_made_with_command_line_options_does_the_rerun(tm
             text = run("compare", job, "--variants", f"{variant},main", *sample)
             assert isinstance(text, str) and "noise floor: not measured" in text
             command = hinted_run(text)
-            assert command[:2] == ["pipeline", "run"] and f"{variant}" in command
-            rerun = run(*command[1:])
+            assert command[0] == "run" and f"{variant}" in command
+            rerun = run(*command)
             assert isinstance(rerun, str) and "12 done" in rerun, rerun
             measured = run("compare", job, "--variants", f"{variant},main", *sample, "--json")
             assert isinstance(measured, dict) and measured["noise"]["records"] == 12

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import duckdb
@@ -11,6 +12,7 @@ from typer.testing import CliRunner
 
 from pipeline.cli import app
 from pipeline.errors import PERMANENT_FAILURE_CLASSES, ConfigError, DatabaseLockedError, FailureClass
+from pipeline.job.commands import program
 from pipeline.reports.failures import MESSAGE_CHARS, RAW_OUTPUT_CHARS, failure_report, parse_failure_classes
 from tests.support.jobs import make_job
 from tests.support.outputs import (
@@ -90,9 +92,9 @@ def test_cli_prints_classes_examples_and_the_retry_command(tmp_path: Path) -> No
     assert "  … and 1 more" in lines  # invalid_json: 3, two shown
     assert sum(line.startswith("  id ") for line in lines) == 2 + 2 + 1 + 1
     assert all(len(line) < 260 for line in lines)
-    assert lines[-1] == (
-        f"retry them: pipeline run {job} --retry-failed "
-        "--class invalid_json --class schema_invalid --class permanent --class truncated"
+    # --only-failed: retrying the failures takes no new record (--retry-failed also starts the backlog)
+    assert (
+        lines[-1] == f"retry them (no new record is taken): {shlex.join(program())} run {job} --only-failed"
     )
 
 
@@ -115,7 +117,7 @@ def test_too_long_failures_say_what_to_do(tmp_path: Path) -> None:
         "too_long: 2",
         "  what to do: not sent: the prompt does not fit the model's context. Split the long field the "
         "message names with `chunking: {field: NAME}` in the job, raise the context (the server's "
-        "--max-model-len), or shorten the field; then retry them (`--retry-failed --class too_long`)",
+        "--max-model-len), or shorten the field; then retry them (`--only-failed --class too_long`)",
     ]
     assert "against a context of 300 tokens (the server's max_model_len); most of it is field " in out
     code, out, _ = failures_cli(str(spec.source_file), "--json")
@@ -135,7 +137,7 @@ def test_too_long_failures_of_a_fixed_part_that_leaves_no_room_say_chunking_cann
         "  what to do: not sent: the fixed part of the prompt (system prompt, examples, template), sent "
         "with every record, leaves no room for one, so chunking cannot help: shorten the system prompt or "
         "the examples, or use a larger context (the server's --max-model-len); then retry them "
-        "(`--retry-failed --class too_long`)"
+        "(`--only-failed --class too_long`)"
     )
     assert "against a context of 20 tokens (the server's max_model_len), and chunking cannot help" in out
 
@@ -146,7 +148,17 @@ def test_cli_retry_command_keeps_the_database_override(tmp_path: Path) -> None:
     trial.write_bytes(spec.database.read_bytes())
     code, out, _ = failures_cli(str(spec.source_file), "--class", "truncated", "--database", str(trial))
     assert code == 0 and out.startswith(f"1 failure in {trial}")
-    assert out.splitlines()[-1].endswith(f"--class truncated --database '{trial}'")
+    assert out.splitlines()[-1].endswith(f"--only-failed --class truncated --database '{trial}'")
+
+
+def test_cli_a_variant_the_job_does_not_know_is_one_line_naming_those_it_does(tmp_path: Path) -> None:
+    spec = job_with_outputs(tmp_path)
+    code, out, err = failures_cli(str(spec.source_file), "--variant", "nosuch")
+    assert code == 2 and not out
+    assert err == (
+        f"error: --variant 'nosuch': {spec.source_file} declares no such variant and {spec.database} holds "
+        "nothing of it; known variants: main\n"
+    )
 
 
 def test_cli_json_is_one_object(tmp_path: Path) -> None:

@@ -7,13 +7,15 @@ import orjson
 import pytest
 
 from pipeline.errors import ConfigError
-from pipeline.job.spec import JobSpec
+from pipeline.job.spec import JobSpec, load_job
 from pipeline.reports.status import job_status
+from pipeline.run.options import VariantOptions
 from pipeline.store.opening import prepare_database
 from pipeline.store.read_copy import write_copy
 from pipeline.store.snapshot import write_snapshot
+from tests.support.cli import cli_run
 from tests.support.fakes import GOOD_ITEM, ScriptedServer, completion, good_completion, respond
-from tests.support.jobs import make_job
+from tests.support.jobs import make_job, write_job
 from tests.support.outputs import database_held_by_another_process, job_with_outputs
 from tests.support.runs import run_served
 
@@ -177,3 +179,69 @@ def test_during_a_run_every_count_is_the_copys_and_the_live_numbers_only_rates(t
     assert not {"done", "failed", "remaining"} & set(report.live)
     assert report.live["in_flight"] == 4 and report.live["as_of"]
     assert report.eta_s == 1  # the run's own, from its live rate
+
+
+async def test_records_whose_text_changed_are_pending_not_stale_too(tmp_path: Path) -> None:
+    """One story: a plain run redoes an edited record, so it is pending (changed content), and no stale
+    count of a result a plain run keeps holds it too. Before, both said 2 of the same 2 records."""
+    spec = make_job(tmp_path, records=6)
+    await run_served(spec, ScriptedServer([respond(good_completion())]))
+    with duckdb.connect(str(spec.database)) as connection:
+        connection.execute("UPDATE postings SET description = 'edited' WHERE id IN (0, 1)")
+    report = job_status(spec)
+    assert (report.pending, report.content_changed, report.stale["total"]) == (2, 2, 0)
+    assert "content" not in report.stale
+    edited = write_job(tmp_path, prompt={"system": "Extract the posting, carefully."})  # the prompt too
+    report = job_status(load_job(edited))
+    assert (report.pending, report.content_changed) == (2, 2)
+    assert report.stale["total"] == report.stale["prompt"] == 4  # the 4 a plain run keeps
+    text = cli_run("status", str(edited)).stdout
+    assert "pending:  2 (2 with changed content)\n" in text
+    assert "stale:    4 (prompt 4; a plain run keeps them, `" in text
+    assert " --redo-stale` redoes them and takes the 2 pending too)" in text
+
+
+async def test_a_last_run_the_server_ended_says_why_and_an_abandoned_one_what_it_means(
+    tmp_path: Path,
+) -> None:
+    spec = make_job(tmp_path, records=3)
+    await run_served(spec, ScriptedServer([respond(good_completion())]), limit=1)
+    why = "the server stayed unreachable for 300 s: http://gpu:8000/v1"
+    for ended in ("aborted", "stalled"):
+        with duckdb.connect(str(spec.database)) as connection:
+            connection.execute("UPDATE runs SET status = ?, message = ?", [ended, why])
+        lines = cli_run("status", str(spec.source_file)).stdout.splitlines()
+        assert lines[-2].startswith(f"last run: #1 {ended}, started ") and lines[-1] == f"why:      {why}"
+    with duckdb.connect(str(spec.database)) as connection:
+        connection.execute("UPDATE runs SET status = 'running', message = NULL")  # what kill -9 leaves
+    last = cli_run("status", str(spec.source_file)).stdout.splitlines()[-1]
+    assert last.startswith("why:      it ended without a word (killed, or the machine stopped)")
+    with duckdb.connect(str(spec.database)) as connection:
+        connection.execute("UPDATE runs SET status = 'completed'")
+    assert "why:" not in cli_run("status", str(spec.source_file)).stdout
+
+
+async def test_a_variant_made_with_a_prompt_file_is_judged_with_it(tmp_path: Path) -> None:
+    """Before, `status --variant v2` judged v2's results with the job's prompt: all stale for the
+    prompt, and its --redo-stale hint would have redone them with the job's prompt."""
+    spec = make_job(tmp_path, records=5)
+    prompt = tmp_path / "v2 prompt.yaml"
+    prompt.write_text("system: Extract the posting, carefully.\n")
+    made = VariantOptions(prompt_file=prompt)
+    v2 = spec.for_variant("v2")
+    await run_served(
+        made.applied(v2), ScriptedServer([respond(good_completion())]), variant_options=made.words()
+    )
+    result = cli_run("status", str(spec.source_file), "--variant", "v2")
+    assert result.exit_code == 0 and "stale" not in result.stdout and "done:     5" in result.stdout
+    assert result.stderr == (
+        "note: variant v2 is judged with the options it was made with, kept with its last run: "
+        f"--prompt-file '{prompt}' (give --model, --prompt-file or --local for others)\n"
+    )
+    judged = orjson.loads(cli_run("status", str(spec.source_file), "--variant", "v2", "--json").stdout)
+    assert judged["judged_with"] == ["--prompt-file", str(prompt)] and judged["stale"]["total"] == 0
+    other = tmp_path / "other.txt"
+    other.write_text("Another prompt.")
+    given = cli_run("status", str(spec.source_file), "--variant", "v2", "--prompt-file", str(other))
+    assert given.stderr == "" and "stale:    5 (prompt 5; a plain run keeps them, `" in given.stdout
+    assert f"--redo-stale --prompt-file {other} --variant v2` redoes them)" in given.stdout

@@ -30,7 +30,7 @@ def test_status_reads_an_old_database_and_calls_its_results_unknown(previous) ->
     report = job_status(previous)
     assert (report.done, report.pending, report.failed) == (6, 2, {"schema_invalid": 2})
     assert report.stale == {
-        "total": 6, "content": 0, "prompt": 0, "schema": 0, "model": 0, "settings": 0, "unknown": 6,
+        "total": 6, "prompt": 0, "schema": 0, "model": 0, "settings": 0, "unknown": 6,
     }  # fmt: skip
     rows = table_rows(
         previous.database, "SELECT variant, record_id, extracted->>'title' FROM results ORDER BY record_id"
