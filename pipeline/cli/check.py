@@ -1,7 +1,8 @@
 """``pipeline check JOB``: the server checked for this job (context, KV cache and how many of the job's
 requests fit, prefix caching, where answers land, reasoning effort, response_format, the timeout at the
-job's concurrency, the backlog's ETA) in ok / warn / fail lines, or ``--json``. Exit 0 all ok, 1 a
-warning, 3 the server cannot serve the job (2: the job or an option is wrong)."""
+job's concurrency, the backlog's ETA) in ok / warn / fail / unknown lines, or ``--json``. Exit 0 all ok
+(what could not be checked, unknown, counts for nothing), 1 a warning, 3 the server cannot serve the job
+(2: the job, its source or an option is wrong)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from pipeline.cli.common import (
     fail,
     load_job_or_exit,
     run_or_exit,
+    say_read_copy,
     seed_option,
     setup_logging,
 )
@@ -61,6 +63,7 @@ def check(
     setup_logging(log_format, "warning")
     spec = _with_servers(load_job_or_exit(job, database), endpoint or [], model)
     report = run_or_exit(lambda: anyio.run(_check, spec, probes, seed, probe_timeout))
+    say_read_copy(report.read_copy)
     if json_output:
         typer.echo(orjson.dumps(report.as_json(), option=orjson.OPT_INDENT_2).decode())
     else:

@@ -25,6 +25,7 @@ from pipeline.errors import (
     EXIT_ABORTED,
     EXIT_FAILURES,
     ConfigError,
+    DatabaseLockedError,
     FatalRunError,
     PipelineError,
     StructuredOutputRejectedError,
@@ -32,6 +33,7 @@ from pipeline.errors import (
 from pipeline.extraction.prompt import PromptBuilder, client_settings
 from pipeline.extraction.retry import RetryPolicy
 from pipeline.job.spec import JobSpec
+from pipeline.reports.status import pending_as_read
 from pipeline.run.check_lines import (
     Check,
     answer_check,
@@ -58,6 +60,7 @@ from pipeline.servers.replies import Reply
 from pipeline.servers.sharing import RequestFit
 from pipeline.source.pending import sampled_fields
 from pipeline.store.opening import open_for_reading
+from pipeline.store.read_copy import ReadCopy
 
 DEFAULT_PROBES = 3
 DEFAULT_PROBE_TIMEOUT_S = 120.0
@@ -88,6 +91,7 @@ class EndpointReport:
     throughput_tok_s: float = 0.0  # expected at the job's concurrency, for the backlog
     tokens_per_record: float | None = None
     checks: list[Check] = field(default_factory=list)
+    unreachable: bool = False  # the server could not be read: its one line is the fail that says why
 
     def as_json(self) -> dict[str, Any]:
         data = {name: getattr(self, name) for name in _JSON_KEYS if name not in ("eta_s", "checks")}
@@ -116,6 +120,7 @@ class CheckReport:
     endpoints: list[EndpointReport]
     pending: int | None
     eta_s: float | None
+    read_copy: ReadCopy | None = None  # a run holds the database: the backlog is its read copy's
 
     @property
     def checks(self) -> list[Check]:
@@ -123,6 +128,7 @@ class CheckReport:
 
     @property
     def exit_code(self) -> int:
+        """3 a failure, 1 a warning, else 0: what could not be checked (unknown) counts for neither."""
         statuses = {check.status for check in self.checks}
         return EXIT_ABORTED if "fail" in statuses else EXIT_FAILURES if "warn" in statuses else 0
 
@@ -135,7 +141,12 @@ class CheckReport:
             for check in e.checks
         ]
         data = {key: first.get(key) for key in _JSON_KEYS} | {"eta_s": self.eta_s, "checks": checks}
-        return data | {"pending": self.pending, "endpoints": [e.as_json() for e in self.endpoints]}
+        copy = self.read_copy.to_json() if self.read_copy else None
+        return data | {
+            "pending": self.pending,
+            "read_copy": copy,
+            "endpoints": [e.as_json() for e in self.endpoints],
+        }
 
     def lines(self) -> list[str]:
         several = len(self.endpoints) > 1
@@ -143,7 +154,7 @@ class CheckReport:
         for endpoint in self.endpoints:
             if several:
                 out.append(f"{endpoint.base_url} ({endpoint.model})")
-            out += [f"{'  ' if several else ''}{c.status:<4}  {c.name}: {c.message}" for c in endpoint.checks]
+            out += [f"{'  ' if several else ''}{check.line()}" for check in endpoint.checks]
         return out
 
 
@@ -154,19 +165,21 @@ async def check_job(
     seed: int = 0,
     probe_timeout_s: float = DEFAULT_PROBE_TIMEOUT_S,
 ) -> CheckReport:
-    """Check every endpoint of ``spec`` for this job; raises :class:`ConfigError` for a source without
-    records (nothing to probe with)."""
-    pending = await _pending(spec)  # first: it loads a job's seed file, as a run would
+    """Check every endpoint of ``spec`` for this job; raises :class:`ConfigError` for a source that is
+    not there or has no records (nothing to probe with), as a run says it. The backlog is said once,
+    after the last endpoint, unless no endpoint could be read at all (its fail line says why)."""
+    pending, copy = await _pending(spec)  # first: it loads a job's seed file, as a run would
     records = await anyio.to_thread.run_sync(sample_fields, spec, probes, seed)
     reports = [
         await check_endpoint(spec, config, records, pending, probe_timeout_s)
         for config in spec.endpoint_configs()
     ]
-    eta = backlog_eta_s(pending, reports[0].tokens_per_record, [r.throughput_tok_s for r in reports])
-    reports[-1].checks.append(
-        backlog_check(pending, reports[0].tokens_per_record, [r.throughput_tok_s for r in reports])
-    )
-    return CheckReport(reports, pending, eta)
+    throughputs = [r.throughput_tok_s for r in reports]
+    tokens = next((r.tokens_per_record for r in reports if r.tokens_per_record is not None), None)
+    eta = backlog_eta_s(pending, tokens, throughputs)
+    if not all(report.unreachable for report in reports):
+        reports[-1].checks.append(backlog_check(pending, tokens, throughputs))
+    return CheckReport(reports, pending, eta, copy)
 
 
 def sample_fields(spec: JobSpec, records: int, seed: int) -> list[dict[str, object]]:
@@ -181,11 +194,13 @@ def sample_fields(spec: JobSpec, records: int, seed: int) -> list[dict[str, obje
     return fields
 
 
-async def _pending(spec: JobSpec) -> int | None:
+async def _pending(spec: JobSpec) -> tuple[int | None, ReadCopy | None]:
+    """What a plain run would take; while a run holds the database, as its read copy counts it (None
+    before it has written one)."""
     try:
-        return await count_pending(spec)
-    except FatalRunError:  # a run holds the database: the backlog is unknown, the server still checked
-        return None
+        return await count_pending(spec), None
+    except DatabaseLockedError:
+        return await anyio.to_thread.run_sync(pending_as_read, spec)
 
 
 async def check_endpoint(
@@ -205,6 +220,7 @@ async def check_endpoint(
             reading = await read_server(client, prompts.prefix, timeout_s=spec.operations.preflight_timeout_s)
         except FatalRunError as error:
             report.checks.append(Check("server", "fail", str(error)))
+            report.unreachable = True
             return report
         requests = [prompts.request_for(fields) for fields in records]
         measured, refused, failure = await _send_probes(client, spec, requests, timeout)

@@ -1,9 +1,10 @@
 """The lines ``pipeline check`` (and, without the probes, a run's preflight) says of one server: each an
-ok / warn / fail verdict with one sentence, from numbers already read and measured. Pure functions: the
-reading is :mod:`pipeline.servers.capacity`'s, the probing :mod:`pipeline.run.check`'s.
+ok / warn / fail / unknown verdict with one sentence, from numbers already read and measured. Pure
+functions: the reading is :mod:`pipeline.servers.capacity`'s, the probing :mod:`pipeline.run.check`'s.
 
-A server that does not say something (a proxy without ``/metrics`` or ``/tokenize``) gets an ``ok``
-line saying it is unknown: what cannot be seen changes no exit code.
+What could not be checked is ``unknown``, neither ok nor a problem: a server that does not say something
+(a proxy without ``/metrics`` or ``/tokenize``), or a probe that got no answer. It changes no exit code
+(a probe that failed has its own fail line) and a run's preflight does not warn of it.
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-Status = Literal["ok", "warn", "fail"]
+Status = Literal["ok", "warn", "fail", "unknown"]
+#: The widest status word: the lines' names start in one column.
+STATUS_WIDTH = len("unknown")
 #: A reply this share of the timeout or more is close to being killed.
 TIMEOUT_MARGIN = 0.6
 #: Reasoning tokens past this share of max_tokens leave the answer little room.
@@ -26,6 +29,14 @@ class Check:
 
     def as_json(self) -> dict[str, str]:
         return {"name": self.name, "status": self.status, "message": self.message}
+
+    @property
+    def is_problem(self) -> bool:
+        """A warning or a failure: what a run's preflight says and what sets the exit code."""
+        return self.status in ("warn", "fail")
+
+    def line(self) -> str:
+        return f"{self.status:<{STATUS_WIDTH}}  {self.name}: {self.message}"
 
 
 def duration(seconds: float) -> str:
@@ -42,9 +53,9 @@ def context_check(
 ) -> Check:
     """Whether the longest sampled prompt fits the context with its answer (as measured) and its budget."""
     if context is None:
-        return Check("context", "ok", "unknown: the server lists no max_model_len")
+        return Check("context", "unknown", "the server lists no max_model_len")
     if longest_prompt is None:
-        return Check("context", "ok", f"{context:,} tokens (no prompt measured)")
+        return Check("context", "unknown", f"{context:,} tokens; whether a prompt fits: no prompt measured")
     if answer is not None and longest_prompt + answer > context:
         return Check(
             "context",
@@ -72,10 +83,12 @@ def kv_check(
     """The KV cache in tokens and how many of the job's requests fit at once, against its concurrency
     (None: ``auto``, which starts from the fit); ``basis`` says what ``per_request`` counts."""
     if kv_tokens is None:
-        return Check("kv_cache", "ok", "unknown: the server's /metrics give no vllm:cache_config_info")
+        return Check("kv_cache", "unknown", "the server's /metrics give no vllm:cache_config_info")
     held = f" (~{per_request:,.0f} tokens {basis})" if per_request is not None else ""
     if fit is None:
-        return Check("kv_cache", "ok", f"{kv_tokens:,} tokens (no request measured)")
+        return Check(
+            "kv_cache", "unknown", f"{kv_tokens:,} tokens; how many requests fit: no request measured"
+        )
     if fit < 1:
         return Check("kv_cache", "fail", f"{kv_tokens:,} tokens: not one of this job's requests{held} fits")
     if concurrency is None:
@@ -96,7 +109,7 @@ def prefix_check(prefix_caching: bool | None, shared_tokens: int | None, pending
     """Prefix caching on or off, and what off costs this job: its shared prefix computed per record."""
     shared = f"{shared_tokens:,}" if shared_tokens is not None else "the shared"
     if prefix_caching is None:
-        return Check("prefix_caching", "ok", "unknown: the server's /metrics do not say")
+        return Check("prefix_caching", "unknown", "the server's /metrics do not say")
     if prefix_caching:
         return Check("prefix_caching", "ok", f"on: {shared} prefix tokens computed once, not per record")
     cost = ""
@@ -113,7 +126,7 @@ def prefix_check(prefix_caching: bool | None, shared_tokens: int | None, pending
 def answer_check(probes: int, in_reasoning: int, truncated: int, empty: int) -> Check:
     """Where the probes' answers landed: content, JSON in ``reasoning`` with content null, cut, nothing."""
     if probes == 0:
-        return Check("answer", "ok", "unknown: no probe answered")
+        return Check("answer", "unknown", "no probe answered")
     if empty == probes:
         return Check("answer", "fail", f"none of {probes} probes got an answer (content and reasoning empty)")
     notes = []
@@ -162,8 +175,8 @@ def effort_check(
     if honored is None:
         return Check(
             "reasoning_effort",
-            "ok",
-            f"unknown: no reasoning tokens reported{'; ' if share_text else ''}{share_text}",
+            "unknown",
+            f"whether it is honoured: no reasoning tokens reported{'; ' if share_text else ''}{share_text}",
         )
     return Check("reasoning_effort", "ok", f"honoured ({by_effort}); {share_text}")
 
@@ -188,7 +201,7 @@ def timeout_check(
     """The probes' latency scaled to the job's concurrency against ``request_timeout_s``; ``busy``: the
     requests the server was running besides the probes (their latency was not a reply's alone)."""
     if predicted_s is None:
-        return Check("timeout", "ok", f"request_timeout_s {timeout_s:g}: no probe latency to compare")
+        return Check("timeout", "unknown", f"request_timeout_s {timeout_s:g}: no probe latency to compare")
     said = f"at c={concurrency} a reply takes ~{duration(predicted_s)}"
     if busy:
         said += f" (measured beside {busy:.0f} other requests: an overestimate)"
@@ -212,12 +225,12 @@ def backlog_check(pending: int | None, tokens_per_record: float | None, throughp
     """The ETA of the backlog: pending records x tokens per record / the expected throughput, here and
     (with one server) on two."""
     if pending is None:
-        return Check("backlog", "ok", "unknown: the job's database could not be read")
+        return Check("backlog", "unknown", "a run holds the job's database and has written no read copy yet")
     if pending == 0:
         return Check("backlog", "ok", "nothing pending")
     total = sum(throughputs)
     if tokens_per_record is None or total <= 0:
-        return Check("backlog", "ok", f"{pending:,} records pending; no throughput measured")
+        return Check("backlog", "unknown", f"{pending:,} records pending; how fast: no throughput measured")
     eta = pending * tokens_per_record / total
     on_two = f", ~{duration(eta / 2)} on two" if len(throughputs) == 1 else ""
     return Check(

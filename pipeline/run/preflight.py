@@ -33,7 +33,8 @@ _BASIS = "each, its answer counted at max_tokens; `pipeline check JOB` measures"
 
 
 async def warn_before_start(context: RunContext, router: Router, pending: int | None) -> list[Check]:
-    """Read every endpoint at once, log each line that is not ok (one warning each) and return them."""
+    """Read every endpoint at once, log each warning or failure (one warning line each; what the server
+    does not say is not one) and return them."""
     spec = context.spec
     fixed = context.prompts.fixed_messages
     found: list[Check] = []
@@ -41,7 +42,7 @@ async def warn_before_start(context: RunContext, router: Router, pending: int | 
     async def read(endpoint: Endpoint) -> None:
         reading = await read_server(endpoint.client, fixed, timeout_s=PREFLIGHT_BUDGET_S, check_model=False)
         for check in preflight_checks(spec, endpoint.config.concurrency, reading, pending):
-            if check.status != "ok":
+            if check.is_problem:
                 found.append(check)
                 log.warning(f"server check: {check.name}: {check.message}", endpoint=endpoint.name)
 

@@ -205,25 +205,47 @@ async def test_a_probe_that_never_answers_is_a_failure_with_the_seconds(tmp_path
     async with serving(FakeVllm(hang=True)) as served:
         report = await check_job(spec.with_overrides(base_url=served.url), probe_timeout_s=0.3)
     assert line(report, "probe") == ("fail", "no reply within 0.3 s (a probe, alone)")
-    assert report.exit_code == 3 and line(report, "answer")[1].startswith("unknown")
+    assert report.exit_code == 3 and line(report, "answer") == ("unknown", "no probe answered")
+    for name in ("timeout", "backlog"):  # nothing measured: neither ok nor a second failure
+        assert line(report, name)[0] == "unknown", name
 
 
 async def test_a_proxy_without_metrics_or_tokenize_gets_unknown_not_a_traceback(tmp_path: Path) -> None:
+    """What the server does not say is unknown, its own status: not ok (it was not checked), not a
+    problem (the exit code stays 0)."""
     report = await checked(tmp_path, FakeVllm(metrics=False, tokenize=False, max_model_len=None))
-    for name in ("kv_cache", "prefix_caching", "context"):
-        status, message = line(report, name)
-        assert status == "ok" and message.startswith("unknown"), (name, message)
+    for name, said in (
+        ("kv_cache", "the server's /metrics give no vllm:cache_config_info"),
+        ("prefix_caching", "the server's /metrics do not say"),
+        ("context", "the server lists no max_model_len"),
+    ):
+        assert line(report, name) == ("unknown", said)
     data = report.as_json()
     assert data["kv_tokens"] is None and data["requests_that_fit"] is None and data["prefix_caching"] is None
     assert data["context"] is None and report.exit_code == 0
+    assert {check["status"] for check in data["checks"]} == {"ok", "unknown"}
+    assert "unknown  kv_cache: the server's /metrics give" in report.lines()[1]
 
 
-async def test_a_server_that_is_down_cannot_serve_the_job(tmp_path: Path) -> None:
+async def test_a_server_that_is_down_cannot_serve_the_job_in_one_line(tmp_path: Path) -> None:
     spec = make_job(tmp_path, records=10)
     report = await check_job(spec.with_overrides(base_url=dead_url()), probe_timeout_s=5)
     status, message = line(report, "server")
     assert status == "fail" and "cannot connect" in message and report.exit_code == 3
+    assert [check.name for check in report.checks] == ["server"]  # no backlog of a server not there
     assert set(report.as_json()) >= JSON_KEYS and report.as_json()["kv_tokens"] is None
+
+
+async def test_with_one_server_down_of_two_the_backlog_is_the_other_ones(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=10)
+    async with serving(FakeVllm()) as up:
+        two = spec.with_overrides(
+            endpoint=spec.endpoint.model_dump(exclude={"base_url"}, exclude_none=True),
+            endpoints=[{"base_url": dead_url()}, {"base_url": up.url}],
+        )
+        report = await check_job(two, probe_timeout_s=5)
+    status, message = line(report, "backlog")
+    assert status == "ok" and message.startswith("10 records x") and report.exit_code == 3
 
 
 async def test_a_context_that_leaves_less_than_max_tokens_warns_and_one_too_short_fails(
