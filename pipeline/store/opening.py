@@ -8,7 +8,9 @@ input creates nothing."""
 
 from __future__ import annotations
 
+import glob
 import os
+import secrets
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -119,7 +121,10 @@ def new_database(database: Path, memory_limit: str | None, *, where: str = "") -
     made is left (the file, its folder). Never replaces a database another process made meanwhile.
     ``where``: what an error opening it is said of first (the job file's key)."""
     made = missing_folders(database.parent)
-    building = database.with_name(f".{database.name}.{os.getpid()}.new")
+    if not made:
+        _remove_abandoned(database)
+    # The pid says whose it is; the token keeps two builds of one process (two threads) apart.
+    building = database.with_name(f".{database.name}.{os.getpid()}-{secrets.token_hex(4)}.new")
     try:
         try:
             connection = open_database(building, memory_limit=memory_limit)
@@ -137,6 +142,26 @@ def new_database(database: Path, memory_limit: str | None, *, where: str = "") -
     except BaseException:
         _undo(building, made)
         raise
+
+
+def _remove_abandoned(database: Path) -> None:
+    """What a build of ``database`` whose process is gone left (killed with -9, a power cut)."""
+    prefix = f".{database.name}."
+    for leftover in database.parent.glob(f"{glob.escape(prefix)}*.new*"):
+        pid = leftover.name.removeprefix(prefix).split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            with suppress(OSError):  # another process removed it first
+                leftover.unlink()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # no signal sent: only whether the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, as another user's
+        return True
+    return True
 
 
 def _put_in_place(building: Path, database: Path) -> None:

@@ -3,6 +3,7 @@ beside where it goes (the commands' own cases are in tests/cli/test_bad_input.py
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -87,3 +88,16 @@ def test_a_load_that_fails_creates_no_database_and_one_that_succeeds_does(tmp_pa
     assert load_source(spec, data).inserted == 1
     assert table_rows(spec.database, "SELECT id FROM postings") == [(1,)]
     assert files_in(tmp_path) == {"job.yaml", "records.jsonl", "test.duckdb"}
+
+
+def test_what_a_killed_build_left_is_removed_and_a_running_ones_is_not(tmp_path: Path) -> None:
+    dead = 2**22 + 1  # above any pid (Linux's pid_max is at most 2**22): as a build killed with -9
+    abandoned = [
+        tmp_path / f".new.duckdb.{dead}-0a1b2c3d.new",
+        tmp_path / f".new.duckdb.{dead}-0a1b2c3d.new.wal",
+    ]
+    running = tmp_path / f".new.duckdb.{os.getpid()}-99999999.new"  # this process's, still building
+    for path in (*abandoned, running):
+        path.write_bytes(b"half a database")
+    build(tmp_path / "new.duckdb", lambda: None)
+    assert files_in(tmp_path) == {"new.duckdb", running.name}
