@@ -39,7 +39,7 @@ from pipeline.quality.drift import against as drift_baseline
 from pipeline.reports.failures import class_names, parse_failure_classes
 from pipeline.run.options import VariantOptions, options_of_variant
 from pipeline.run.progress import LiveProgress, LogProgress, ProgressReporter, format_duration
-from pipeline.run.runner import RunOptions, RunSummary, runner_for
+from pipeline.run.runner import RunOptions, RunStatus, RunSummary, runner_for
 from pipeline.servers.config import checked_host_option, checked_url_option
 from pipeline.source.versions import StaleCause, parse_causes
 
@@ -244,11 +244,11 @@ def _print_summary(summary: RunSummary, given: Asked, made: VariantOptions) -> N
     and endpoint this run did, with the options that made its results."""
     asked = replace(given, variant=None if summary.variant == MAIN_VARIANT else summary.variant)
     making = made.words_of_making()
-    if summary.run_id is None and summary.source_records == 0:
+    if summary.status is RunStatus.NOTHING_TO_DO and summary.source_records == 0:
         load = f"`{asked.command('load')}` adds some"
         typer.echo(f"nothing to do: the source has no records ({summary.database}; {load})")
         return
-    if summary.run_id is None:
+    if summary.status is RunStatus.NOTHING_TO_DO:  # kept as a run of its own, but nothing was sent
         typer.echo(f"nothing to do: every record is done or failed permanently ({summary.database})")
         _print_stale_kept(summary, asked, making)
         return

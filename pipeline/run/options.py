@@ -36,13 +36,14 @@ from pipeline.run.progress import ProgressReporter
 from pipeline.source.lock import lock_holder
 from pipeline.source.pending import Selection
 from pipeline.source.versions import StaleCause
+from pipeline.store.run_profiles import NOTHING_TO_DO as QUIET
 
 if TYPE_CHECKING:
     from pipeline.local import LocalServerOptions
 
 
 class RunStatus(StrEnum):
-    NOTHING_TO_DO = "nothing_to_do"
+    NOTHING_TO_DO = QUIET  # kept as a row of its own (store/run_profiles.py reads it as a quiet night)
     COMPLETED = "completed"
     COMPLETED_WITH_FAILURES = "completed_with_failures"
     INTERRUPTED = "interrupted"

@@ -251,6 +251,19 @@ async def publish_metrics(
             await _write(textfile, registry)
 
 
+async def write_textfile_once(stats: RunStats, job: str, textfile: Path) -> None:
+    """Write ``textfile`` once, atomically, for a run that ended as it began (nothing to do): the series
+    of every run, at what ``stats`` hold (nothing done, nothing pending) and ``pipeline_run_active`` 0,
+    so that the file's mtime says the nightly run ran. A missing folder is a :class:`ConfigError`, as
+    at the start of :func:`publish_metrics`."""
+    collector = RunCollector(stats, job)
+    collector.active = False
+    registry = CollectorRegistry()
+    # Registered as it is, not through _OnEventLoop: nothing updates these stats while the file is written.
+    registry.register(collector)
+    await _write_first(textfile, registry)
+
+
 async def _serve(registry: CollectorRegistry, host: str, port: int) -> WSGIServer:
     # Shielded so a cancellation while binding cannot leave a server thread behind.
     with anyio.CancelScope(shield=True):

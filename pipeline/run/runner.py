@@ -39,6 +39,7 @@ from pipeline.run.fleet import open_fleet, read_counters_at_end
 from pipeline.run.notices import stale_kept, warn_if_timeout_is_short
 from pipeline.run.options import RunOptions, RunStatus, RunSummary
 from pipeline.run.preflight import warn_before_start
+from pipeline.run.prometheus import write_textfile_once
 from pipeline.run.read_copies import ReadCopies
 from pipeline.run.series import RunSeries
 from pipeline.run.stats import RunStats
@@ -174,14 +175,26 @@ class JobRun:
         )
 
     async def _nothing_to_do(self) -> RunSummary:
-        log.info("nothing to do", job=self.context.spec.name, variant=self.context.spec.variant)
-        records = await anyio.to_thread.run_sync(count_records, self.connection, self.context.spec)
-        kept = await stale_kept(self.reader)
+        """A quiet night: no server is asked, but the run is kept (a row with nothing done, so ``report``
+        says so and judges no earlier run again) and the metrics textfile is written, so its age says
+        the nightly run ran."""
+        spec = self.context.spec
+        records = await anyio.to_thread.run_sync(count_records, self.connection, spec)
+        textfile = self.options.metrics_textfile
+        if textfile is not None:
+            await write_textfile_once(RunStats(pending_at_start=0, concurrency=0), spec.name, textfile)
+        urls = ", ".join(config.base_url for config in self.context.endpoints)
+        start = RunStart(
+            self.context.version.job_hash, spec.model, urls, None, 0, self.options.variant_options
+        )
+        writer = StoreWriter(self.connection, self.context)
+        run_id = await writer.record_nothing_to_do(start, f"nothing pending of {records:,} source records")
+        log.info("nothing to do", job=spec.name, variant=spec.variant, run_id=run_id)
         return self._summary(
-            run_id=None,
+            run_id=run_id,
             status=RunStatus.NOTHING_TO_DO,
             pending_at_start=0,
-            stale_kept=kept,
+            stale_kept=await stale_kept(self.reader),
             source_records=records,
         )
 
@@ -289,7 +302,7 @@ class JobRun:
         writer = self.writer
         try:
             await writer.save_series(series.points)
-            if writer.counts.done == 0:
+            if writer.counts.done + writer.counts.failed == 0:  # a run that finished no record: no profile
                 return ()
             await writer.profile_run()
             runs = await writer.recent_runs(BASELINE_RUNS + 1)

@@ -28,6 +28,7 @@ from pipeline.source.db import UTC_NOW, Database, quote
 from pipeline.source.reader import RecordId
 from pipeline.store.chunks import chunk_row
 from pipeline.store.run_profiles import (
+    NOTHING_TO_DO,
     note_failures_before,
     run_profile,
     save_profile,
@@ -83,7 +84,7 @@ class RunStart:
     job_hash: str
     model: str
     base_url: str
-    concurrency: int
+    concurrency: int | None  # None: no server was asked (nothing to do)
     pending: int
     options: Sequence[str] = ()  # the command-line options that changed the job, as given
 
@@ -107,6 +108,12 @@ class StoreWriter:
     async def begin_run(self, start: RunStart) -> int:
         self._pending = start.pending
         self.run_id = await self._call(lambda: self._insert_run(start))
+        return self.run_id
+
+    async def record_nothing_to_do(self, start: RunStart, message: str) -> int:
+        """Keep a run that had nothing to do (a quiet night) as a row that ended as it began: nothing
+        done, no profile, status ``nothing_to_do``, ``message`` saying why. Returns its run id."""
+        self.run_id = await self._call(lambda: self._insert_run(start, NOTHING_TO_DO, message))
         return self.run_id
 
     async def write(self, outcomes: Sequence[Stored]) -> None:
@@ -171,14 +178,17 @@ class StoreWriter:
         """The variant's last ``most`` profiled runs, oldest first (:func:`stored_runs`)."""
         return await self._call(lambda: stored_runs(self.connection, self.spec, most))
 
-    def _insert_run(self, start: RunStart) -> int:
-        note_failures_before(self.connection, self.spec)  # the profile counts the records retried
+    def _insert_run(self, start: RunStart, status: str = "running", message: str | None = None) -> int:
+        """The run's row; a run that goes on (``running``) ends later, any other status ends now."""
+        if status == "running":
+            note_failures_before(self.connection, self.spec)  # the profile counts the records retried
         table = quote(self.spec.output.runs_table)
         run_id = self.connection.scalar(f"SELECT coalesce(max(run_id), 0) + 1 FROM {table}")
         self.connection.execute(
             f"INSERT INTO {table} (run_id, job_name, variant, job_hash, model, base_url, concurrency, "
-            f"started_at, updated_at, status, pending_at_start, options) "
-            f"VALUES (?, ?, ?, ?, ?, ?, ?, {UTC_NOW}, {UTC_NOW}, 'running', ?, ?)",
+            f"started_at, updated_at, ended_at, status, pending_at_start, options, message) "
+            f"VALUES (?, ?, ?, ?, ?, ?, ?, {UTC_NOW}, {UTC_NOW}, "
+            f"CASE WHEN ? = 'running' THEN NULL ELSE {UTC_NOW} END, ?, ?, ?, ?)",
             [
                 run_id,
                 self.spec.name,
@@ -187,8 +197,11 @@ class StoreWriter:
                 start.model,
                 start.base_url,
                 start.concurrency,
+                status,
+                status,
                 start.pending,
                 orjson.dumps(list(start.options)).decode(),
+                message,
             ],
         )
         return run_id

@@ -1,6 +1,7 @@
 """Drift across nightly runs, end to end: runs of new records over HTTP to the simulator (with answer
 noise, as a real server varies); then a field left empty, a server three times slower below one second,
-or a one-record retry of a failure (not judged: no alert); a server that got faster (better: no alert)."""
+or a one-record retry of a failure (not judged: no alert); a quiet night after a drift (kept as a run,
+the metrics textfile written, the drift not mailed again); a server that got faster (better: no alert)."""
 
 from __future__ import annotations
 
@@ -127,7 +128,50 @@ def test_a_one_record_retry_after_ordinary_nights_is_not_judged(tmp_path: Path) 
     ) in report.stdout.splitlines()
     data = orjson.loads(run_pipeline("report", str(job), "--json").stdout)
     assert data["drift"] == [] and data["not_judged"]["reason"] == "retried"
-    assert [(run["run_id"], run["retried"]) for run in data["runs"]] == [(2, 0), (3, 0), (4, 0), (5, 1)]
+    # Run 1, whose one record failed, keeps a profile too (its failure rate is judged).
+    assert [(run["run_id"], run["retried"]) for run in data["runs"]] == [
+        (1, 0),
+        (2, 0),
+        (3, 0),
+        (4, 0),
+        (5, 1),
+    ]
+
+
+def test_a_quiet_night_after_a_drift_writes_the_metrics_and_does_not_alert_again(tmp_path: Path) -> None:
+    """Issue 29: a night with nothing to do wrote no `--metrics-textfile` (the README's staleness alert
+    fired) and `report --fail-on-drift` mailed the last drift again."""
+    job, port = postings_job(tmp_path, 5 * RECORDS_PER_RUN)
+    for night in range(1, 5):
+        assert "drift:" not in nightly(job, port, seed=night)
+    drifted = nightly(job, port, "--empty-field", "salary", seed=5)
+    assert any(
+        line.startswith("drift:    salary fill_rate 1.00 -> 0.00 (down)") for line in drifted.splitlines()
+    )
+    assert run_pipeline("report", str(job), "--fail-on-drift").returncode == 1  # mailed once
+
+    textfile = tmp_path / "pipeline.prom"
+    quiet = run_pipeline("run", str(job), "--metrics-textfile", str(textfile), "--progress", "log")
+    assert quiet.returncode == 0 and quiet.stdout.startswith("nothing to do: every record is done"), (
+        quiet.stdout + quiet.stderr
+    )
+    metrics = textfile.read_text()
+    assert (
+        'pipeline_run_active{job="test"} 0.0' in metrics
+        and 'pipeline_records_pending{job="test"} 0.0' in metrics
+    )
+    report = run_pipeline("report", str(job), "--fail-on-drift")
+    assert report.returncode == 0, report.stdout + report.stderr
+    (line,) = [line for line in report.stdout.splitlines() if line.startswith("not judged: run 6 (")]
+    assert line.endswith(
+        "had nothing to do; only the newest run is judged, so what the runs before it drifted is not "
+        "said again"
+    )
+    data = orjson.loads(run_pipeline("report", str(job), "--json").stdout)
+    assert (data["not_judged"]["reason"], data["drift"], data["fails"]) == ("nothing_to_do", [], False)
+    assert [run["run_id"] for run in data["runs"]] == [1, 2, 3, 4, 5]
+    status = orjson.loads(run_pipeline("status", str(job), "--json").stdout)
+    assert (status["last_run"]["run_id"], status["last_run"]["status"]) == (5, "completed")
 
 
 def test_a_faster_server_is_reported_better_and_does_not_alert(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from structlog.testing import capture_logs
 
 from pipeline.errors import ConfigError, FailureClass
 from pipeline.extraction.retry import RetryKind
-from pipeline.run.prometheus import RunCollector, publish_metrics
+from pipeline.run.prometheus import RunCollector, publish_metrics, write_textfile_once
 from pipeline.run.stats import LATENCY_BUCKETS_S, RunStats
 
 pytestmark = pytest.mark.anyio
@@ -300,3 +300,34 @@ async def test_nothing_to_publish_returns_at_once() -> None:
     publish = functools.partial(publish_metrics, RunStats(1, 1), "nightly", port=None, textfile=None)
     async with anyio.create_task_group() as tg:
         assert await tg.start(publish) is None
+
+
+async def test_a_run_with_nothing_to_do_writes_the_same_series_once_saying_so(tmp_path: Path) -> None:
+    """Issue 29: a quiet night wrote no textfile, so `time() - node_textfile_mtime_seconds > 86400` fired
+    on every night with nothing new."""
+    path = tmp_path / "pipeline.prom"
+    clock = FakeClock()
+    await write_textfile_once(RunStats(pending_at_start=0, concurrency=0, clock=clock), "nightly", path)
+    quiet = parse(path.read_text())
+    assert value(quiet, "pipeline_run_active") == 0
+    assert value(quiet, "pipeline_records_done_total") == 0 and value(quiet, "pipeline_records_pending") == 0
+    assert value(quiet, "pipeline_requests_total") == 0
+    assert time.time() - value(quiet, "pipeline_run_start_time_seconds") < 60  # when it looked
+    left = [entry.name async for entry in anyio.Path(tmp_path).iterdir()]
+    assert left == [path.name]  # written beside and renamed: no temporary file left behind
+
+    ordinary = tmp_path / "ordinary.prom"
+    async with anyio.create_task_group() as tg:
+        publish = functools.partial(
+            publish_metrics, busy_stats(clock), "nightly", port=None, textfile=ordinary, interval_s=15
+        )
+        await tg.start(publish)
+        tg.cancel_scope.cancel()
+    families = {family.name for family in text_string_to_metric_families(path.read_text())}
+    assert families == {family.name for family in text_string_to_metric_families(ordinary.read_text())}
+
+
+async def test_nothing_to_do_in_a_missing_folder_is_the_same_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "absent" / "pipeline.prom"
+    with pytest.raises(ConfigError, match=f"^--metrics-textfile {path}: folder .* does not exist$"):
+        await write_textfile_once(RunStats(0, 0), "nightly", path)

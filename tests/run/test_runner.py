@@ -14,7 +14,7 @@ import orjson
 import pytest
 from structlog.testing import capture_logs
 
-from pipeline.errors import FatalRunError
+from pipeline.errors import ConfigError, FatalRunError
 from pipeline.reports.status import job_status
 from pipeline.run.runner import CANCELLED, RunStatus, run_job
 from pipeline.servers.endpoint import Endpoint
@@ -182,15 +182,52 @@ async def test_auto_starts_at_the_knee_an_earlier_run_found_and_keeps_the_new_on
     ]
 
 
-async def test_nothing_to_do_contacts_no_server(tmp_path: Path) -> None:
+def refuse(request: httpx2.Request) -> httpx2.Response:
+    raise AssertionError("no request expected")
+
+
+async def test_nothing_to_do_contacts_no_server_and_is_kept_as_a_quiet_run(tmp_path: Path) -> None:
+    """Issue 29: a quiet night left no trace, so `report --fail-on-drift` judged the night before again
+    and the metrics textfile aged past the README's alert."""
     spec = make_job(tmp_path, records=3)
     await run_served(spec, ScriptedServer([respond(good_completion())]))
+    textfile = tmp_path / "pipeline.prom"
+    summary = await run_served(spec, refuse, metrics_textfile=textfile, variant_options=("--model", "m"))
+    assert summary.status is RunStatus.NOTHING_TO_DO and summary.run_id == 2 and summary.exit_code == 0
+    row = table_rows(
+        spec.database,
+        "SELECT status, done, failed, pending_at_start, concurrency, ended_at >= started_at, profile, "
+        "series, message, options, base_url LIKE 'http://127.0.0.1:%/v1' FROM runs WHERE run_id = 2",
+    )
+    nothing_done = ("nothing_to_do", 0, 0, 0, None, True, None, None)
+    said = ("nothing pending of 3 source records", '["--model","m"]', True)  # the server it would ask
+    assert row == [(*nothing_done, *said)]
+    assert "pipeline_run_active{job=" in textfile.read_text()
+    # The quiet night is no last run: status's rate and ETA stay those of the run that did something.
+    last = job_status(spec).last_run
+    assert last is not None and (last["run_id"], last["status"], last["done"]) == (1, "completed", 3)
 
-    def refuse(request: httpx2.Request) -> httpx2.Response:
-        raise AssertionError("no request expected")
 
-    summary = await run_served(spec, refuse)
-    assert summary.status is RunStatus.NOTHING_TO_DO and summary.run_id is None
+async def test_nothing_to_do_with_a_textfile_in_a_missing_folder_is_exit_2_and_keeps_nothing(
+    tmp_path: Path,
+) -> None:
+    spec = make_job(tmp_path, records=2)
+    await run_served(spec, ScriptedServer([respond(good_completion())]))
+    textfile = tmp_path / "absent" / "pipeline.prom"
+    with pytest.raises(ConfigError, match=f"^--metrics-textfile {textfile}: folder"):
+        await run_served(spec, refuse, metrics_textfile=textfile)
+    assert table_rows(spec.database, "SELECT run_id, status FROM runs") == [(1, "completed")]
+
+
+async def test_a_run_whose_every_record_failed_keeps_a_profile_for_drift(tmp_path: Path) -> None:
+    """A night that finished records, all failed, is judged (its failure rate), not passed over."""
+    spec = make_job(tmp_path, records=3)
+    summary = await run_served(
+        spec, ScriptedServer([error(400, "This model's maximum context length is 10")])
+    )
+    assert (summary.done, summary.failed) == (0, 3)
+    ((profile,),) = table_rows(spec.database, "SELECT profile FROM runs")
+    assert orjson.loads(profile)["failures"] == {"too_long": 3}
 
 
 async def test_fatal_error_mid_run_keeps_finished_results(tmp_path: Path) -> None:

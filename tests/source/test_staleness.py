@@ -67,7 +67,7 @@ async def test_prompt_edit_makes_all_stale_a_plain_run_keeps_them_redo_stale_red
         "SELECT record_id, created_at, run_id, superseded_by_run FROM results_history ORDER BY record_id",
     )
     assert [(row[0], row[1], row[2], row[3]) for row in history] == [
-        (record_id, old[record_id], 1, 2) for record_id in sorted(old)
+        (record_id, old[record_id], 1, 3) for record_id in sorted(old)  # run 2 had nothing to do
     ]
     assert job_status(new_prompt).stale["total"] == 0
     assert await run(new_prompt, good_server(), redo_stale=frozenset(JOB_CAUSES)) is not None

@@ -55,7 +55,7 @@ def test_profiles_are_per_variant_and_in_run_order(tmp_path: Path) -> None:
     spec = variants_job(tmp_path)
     run_variant(spec, "main", main_answer)
     run_variant(spec, "big", big_answer)
-    run_variant(spec, "main", main_answer, redo_stale=frozenset())  # nothing to do: no run, no profile
+    run_variant(spec, "main", main_answer, redo_stale=frozenset())  # nothing to do: a quiet run, no profile
     assert [run["run_id"] for run in runs_of(spec)] == [1]
     big = runs_of(spec.for_variant("big"))
     assert [run["run_id"] for run in big] == [2]
