@@ -265,13 +265,11 @@ def _as_of(live: dict[str, Any]) -> str:
     return ", as of " + dt.datetime.fromisoformat(stamp).astimezone().strftime("%H:%M:%S")
 
 
-def _source_lines(report: JobStatus) -> list[str]:
+def _source_lines(report: JobStatus, asked: _Asked) -> list[str]:
     if report.source_problem is None:
-        kept = (
-            f" ({report.redo_failed} of them kept after a redo failed: `pipeline failures` says why)"
-            if report.redo_failed
-            else ""
-        )
+        failures = asked.command("failures")
+        kept = f" ({report.redo_failed} of them kept after a redo failed: `{failures}` says why)"
+        kept = kept if report.redo_failed else ""
         return [f"records:  {report.source_records}", f"done:     {report.done}{kept}"]
     return [
         f"source:   {report.source_problem}",
@@ -314,7 +312,7 @@ def _status_text(report: JobStatus, asked: _Asked) -> str:
             if report.read_copy
             else []
         ),
-        *_source_lines(report),
+        *_source_lines(report, asked),
         f"failed:   {failed_total}" + (f" ({failed_detail})" if failed_detail else ""),
         *_recovered_lines(report),
         *_pending_lines(report),

@@ -7,6 +7,7 @@ import orjson
 import pytest
 
 from pipeline.errors import ConfigError
+from pipeline.job.commands import Asked
 from pipeline.job.spec import JobSpec, load_job
 from pipeline.reports.status import job_status
 from pipeline.run.options import VariantOptions
@@ -66,6 +67,10 @@ def test_the_counts_add_up_to_the_source_records_each_record_counted_once(tmp_pa
     assert report.pending == 6 and report.content_changed == 2  # 0 and 2
     assert report.pending_new == 3 and report.pending_retried == {"transient": 1}
     assert report.done + sum(report.failed.values()) + report.pending == report.source_records
+    failures = Asked(spec.source_file).command("failures")  # pasted as it is, it says why
+    assert f"done:     4 (1 of them kept after a redo failed: `{failures}` says why)\n" in (
+        cli_run("status", str(spec.source_file)).stdout
+    )
 
 
 def test_status_before_any_run(tmp_path: Path) -> None:
