@@ -26,6 +26,7 @@ from typing import Literal, get_args
 import orjson
 
 from pipeline.errors import ConfigError
+from pipeline.job.commands import command
 
 Unit = Literal["sentence", "posting"]
 UNITS: tuple[str, ...] = get_args(Unit)
@@ -316,7 +317,7 @@ def describe(report: ConvertReport) -> str:
     ]
     if report.repaired:
         lines.insert(1, f"read {report.repaired:,} I- tag(s) without a B- before them as B- (--lenient)")
-    lines.append(f"next:    pipeline load {report.records_path} --job jobs/skillspan.yaml")
+    lines.append(f"next:    {command('load', str(report.records_path), '--job', 'jobs/skillspan.yaml')}")
     return "\n".join(lines)
 
 

@@ -26,6 +26,7 @@ from pipeline.cli.common import (
     setup_logging,
 )
 from pipeline.errors import ConfigError
+from pipeline.job.commands import command
 from pipeline.job.spec import JobSpec
 from pipeline.run.check import DEFAULT_PROBE_TIMEOUT_S, DEFAULT_PROBES, CheckReport, check_job
 from pipeline.servers.config import checked_url_option
@@ -81,7 +82,8 @@ def _with_servers(spec: JobSpec, urls: list[str], model: str | None) -> JobSpec:
     ``endpoints``) and ``--model``; a bad URL is exit 2."""
     if spec.runs_locally and not urls:
         message = (
-            "the job's endpoint is local: start it with `pipeline serve-local` and give its URL as --endpoint"
+            f"the job's endpoint is local: start it with `{command('serve-local')}` and give its URL as "
+            "--endpoint"
         )
         raise fail(ConfigError(f"{spec.source_file}: {message}"))
     return run_or_exit(lambda: _on_servers(spec, urls, model))

@@ -32,6 +32,7 @@ from pipeline.cli.common import (
 )
 from pipeline.cli.logs import configure_logging
 from pipeline.errors import EXIT_FAILURES, ConfigError
+from pipeline.job.commands import Asked
 from pipeline.job.spec import JobSpec
 from pipeline.judging.exchange import export_gold, import_judgments
 from pipeline.judging.journal import journal_path
@@ -160,7 +161,7 @@ def _export(
     left = export.judged_records - export.records
     note = f"; {left:,} judged records have no field with every value judged" if left else ""
     typer.echo(f"wrote {path}: {export.records:,} gold records, judged by {', '.join(export.judges)}{note}")
-    typer.echo(f"check:  pipeline eval {spec.source_file} --gold {path}")
+    typer.echo(f"check:  {Asked.of(spec).command('eval', '--gold', str(path))}")
 
 
 def _judge_by_model(spec: JobSpec, variants: tuple[str, ...], sample: Sample, model: str | None) -> None:
@@ -180,7 +181,8 @@ def _judge_by_model(spec: JobSpec, variants: tuple[str, ...], sample: Sample, mo
     if done.failed:
         classes = ", ".join(f"{name}: {count}" for name, count in sorted(done.failures.items()))
         typer.echo(f"{len(done.failed):,} records failed ({classes}); the same command judges them again")
-    typer.echo(f"next:  pipeline eval {spec.source_file} --judged")
+    both = ("--variants", ",".join(variants)) if len(variants) > 1 else ()
+    typer.echo(f"next:  {Asked.of(spec).command('eval', '--judged', *both)}")
     if done.failed:
         raise typer.Exit(EXIT_FAILURES)
 

@@ -16,6 +16,8 @@ from pipeline.cli.common import (
     saying_a_new_database,
 )
 from pipeline.errors import ConfigError
+from pipeline.job.commands import Asked
+from pipeline.job.spec import JobSpec
 from pipeline.source.loader import LoadReport
 from pipeline.store.opening import load_source
 
@@ -53,16 +55,18 @@ def load(
                 spec, file, table=table, rename=renames, replace=replace, file_format=file_format
             )
         )
-    typer.echo(_load_text(report, file, spec.database, replace))
+    typer.echo(_load_text(report, file, spec, replace))
 
 
-def _load_text(report: LoadReport, file: Path, database: Path, replace: bool) -> str:
+def _load_text(report: LoadReport, file: Path, spec: JobSpec, replace: bool) -> str:
+    database = spec.database
     text = (
         f"loaded {report.rows_in_file:,} records from {file} into table {report.table} of {database}: "
         f"{report.inserted:,} new, {report.updated:,} updated, {report.unchanged:,} unchanged"
     )
     if replace and report.removed:
         text += (
-            f", {report.removed:,} removed (their results stay; `pipeline status` counts them as orphaned)"
+            f", {report.removed:,} removed (their results stay; `{Asked.of(spec).command('status')}` counts "
+            "them as orphaned)"
         )
     return text

@@ -17,6 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from pipeline.job.commands import command
 from pipeline.servers.config import LOCAL_ENDPOINT, EndpointConfig, EndpointSpec
 
 ReasoningEffort = Literal["minimal", "low", "medium", "high"]
@@ -53,7 +54,7 @@ class JudgeSpec(BaseModel):
         if endpoint is not None and endpoint.is_local:
             raise ValueError(
                 f"base_url '{LOCAL_ENDPOINT}' is not served while judging: give the URL of a running "
-                "server (`pipeline serve-local` prints one)"
+                f"server (`{command('serve-local')}` prints one)"
             )
         return endpoint
 

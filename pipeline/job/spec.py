@@ -37,6 +37,9 @@ from pipeline.job.text import (
     one_line,
 )
 from pipeline.job.variants import (
+    MAIN_VARIANT as MAIN_VARIANT,  # defined with the variant names; its readers import it from here
+)
+from pipeline.job.variants import (
     VARIANT_NAME_RULE,
     VariantName,
     VariantSpec,
@@ -56,9 +59,6 @@ from pipeline.servers.config import (
     checked_listen_host,
     resolve_endpoints,
 )
-
-#: The variant a job's own settings make; others are declared under ``variants:`` or given by --variant.
-MAIN_VARIANT = "main"
 
 SqlName = Annotated[str, Field(pattern=IDENTIFIER.pattern, max_length=128)]
 # The variable names of ``${VAR}`` / ``${VAR:-default}`` (interpolated by pipeline.job.text).

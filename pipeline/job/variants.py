@@ -20,6 +20,9 @@ from pipeline.errors import ConfigError
 from pipeline.job.examples import Example
 from pipeline.job.text import describe_validation_error
 
+#: The variant a job's own settings make; others are declared under ``variants:`` or given by --variant.
+MAIN_VARIANT = "main"
+
 #: A variant's name: stored in every row and given on the command line.
 VARIANT_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 VariantName = Annotated[str, Field(pattern=VARIANT_NAME_PATTERN)]

@@ -45,6 +45,7 @@ from pipeline.errors import (
 from pipeline.extraction.parse import parse_reply
 from pipeline.extraction.prompt import client_settings
 from pipeline.extraction.retry import RetryPolicy
+from pipeline.job.commands import command
 from pipeline.job.judge import JudgeSettings
 from pipeline.job.spec import JobSpec
 from pipeline.judging.model_prompt import Asking, JudgePrompts, verdicts_model, verdicts_of
@@ -226,7 +227,7 @@ def _check_served(spec: JobSpec, settings: JudgeSettings) -> None:
         raise ConfigError(
             f"{spec.source_file}: key 'judge.endpoint.base_url': the job's server is "
             f"'{LOCAL_ENDPOINT}', which is not served while judging: give the judge a running server's "
-            "URL (`pipeline serve-local` prints one)"
+            f"URL (`{command('serve-local')}` prints one)"
         )
 
 

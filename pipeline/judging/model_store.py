@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from pipeline.errors import ConfigError
+from pipeline.job.commands import Asked
 from pipeline.job.spec import JobSpec
 from pipeline.quality.fields import schema_fields
 from pipeline.quality.judgments import Judgment, JudgmentVerdict, ValueToJudge, values_to_judge
@@ -62,7 +63,8 @@ def read_sample_to_judge(
     Raises :class:`ConfigError` (no database, a variant without results) or ``DatabaseLockedError``
     (a run, or anything else, holds the database)."""
     if not spec.database.exists():
-        raise ConfigError(f"{spec.database}: database does not exist yet (run `pipeline run` first)")
+        run = Asked.of(spec).command("run")
+        raise ConfigError(f"{spec.database}: database does not exist yet (run `{run}` first)")
     connection = prepare_database(spec)  # for writing: refused at once while anything holds it
     try:
         output = JobOutput(connection, spec)

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from pipeline.errors import ConfigError
+from pipeline.job.commands import Asked
 from pipeline.job.spec import JobSpec
 from pipeline.quality.bootstrap import Bootstrap
 from pipeline.quality.fields import grounded_paths, schema_fields
@@ -103,9 +104,10 @@ def _read_variant(output: JobOutput, spec: JobSpec, variant: str) -> _Read:
     return _Read(count_results(output, variant), current, len(every) - len(current))
 
 
-def _no_judgments(variant: str, job: str, read: _Read) -> ConfigError:
+def _no_judgments(spec: JobSpec, variant: str, read: _Read) -> ConfigError:
     stale = f" (its {read.stale:,} judgments are of results redone since)" if read.stale else ""
-    return ConfigError(f"no judgments for variant {variant} yet: run `pipeline judge {job}` first{stale}")
+    judge = Asked.of(spec).of_variant(variant).command("judge")
+    return ConfigError(f"no judgments for variant {variant} yet: run `{judge}` first{stale}")
 
 
 def evaluate_judged(spec: JobSpec, settings: JudgedSettings = JudgedSettings()) -> JudgedEvalReport:
@@ -116,7 +118,7 @@ def evaluate_judged(spec: JobSpec, settings: JudgedSettings = JudgedSettings()) 
     with open_output(spec) as output:
         read = _read_variant(output, spec, spec.variant)
         if not read.judgments:
-            raise _no_judgments(spec.variant, job, read)
+            raise _no_judgments(spec, spec.variant, read)
         judges = choose_judges(read.judgments, settings.judge, spec.variant)
         table = [judgment for judgment in read.judgments if judgment.judge in judges.table]
         tally = tally_judgments(table, _paths(spec))
@@ -155,12 +157,12 @@ def evaluate_judged_pair(
 ) -> PairedJudgedReport:
     """B - A of precision, both judged on the same records (``variants``: A, B). Raises
     :class:`ConfigError` as :func:`evaluate_judged` does, and when no record was judged in both."""
-    job, (name_a, name_b) = str(spec.source_file), variants
+    name_a, name_b = variants
     with open_output(spec) as output:
         reads = [_read_variant(output, spec, name) for name in variants]
         for name, read in zip(variants, reads, strict=True):
             if not read.judgments:
-                raise _no_judgments(name, job, read)
+                raise _no_judgments(spec, name, read)
         judges = choose_judges(
             [j for read in reads for j in read.judgments], settings.judge, f"{name_a} or {name_b}"
         )

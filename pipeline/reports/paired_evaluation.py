@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipeline.job.commands import Asked
 from pipeline.job.spec import JobSpec
 from pipeline.quality.fields import grounded_paths
 from pipeline.quality.gold import read_gold
@@ -129,13 +130,15 @@ def _pair_page(
     """A beside B on the gold records both have a result for, where they differ marked, with each
     one's scores against the gold and B - A above the records."""
     names = (pair.a.variant, pair.b.variant)
+    one = Asked.of(spec).of_variant(names[0])
+    look = one.command("eval", "--gold", str(pair.a.gold.path), "--html", f"eval-{names[0]}.html")
     builder = ViewBuilder(grounded_paths(spec.schema_class))
     shown = {key: value for key, value in texts.items() if key in results[0]}
     views = {name: builder.views(found, {}, shown) for name, found in zip(names, results, strict=True)}
     notes = [
         f"gold file {pair.a.gold.path}: {len(pair.a.gold.records):,} records, {pair.records:,} of them with "
         f"a result of both {names[0]} and {names[1]}: each variant's scores against the gold and B - A "
-        f"are above; `pipeline eval --variant {names[0]} --html` shows the gold beside one variant",
+        f"are above; `{look}` shows the gold beside one variant",
         DISAGREEMENT_NOTE.format(a=names[0], b=names[1]),
         pair.comparison.rule,
         *interval_notes(pair.a.agreement),

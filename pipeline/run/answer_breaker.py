@@ -66,7 +66,7 @@ SHOWN_ANSWER_CHARS = 80
 #: What the failure row of a record kept retryable says before its own message.
 KEPT_NOTE = (
     "the run stopped: the server's answers stopped validating (see the run's message); kept for a "
-    "plain `pipeline run` once the server is fixed; was "
+    "plain run once the server is fixed; was "
 )
 
 
@@ -82,8 +82,11 @@ class AnswerBreaker:
     """Told each record as it is sent (:meth:`sent`) and its outcome as it finishes (:meth:`observe`);
     judges them in the order they were sent and says when to stop the run."""
 
-    def __init__(self, window: int = WINDOW, failed_before: Set[RecordId] = frozenset()) -> None:
+    def __init__(
+        self, window: int = WINDOW, failed_before: Set[RecordId] = frozenset(), plain_run: str | None = None
+    ) -> None:
         self._size = window
+        self._plain_run = plain_run  # the command its stop names: the run's, without its selection
         self._failed_before = failed_before
         self._turns = 0  # records sent so far
         self._next = 1  # the turn judged next
@@ -177,8 +180,8 @@ class AnswerBreaker:
             f"the server answers, but its answers stopped validating: {what} ({named}); one answer: "
             f"{_shortened(shown.last_raw_output)} ({shown.failure_class}: {shown.message}). Stopped "
             "before the backlog is marked failed (a wrong chat template, reasoning parser or model?): "
-            "the records that failed here stay retryable, and once the server is fixed a plain "
-            "`pipeline run` does them"
+            f"the records that failed here stay retryable, and once the server is fixed a plain run"
+            f"{f' (`{self._plain_run}`)' if self._plain_run else ''} does them"
         )
 
 

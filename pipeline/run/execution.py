@@ -34,7 +34,7 @@ from pipeline.extraction.documents import DocumentExtractor
 from pipeline.extraction.outcomes import Failed, Outcome, Stored
 from pipeline.run.answer_breaker import KEPT_NOTE, AnswerBreaker
 from pipeline.run.committer import FLUSH_MAX_ROWS, commit_outcomes
-from pipeline.run.options import RunOptions, RunStatus
+from pipeline.run.options import RunCommands, RunOptions, RunStatus
 from pipeline.run.progress import LogProgress
 from pipeline.run.prometheus import publish_metrics
 from pipeline.run.read_copies import ReadCopies
@@ -93,7 +93,8 @@ class RunExecution:
             abort_after_s=operations.stall_abort_s,
             on_abort=self._abort,
         )
-        self._breaker = AnswerBreaker()
+        self._commands = RunCommands.of(run.context.spec, run.options)
+        self._breaker = AnswerBreaker(plain_run=self._commands.run())
         self._fatal: FatalRunError | None = None
         self.series = RunSeries(run.stats)  # real time, like the progress snapshot
 
@@ -103,7 +104,8 @@ class RunExecution:
 
     async def execute(self, copies: ReadCopies) -> tuple[RunStatus, FatalRunError | None]:
         if self._options.retry & ANSWER_FAILURE_CLASSES:  # --retry-failed: known to fail, not judged
-            self._breaker = AnswerBreaker(failed_before=await self._writer.failed_on_answers())
+            failed_before = await self._writer.failed_on_answers()
+            self._breaker = AnswerBreaker(failed_before=failed_before, plain_run=self._commands.run())
         async with anyio.create_task_group() as watchers:
             options = self._options
             publish = functools.partial(
@@ -210,8 +212,8 @@ class RunExecution:
             changed = await self._writer.keep_retryable(kept, KEPT_NOTE)
         except DatabaseError as error:
             log.warning(
-                "the failures of the breaker's window were not made retryable: retry them with "
-                "`pipeline run --retry-failed`",
+                "the failures of the breaker's window were not made retryable, so a plain run leaves them: "
+                f"`{self._commands.run('--retry-failed')}` does them with the rest once the server is fixed",
                 error=str(error),
             )
             return

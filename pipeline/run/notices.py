@@ -14,14 +14,14 @@ log = structlog.get_logger("pipeline.run.runner")
 SHORT_TIMEOUT_S = 300.0
 
 
-async def stale_kept(reader: SourceReader) -> dict[str, int]:
-    """Results left stale because the job changed, by cause: said once, with how to redo them. The
-    full count reads every result's version, so it runs only when a first stale result exists."""
+async def stale_kept(reader: SourceReader, redo: str) -> dict[str, int]:
+    """Results left stale because the job changed, by cause: said once, with how to redo them (``redo``:
+    the run's own command with ``--redo-stale``). The full count reads every result's version, so it
+    runs only when a first stale result exists."""
     counts = await reader.count_stale() if await reader.any_stale() else {}
     if counts:
         log.warning(
-            "results are stale because the job changed: a plain run keeps them, "
-            "`pipeline run JOB --redo-stale` redoes them",
+            f"results are stale because the job changed: a plain run keeps them, `{redo}` redoes them",
             **counts,
         )
     return counts

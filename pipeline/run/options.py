@@ -28,6 +28,7 @@ from pipeline.errors import (
     DatabaseLockedError,
     FailureClass,
 )
+from pipeline.job.commands import Asked
 from pipeline.job.spec import MAIN_VARIANT, JobSpec
 from pipeline.job.variants import prompt_file_changes, rerun_of
 from pipeline.quality.drift import Drift
@@ -196,6 +197,29 @@ class VariantOptions:
 
 
 _VALUED = {"--endpoint": "endpoint", "--model": "model", "--prompt-file": "prompt_file"}
+
+
+@dataclass(frozen=True, slots=True)
+class RunCommands:
+    """The commands a run's own lines name (its log, its errors): its job, database, variant and endpoint
+    as given, with the options that made the variant (:attr:`RunOptions.variant_options`)."""
+
+    asked: Asked
+    made: VariantOptions
+
+    @classmethod
+    def of(cls, spec: JobSpec, options: RunOptions) -> RunCommands:
+        made = VariantOptions.of_words(options.variant_options)
+        return cls(Asked.of(spec, endpoints=(made.endpoint,) if made.endpoint else ()), made)
+
+    def run(self, *words: str) -> str:
+        """``run`` with ``words`` and the options that made the variant."""
+        return self.asked.command("run", *words, *self.made.words_of_making())
+
+    def check(self) -> str:
+        """``check`` of the run's servers with its model."""
+        model = ("--model", self.made.model) if self.made.model is not None else ()
+        return self.asked.command("check", *model)
 
 
 def options_of_variant(spec: JobSpec, given: VariantOptions, *, for_run: bool = False) -> VariantOptions:

@@ -29,22 +29,23 @@ log = structlog.get_logger("pipeline.run.preflight")
 
 #: The most a run's start waits for its servers' word.
 PREFLIGHT_BUDGET_S = 1.0
-_BASIS = "each, its answer counted at max_tokens; `pipeline check JOB` measures"
 
 
-async def warn_before_start(context: RunContext, router: Router, pending: int | None) -> list[Check]:
+async def warn_before_start(
+    context: RunContext, router: Router, pending: int | None, check: str
+) -> list[Check]:
     """Read every endpoint at once, log each warning or failure (one warning line each; what the server
-    does not say is not one) and return them."""
+    does not say is not one) and return them. ``check``: the command that measures what this guesses."""
     spec = context.spec
     fixed = context.prompts.fixed_messages
     found: list[Check] = []
 
     async def read(endpoint: Endpoint) -> None:
         reading = await read_server(endpoint.client, fixed, timeout_s=PREFLIGHT_BUDGET_S, check_model=False)
-        for check in preflight_checks(spec, endpoint.config.concurrency, reading, pending):
-            if check.is_problem:
-                found.append(check)
-                log.warning(f"server check: {check.name}: {check.message}", endpoint=endpoint.name)
+        for line in preflight_checks(spec, endpoint.config.concurrency, reading, pending, check):
+            if line.is_problem:
+                found.append(line)
+                log.warning(f"server check: {line.name}: {line.message}", endpoint=endpoint.name)
 
     with anyio.move_on_after(PREFLIGHT_BUDGET_S):
         async with anyio.create_task_group() as group:
@@ -55,9 +56,11 @@ async def warn_before_start(context: RunContext, router: Router, pending: int | 
 
 
 def preflight_checks(
-    spec: JobSpec, concurrency: int | None, reading: ServerReading, pending: int | None
+    spec: JobSpec, concurrency: int | None, reading: ServerReading, pending: int | None, check: str
 ) -> list[Check]:
-    """The lines a server's own word gives for this job, without a probe."""
+    """The lines a server's own word gives for this job, without a probe (``check``: the command that
+    measures, which the KV cache's line names)."""
+    basis = f"each, its answer counted at max_tokens; `{check}` measures"
     prompt = reading.prefix_tokens  # the fixed part, as the server counts it
     fit = RequestFit.of_reading(reading, answer_tokens=spec.max_tokens)
     per_request = None
@@ -65,6 +68,6 @@ def preflight_checks(
         per_request = spec.max_tokens + (0 if reading.prefix_caching else prompt)
     return [
         context_check(reading.context, prompt, None, spec.max_tokens),
-        kv_check(reading.kv_tokens, None if fit is None else fit.requests, concurrency, per_request, _BASIS),
+        kv_check(reading.kv_tokens, None if fit is None else fit.requests, concurrency, per_request, basis),
         prefix_check(reading.prefix_caching, prompt, pending),
     ]

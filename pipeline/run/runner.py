@@ -37,7 +37,7 @@ from pipeline.run.execution import RunExecution, save_snapshot
 from pipeline.run.extractors import record_extractor
 from pipeline.run.fleet import open_fleet, read_counters_at_end
 from pipeline.run.notices import stale_kept, warn_if_timeout_is_short
-from pipeline.run.options import RunOptions, RunStatus, RunSummary
+from pipeline.run.options import RunCommands, RunOptions, RunStatus, RunSummary
 from pipeline.run.preflight import warn_before_start
 from pipeline.run.prometheus import write_textfile_once
 from pipeline.run.read_copies import ReadCopies
@@ -86,8 +86,10 @@ async def run_job(spec: JobSpec, options: RunOptions | None = None) -> RunSummar
     """Extract every pending record of ``spec``. Raises :class:`FatalRunError` (incl. ConfigError)."""
     options = options or RunOptions()
     if spec.runs_locally and options.local_server is None:
+        commands = RunCommands.of(spec, options)
+        local = commands.run() if commands.made.local else commands.run("--local")
         raise ConfigError(
-            f"{spec.source_file}: key 'endpoint.base_url' is 'local': run with `pipeline run --local` "
+            f"{spec.source_file}: key 'endpoint.base_url' is 'local': run with `{local}` "
             "(library: pipeline.run_job_locally)"
         )
     return await JobRun(RunContext.of(spec), options).run()
@@ -126,6 +128,7 @@ class JobRun:
     def __init__(self, context: RunContext, options: RunOptions) -> None:
         self.context = context
         self.options = options
+        self._commands = RunCommands.of(context.spec, options)  # what its own lines name
 
     async def run(self) -> RunSummary:
         with RunLock(self.context.database):
@@ -137,7 +140,7 @@ class JobRun:
                     return await self._nothing_to_do()
                 warn_if_timeout_is_short(self.context)
                 async with self._servers():
-                    await warn_before_start(self.context, self.router, pending)
+                    await warn_before_start(self.context, self.router, pending, self._commands.check())
                     self.stats = self._new_stats(pending)
                     status, fatal, drift = await self._extract()
                 stats = self.stats
@@ -160,7 +163,7 @@ class JobRun:
                     output_tokens=stats.output_tokens,
                     timeouts=stats.timeouts,
                     elapsed_s=stats.elapsed_s(),
-                    stale_kept=await stale_kept(self.reader),
+                    stale_kept=await stale_kept(self.reader, self._commands.run("--redo-stale")),
                     drift=drift,
                 )
 
@@ -194,7 +197,7 @@ class JobRun:
             run_id=run_id,
             status=RunStatus.NOTHING_TO_DO,
             pending_at_start=0,
-            stale_kept=await stale_kept(self.reader),
+            stale_kept=await stale_kept(self.reader, self._commands.run("--redo-stale")),
             source_records=records,
         )
 

@@ -202,11 +202,15 @@ def memory_limit_or_default(memory_limit: str | None) -> str:
     return memory_limit or DEFAULT_MEMORY_LIMIT
 
 
-def open_database(path: Path, *, read_only: bool = False, memory_limit: str | None = None) -> Database:
+def open_database(
+    path: Path, *, read_only: bool = False, memory_limit: str | None = None, made_by: Sequence[str] = ()
+) -> Database:
     """Connect, translating "locked by another process" and unreadable files into one clear line.
-    ``memory_limit`` None is :data:`DEFAULT_MEMORY_LIMIT`."""
+    ``memory_limit`` None is :data:`DEFAULT_MEMORY_LIMIT`; ``made_by``: the commands that would create
+    a database not there yet, which reading it read-only names (the caller knows the job)."""
     if read_only and not path.exists():
-        raise ConfigError(f"{path}: database does not exist yet (run `pipeline load` or `pipeline run`)")
+        run = f" (run {' or '.join(f'`{command}`' for command in made_by)})" if made_by else ""
+        raise ConfigError(f"{path}: database does not exist yet{run}")
     try:
         if not read_only:
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pipeline.errors import ConfigError, DatabaseError, DatabaseFailure, SourceMissingError
+from pipeline.job.commands import Asked
 from pipeline.job.spec import JobSpec
 from pipeline.source.db import Database, quote, statement_kinds
 
@@ -77,9 +78,10 @@ def source_columns(connection: Database, spec: JobSpec) -> dict[str, str]:
 
 
 def _missing_table(spec: JobSpec) -> str:
-    load = f"load records with `pipeline load FILE --job {spec.source_file}`"
+    asked = Asked.of(spec)
+    load = f"load records with `{asked.command('load')}`"
     if spec.source.seed_file is not None:  # a run loads it, but a reader (status) does not
-        load += f" (`pipeline run` loads key source.seed_file, {spec.source.seed_file})"
+        load += f" (`{asked.command('run')}` loads key source.seed_file, {spec.source.seed_file})"
     return f"table '{spec.source.table}' does not exist (key source.table); {load}"
 
 

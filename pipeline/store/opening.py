@@ -24,6 +24,7 @@ from pipeline.errors import (
     DatabaseError,
     DatabaseFailure,
 )
+from pipeline.job.commands import Asked
 from pipeline.job.spec import JobSpec
 from pipeline.servers.config import EndpointConfig
 from pipeline.servers.knee_search import KneeMemory
@@ -251,7 +252,7 @@ def open_for_reading(spec: JobSpec, *, memory_limit: str | None = None) -> Datab
     for a moment: reading it as it is would count its results wrongly."""
     limit = memory_limit or spec.duckdb_memory_limit
     try:
-        connection = open_database(spec.database, read_only=True, memory_limit=limit)
+        connection = open_database(spec.database, read_only=True, memory_limit=limit, made_by=_made_by(spec))
     except AlreadyRunningError as running:  # a run holds the database for its whole length
         return open_read_copy(spec, running)
     # Any other holder (a `load`, a DuckDB shell) writes no read copy: waiting for one would only
@@ -271,6 +272,12 @@ def open_for_reading(spec: JobSpec, *, memory_limit: str | None = None) -> Datab
     return open_database(spec.database, read_only=True, memory_limit=limit)
 
 
+def _made_by(spec: JobSpec) -> tuple[str, str]:
+    """The commands that create the job's database, as a reader's error names them."""
+    asked = Asked.of(spec)
+    return asked.command("load"), asked.command("run")
+
+
 def open_job_output(spec: JobSpec, tables: Sequence[str], *, memory_limit: str | None = None) -> Database:
     """Open the job's database read-only and check the output ``tables`` exist. Blocking.
 
@@ -283,7 +290,7 @@ def open_job_output(spec: JobSpec, tables: Sequence[str], *, memory_limit: str |
         if missing:
             raise ConfigError(
                 f"{spec.database}: no table {missing[0]!r} yet; "
-                f"nothing has been extracted (run `pipeline run {spec.source_file}` first)"
+                f"nothing has been extracted (run `{Asked.of(spec).command('run')}` first)"
             )
     except BaseException:
         connection.close()

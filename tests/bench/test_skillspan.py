@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from pipeline.bench.skillspan import ConvertReport, collect, convert, file_key, is_skipped, main, read_conll
 from pipeline.errors import ConfigError
+from pipeline.job.commands import command
 from pipeline.job.spec import load_job, template_fields
 from schemas.linkedin import JobPosting
 from schemas.skillspan import SkillMentions
@@ -216,6 +217,8 @@ def test_cli_prints_the_counts(tmp_path: Path, capsys: pytest.CaptureFixture[str
         "0 skill and 1 knowledge spans)"
     )
     assert printed[1:3] == [f"records: {out / 'records.jsonl'}", f"gold:    {out / 'gold.jsonl'}"]
+    load = command("load", str(out / "records.jsonl"), "--job", "jobs/skillspan.yaml")
+    assert printed[3] == f"next:    {load}"  # the program by its path: pasted outside the virtualenv too
 
 
 def test_cli_bad_input_is_exit_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from pipeline.job.commands import command
 from pipeline.store.opening import prepare_database
 from pipeline.store.read_copy import copy_path, request_path, write_copy
 from tests.support.fakes import dead_url
@@ -151,7 +152,8 @@ def test_a_bad_endpoint_or_an_empty_source_is_one_line_and_exit_2(tmp_path: Path
     assert empty.returncode == 2 and len(empty.stderr.strip().splitlines()) == 1
     assert "the source has no records to probe the server with" in empty.stderr
     local = run_pipeline("check", str(write_job(tmp_path, endpoint={"base_url": "local"})))
-    assert local.returncode == 2 and "pipeline serve-local" in local.stderr and not local.stdout
+    assert local.returncode == 2 and f"start it with `{command('serve-local')}`" in local.stderr
+    assert not local.stdout
 
 
 def test_several_endpoints_each_get_their_lines_and_their_json(tmp_path: Path) -> None:

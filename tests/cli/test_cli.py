@@ -251,6 +251,15 @@ def test_load_reports_and_rejects(tmp_path: Path) -> None:
     assert missing.returncode == 2 and "no column ['description']" in missing.stderr
     bad_rename = run_pipeline("load", str(data), "--job", str(job), "--rename", "oops")
     assert bad_rename.returncode == 2 and "expected FILE_COLUMN=NAME" in bad_rename.stderr
+    trial, fewer = tmp_path / "trial.duckdb", tmp_path / "fewer.jsonl"
+    fewer.write_text(data.read_text().split("\n", 1)[1])  # all but the first record
+    given = ("--job", str(job), "--rename", "body=description", "--database", str(trial))
+    assert run_pipeline("load", str(data), *given).returncode == 0
+    replaced = run_pipeline("load", str(fewer), *given, "--replace")
+    status = f"{PROGRAM} status {job} --database {trial}"  # the trial's, as given
+    assert replaced.stdout.rstrip().endswith(
+        f", 1 removed (their results stay; `{status}` counts them as orphaned)"
+    )
 
 
 def test_database_override_keeps_trials_apart(tmp_path: Path, sim_url: str) -> None:

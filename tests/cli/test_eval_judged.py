@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from pipeline.cli import app
+from pipeline.job.commands import program
 from pipeline.job.spec import JobSpec
 from pipeline.quality.judgments import Judgment, JudgmentVerdict, model_judge
 from pipeline.store.judgments import record_judgments
@@ -135,7 +137,7 @@ def test_html_writes_the_page_with_the_same_numbers(job: JobSpec, tmp_path: Path
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--variant", "c"], "no judgments for variant c yet: run `pipeline judge {job}` first"),
+        (["--variant", "c"], "no judgments for variant c yet: run `{program} judge {job} --variant c` first"),
         (["--variant", "nothing"], "variant 'nothing' has no results"),
         (["--gold", "gold.jsonl"], "--judged measures against judgments, --gold against a gold file"),
         (["--judge", "cy"], "--judge 'cy': no judgment of variant main by that judge (judges: ann, model:"),
@@ -146,7 +148,8 @@ def test_html_writes_the_page_with_the_same_numbers(job: JobSpec, tmp_path: Path
 def test_bad_input_is_one_line_and_exit_2(job: JobSpec, args: list[str], message: str) -> None:
     code, out, err = cli("eval", job.source_file, "--judged", *args)
     assert code == 2 and out == ""
-    assert err.count("\n") == 1 and message.format(job=job.source_file) in err
+    said = message.format(job=shlex.quote(str(job.source_file)), program=shlex.join(program()))
+    assert err.count("\n") == 1 and said in err
 
 
 def test_eval_needs_a_gold_file_or_judgments_and_judge_only_with_judgments(job: JobSpec) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import socket
 from pathlib import Path
@@ -14,6 +15,7 @@ from pathlib import Path
 import httpx2
 import pytest
 
+from pipeline.job.commands import command, program
 from pipeline.job.spec import JobSpec
 from tests.support.cli import cli_run, error_line
 from tests.support.judging import free_port, judge_process, judging_job, judgment_rows
@@ -135,7 +137,9 @@ def test_judgments_imported_export_a_gold_file_that_eval_reads(spec: JobSpec, tm
     exported = cli_run("judge", str(spec.source_file), "--export-gold", str(gold))
     assert exported.exit_code == 0, exported.output
     assert exported.stdout.splitlines()[0] == f"wrote {gold}: 3 gold records, judged by ann"
-    evaluated = cli_run("eval", str(spec.source_file), "--gold", str(gold), "--json")
+    check = exported.stdout.splitlines()[1].removeprefix("check:  ")
+    assert check == command("eval", str(spec.source_file), "--gold", str(gold))  # pasted anywhere
+    evaluated = cli_run(*shlex.split(check)[len(program()) :], "--json")  # the command as printed
     assert evaluated.exit_code == 0, evaluated.output
     report = json.loads(evaluated.stdout)
     scores = report["fields"]

@@ -248,6 +248,9 @@ def test_eval_two_variants_html_shows_a_beside_b_with_both_scores_and_the_differ
     assert ("overall", "micro f1 (big)") in scores
     # title, skills, years and the overall micro F1: each interval at 1 - 0.05/4
     assert any("simultaneous over the 4 differences shown (98.8% each" in note for note in data["notes"])
+    (one,) = [note for note in data["notes"] if note.endswith("shows the gold beside one variant")]
+    look = f"{PROGRAM} eval {job.source_file} --gold {gold} --html eval-main.html"  # the job and gold named
+    assert f"`{look}`" in one
     dom = opened(html)
     assert dom.find(id="shown-count").text == "3 of 3 records shown"
 

@@ -34,7 +34,7 @@ def test_a_missing_source_table_is_one_plain_line_and_no_nulls(tmp_path: Path) -
     lines = text.stdout.splitlines()
     assert lines[1] == (
         f"source:   {spec.source_file}: source in {spec.database}: table 'postings' does not exist "
-        f"(key source.table); load records with `pipeline load FILE --job {spec.source_file}`"
+        f"(key source.table); load records with `{PROGRAM} load FILE --job {spec.source_file}`"
     )
     assert lines[2].startswith("results:  5 stored")
     assert lines[3] == "failed:   7 (invalid_json 3, permanent 1, schema_invalid 2, truncated 1)"

@@ -11,6 +11,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from pipeline.job.commands import command
 from pipeline.job.spec import load_job
 from pipeline.judging.model import judge_sample_by_model
 from pipeline.quality.fields import schema_fields
@@ -75,7 +76,7 @@ def test_a_sample_of_a_real_runs_results_is_judged_value_by_value(tmp_path: Path
         f"model:test-model judged 0 of {EXTRACTED} records (0 values); {EXTRACTED} judged before"
         in again.stdout
     )
-    assert f"next:  pipeline eval {job} --judged" in again.stdout
+    assert f"next:  {command('eval', str(job), '--judged')}" in again.stdout  # pasted anywhere
     assert 0 < second.correct < second.values
 
     expected: Counter[tuple[str, str, str]] = Counter()

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.job.commands import Asked, program
+from pipeline.job.commands import Asked, command, program
+from tests.support.jobs import make_job
 
 
 def test_the_program_is_the_script_beside_the_interpreter_or_the_interpreter_itself(
@@ -72,3 +73,23 @@ def test_the_program_runs_from_a_shell_without_the_environment_on_its_path(tmp_p
     )
     assert pasted.returncode == 0, pasted.stderr
     assert "Usage:" in pasted.stdout and "run" in pasted.stdout
+
+
+def test_a_spec_names_the_command_it_was_loaded_by(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=0)
+    assert Asked.of(spec) == Asked(spec.source_file)  # the job's own database, main: neither named
+    trial = spec.with_overrides(database=tmp_path / "trial.duckdb").for_variant("v2")
+    assert Asked.of(trial, endpoints=["http://gpu:8000/v1"]) == Asked(
+        spec.source_file, tmp_path / "trial.duckdb", "v2", ("http://gpu:8000/v1",)
+    )
+    assert Asked.of(trial).of_variant("main") == Asked(spec.source_file, tmp_path / "trial.duckdb")
+    assert Asked.of(spec).of_variant("b").variant == "b"
+
+
+def test_a_command_without_a_job_is_the_program_and_its_words() -> None:
+    assert shlex.split(command("serve-local", "--port", "8 000")) == [
+        *program(),
+        "serve-local",
+        "--port",
+        "8 000",
+    ]

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from pipeline.errors import ConfigError
+from pipeline.job.commands import command
 from pipeline.job.judge import DEFAULT_JUDGE_PROMPT, JudgeSettings
 from pipeline.job.spec import JobSpec, load_job
 from tests.support.jobs import write_job
@@ -118,3 +119,9 @@ def test_a_bad_judge_key_is_one_line_naming_it(tmp_path: Path, judge: Any, messa
         judged_job(tmp_path, judge)
     assert "\n" not in str(raised.value)
     assert str(raised.value).startswith(f"{tmp_path / 'job.yaml'}: ")
+
+
+def test_a_local_judge_is_told_the_command_that_serves_one(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as raised:
+        judged_job(tmp_path, {"endpoint": {"base_url": "local"}})
+    assert str(raised.value).endswith(f"(`{command('serve-local')}` prints one)")  # pasted anywhere

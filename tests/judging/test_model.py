@@ -17,6 +17,7 @@ import orjson
 import pytest
 
 from pipeline.errors import AlreadyRunningError, ConfigError, EndpointUnreachableError, FatalRunError
+from pipeline.job.commands import command
 from pipeline.job.spec import JobSpec
 from pipeline.judging import model
 from pipeline.judging.model import JudgingFailure, ModelJudging, Progress, judge_by_model
@@ -242,6 +243,17 @@ def test_a_variant_without_results_is_refused(spec: JobSpec) -> None:
 
     with pytest.raises(ConfigError, match=r"variant 'nope' has no results \(variants with results: main\)"):
         anyio.run(judging)
+
+
+def test_a_judge_on_the_jobs_local_server_is_told_the_command_that_serves_one(spec: JobSpec) -> None:
+    local = spec.with_overrides(base_url="local")  # the judge takes the job's server, not served now
+
+    async def judging() -> ModelJudging:
+        return await judge_by_model(local, ["main"], None)
+
+    with pytest.raises(ConfigError) as raised:
+        anyio.run(judging)
+    assert str(raised.value).endswith(f"URL (`{command('serve-local')}` prints one)")  # pasted anywhere
 
 
 def test_a_judging_cut_short_resumes_where_it_stopped(spec: JobSpec, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.errors import ConfigError
+from pipeline.job.commands import command
 from pipeline.job.spec import JobSpec
 from pipeline.judging.model_store import JudgedRecord, read_sample_to_judge, write_judged
 from pipeline.quality.judgments import Judgment, JudgmentVerdict, model_judge
@@ -103,8 +104,8 @@ def test_a_verdict_is_stored_on_its_own_value(spec: JobSpec) -> None:
 
 def test_no_database_yet_is_one_line(tmp_path: Path) -> None:
     spec = make_job(tmp_path, records=0)
-    with pytest.raises(
-        ConfigError, match=r"test.duckdb: database does not exist yet \(run `pipeline run` first\)"
-    ):
+    with pytest.raises(ConfigError) as missing:
         read_sample_to_judge(spec, ["main"], None, JUDGE)
+    run = command("run", str(spec.source_file))  # the program by its path, the job as given
+    assert str(missing.value) == f"{spec.database}: database does not exist yet (run `{run}` first)"
     assert not spec.database.exists()

@@ -20,6 +20,7 @@ import pytest
 
 import pipeline.local as local
 from pipeline.errors import EXIT_CONFIG, LocalServerError, exit_code_for
+from pipeline.job.commands import command
 from pipeline.local import SERVED_MODEL_NAME, LocalServer, LocalServerOptions, ServerLaunch, log_tail
 from pipeline.local import model as local_model
 from pipeline.local.server import PDEATHSIG_DIR, free_port
@@ -255,10 +256,10 @@ async def test_local_endpoint_needs_the_local_runner(tmp_path: Path) -> None:
     from pipeline.run.runner import run_job
 
     spec = make_job(tmp_path, records=2, endpoint={"base_url": "local"})
-    with pytest.raises(
-        ConfigError, match="key 'endpoint.base_url' is 'local': run with `pipeline run --local`"
-    ):
+    with pytest.raises(ConfigError) as refused:
         await run_job(spec)
+    local = command("run", str(spec.source_file), "--local")  # pasted outside the virtualenv too
+    assert f"key 'endpoint.base_url' is 'local': run with `{local}`" in str(refused.value)
 
 
 def test_pdeathsig_file_is_shipped() -> None:

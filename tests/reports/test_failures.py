@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from pipeline.cli import app
 from pipeline.errors import PERMANENT_FAILURE_CLASSES, ConfigError, DatabaseLockedError, FailureClass
-from pipeline.job.commands import program
+from pipeline.job.commands import command, program
 from pipeline.reports.failures import MESSAGE_CHARS, RAW_OUTPUT_CHARS, failure_report, parse_failure_classes
 from tests.support.jobs import make_job
 from tests.support.outputs import (
@@ -216,7 +216,7 @@ def test_missing_database_or_tables_exit_2(tmp_path: Path) -> None:
     code, _, err = failures_cli(str(spec.source_file))
     assert code == 2 and err.splitlines() == [
         f"error: {spec.database}: no table 'failures' yet; nothing has been extracted "
-        f"(run `pipeline run {spec.source_file}` first)"
+        f"(run `{command('run', str(spec.source_file))}` first)"
     ]
 
 

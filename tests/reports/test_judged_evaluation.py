@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.errors import ConfigError
+from pipeline.job.commands import command
 from pipeline.job.spec import JobSpec, load_job
 from pipeline.quality.intervals import Verdict
 from pipeline.quality.judgments import Judgment, JudgmentVerdict, model_judge
@@ -140,9 +141,10 @@ def test_judge_chooses_whose_judgments_count(spec: JobSpec) -> None:
 def test_bad_input_is_one_line_naming_what_to_do(spec: JobSpec) -> None:
     with pytest.raises(ConfigError) as no_judgments:
         evaluate_judged(spec)
-    assert str(no_judgments.value) == (
-        f"no judgments for variant main yet: run `pipeline judge {spec.source_file}` first"
+    assert str(no_judgments.value) == (  # the program by its path: pasted outside the virtualenv too
+        f"no judgments for variant main yet: run `{command('judge', str(spec.source_file))}` first"
     )
+
     with pytest.raises(ConfigError, match="variant 'nothing' has no results"):
         evaluate_judged(spec.for_variant("nothing"))
     judge(spec, judged(["0"]))
@@ -150,6 +152,13 @@ def test_bad_input_is_one_line_naming_what_to_do(spec: JobSpec) -> None:
         ConfigError, match=r"--judge 'cy': no judgment of variant main by that judge \(judges: ann\)"
     ):
         evaluate_judged(spec, JudgedSettings(judge="cy"))
+    # On another database (--database) the command names it, and the variant without judgments.
+    trial = spec.with_overrides(database=spec.database.with_name("trial db.duckdb"))
+    shutil.copy(spec.database, trial.database)
+    with pytest.raises(ConfigError) as of_b:
+        evaluate_judged_pair(trial, ["main", "b"])
+    asked = ("judge", str(spec.source_file), "--database", str(trial.database), "--variant", "b")
+    assert str(of_b.value) == f"no judgments for variant b yet: run `{command(*asked)}` first"
 
 
 def test_two_variants_judged_on_the_same_records_are_paired(spec: JobSpec) -> None:

@@ -7,7 +7,7 @@ import orjson
 import pytest
 
 from pipeline.errors import ConfigError
-from pipeline.job.commands import Asked
+from pipeline.job.commands import Asked, command
 from pipeline.job.spec import JobSpec, load_job
 from pipeline.reports.status import job_status
 from pipeline.run.options import VariantOptions
@@ -103,7 +103,7 @@ def test_a_missing_source_table_is_said_and_what_is_stored_still_shown(tmp_path:
     assert f"source in {spec.database}: table 'postings' does not exist (key source.table)" in (
         report.source_problem
     )
-    assert f"`pipeline load FILE --job {spec.source_file}`" in report.source_problem
+    assert f"`{command('load', 'FILE', '--job', str(spec.source_file))}`" in report.source_problem
     assert (report.source_records, report.done, report.pending) == (None, None, None)
     assert report.results == 5 and sum(report.failed.values()) == 7
     assert report.last_run is not None and report.last_run["done"] == 5
@@ -115,7 +115,8 @@ def test_a_missing_seeded_table_says_a_run_loads_it(tmp_path: Path) -> None:
     duckdb.connect(str(spec.database)).close()
     report = job_status(spec)
     assert report.source_problem is not None
-    assert f"`pipeline run` loads key source.seed_file, {tmp_path / 'seed.jsonl'}" in report.source_problem
+    run = command("run", str(spec.source_file))
+    assert f"`{run}` loads key source.seed_file, {tmp_path / 'seed.jsonl'}" in report.source_problem
     assert (report.results, report.failed, report.last_run) == (0, {}, None)
 
 

@@ -15,6 +15,7 @@ import pytest
 
 from pipeline.errors import EXIT_ABORTED, AnswersRejectedError, FailureClass, exit_code_for
 from pipeline.extraction.outcomes import Extracted, Failed, Outcome, Usage
+from pipeline.job.commands import command
 from pipeline.run.answer_breaker import WINDOW, AnswerBreaker
 from pipeline.run.options import RunStatus
 from pipeline.servers.replies import Reply
@@ -54,6 +55,13 @@ def finish_out_of_turn(breaker: AnswerBreaker, outcomes: list[Outcome]) -> list[
     return [error for error in observed if error is not None]
 
 
+def test_the_stop_names_the_plain_run_it_is_given() -> None:
+    plain = "/venv/bin/pipeline run 'my job.yaml' --database trial.duckdb --variant quick"
+    breaker = AnswerBreaker(plain_run=plain)
+    (tripped,) = feed(breaker, [failed(i, FailureClass.INVALID_JSON) for i in range(WINDOW)])
+    assert str(tripped).endswith(f"once the server is fixed a plain run (`{plain}`) does them")
+
+
 def test_a_window_of_records_whose_answers_all_failed_trips_once_with_one_line() -> None:
     breaker = AnswerBreaker()
     classes = [FailureClass.INVALID_JSON, FailureClass.SCHEMA_INVALID]
@@ -65,7 +73,7 @@ def test_a_window_of_records_whose_answers_all_failed_trips_once_with_one_line()
     assert f"invalid_json {WINDOW // 2}, schema_invalid {WINDOW // 2}" in message
     assert "'Sure! Here is the JSON you asked for: {title: Data Engineer," in message  # shortened, one line
     assert "and more" not in message
-    assert "plain `pipeline run`" in message
+    assert message.endswith("a plain run does them")  # no command it was not given to name
     assert exit_code_for(tripped[0]) == EXIT_ABORTED
     # every record failed in the window (and the ones after: they were in flight) stays retryable
     assert breaker.kept_retryable == list(range(WINDOW + 5))
@@ -220,6 +228,8 @@ async def test_a_server_whose_answers_never_validate_stops_the_run_and_burns_no_
         await run_served(spec, server)
     assert server.requests <= 300  # 3 attempts per record: 1,200 without the breaker
     assert content[:20] in str(raised.value)
+    plain = command("run", str(spec.source_file))  # the program by its path: pasted anywhere
+    assert str(raised.value).endswith(f"once the server is fixed a plain run (`{plain}`) does them")
     runs = table_rows(spec.database, "SELECT status, message FROM runs")
     assert runs == [("aborted", str(raised.value))]
     # nothing was marked failed for good: what failed in the window is kept as transient

@@ -14,6 +14,7 @@ import orjson
 import pytest
 from structlog.testing import capture_logs
 
+from pipeline.job.commands import command
 from pipeline.run.check import CheckReport, check_job
 from pipeline.run.check_lines import duration, timeout_check
 from pipeline.servers.capacity import requests_that_fit
@@ -295,6 +296,7 @@ async def test_the_runs_preflight_warns_at_start_and_does_not_stop_it(tmp_path: 
     assert summary.done == 3
     said = [entry["event"] for entry in logs if entry["event"].startswith("server check")]
     assert len(said) == 2 and "kv_cache" in said[0] and "answer counted at max_tokens" in said[0]
+    assert f"`{command('check', str(spec.source_file))}` measures" in said[0]  # pasted anywhere
     assert "prefix_caching: off" in said[1]
     started = next(i for i, entry in enumerate(logs) if entry["event"] == "run started")
     assert all(logs.index(entry) < started for entry in logs if entry["event"].startswith("server check"))

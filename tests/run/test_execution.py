@@ -1,5 +1,6 @@
 """A run's task groups: a writer that fails (the disk is full) ends the run with its own one error,
-never a group of the workers' errors, and what it wrote stays written."""
+never a group of the workers' errors, and what it wrote stays written; after the answer breaker's stop,
+the failures a plain run cannot do are named with the command that does them."""
 
 from __future__ import annotations
 
@@ -8,15 +9,17 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from structlog.testing import capture_logs
 
-from pipeline.errors import EXIT_ABORTED, FatalRunError, exit_code_for
+from pipeline.errors import EXIT_ABORTED, AnswersRejectedError, FatalRunError, exit_code_for
 from pipeline.extraction.outcomes import Stored
+from pipeline.job.commands import command
 from pipeline.run import committer
 from pipeline.run.options import RunStatus
 from pipeline.source.db import translated_error
 from pipeline.store.writer import StoreWriter
-from tests.support.fakes import ScriptedServer, good_completion, respond
-from tests.support.jobs import make_job, table_rows
+from tests.support.fakes import ScriptedServer, completion, good_completion, respond
+from tests.support.jobs import make_job, make_source, table_rows
 from tests.support.runs import run_served
 
 pytestmark = pytest.mark.anyio
@@ -59,4 +62,31 @@ async def test_a_full_disk_ends_the_run_in_one_line_and_the_next_run_does_the_re
     assert again.status is RunStatus.COMPLETED and again.done == 600 - written
     assert table_rows(spec.database, "SELECT count(*), count(DISTINCT record_id) FROM results") == [
         (600, 600)
+    ]
+
+
+async def test_failures_the_breaker_could_not_keep_retryable_are_named_with_the_run_that_retries_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The breaker stops the run and the writer cannot make its window's failures retryable (the disk
+    filled meanwhile): they stay failures a plain run passes over, so the warning names the run with
+    --retry-failed, on the database and variant this run had."""
+    spec = make_job(tmp_path, records=100, concurrency=8)
+    trial = spec.with_overrides(database=tmp_path / "trial db.duckdb").for_variant("quick")
+    make_source(trial.database, 100)
+
+    async def refused(writer: StoreWriter, *_: object) -> None:
+        raise translated_error(duckdb.IOException("No space left on device"), trial.database)
+
+    monkeypatch.setattr(StoreWriter, "keep_retryable", refused)
+    with capture_logs() as logs, pytest.raises(AnswersRejectedError):
+        await run_served(trial, ScriptedServer([respond(completion("not JSON at all"))]))
+    (warning,) = [entry["event"] for entry in logs if "not made retryable" in entry["event"]]
+    given = ("--database", str(trial.database), "--variant", "quick")
+    retry = command("run", str(spec.source_file), "--retry-failed", *given)
+    assert warning.endswith(
+        f"so a plain run leaves them: `{retry}` does them with the rest once the server is fixed"
+    )
+    assert table_rows(trial.database, "SELECT count(*) FROM failures WHERE failure_class = 'transient'") == [
+        (0,)
     ]

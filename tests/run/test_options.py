@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.errors import ConfigError
-from pipeline.run.options import VariantOptions, options_of_variant
+from pipeline.job.commands import command
+from pipeline.run.options import RunCommands, RunOptions, VariantOptions, options_of_variant
 from pipeline.source.lock import RunLock
 from tests.support.fakes import ScriptedServer, good_completion, respond
 from tests.support.jobs import make_job
@@ -40,6 +41,23 @@ def test_the_words_kept_read_back_as_the_same_options() -> None:
     )  # a later version's
     assert later == VariantOptions(model="m") and later.make_results
     assert not VariantOptions(endpoint="http://gpu:8000/v1").make_results
+
+
+def test_a_runs_own_lines_name_its_command_with_the_options_that_made_its_variant(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=0)
+    trial = spec.with_overrides(database=tmp_path / "trial.duckdb").for_variant("v2")
+    made = VariantOptions("http://gpu:8000/v1", "other-model", prompt_file(tmp_path))
+    commands = RunCommands.of(trial, RunOptions(variant_options=made.words()))
+    job, given = str(spec.source_file), ("--database", str(trial.database))
+    assert commands.run("--retry-failed") == command(
+        "run", job, "--retry-failed", *made.words_of_making(), *given, "--variant", "v2",
+        "--endpoint", "http://gpu:8000/v1",
+    )  # fmt: skip
+    # check takes no variant and no prompt file: the servers and the model it checks
+    assert commands.check() == command(
+        "check", job, "--model", "other-model", *given, "--endpoint", "http://gpu:8000/v1"
+    )
+    assert RunCommands.of(spec, RunOptions()).run() == command("run", job)  # main, the job's database
 
 
 async def test_a_variant_given_no_options_takes_those_of_its_last_run(tmp_path: Path) -> None:

@@ -5,7 +5,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, SourceMissingError
+from pipeline.job.commands import command
 from pipeline.source.db import open_database
 from pipeline.source.relation import describe_source
 from pipeline.store.opening import prepare_database
@@ -34,6 +35,22 @@ def test_bad_sources_are_config_errors(tmp_path: Path, setup: str, message: str)
     with pytest.raises(ConfigError, match=message):
         describe_source(connection, spec)
     connection.close()
+
+
+def test_a_missing_table_names_the_commands_that_fill_it_as_given(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=0, source={"seed_file": "seed.jsonl"})
+    trial = spec.with_overrides(database=tmp_path / "trial.duckdb").for_variant("v2")
+    connection = open_database(trial.database)
+    with pytest.raises(SourceMissingError) as missing:
+        describe_source(connection, trial)
+    connection.close()
+    given = ("--database", str(trial.database))
+    load = command("load", "FILE", "--job", str(spec.source_file), *given)
+    run = command("run", str(spec.source_file), *given, "--variant", "v2")
+    assert str(missing.value).endswith(  # the program by its path: pasted outside the virtualenv too
+        f"table 'postings' does not exist (key source.table); load records with `{load}` "
+        f"(`{run}` loads key source.seed_file, {tmp_path / 'seed.jsonl'})"
+    )
 
 
 def test_failing_query_is_a_config_error(tmp_path: Path) -> None:

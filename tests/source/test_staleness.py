@@ -9,8 +9,10 @@ from typing import Any
 
 import duckdb
 import pytest
+from structlog.testing import capture_logs
 
 from pipeline.errors import FailureClass
+from pipeline.job.commands import command
 from pipeline.job.spec import JobSpec, load_job
 from pipeline.reports.status import job_status
 from pipeline.run.runner import RunStatus, RunSummary, run_job
@@ -53,9 +55,13 @@ async def test_prompt_edit_makes_all_stale_a_plain_run_keeps_them_redo_stale_red
         "total": 8, "prompt": 8, "schema": 0, "model": 0, "settings": 0, "unknown": 0,
     }  # fmt: skip
     server = good_server()
-    summary = await run(new_prompt, server)
+    with capture_logs() as logs:
+        summary = await run(new_prompt, server)
     assert summary.status is RunStatus.NOTHING_TO_DO and server.bodies == []
     assert summary.stale_kept == {"total": 8, "prompt": 8}
+    (said,) = [entry for entry in logs if entry["event"].startswith("results are stale")]
+    redo = command("run", str(spec.source_file), "--redo-stale")  # the job as given, not a JOB to fill in
+    assert said["event"].endswith(f"a plain run keeps them, `{redo}` redoes them") and said["prompt"] == 8
 
     server = good_server()
     summary = await run(new_prompt, server, redo_stale=frozenset(JOB_CAUSES))
@@ -67,7 +73,8 @@ async def test_prompt_edit_makes_all_stale_a_plain_run_keeps_them_redo_stale_red
         "SELECT record_id, created_at, run_id, superseded_by_run FROM results_history ORDER BY record_id",
     )
     assert [(row[0], row[1], row[2], row[3]) for row in history] == [
-        (record_id, old[record_id], 1, 3) for record_id in sorted(old)  # run 2 had nothing to do
+        (record_id, old[record_id], 1, 3)
+        for record_id in sorted(old)  # run 2 had nothing to do
     ]
     assert job_status(new_prompt).stale["total"] == 0
     assert await run(new_prompt, good_server(), redo_stale=frozenset(JOB_CAUSES)) is not None

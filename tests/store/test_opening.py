@@ -10,8 +10,15 @@ from pathlib import Path
 import pytest
 
 from pipeline.errors import ConfigError
-from pipeline.store.opening import load_source, new_database, prepare_database
-from tests.support.jobs import make_job, table_rows
+from pipeline.job.commands import command
+from pipeline.store.opening import (
+    load_source,
+    new_database,
+    open_for_reading,
+    open_job_output,
+    prepare_database,
+)
+from tests.support.jobs import make_job, make_source, table_rows
 
 
 def files_in(folder: Path) -> set[str]:
@@ -101,3 +108,19 @@ def test_what_a_killed_build_left_is_removed_and_a_running_ones_is_not(tmp_path:
         path.write_bytes(b"half a database")
     build(tmp_path / "new.duckdb", lambda: None)
     assert files_in(tmp_path) == {"new.duckdb", running.name}
+
+
+def test_a_reader_before_anything_was_made_names_the_commands_that_make_it(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=0)
+    trial = spec.with_overrides(database=tmp_path / "a trial.duckdb").for_variant("v2")
+    with pytest.raises(ConfigError) as missing:
+        open_for_reading(trial)
+    given = ("--database", str(trial.database))
+    load = command("load", "FILE", "--job", str(spec.source_file), *given)
+    run = command("run", str(spec.source_file), *given, "--variant", "v2")
+    assert str(missing.value) == f"{trial.database}: database does not exist yet (run `{load}` or `{run}`)"
+    assert not trial.database.exists()  # a reader creates nothing
+    make_source(trial.database, 2)
+    with pytest.raises(ConfigError) as empty:
+        open_job_output(trial, ["results"])
+    assert str(empty.value).endswith(f"nothing has been extracted (run `{run}` first)")
