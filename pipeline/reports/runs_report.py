@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline.errors import ConfigError
+from pipeline.job.commands import Asked
 from pipeline.job.spec import JobSpec
 from pipeline.quality.drift import (
     BASELINE_RUNS,
@@ -30,6 +31,7 @@ from pipeline.quality.drift import (
     judge_last,
 )
 from pipeline.reports.status import server_cache_of
+from pipeline.reports.variants import check_variant
 from pipeline.store.opening import open_job_output
 from pipeline.store.read_copy import ReadCopy, read_copy_of
 from pipeline.store.run_profiles import newest_run, stored_runs
@@ -131,6 +133,7 @@ def runs_report(spec: JobSpec, runs: int = DEFAULT_RUNS) -> RunsReport:
     tables = [spec.output.runs_table, spec.output.results_table]
     connection = open_job_output(spec, tables)
     try:
+        check_variant(connection, spec)  # a typo is not a variant without runs
         # The newest run is judged against as many earlier runs as drift uses, however many are shown.
         found = stored_runs(connection, spec, max(runs, _JUDGED_RUNS))
         read_copy = read_copy_of(connection)
@@ -140,7 +143,7 @@ def runs_report(spec: JobSpec, runs: int = DEFAULT_RUNS) -> RunsReport:
     if not found and newest is None:
         raise ConfigError(
             f"{spec.database}: no run of variant {spec.variant!r} has a profile yet "
-            f"(every run keeps one from this version on: `pipeline run {spec.source_file}`)"
+            f"(every run keeps one from this version on: `{Asked.of(spec).command('run')}`)"
         )
     return judged_runs(spec.name, spec.variant, found, runs, read_copy, newest)
 

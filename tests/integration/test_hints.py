@@ -6,6 +6,7 @@ line says: retrying failures takes no new record, a redo redoes, a re-run repeat
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -113,3 +114,33 @@ def test_a_variant_made_with_a_prompt_file_is_judged_rerun_and_compared_with_it(
         )
         again = pasted(compare_command, tmp_path)
         assert again.returncode == 0 and "noise floor: v2 against its re-run v2~rerun" in again.stdout
+
+
+def test_a_readers_error_before_any_run_names_the_run_that_makes_the_database_as_pasted(
+    tmp_path: Path,
+) -> None:
+    """The errors of a reader on a trial not run yet named a bare `pipeline run` (exit 127 without the
+    virtualenv) and the job's own database: pasted, the run they name makes the trial's, for the
+    variant asked; and a variant that is not one is named as none, with the known ones."""
+    folder = tmp_path / "it's a trial"
+    folder.mkdir()
+    seed = folder / "records.jsonl"
+    seed.write_text(
+        "".join(
+            orjson.dumps({"id": i, "title": f"T {i}", "description": "d"}).decode() + "\n" for i in range(12)
+        )
+    )
+    trial = folder / "trial db.duckdb"
+    with sim_server("--model", "test-model") as url:
+        job = write(folder, endpoint={"base_url": url}, source={"seed_file": seed.name})
+        given = ["--database", str(trial), "--variant", "quick"]
+        status = run_pipeline("status", str(job), *given)
+        assert status.returncode == 2 and not trial.exists(), status.stderr
+        load_command, run_command = re.findall(r"`([^`]+)`", status.stderr)
+        assert load_command.endswith(f"--job {shlex.quote(str(job))} --database {shlex.quote(str(trial))}")
+        made = pasted(run_command, folder)
+        assert made.returncode == 0 and "12 done, 0 failed of 12" in made.stdout, made.stdout + made.stderr
+        assert table_rows(trial, "SELECT variant, count(*) FROM results GROUP BY 1") == [("quick", 12)]
+    no_such = run_pipeline("report", str(job), "--database", str(trial), "--variant", "nosuch")
+    assert no_such.returncode == 2 and no_such.stderr.rstrip().endswith("known variants: main, quick")
+    assert run_pipeline("report", str(job), *given).returncode == 0

@@ -4,10 +4,18 @@ among them); and, in the CLI, ``--fail-on-drift`` failing on a drift for the wor
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import pytest
+
+from pipeline.errors import ConfigError
+from pipeline.job.commands import command
 from pipeline.quality.drift import NewestRun
-from pipeline.reports.runs_report import format_runs_report, judged_runs, sparkline
+from pipeline.reports.runs_report import format_runs_report, judged_runs, runs_report, sparkline
+from tests.support.fakes import ScriptedServer, good_completion, respond
+from tests.support.jobs import make_job
+from tests.support.runs import run_served
 
 
 def test_a_sparkline_draws_lowest_to_highest_with_gaps_for_missing_values() -> None:
@@ -192,3 +200,16 @@ def test_only_quiet_nights_make_a_report_with_no_column() -> None:
         "the runs before it drifted is not said again",
     ]
     assert report.to_json()["runs"] == [] and report.to_json()["series"] is None
+
+
+@pytest.mark.anyio
+async def test_a_variant_without_a_run_names_the_run_that_makes_one(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=2, variants={"short": {"max_tokens": 64}})
+    await run_served(spec, ScriptedServer([respond(good_completion())]))
+    with pytest.raises(ConfigError) as none:
+        runs_report(spec.for_variant("short"))
+    run = command("run", str(spec.source_file), "--variant", "short")  # pasted outside the virtualenv too
+    assert str(none.value) == (
+        f"{spec.database}: no run of variant 'short' has a profile yet (every run keeps one from this "
+        f"version on: `{run}`)"
+    )

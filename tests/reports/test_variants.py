@@ -54,15 +54,22 @@ async def test_the_options_are_the_last_runs_and_none_in_an_older_database(tmp_p
         connection.close()
 
 
-async def test_status_export_and_failures_name_the_known_variants_for_one_that_is_not(tmp_path: Path) -> None:
-    """Before, `--variant nosuch` read as an empty variant: exit 0, an empty export."""
+async def test_every_reader_names_the_known_variants_for_one_that_is_not(tmp_path: Path) -> None:
+    """Before, `--variant nosuch` read as an empty variant: exit 0, an empty export; report said the
+    variant had no run yet, as of a variant that might."""
     spec = make_job(tmp_path, records=2)
     await run_served(spec, ScriptedServer([respond(good_completion())]))
     job = str(spec.source_file)
-    out = tmp_path / "out.jsonl"
-    for command in (["status", job], ["export", job, "--out", str(out)], ["failures", job]):
+    out, page = tmp_path / "out.jsonl", tmp_path / "runs.html"
+    for command in (
+        ["status", job],
+        ["export", job, "--out", str(out)],
+        ["failures", job],
+        ["report", job],
+        ["report", job, "--html", str(page)],
+    ):
         result = cli_run(*command, "--variant", "nosuch")
         assert result.exit_code == 2, (command, result.output)
         assert error_line(result).endswith("holds nothing of it; known variants: main"), command
-    assert not out.exists()
+    assert not out.exists() and not page.exists()
     assert cli_run("export", job, "--out", str(out)).exit_code == 0 and out.exists()
