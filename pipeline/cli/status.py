@@ -26,6 +26,7 @@ from pipeline.cli.common import (
     say_read_copy,
 )
 from pipeline.job.commands import Asked, Verb
+from pipeline.quality.drift import RunDate, describe_runs
 from pipeline.reports.status import JobStatus, job_status
 from pipeline.run.options import VariantOptions, options_of_variant
 from pipeline.run.progress import format_duration
@@ -135,6 +136,7 @@ def _status_dict(report: JobStatus) -> dict[str, Any]:
         "chunking": report.chunking.to_json() if report.chunking else None,
         "answers_from_reasoning": report.answers_from_reasoning,
         "last_run": report.last_run,
+        "quiet_run": report.quiet_run,
         "rate_per_min": report.rate_per_min,
         "eta_s": report.eta_s,
         "live": report.live,
@@ -340,7 +342,7 @@ def _recovered_lines(report: JobStatus) -> list[str]:
 def _last_run_lines(report: JobStatus) -> list[str]:
     run, rate = report.last_run, report.rate_per_min
     if not run:
-        return []
+        return _quiet_lines(report)
     speed = f", {rate:,.1f} records/min" if rate else ""
     if report.live is None and report.eta_s is not None:  # a live run says its own, on its line
         speed += f", ETA for pending {format_duration(report.eta_s)}"
@@ -349,7 +351,16 @@ def _last_run_lines(report: JobStatus) -> list[str]:
         f"last run: #{run['run_id']} {run['status']}, started {run['started_at']:%Y-%m-%d %H:%M:%S %Z}, "
         f"{run['done']} done, {run['failed']} failed{speed}",
         *([f"why:      {why}"] if why else []),
+        *_quiet_lines(report),
     ]
+
+
+def _quiet_lines(report: JobStatus) -> list[str]:
+    """The newest run, when it had nothing to do: the nightly run ran, after the last one that did."""
+    quiet = report.quiet_run
+    if quiet is None:
+        return []
+    return [f"quiet:    {describe_runs([RunDate(quiet['run_id'], quiet['started_at'])])} had nothing to do"]
 
 
 #: Why a run row still says running when no process holds the database.

@@ -32,7 +32,7 @@ from pipeline.source.versions import (
 )
 from pipeline.store.opening import open_for_reading
 from pipeline.store.read_copy import ReadCopy, read_copy_of
-from pipeline.store.run_profiles import NOTHING_TO_DO
+from pipeline.store.run_profiles import NOTHING_TO_DO, newest_run
 from pipeline.store.snapshot import read_snapshot
 
 
@@ -67,6 +67,9 @@ class JobStatus:
     # Results whose answer came in the reasoning field, content null (vLLM issue 23694), and was taken.
     answers_from_reasoning: int = 0
     last_run: dict[str, Any] | None = None
+    # The newest run, when it had nothing to do: a quiet night since ``last_run`` (which passes over
+    # quiet nights), its ``run_id`` and ``started_at`` (ISO 8601, UTC).
+    quiet_run: dict[str, Any] | None = None
     live: dict[str, Any] | None = None  # the snapshot of a run that holds the database right now
     read_copy: ReadCopy | None = None  # a run holds the database: the numbers are its copy's
 
@@ -255,6 +258,7 @@ def _stored(connection: Database, spec: JobSpec, status: JobStatus, *, running: 
         grounding=_grounding(connection, spec),
         chunking=chunking_status(connection, spec),
         last_run=_last_run(connection, spec, running=running),
+        quiet_run=_quiet_run(connection, spec),
         answers_from_reasoning=_answers_from_reasoning(connection, spec),
     )
 
@@ -341,6 +345,14 @@ def _last_run(connection: Database, spec: JobSpec, *, running: bool = False) -> 
         # We could open the database, so no process holds it: that run was killed without a trace.
         run["status"] = "abandoned"
     return run
+
+
+def _quiet_run(connection: Database, spec: JobSpec) -> dict[str, Any] | None:
+    """The newest run when it had nothing to do (a run going on now is newer: then none)."""
+    newest = newest_run(connection, spec)
+    if newest is None or not newest.quiet:
+        return None
+    return {"run_id": newest.run_id, "started_at": newest.started_at}
 
 
 def _json_columns(connection: Database, table: str) -> set[str]:

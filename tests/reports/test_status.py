@@ -16,7 +16,7 @@ from pipeline.store.read_copy import write_copy
 from pipeline.store.snapshot import write_snapshot
 from tests.support.cli import cli_run
 from tests.support.fakes import GOOD_ITEM, ScriptedServer, completion, good_completion, respond
-from tests.support.jobs import make_job, write_job
+from tests.support.jobs import make_job, make_source, table_rows, write_job
 from tests.support.outputs import database_held_by_another_process, job_with_outputs
 from tests.support.runs import run_served
 
@@ -251,3 +251,40 @@ async def test_a_variant_made_with_a_prompt_file_is_judged_with_it(tmp_path: Pat
     given = cli_run("status", str(spec.source_file), "--variant", "v2", "--prompt-file", str(other))
     assert given.stderr == "" and "stale:    5 (prompt 5; a plain run keeps them, `" in given.stdout
     assert f"--redo-stale --prompt-file {other} --variant v2` redoes them)" in given.stdout
+
+
+async def test_a_quiet_night_after_the_last_run_is_said_with_its_date_and_goes_with_the_next_run(
+    tmp_path: Path,
+) -> None:
+    """The last run passes over quiet nights (their rate says nothing of the next run), so status said
+    nothing of them: a nightly run that ran and found nothing looked like one that never ran."""
+    spec = make_job(tmp_path, records=3)
+    await run_served(spec, ScriptedServer([respond(good_completion())]))
+    assert job_status(spec).quiet_run is None  # the newest run did something
+    await run_served(spec, ScriptedServer([]))  # a quiet night: nothing is sent
+    report = job_status(spec)
+    assert report.last_run is not None and report.last_run["run_id"] == 1
+    assert report.quiet_run is not None and report.quiet_run["run_id"] == 2
+    (started,) = table_rows(spec.database, "SELECT started_at FROM runs WHERE run_id = 2")[0]
+    text = cli_run("status", str(spec.source_file)).stdout.splitlines()
+    last = next(index for index, line in enumerate(text) if line.startswith("last run: #1 completed"))
+    assert text[last + 1] == f"quiet:    run 2 ({started:%Y-%m-%d %H:%M} UTC) had nothing to do"
+    data = orjson.loads(cli_run("status", str(spec.source_file), "--json").stdout)
+    assert data["quiet_run"] == {"run_id": 2, "started_at": started.isoformat()}
+    assert data["last_run"]["run_id"] == 1
+    make_source(spec.database, 5)  # two new records: the next night does something, and is the last run
+    await run_served(spec, ScriptedServer([respond(good_completion())]))
+    after = job_status(spec)
+    assert after.quiet_run is None and after.last_run is not None and after.last_run["run_id"] == 3
+    assert "quiet:" not in cli_run("status", str(spec.source_file)).stdout
+
+
+async def test_quiet_nights_alone_are_said_without_a_last_run(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=0)
+    make_source(spec.database, 0)  # an empty source: every night so far had nothing to do
+    for _ in range(2):
+        await run_served(spec, ScriptedServer([]))
+    report = job_status(spec)
+    assert report.last_run is None and report.quiet_run is not None and report.quiet_run["run_id"] == 2
+    lines = cli_run("status", str(spec.source_file)).stdout.splitlines()
+    assert lines[-1].startswith("quiet:    run 2 (") and lines[-1].endswith(" UTC) had nothing to do")
