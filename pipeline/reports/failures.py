@@ -23,15 +23,17 @@ MESSAGE_CHARS = 200
 #: What to do about a class, where retrying as it is would fail the same way (said by `failures`).
 ADVICE: dict[str, str] = {
     FailureClass.TOO_LONG: (
-        "not sent: the prompt does not fit the model's context. Split the long field the message names "
-        "with `chunking: {field: NAME}` in the job, raise the context (the server's --max-model-len), or "
-        "shorten the field; then retry them (`--only-failed --class too_long`)"
+        "the prompt does not fit the model's context, or leaves too little of it for an answer (not sent, "
+        "or sent and its answer cut off where the context ends: each message says which, with the "
+        "numbers). Split the long field the message names with `chunking: {field: NAME}` in the job, raise "
+        "the context (the server's --max-model-len), or shorten the field; then retry them "
+        "(`--only-failed --class too_long`)"
     ),
 }
 #: What to do about ``too_long`` failures whose prompts' fixed part alone leaves no room for a record.
 FIXED_PART_TOO_LONG_ADVICE = (
-    "not sent: the fixed part of the prompt (system prompt, examples, template), sent with every record, "
-    f"leaves no room for one, so {FIXED_PART_FULL}: {FIXED_PART_ADVICE}; then retry them "
+    "the fixed part of the prompt (system prompt, examples, template), sent with every record, leaves no "
+    f"room for one and its answer, so {FIXED_PART_FULL}: {FIXED_PART_ADVICE}; then retry them "
     "(`--only-failed --class too_long`)"
 )
 RAW_OUTPUT_CHARS = 120

@@ -13,13 +13,21 @@ from typer.testing import CliRunner
 from pipeline.cli import app
 from pipeline.errors import PERMANENT_FAILURE_CLASSES, ConfigError, DatabaseLockedError, FailureClass
 from pipeline.job.commands import command, program
-from pipeline.reports.failures import MESSAGE_CHARS, RAW_OUTPUT_CHARS, failure_report, parse_failure_classes
+from pipeline.reports.failures import (
+    ADVICE,
+    MESSAGE_CHARS,
+    RAW_OUTPUT_CHARS,
+    failure_report,
+    parse_failure_classes,
+)
+from tests.support.fakes import ScriptedServer, completion, respond
 from tests.support.jobs import make_job
 from tests.support.outputs import (
     database_held_by_another_process,
     job_with_outputs,
     run_scripted,
 )
+from tests.support.runs import run_served
 
 EXPECTED_COUNTS = [("invalid_json", 3), ("schema_invalid", 2), ("permanent", 1), ("truncated", 1)]
 
@@ -115,13 +123,40 @@ def test_too_long_failures_say_what_to_do(tmp_path: Path) -> None:
     lines = out.splitlines()
     assert lines[2:4] == [
         "too_long: 2",
-        "  what to do: not sent: the prompt does not fit the model's context. Split the long field the "
-        "message names with `chunking: {field: NAME}` in the job, raise the context (the server's "
-        "--max-model-len), or shorten the field; then retry them (`--only-failed --class too_long`)",
+        f"  what to do: {ADVICE[FailureClass.TOO_LONG]}",
     ]
+    assert ADVICE[FailureClass.TOO_LONG].startswith(
+        "the prompt does not fit the model's context, or leaves too little of it for an answer (not sent, "
+    )
     assert "against a context of 300 tokens (the server's max_model_len); most of it is field " in out
     code, out, _ = failures_cli(str(spec.source_file), "--json")
-    assert orjson.loads(out)["classes"][0]["advice"].startswith("not sent: the prompt does not fit")
+    assert orjson.loads(out)["classes"][0]["advice"] == ADVICE[FailureClass.TOO_LONG]
+
+
+@pytest.mark.anyio
+async def test_too_long_failures_of_answers_cut_off_at_the_context_are_not_said_unsent(
+    tmp_path: Path,
+) -> None:
+    """The server counted the prompt (700 of a context of 1,000): it went with the 300 tokens left, below
+    the job's max_tokens, and its answer was cut off there. It was sent; the advice said "not sent"."""
+    spec = make_job(tmp_path, records=2, max_tokens=4096)
+    cut = completion(
+        '{"title": "Data Engin', finish_reason="length", completion_tokens=300, prompt_tokens=700
+    )
+    server = ScriptedServer([respond(cut)], max_model_len=1000, count_tokens=lambda messages: 700)
+    summary = await run_served(spec, server)
+    assert (summary.failed, summary.requests) == (2, 2)  # sent, each once
+    code, out, _ = failures_cli(str(spec.source_file), "--class", "too_long")
+    lines = out.splitlines()
+    assert code == 0 and lines[3] == f"  what to do: {ADVICE[FailureClass.TOO_LONG]}"
+    assert "sent and its answer cut off where the context ends" in lines[3] and "not sent:" not in out
+    message = orjson.loads(failures_cli(str(spec.source_file), "--json")[1])["classes"][0]["examples"][0]
+    assert message["message"].startswith(
+        "the prompt leaves too little of the context for an answer: 700 tokens of a context of 1000 tokens "
+        "(the server's max_model_len) leaves 300 tokens for the answer, and the answer was cut off there "
+        "(300 completion tokens, 10 of them reasoning, finish_reason=length), short of the job's max_tokens "
+        "4,096"
+    )
 
 
 def test_too_long_failures_of_a_fixed_part_that_leaves_no_room_say_chunking_cannot_help(
@@ -134,9 +169,9 @@ def test_too_long_failures_of_a_fixed_part_that_leaves_no_room_say_chunking_cann
     code, out, _ = failures_cli(str(spec.source_file), "--class", "too_long")
     assert code == 0
     assert out.splitlines()[3] == (
-        "  what to do: not sent: the fixed part of the prompt (system prompt, examples, template), sent "
-        "with every record, leaves no room for one, so chunking cannot help: shorten the system prompt or "
-        "the examples, or use a larger context (the server's --max-model-len); then retry them "
+        "  what to do: the fixed part of the prompt (system prompt, examples, template), sent with every "
+        "record, leaves no room for one and its answer, so chunking cannot help: shorten the system prompt "
+        "or the examples, or use a larger context (the server's --max-model-len); then retry them "
         "(`--only-failed --class too_long`)"
     )
     assert "against a context of 20 tokens (the server's max_model_len), and chunking cannot help" in out
