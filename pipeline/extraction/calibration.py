@@ -17,6 +17,9 @@ server counts for what the pipeline estimates, and how many tokens its answers t
   (:func:`fewest_answer_tokens`). A budget the context cuts below that is not sent
   (:func:`pipeline.extraction.budget.fitted`): hardly any answer would fit it. One above it may not
   hold this record's answer either, but it may: it is sent, and an answer cut off is ``too_long``.
+  A run starts from the answers of the variant's latest results (the run reads them once from its
+  database): a ``--only-failed`` run of a few records the context barely holds knows from its first
+  request what an answer takes, not only the schema's floor.
 
 Both keep the run's latest :data:`LEARNED_WINDOW` values. A request whose budget only the estimate
 starves waits, while nothing is learned, for a request in flight to teach the rate
@@ -29,7 +32,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -93,12 +96,18 @@ class _Window:
 class Calibration:
     """The run's learned rate of server tokens to estimated ones, and its answers' sizes (one per run:
     the extractor's). ``fewest_answer``: what an answer needs until answers are measured
-    (:func:`fewest_answer_tokens`)."""
+    (:func:`fewest_answer_tokens`); ``answered_before``: the completion tokens of earlier runs' answers,
+    oldest first, measured as this run's are (the run's own push them out of the window, oldest first)."""
 
-    def __init__(self, fewest_answer: int = 1) -> None:
+    def __init__(self, fewest_answer: int = 1, answered_before: Sequence[int] = ()) -> None:
         self._fewest_answer = fewest_answer
         self._rates = _Window()
         self._answers = _Window()
+        for tokens in answered_before[-LEARNED_WINDOW:]:
+            if tokens > 0:
+                self._answers.add(tokens)
+        self._before = len(self._answers)
+        self._answered = 0  # this run's
         self._in_flight = 0
         self._changed: anyio.Event | None = None  # made when first waited on (within the event loop)
 
@@ -122,14 +131,17 @@ class Calibration:
         """An answer that passed validation took ``completion_tokens`` (its reasoning included)."""
         if completion_tokens:
             self._answers.add(completion_tokens)
+            self._answered += 1
 
     def answer_need(self, max_tokens: int) -> AnswerNeed:
         """What an answer needs, never more than the job's budget ``max_tokens``."""
         if len(self._answers) >= ANSWERS_TO_MEASURE:
             tokens = math.ceil(self._answers.at(SHORTEST_SHARE))
-            why = (
-                f"what {1 - SHORTEST_SHARE:.0%} of the {len(self._answers):,} answers measured took at least"
-            )
+            measured = len(self._answers)
+            why = f"what {1 - SHORTEST_SHARE:.0%} of the {measured:,} answers measured took at least"
+            before = min(self._before, LEARNED_WINDOW - self._answered)  # the run's own pushed out the rest
+            if before > 0:
+                why += f", {'all' if before == measured else f'{before:,}'} of them by earlier runs"
         else:
             tokens = self._fewest_answer
             why = (

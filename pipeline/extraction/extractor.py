@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -124,6 +125,7 @@ class Extractor:
         growth: BudgetGrowth,
         stats: RequestCounters,
         grounder: Grounder | None = None,
+        answered_before: Sequence[int] = (),
     ) -> None:
         self._router = router
         self._prompts = prompts
@@ -133,8 +135,9 @@ class Extractor:
         self._stats = stats
         self._grounder = grounder
         self._fixed = prompts.fixed_messages
-        # The run's, as the run has one extractor: every record's requests teach it and use it.
-        self.calibration = Calibration(fewest_answer_tokens(schema))
+        # The run's, as the run has one extractor: every record's requests teach it and use it; it
+        # starts from the answers of earlier runs (``answered_before``, oldest first).
+        self.calibration = Calibration(fewest_answer_tokens(schema), answered_before)
 
     async def extract(self, record: SourceRecord, follow_up: ChatMessage | None = None) -> Outcome:
         """``follow_up``: a last message after the record's (a later pass over a chunk says what earlier

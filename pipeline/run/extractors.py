@@ -4,6 +4,8 @@ chunk planner over the run's endpoints and the chunks earlier runs kept."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import structlog
 
 from pipeline.errors import RecordError
@@ -21,10 +23,16 @@ log = structlog.get_logger("pipeline.run.extractors")
 
 
 def record_extractor(
-    context: RunContext, options: RunOptions, router: Router, stats: RunStats, kept: KeptChunks | None
+    context: RunContext,
+    options: RunOptions,
+    router: Router,
+    stats: RunStats,
+    kept: KeptChunks | None,
+    answered_before: Sequence[int] = (),
 ) -> DocumentExtractor:
-    """The run's extractor. With ``chunking:`` it checks first, against the servers' context, that a
-    chunk can fit at all: a :class:`ConfigError` naming the key before any request."""
+    """The run's extractor, starting from what earlier runs' answers took (``answered_before``: their
+    completion tokens, oldest first). With ``chunking:`` it checks first, against the servers' context,
+    that a chunk can fit at all: a :class:`ConfigError` naming the key before any request."""
 
     def observe(kind: RetryKind, error: RecordError, attempt: int, wait_s: float) -> None:
         stats.retries[str(kind)] += 1
@@ -34,7 +42,8 @@ def record_extractor(
     policy = RetryPolicy(spec.retry, sleep=options.sleep, observer=observe)
     growth = BudgetGrowth(spec.retry.truncation_growth, spec.max_tokens_ceiling)
     grounder = Grounder.for_schema(spec.schema_class)
-    extractor = Extractor(router, prompts, spec.schema_class, policy, growth, stats, grounder)
+    schema = spec.schema_class
+    extractor = Extractor(router, prompts, schema, policy, growth, stats, grounder, answered_before)
     planner = None
     if spec.chunking is not None:
         where = str(spec.source_file)

@@ -29,6 +29,7 @@ import anyio
 import structlog
 
 from pipeline.errors import ConfigError, DatabaseError, FatalRunError
+from pipeline.extraction.calibration import LEARNED_WINDOW
 from pipeline.extraction.context import RunContext
 from pipeline.extraction.documents import DocumentExtractor
 from pipeline.job.spec import JobSpec
@@ -227,11 +228,14 @@ class JobRun:
         return stats
 
     async def _extract(self) -> tuple[RunStatus, FatalRunError | None, tuple[Drift, ...]]:
-        """The extractor (a bad ``chunking:`` is a ConfigError before the run has a row), then the run."""
+        """The writer, then the extractor (a bad ``chunking:`` is a ConfigError before the run has a
+        row), starting from what the variant's latest answers took, then the run."""
         context = self.context
+        self.writer = StoreWriter(self.connection, context)
+        answered = await self.writer.recent_answers(LEARNED_WINDOW)
         kept = await ChunkStore.open(self.connection, context) if context.spec.chunking else None
         try:
-            self.extractor = record_extractor(context, self.options, self.router, self.stats, kept)
+            self.extractor = record_extractor(context, self.options, self.router, self.stats, kept, answered)
             return await self._recorded()
         finally:
             if kept is not None:
@@ -239,7 +243,6 @@ class JobRun:
 
     async def _recorded(self) -> tuple[RunStatus, FatalRunError | None, tuple[Drift, ...]]:
         """The run with its row in the runs table, finished whatever ended it."""
-        self.writer = StoreWriter(self.connection, self.context)
         await self._begin()
         execution = RunExecution(self)
         try:

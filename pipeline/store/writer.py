@@ -160,6 +160,16 @@ class StoreWriter:
         rows = await self._call(lambda: self.connection.rows(sql, [self.spec.variant, classes]))
         return frozenset(row[0] for row in rows)
 
+    async def recent_answers(self, most: int) -> list[int]:
+        """The completion tokens of the variant's latest ``most`` results, oldest first: what its answers
+        took, for a run to start from (:class:`~pipeline.extraction.calibration.Calibration`)."""
+        sql = (
+            f"SELECT completion_tokens FROM {quote(self.spec.output.results_table)} "
+            "WHERE variant = ? AND completion_tokens > 0 ORDER BY created_at DESC LIMIT ?"
+        )
+        rows = await self._call(lambda: self.connection.rows(sql, [self.spec.variant, most]))
+        return [int(tokens) for (tokens,) in reversed(rows)]
+
     async def save_series(self, points: Sequence[Mapping[str, Any]]) -> None:
         """The run's time series (run/series.py) in its row, replacing what was there."""
         await self._call(lambda: save_series(self.connection, self.spec, self.run_id, points))

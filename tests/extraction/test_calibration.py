@@ -82,6 +82,31 @@ def test_once_answers_are_measured_an_answer_needs_what_nearly_all_of_them_took(
     assert calibration.answer_need(250).tokens == 250
 
 
+def test_a_run_starts_from_what_earlier_runs_answers_took_until_its_own_push_them_out() -> None:
+    before = [0, *range(400, 400 + LEARNED_WINDOW)]  # oldest first; a row without usage says nothing
+    calibration = Calibration(5, before)
+    assert calibration.answer_need(4096) == AnswerNeed(  # the 10th of 1,000 (nearest rank)
+        409, f"what 99% of the {LEARNED_WINDOW:,} answers measured took at least, all of them by earlier runs"
+    )
+    for _ in range(LEARNED_WINDOW // 2):
+        calibration.answered(100)  # this run's answers are shorter
+    half = LEARNED_WINDOW // 2
+    assert calibration.answer_need(4096).why.endswith(f", {half:,} of them by earlier runs")
+    assert calibration.answer_need(4096).tokens == 100
+    for _ in range(half):
+        calibration.answered(100)
+    assert (
+        calibration.answer_need(4096).why
+        == f"what 99% of the {LEARNED_WINDOW:,} answers measured took at least"
+    )
+    few = Calibration(5, [300] * (ANSWERS_TO_MEASURE - 1))  # too few, even with the run's first
+    assert few.answer_need(4096).tokens == 5
+    few.answered(310)
+    assert few.answer_need(4096) == AnswerNeed(
+        300, "what 99% of the 10 answers measured took at least, 9 of them by earlier runs"
+    )
+
+
 async def test_waiting_to_learn_ends_at_once_with_nothing_in_flight() -> None:
     calibration = Calibration()
     assert await calibration.wait_to_learn() is False  # nothing will teach it: the caller asks itself

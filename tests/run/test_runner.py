@@ -32,6 +32,7 @@ from tests.support.fakes import (
     serving,
 )
 from tests.support.jobs import make_job, table_rows
+from tests.support.outputs import record_number
 from tests.support.runs import QuietProgress, options, run_served, served
 
 pytestmark = pytest.mark.anyio
@@ -463,3 +464,50 @@ async def test_a_server_failing_every_record_is_said_in_the_progress_line(tmp_pa
         "server failing: 5 of 5 records in a row failed on the server side before the run stops"
     )
     assert "last: " in said and "503" in said
+
+
+def marginal_records(database: Path) -> None:
+    """Records 0 and 1 long (the server counts their prompts at 900 tokens of a context of 1,000: 100
+    left for an answer), 2-11 short (300)."""
+    with duckdb.connect(str(database)) as connection:
+        connection.execute(
+            "CREATE TABLE postings AS SELECT i AS id, 'Title ' || i AS title, "
+            "CASE WHEN i < 2 THEN 'LONG posting' ELSE 'short posting' END AS description FROM range(12) t(i)"
+        )
+
+
+def counted(messages: list[dict[str, Any]]) -> int:
+    return 900 if "LONG" in str(messages[-1]["content"]) else 300
+
+
+def answered_by_size(request: httpx2.Request) -> httpx2.Response:
+    """A short record's answer takes 200 tokens and its number more; a long one's is cut off at the
+    budget it was given."""
+    number, body = record_number(request), orjson.loads(request.content)
+    prompt = counted(body["messages"])  # as the server's reply says it
+    if number < 2:
+        cut = completion('{"title": "Tit', finish_reason="length", prompt_tokens=prompt)
+        return respond({**cut, "usage": {**cut["usage"], "completion_tokens": body["max_tokens"]}})
+    answer = orjson.dumps(GOOD_ITEM).decode()
+    return respond(completion(answer, completion_tokens=200 + number, prompt_tokens=prompt))
+
+
+async def test_a_retry_of_failures_starts_from_what_the_earlier_runs_answers_took(tmp_path: Path) -> None:
+    """Before, what an answer needs started from nothing each run: a --only-failed run of the two records
+    whose prompts leave 100 tokens started from the schema's floor (5 tokens), sent both with a budget
+    of 100 and had them cut off, though every answer measured so far took 202 tokens or more."""
+    spec = make_job(tmp_path, records=0, max_tokens=4096)
+    marginal_records(spec.database)
+    server = ScriptedServer([answered_by_size], max_model_len=1000, count_tokens=counted)
+    first = await run_served(spec, server)
+    assert (first.done, first.failed) == (10, 2)
+    sent = len(server.bodies)
+    again = await run_served(spec, server, only_failed=True)
+    assert (again.done, again.failed) == (0, 2) and len(server.bodies) == sent  # neither was sent
+    messages = table_rows(spec.database, "SELECT failure_class, message FROM failures ORDER BY record_id")
+    need = (
+        "leaves 100 tokens for the answer, and an answer needs 202 tokens (what 99% of the 10 answers "
+        "measured took at least, all of them by earlier runs)"
+    )
+    assert [failure_class for failure_class, _ in messages] == ["too_long", "too_long"]
+    assert all(need in message for _, message in messages), messages

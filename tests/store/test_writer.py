@@ -212,6 +212,27 @@ async def test_variants_keep_their_own_results_and_failures(spec: JobSpec) -> No
     main.connection.close()
 
 
+async def test_the_variants_latest_answers_are_read_oldest_first(spec: JobSpec) -> None:
+    """What a run starts its answers' sizes from: the variant's own latest results, in one query."""
+    main = await started_writer(spec)
+    for record_id in range(1, 6):  # one batch each: one creation time each, in this order
+        tokens = 0 if record_id == 3 else 100 + record_id  # 0: a reply without usage says nothing
+        await main.write(
+            [
+                dataclasses.replace(
+                    extracted(record_id), reply=dataclasses.replace(REPLY, completion_tokens=tokens)
+                )
+            ]
+        )
+    other = StoreWriter(main.connection, RunContext.of(spec.model_copy(update={"variant": "b"})))
+    await other.begin_run(RunStart("hash", spec.model, "http://testserver/v1", 8, 10))
+    await other.write([extracted(9)])
+    assert await main.recent_answers(3) == [102, 104, 105]
+    assert await main.recent_answers(1000) == [101, 102, 104, 105]
+    assert await other.recent_answers(1000) == [45]
+    main.connection.close()
+
+
 async def test_each_server_s_latest_knee_is_kept_across_runs_and_variants(spec: JobSpec) -> None:
     first = await started_writer(spec)
     await first.finish_run(
