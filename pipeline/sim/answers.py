@@ -20,7 +20,10 @@ import orjson
 
 from pipeline.sim.instances import InstanceGenerator
 
-CHARS_PER_TOKEN = 4
+# Re-exported: the tests of other packages count prompts through here.
+from pipeline.sim.tokens import CHARS_PER_TOKEN as CHARS_PER_TOKEN
+from pipeline.sim.tokens import prompt_tokens as prompt_tokens
+
 DEFAULT_REASONING_TOKENS = {"minimal": 16, "low": 64, "medium": 256, "high": 1024}
 DEFAULT_EFFORT = "medium"  # gpt-oss's default when the request names none
 _REASONING_SENTENCE = "Let me work through the posting. "  # 6 tokens
@@ -37,10 +40,6 @@ class Answer:
     finish_reason: str
     completion_tokens: int
     reasoning_tokens: int
-
-
-def prompt_tokens(messages: list[dict[str, Any]]) -> int:
-    return sum(len(str(m.get("content") or "")) for m in messages) // CHARS_PER_TOKEN + 4 * len(messages)
 
 
 @dataclass(frozen=True, slots=True)
