@@ -92,10 +92,12 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
 
 @dataclass(frozen=True, slots=True)
 class Workload:
-    """The requests: the profiles' reference shape by default, with answers of varying length."""
+    """The requests: the profiles' reference shape by default, with answers of varying length. They share
+    no blocks of the prefix cache: the profiles' curves and KV caches were measured with prompts that
+    share nothing, as their decode speed assumes (every reference prompt prefilled whole)."""
 
     prompt_tokens: int = REFERENCE_PROMPT_TOKENS
-    prefix_tokens: int = 1000  # a system prompt shared by every request (vLLM's prefix cache)
+    prefix_tokens: int = 1000  # the prompt's fixed part, as a run counts it before any reply (fit_start)
     output_tokens: int = REFERENCE_OUTPUT_TOKENS  # reasoning and answer, on average
     output_spread: float = 0.25  # each answer is output_tokens x (1 ± spread), uniformly
     seed: int = 0
@@ -103,7 +105,7 @@ class Workload:
     def sequence(self, rng: random.Random) -> Sequence:
         spread = self.output_spread * (2 * rng.random() - 1)
         output = max(1, round(self.output_tokens * (1 + spread)))
-        return Sequence(self.prompt_tokens, output, prefix_key="system", prefix_tokens=self.prefix_tokens)
+        return Sequence(self.prompt_tokens, output)
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,7 +250,7 @@ class _Run:
 
 def start_fit(scenario: Scenario, kv_tokens: int) -> RequestFit:
     """What a run counts before any reply: the fixed part of the prompt and an answer of max_tokens. The
-    engine holds each request's prefix in its KV cache (it shares only the prefill), so the fit does."""
+    workload's requests share no blocks (Workload), so each holds its fixed part, and the fit counts it."""
     prefix = scenario.workload.prefix_tokens
     return RequestFit(kv_tokens, prompt_tokens=prefix, answer_tokens=scenario.max_tokens)
 

@@ -40,7 +40,8 @@ KvCacheTokensOption = Annotated[
         "--kv-cache-tokens",
         min=1,
         help="The KV cache in tokens, overriding the profile's: requests are admitted and preempted by "
-        "the tokens they hold (/metrics: num_gpu_blocks = N / 16).",
+        "the blocks of 16 tokens they hold, those of a prefix they share held once (/metrics: "
+        "num_gpu_blocks = N / 16).",
     ),
 ]
 KvThrashOption = Annotated[
@@ -54,8 +55,9 @@ KvThrashOption = Annotated[
 PrefixCachingOption = Annotated[
     bool,
     typer.Option(
-        help="Reuse a prompt prefix seen before, as vLLM does by default (--no-prefix-caching: every "
-        'prompt token prefilled, no hits, enable_prefix_caching="False" in /metrics).'
+        help="Reuse a prompt prefix seen before and hold it once, as vLLM does by default "
+        "(--no-prefix-caching: every prompt token prefilled and held by each request, no hits, "
+        'enable_prefix_caching="False" in /metrics).'
     ),
 ]
 AnswerInReasoningOption = Annotated[

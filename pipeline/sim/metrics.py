@@ -12,8 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-#: vLLM's block size on a GPU by default: the KV cache is ``num_gpu_blocks`` blocks of this many tokens.
-BLOCK_SIZE = 16
+from pipeline.sim.blocks import BLOCK_SIZE
 
 _VLLM_METRICS: tuple[tuple[str, str, str], ...] = (
     ("vllm:num_requests_running", "gauge", "Number of requests in model execution batches."),

@@ -21,19 +21,18 @@ from typing import Any
 import orjson
 
 from pipeline.sim.answers import (
-    CHARS_PER_TOKEN,
     DEFAULT_REASONING_TOKENS,
     Answer,
     Draws,
     Variation,
     in_reasoning,
     plan_answer,
-    prompt_tokens,
 )
 from pipeline.sim.engine import KV_THRASH, Engine, Sequence
 from pipeline.sim.http import HttpRequest, HttpResponse
 from pipeline.sim.metrics import CacheConfig, vllm_metrics
 from pipeline.sim.profiles import PROFILES
+from pipeline.sim.tokens import block_hashes, prompt_text, prompt_tokens, text_tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,7 +196,11 @@ class SimServer:
             "vllm:prefix_cache_hits_total": engine.prefix_hits if engine else 0,
             "vllm:num_preemptions_total": engine.preemptions if engine else 0,
         }
-        cache = CacheConfig(self.engine.kv_cache_tokens if self.engine else None, self.config.prefix_caching)
+        cache = (
+            CacheConfig(self.engine.kv_cache_tokens, self.config.prefix_caching, self.engine.block_size)
+            if self.engine
+            else CacheConfig(None, self.config.prefix_caching)
+        )
         own = {
             "pipeline_sim:speed": self.config.speed if self.engine else 1.0,
             "pipeline_sim:peak_requests_running": self.metrics.peak_running,
@@ -233,9 +236,7 @@ class SimServer:
         try:
             body = orjson.loads(request.body)
             messages = body.get("messages")
-            count = (
-                prompt_tokens(messages) if messages is not None else len(body["prompt"]) // CHARS_PER_TOKEN
-            )
+            count = prompt_tokens(messages) if messages is not None else text_tokens(body["prompt"])
         except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
             return _error(400, "the request body is not a tokenize request", "BadRequestError")
         if body.get("model") not in (None, self.config.model):
@@ -263,7 +264,8 @@ class SimServer:
             return _error(
                 400, "response_format is not supported by this server (no guided decoding)", "BadRequestError"
             )
-        prompt = prompt_tokens(messages)
+        text = prompt_text(messages)
+        prompt = text_tokens(text)
         self.metrics.chat_requests += 1
         self.metrics.max_prompt_tokens = max(self.metrics.max_prompt_tokens, prompt)
         self.metrics.max_messages = max(self.metrics.max_messages, len(messages))
@@ -280,7 +282,7 @@ class SimServer:
         answer = plan_answer(body, draws, fault, self._reasoning)
         if self.config.answer_in_reasoning and body.get("response_format") is not None:
             answer = in_reasoning(answer)
-        sequence = self._sequence(messages, prompt, answer)
+        sequence = self._sequence(text, prompt, answer)
         if body.get("stream"):
             stream = self._stream(body, sequence, answer, prompt)
             return HttpResponse(200, content_type="text/event-stream", stream=stream)
@@ -327,10 +329,13 @@ class SimServer:
             "BadRequestError",
         )
 
-    def _sequence(self, messages: list[dict[str, Any]], prompt: int, answer: Answer) -> Sequence:
-        """The engine's view: the first message is the cacheable prefix (vLLM's prefix cache)."""
-        first = str(messages[0].get("content") or "") if messages else ""
-        return Sequence(prompt, answer.completion_tokens, prefix_key=first, prefix_tokens=len(first) // 4)
+    def _sequence(self, text: str, prompt: int, answer: Answer) -> Sequence:
+        """The engine's view: the prompt's tokens, and its full blocks' hashes for the prefix cache (the
+        whole prompt's, as vLLM hashes them: two requests share what they have in common from the
+        start, the system prompt and the few-shot turns, and a re-ask its record's first prompt)."""
+        engine = self.engine
+        blocks = block_hashes(text, engine.block_size) if engine is not None and engine.prefix_caching else ()
+        return Sequence(prompt, answer.completion_tokens, blocks=blocks)
 
     async def _generate(self, sequence: Sequence) -> None:
         self.metrics.requests += 1

@@ -19,8 +19,9 @@ from pipeline.servers.scrape import (
     parse_metrics,
 )
 from pipeline.sim import SimConfig, SimServer
+from pipeline.sim.blocks import BLOCK_SIZE
 from pipeline.sim.http import serve
-from pipeline.sim.metrics import BLOCK_SIZE, CacheConfig
+from pipeline.sim.metrics import CacheConfig
 
 pytestmark = pytest.mark.anyio
 

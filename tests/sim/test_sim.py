@@ -363,7 +363,9 @@ async def test_streaming_with_the_openai_sdk() -> None:
 async def test_engine_timing_queueing_and_prefix_cache_in_metrics() -> None:
     config = SimConfig(model="m", profile="nemotron-nano-9b", speed=100, max_num_seqs=2)
     server, url, sim = await start(config)
-    body = chat(Item, max_tokens=1000, response_format=None, ignore_eos=True)
+    system = "Extract the posting's fields. " * 10  # 75 tokens: with the user's message, 5 full blocks
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": "A posting."}]
+    body = chat(Item, messages=messages, max_tokens=1000, response_format=None, ignore_eos=True)
     async with server, httpx2.AsyncClient(base_url=url, timeout=30) as client:
         async with anyio.create_task_group() as group:
             for _ in range(6):
@@ -373,7 +375,11 @@ async def test_engine_timing_queueing_and_prefix_cache_in_metrics() -> None:
         assert 'vllm:num_requests_running{model_name="m"} 2' in metrics
         assert 'vllm:num_requests_waiting{model_name="m"} 4' in metrics
         after = (await client.get("/metrics")).text
-    assert sim.engine is not None and sim.engine.metrics.prefix_hits > 0  # one shared system prompt
+    # Six requests of one prompt of 85 tokens: the first looks up nothing cached, the five others find
+    # its 5 full blocks (80 tokens), as vLLM counts them.
+    assert prompt_tokens(messages) == 85
+    assert sim.engine is not None and sim.engine.metrics.prefix_queries == 6 * 85
+    assert sim.engine.metrics.prefix_hits == 5 * 80
     assert "vllm:prefix_cache_hits_total" in after
     assert sim.metrics.generation_tokens == 6 * 1000
 
