@@ -34,8 +34,9 @@
         └── PermanentRecordError record the failure, do not retry (400, 413, 422)
             └── ContextLengthError  a 400 naming the context: retried once with a budget that fits
 
-The exit code of a fatal error is decided in one place, :func:`exit_code_for`; a finished run's by
-:attr:`pipeline.run.options.RunSummary.exit_code` (0 all done, 1 with failures, 130 interrupted).
+Every exit code is decided in one place, :func:`exit_code_for`: of the fatal error that ended a
+command, or of how it ended without one (an :class:`Ending`: a run's status, a check's verdict, a
+drift, the model judge's failures, an interrupt). Every command takes its code from there.
 
 Library errors (openai, httpx2, pydantic, duckdb) are translated into these once, at the boundary
 where they are caught (DuckDB's in :mod:`pipeline.source.db`, the server's in
@@ -44,6 +45,7 @@ where they are caught (DuckDB's in :mod:`pipeline.source.db`, the server's in
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
 from typing import TypeVar
@@ -65,14 +67,35 @@ class FailureClass(StrEnum):
     PERMANENT = "permanent"
 
 
-#: Exit codes of the ``pipeline`` command, for cron and systemd (README "Exit codes"): the one place
-#: they are decided (:func:`exit_code_for`, :attr:`pipeline.run.options.RunSummary.exit_code`).
+#: Exit codes of the ``pipeline`` command, for cron and systemd (README "Running it nightly"), each
+#: given by :func:`exit_code_for` and by nothing else.
 EXIT_FAILURES = 1  # completed, but some records failed (see `pipeline failures`)
 EXIT_CONFIG = 2  # the job, an input or the model name is wrong: nothing was sent
 EXIT_ABORTED = 3  # the run stopped early (server down, database error): run again to resume
 EXIT_ALREADY_RUNNING = 4  # another `pipeline run` of this job holds it
 EXIT_STALLED = 5  # the stall watchdog ended the run (operations.stall_abort_s)
 EXIT_INTERRUPTED = 130  # SIGINT/SIGTERM: finished records were saved
+
+
+class Ending(StrEnum):
+    """How a command ended when no fatal error ended it; :func:`exit_code_for` gives its code."""
+
+    DONE = "done"  # all done, or nothing to do; a check all ok; no drift for the worse
+    FAILURES = "failures"  # finished, but some records failed (a run's, the model judge's)
+    CHECK_WARNED = "check_warned"  # `pipeline check` warned: a run would go, not well
+    CHECK_FAILED = "check_failed"  # `pipeline check` failed a check: a run would be aborted
+    DRIFTED = "drifted"  # `report --fail-on-drift`: the newest run drifted for the worse
+    INTERRUPTED = "interrupted"  # SIGINT/SIGTERM or Ctrl-C: what finished is saved
+
+
+_ENDING_CODES: Mapping[Ending, int] = {
+    Ending.DONE: 0,
+    Ending.FAILURES: EXIT_FAILURES,
+    Ending.CHECK_WARNED: EXIT_FAILURES,
+    Ending.CHECK_FAILED: EXIT_ABORTED,  # what the run it foresees would end with
+    Ending.DRIFTED: EXIT_FAILURES,
+    Ending.INTERRUPTED: EXIT_INTERRUPTED,
+}
 
 
 #: Failure classes a plain re-run does not retry (``--retry-failed`` does). Transient failures are
@@ -306,9 +329,16 @@ def first_error(group: BaseExceptionGroup[T]) -> T:
     return first_error(error) if isinstance(error, BaseExceptionGroup) else error
 
 
-def exit_code_for(error: FatalRunError, *, reading: bool = False) -> int:
-    """The exit code of a run (or a command) that ``error`` ended. A command ``reading`` the job's
-    database that finds a run holding it is aborted (3), not "already running" (4): it is not a run."""
+def exit_code_for(ending: Ending | FatalRunError, *, reading: bool = False) -> int:
+    """The exit code of a run (or a command) that ``ending`` ended: the fatal error that stopped it, or
+    how it ended without one. A command ``reading`` the job's database that finds a run holding it is
+    aborted (3), not "already running" (4): it is not a run."""
+    if isinstance(ending, Ending):
+        return _ENDING_CODES[ending]
+    return _error_code(ending, reading=reading)
+
+
+def _error_code(error: FatalRunError, *, reading: bool) -> int:
     if isinstance(error, ConfigError):
         return EXIT_CONFIG
     if isinstance(error, DatabaseError) and error.kind is DatabaseFailure.OUT_OF_MEMORY:

@@ -16,7 +16,7 @@ import typer
 from typer.core import TyperGroup
 
 from pipeline.cli.logs import LOG_LEVELS, configure_logging
-from pipeline.errors import EXIT_INTERRUPTED, ConfigError, FatalRunError, exit_code_for
+from pipeline.errors import ConfigError, Ending, FatalRunError, exit_code_for
 from pipeline.job.spec import JobSpec, load_job
 from pipeline.job.variants import rerun_of
 from pipeline.reports.comparison import parse_variants
@@ -134,7 +134,7 @@ def run_or_exit(call: Callable[[], T], *, reading: bool = False) -> T:
     except FatalRunError as error:
         raise fail(error, reading=reading) from error
     except KeyboardInterrupt:
-        raise typer.Exit(EXIT_INTERRUPTED) from None
+        raise typer.Exit(exit_code_for(Ending.INTERRUPTED)) from None
 
 
 def read_or_exit(read: Callable[[], T]) -> T:

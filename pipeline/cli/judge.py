@@ -31,7 +31,7 @@ from pipeline.cli.common import (
     variant_names,
 )
 from pipeline.cli.logs import configure_logging
-from pipeline.errors import EXIT_FAILURES, ConfigError
+from pipeline.errors import ConfigError, Ending, exit_code_for
 from pipeline.job.commands import Asked
 from pipeline.job.spec import JobSpec
 from pipeline.judging.exchange import export_gold, import_judgments
@@ -184,7 +184,7 @@ def _judge_by_model(spec: JobSpec, variants: tuple[str, ...], sample: Sample, mo
     both = ("--variants", ",".join(variants)) if len(variants) > 1 else ()
     typer.echo(f"next:  {Asked.of(spec).command('eval', '--judged', *both)}")
     if done.failed:
-        raise typer.Exit(EXIT_FAILURES)
+        raise typer.Exit(exit_code_for(Ending.FAILURES))
 
 
 def _counts(judging: ModelJudging) -> str:

@@ -20,7 +20,7 @@ from pipeline.cli.common import (
     run_or_exit,
     say_read_copy,
 )
-from pipeline.errors import EXIT_FAILURES, FailureClass
+from pipeline.errors import Ending, FailureClass, exit_code_for
 from pipeline.job.commands import Asked
 from pipeline.reports.export import FORMAT_BY_EXTENSION, ExportReport, export_results
 from pipeline.reports.failures import FailureReport, failure_report, parse_failure_classes
@@ -183,4 +183,4 @@ def report(
     if html is not None:
         typer.echo(f"wrote {html} ({len(found.runs)} runs)", err=as_json)
     if fail_on_drift and found.fails:
-        raise typer.Exit(EXIT_FAILURES)
+        raise typer.Exit(exit_code_for(Ending.DRIFTED))

@@ -22,13 +22,13 @@ import anyio
 import orjson
 
 from pipeline.errors import (
-    EXIT_ABORTED,
-    EXIT_FAILURES,
     ConfigError,
     DatabaseLockedError,
+    Ending,
     FatalRunError,
     PipelineError,
     StructuredOutputRejectedError,
+    exit_code_for,
 )
 from pipeline.extraction.prompt import PromptBuilder, client_settings
 from pipeline.extraction.retry import RetryPolicy
@@ -128,9 +128,11 @@ class CheckReport:
 
     @property
     def exit_code(self) -> int:
-        """3 a failure, 1 a warning, else 0: what could not be checked (unknown) counts for neither."""
+        """A failure's, else a warning's, else 0: what could not be checked (unknown) counts for neither."""
         statuses = {check.status for check in self.checks}
-        return EXIT_ABORTED if "fail" in statuses else EXIT_FAILURES if "warn" in statuses else 0
+        if "fail" in statuses:
+            return exit_code_for(Ending.CHECK_FAILED)
+        return exit_code_for(Ending.CHECK_WARNED if "warn" in statuses else Ending.DONE)
 
     def as_json(self) -> dict[str, Any]:
         first = self.endpoints[0].as_json()

@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING
 import anyio
 
 from pipeline.errors import (
-    EXIT_FAILURES,
-    EXIT_INTERRUPTED,
     PERMANENT_FAILURE_CLASSES,
     ConfigError,
     DatabaseLockedError,
+    Ending,
     FailureClass,
+    exit_code_for,
 )
 from pipeline.job.commands import Asked
 from pipeline.job.spec import MAIN_VARIANT, JobSpec
@@ -125,10 +125,11 @@ class RunSummary:
 
     @property
     def exit_code(self) -> int:
-        return {
-            RunStatus.INTERRUPTED: EXIT_INTERRUPTED,
-            RunStatus.COMPLETED_WITH_FAILURES: EXIT_FAILURES,
-        }.get(self.status, 0)
+        """Of :func:`~pipeline.errors.exit_code_for`: a run stalled or aborted raised its error instead."""
+        if self.status is RunStatus.INTERRUPTED:
+            return exit_code_for(Ending.INTERRUPTED)
+        failed = self.status is RunStatus.COMPLETED_WITH_FAILURES
+        return exit_code_for(Ending.FAILURES if failed else Ending.DONE)
 
     @property
     def records_per_s(self) -> float:
