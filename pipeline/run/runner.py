@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import structlog
 
-from pipeline.errors import ConfigError, DatabaseError, FatalRunError
+from pipeline.errors import DatabaseError, FatalRunError
 from pipeline.extraction.calibration import LEARNED_WINDOW
 from pipeline.extraction.context import RunContext
 from pipeline.extraction.documents import DocumentExtractor
@@ -84,26 +84,21 @@ async def count_pending(spec: JobSpec, options: RunOptions | None = None) -> int
 
 
 async def run_job(spec: JobSpec, options: RunOptions | None = None) -> RunSummary:
-    """Extract every pending record of ``spec``. Raises :class:`FatalRunError` (incl. ConfigError)."""
-    options = options or RunOptions()
-    if spec.runs_locally and options.local_server is None:
-        commands = RunCommands.of(spec, options)
-        local = commands.run() if commands.made.local else commands.run("--local")
-        raise ConfigError(
-            f"{spec.source_file}: key 'endpoint.base_url' is 'local': run with `{local}` "
-            "(library: pipeline.run_job_locally)"
-        )
-    return await JobRun(RunContext.of(spec), options).run()
+    """Extract every pending record of ``spec``: on the bundled local vLLM server when the job says so
+    (:attr:`JobSpec.runs_locally`, as :meth:`JobSpec.as_run` makes it), started only when there is work
+    (``options.local_server``: how). Raises :class:`FatalRunError` (incl. ConfigError)."""
+    return await JobRun(RunContext.of(spec.as_run()), options or RunOptions()).run()
 
 
 async def run_job_locally(
     spec: JobSpec, options: RunOptions | None = None, server: LocalServerOptions | None = None
 ) -> RunSummary:
-    """Run ``spec`` against a local vLLM server started (and stopped) for this run, through exactly the
-    same code as against any other server; a configuration error, or nothing to do, starts no server."""
-    from pipeline.local import LocalServerOptions  # the local extra: only when asked for
-
-    options = dataclasses.replace(options or RunOptions(), local_server=server or LocalServerOptions())
+    """Run ``spec`` against a local vLLM server started (and stopped) for this run, whatever its
+    endpoint (``--local``), through exactly the same code as against any other server; a configuration
+    error, or nothing to do, starts no server. ``server``: how to start it (default: as
+    ``options.local_server`` says, else the bundled model's defaults)."""
+    if server is not None:
+        options = dataclasses.replace(options or RunOptions(), local_server=server)
     return await run_job(spec.as_run(local=True), options)
 
 

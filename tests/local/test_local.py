@@ -12,6 +12,8 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,15 +22,24 @@ import pytest
 
 import pipeline.local as local
 from pipeline.errors import EXIT_CONFIG, LocalServerError, exit_code_for
-from pipeline.job.commands import command
-from pipeline.local import SERVED_MODEL_NAME, LocalServer, LocalServerOptions, ServerLaunch, log_tail
+from pipeline.local import (
+    SERVED_MODEL_NAME,
+    LocalAddress,
+    LocalServer,
+    LocalServerOptions,
+    ServerLaunch,
+    log_tail,
+)
 from pipeline.local import model as local_model
 from pipeline.local.server import PDEATHSIG_DIR, free_port
 from pipeline.reports.status import job_status
-from pipeline.run.runner import RunOptions, RunStatus, run_job_locally
+from pipeline.run.runner import Runner, RunOptions, RunStatus, run_job, run_job_locally
+from pipeline.servers.config import LOCAL_MODEL
 from pipeline.source.versions import JOB_CAUSES
+from tests.support.fakes import ScriptedServer, good_completion, respond, serving
 from tests.support.jobs import make_job, table_rows
 from tests.support.processes import REPO
+from tests.support.runs import options
 
 pytestmark = pytest.mark.anyio
 
@@ -251,15 +262,28 @@ async def test_run_locally_with_nothing_to_do_starts_no_server(
     assert summary.status is RunStatus.NOTHING_TO_DO and summary.run_id == 1  # kept as a quiet run
 
 
-async def test_local_endpoint_needs_the_local_runner(tmp_path: Path) -> None:
-    from pipeline.errors import ConfigError
-    from pipeline.run.runner import run_job
+@pytest.mark.parametrize("runner", [run_job, run_job_locally])
+async def test_a_job_on_the_local_endpoint_runs_there_whichever_call_runs_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runner: Runner
+) -> None:
+    """``endpoint.base_url: local`` is the one fact: ``run_job`` starts the bundled server for it as
+    ``run_job_locally`` does (no second flag to agree with it), with the options the run gives."""
+    answers = ScriptedServer([respond(good_completion())], models=(LOCAL_MODEL,))
+    started: list[LocalServerOptions | None] = []
 
-    spec = make_job(tmp_path, records=2, endpoint={"base_url": "local"})
-    with pytest.raises(ConfigError) as refused:
-        await run_job(spec)
-    local = command("run", str(spec.source_file), "--local")  # pasted outside the virtualenv too
-    assert f"key 'endpoint.base_url' is 'local': run with `{local}`" in str(refused.value)
+    @asynccontextmanager
+    async def local_server(how: LocalServerOptions | None = None) -> AsyncIterator[LocalAddress]:
+        started.append(how)
+        async with serving(answers) as server:
+            yield LocalAddress(server.url, LOCAL_MODEL)
+
+    monkeypatch.setattr(local, "local_endpoint", local_server)
+    spec = make_job(tmp_path, records=3, endpoint={"base_url": "local"}, model="gpt-oss-120b")
+    how = LocalServerOptions(max_num_seqs=4)
+    summary = await runner(spec, options(local_server=how))
+    assert (summary.done, summary.failed, started) == (3, 0, [how])
+    assert {body["model"] for body in answers.bodies} == {LOCAL_MODEL}  # the bundled model, not the job's
+    assert table_rows(spec.database, "SELECT DISTINCT model FROM results") == [(LOCAL_MODEL,)]
 
 
 def test_pdeathsig_file_is_shipped() -> None:
