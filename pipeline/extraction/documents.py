@@ -15,7 +15,7 @@ chunk that fails fails the record, naming the chunk; the chunks that finished st
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 import anyio
@@ -91,17 +91,6 @@ def _moved(stored: str | None, field: str, offset: int) -> str | None:
     if grounding is None:
         return None
     return grounding_json(value.moved(field, offset) for value in grounding)
-
-
-def _total(usages: Sequence[Usage]) -> Usage:
-    total = Usage()
-    for usage in usages:
-        total.requests += usage.requests
-        total.prompt_tokens += usage.prompt_tokens
-        total.completion_tokens += usage.completion_tokens
-        total.reasoning_tokens += usage.reasoning_tokens
-        total.latency_s += usage.latency_s
-    return total
 
 
 def _fitting(found: dict[str, Any], room: int) -> str:
@@ -202,7 +191,7 @@ class _Document:
             f"{self._where(pass_, chunk)}: {first.message}{more}",
             sum(failure.attempts for _, _, failure in failures),
             first.last_raw_output,
-            _total([failure.usage for _, _, failure in failures]),
+            sum((failure.usage for _, _, failure in failures), Usage()),
             first.max_tokens,
             self.record.content_hash,
             first.model,
@@ -234,7 +223,7 @@ class _Document:
             value.model_dump_json(),
             sum(done.result.attempts for done in dones),
             last.reply,
-            _total([done.result.usage for done in dones]),
+            sum((done.result.usage for done in dones), Usage()),
             max(done.result.max_tokens for done in dones),
             self.record.content_hash,
             grounding_json(merged.grounding) if grounded else None,

@@ -28,6 +28,16 @@ class Usage:
         self.completion_tokens += reply.completion_tokens or 0
         self.reasoning_tokens += reply.reasoning_tokens or 0
 
+    def __add__(self, other: Usage) -> Usage:
+        """Both costs together (a long record's chunks: ``sum(usages, Usage())``)."""
+        return Usage(
+            self.requests + other.requests,
+            self.prompt_tokens + other.prompt_tokens,
+            self.completion_tokens + other.completion_tokens,
+            self.reasoning_tokens + other.reasoning_tokens,
+            self.latency_s + other.latency_s,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Extracted:

@@ -153,6 +153,10 @@ async def test_a_long_record_is_the_merge_of_its_chunks(tmp_path: Path) -> None:
     assert summary["chunks"] == len(emitted) and summary["field"] == "description"
     assert summary["added"] == {"1": 60 + 2}  # 60 skills, the title and the years
     assert outcome.attempts == len(emitted) and outcome.usage.requests == len(emitted)
+    for name in ("requests", "prompt_tokens", "completion_tokens", "reasoning_tokens", "latency_s"):
+        each = [getattr(done.result.usage, name) for done in emitted]  # the record's cost is all of theirs
+        assert getattr(outcome.usage, name) == pytest.approx(sum(each)), name
+    assert outcome.usage.completion_tokens > 0
 
 
 async def test_kept_chunks_are_not_asked_for_again(tmp_path: Path) -> None:
