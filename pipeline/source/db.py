@@ -196,6 +196,17 @@ class Database:
         with _translated(self.path):
             self._connection.close()
 
+    @contextmanager
+    def closed_on_error(self) -> Iterator[Database]:
+        """The block that makes this connection ready (checks, attaches, upgrades): an error in it
+        closes the connection and goes on, so an opener returns a connection ready to use or none."""
+        try:
+            yield self
+        except BaseException:
+            with suppress(DatabaseError):  # the block's error is the one to say, even if this fails too
+                self.close()
+            raise
+
 
 def memory_limit_or_default(memory_limit: str | None) -> str:
     """The buffer pool a database opens with: the job's ``duckdb_memory_limit``, None for the default."""

@@ -49,11 +49,8 @@ def prepare_database(spec: JobSpec) -> Database:
     connection = _open(spec.database, spec)
     if new:
         return connection
-    try:
+    with connection.closed_on_error():
         _prepare(connection, spec)
-    except BaseException:
-        connection.close()
-        raise
     return connection
 
 
@@ -257,14 +254,11 @@ def open_for_reading(spec: JobSpec, *, memory_limit: str | None = None) -> Datab
         return open_read_copy(spec, running)
     # Any other holder (a `load`, a DuckDB shell) writes no read copy: waiting for one would only
     # delay the same error, so DatabaseLockedError goes on at once.
-    try:
-        outdated = needs_upgrade(connection, spec)
-    except DatabaseError as error:
-        connection.close()
-        raise _setup_error(spec, error) from error
-    except BaseException:
-        connection.close()
-        raise
+    with connection.closed_on_error():
+        try:
+            outdated = needs_upgrade(connection, spec)
+        except DatabaseError as error:
+            raise _setup_error(spec, error) from error
     if not outdated:
         return connection
     connection.close()
@@ -284,7 +278,7 @@ def open_job_output(spec: JobSpec, tables: Sequence[str], *, memory_limit: str |
     Raises :class:`ConfigError` (no database, no tables yet) or ``DatabaseLockedError`` (a run holds it).
     """
     connection = open_for_reading(spec, memory_limit=memory_limit)
-    try:
+    with connection.closed_on_error():
         existing = connection.table_names()
         missing = [table for table in tables if table.lower() not in existing]
         if missing:
@@ -292,7 +286,4 @@ def open_job_output(spec: JobSpec, tables: Sequence[str], *, memory_limit: str |
                 f"{spec.database}: no table {missing[0]!r} yet; "
                 f"nothing has been extracted (run `{Asked.of(spec).command('run')}` first)"
             )
-    except BaseException:
-        connection.close()
-        raise
     return connection

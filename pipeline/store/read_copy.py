@@ -203,7 +203,7 @@ def open_read_copy(spec: JobSpec, locked: DatabaseLockedError, wait_s: float = W
             f"{locked} and has written no read copy yet: try again in a minute"
         ) from locked
     connection = open_database(copy_path(database), read_only=True, memory_limit=spec.duckdb_memory_limit)
-    try:
+    with connection.closed_on_error():
         connection.execute(f"ATTACH {_literal(source_copy_path(database))} AS {SOURCE_ALIAS} (READ_ONLY)")
         rows = connection.rows(
             f"SELECT table_name FROM duckdb_tables() WHERE database_name = '{SOURCE_ALIAS}'"
@@ -212,7 +212,4 @@ def open_read_copy(spec: JobSpec, locked: DatabaseLockedError, wait_s: float = W
             connection.execute(
                 f"CREATE TEMP VIEW {quote(table)} AS SELECT * FROM {SOURCE_ALIAS}.{quote(table)}"
             )
-    except BaseException:
-        connection.close()
-        raise
     return connection

@@ -152,3 +152,22 @@ def test_a_commit_that_fails_says_why_not_that_nothing_was_left_to_roll_back(dat
     with database.transaction():  # and the connection goes on
         database.execute("INSERT INTO t VALUES (2, 'next')")
     assert database.scalar("SELECT count(*) FROM t") == 2
+
+
+def make_ready(connection: Database, *, fail: bool) -> Database:
+    with connection.closed_on_error():
+        connection.execute("CREATE TABLE t AS SELECT 1 AS x")
+        if fail:
+            raise ZeroDivisionError  # the block's error goes on
+    return connection
+
+
+def test_an_error_while_a_connection_is_made_ready_closes_it(tmp_path: Path) -> None:
+    failing = open_database(tmp_path / "failing.duckdb")
+    with pytest.raises(ZeroDivisionError):
+        make_ready(failing, fail=True)
+    with pytest.raises(DatabaseError, match="closed"):
+        failing.execute("SELECT 1")
+    ready = make_ready(open_database(tmp_path / "ready.duckdb"), fail=False)
+    assert ready.scalar("SELECT x FROM t") == 1  # left open for its caller
+    ready.close()

@@ -124,3 +124,13 @@ def test_a_reader_before_anything_was_made_names_the_commands_that_make_it(tmp_p
     with pytest.raises(ConfigError) as empty:
         open_job_output(trial, ["results"])
     assert str(empty.value).endswith(f"nothing has been extracted (run `{run}` first)")
+
+
+def test_a_reader_refused_leaves_no_connection_open(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=2)
+    with pytest.raises(ConfigError, match="nothing has been extracted") as refused:
+        open_job_output(spec, ["results"])
+    # The error is kept (its traceback holds the opener's frame), yet the connection is closed: DuckDB
+    # refuses a writable connection to a file this process still holds read-only.
+    prepare_database(spec).close()
+    assert refused.traceback
