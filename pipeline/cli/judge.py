@@ -72,7 +72,8 @@ ImportOption = Annotated[
     Path | None,
     typer.Option(
         "--import",
-        help="Import judgments from this JSON lines file (record_id, variant, field, value, verdict, judge).",
+        help="Import judgments from this file (JSON lines, or a .json list): record_id, variant, field, "
+        "value, verdict, judge.",
     ),
 ]
 #: A model judges a larger sample than a person: its judgments calibrated by people's narrow the interval.

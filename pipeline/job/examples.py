@@ -11,10 +11,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from pipeline.errors import ConfigError, summarize_validation_error
+from pipeline.quality.json_files import read_json_objects
 
 
 class Example(BaseModel):
@@ -27,23 +27,19 @@ class Example(BaseModel):
 
 
 def read_examples_file(path: Path, where: str) -> list[Example]:
-    """A JSON-lines file of ``{"input": {...}, "output": {...}}`` objects (blank lines skipped)."""
+    """A file of ``{"input": {...}, "output": {...}}`` objects, JSON lines or a ``.json`` list
+    (:mod:`pipeline.quality.json_files`); ``where``: the job's key that names it, said first."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise ConfigError(f"{where}: cannot read {path} ({exc.strerror or exc})") from exc
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{where}: {path} is not UTF-8") from exc
+        found = read_json_objects(path, "the examples")
+    except ConfigError as error:
+        raise ConfigError(f"{where}: {error}") from None
     examples = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
+    for example in found:
         try:
-            examples.append(Example.model_validate(orjson.loads(line)))
-        except orjson.JSONDecodeError as exc:
-            raise ConfigError(f"{where}: {path} line {number}: not valid JSON ({exc})") from exc
+            examples.append(Example.model_validate(example.value))
         except ValidationError as exc:
-            raise ConfigError(f"{where}: {path} line {number}: {summarize_validation_error(exc)}") from exc
+            said = summarize_validation_error(exc)
+            raise ConfigError(f"{where}: {path}: {example.where}: {said}") from None
     return examples
 
 

@@ -1,6 +1,7 @@
 """Judgments in and gold out: ``pipeline judge JOB --import FILE`` and ``--export-gold FILE``.
 
-Import reads judgments made elsewhere, JSON lines, one judgment a line::
+Import reads judgments made elsewhere, JSON lines, one judgment a line (or a ``.json`` list of them:
+:mod:`pipeline.quality.json_files` reads either)::
 
     {"record_id": 42, "variant": "main", "field": "salary.minimum", "value": 35000, "verdict": "correct",
      "judge": "ann"}
@@ -31,6 +32,7 @@ from pipeline.job.spec import JobSpec
 from pipeline.judging.gold_records import gold_fields, latest_verdicts
 from pipeline.quality.agreement import id_order, record_key
 from pipeline.quality.fields import FieldSpec, did_you_mean, schema_fields
+from pipeline.quality.json_files import read_json_objects
 from pipeline.quality.judgments import (
     Judgment,
     JudgmentVerdict,
@@ -68,7 +70,7 @@ class GoldExport:
 
 @dataclass(frozen=True, slots=True)
 class _Line:
-    where: str  # "judgments.jsonl:7"
+    where: str  # "judgments.jsonl: line 7"
     judgment: Judgment
 
 
@@ -98,25 +100,14 @@ def import_judgments(spec: JobSpec, path: Path, *, judge: str, variant: str | No
 
 def _parsed_lines(spec: JobSpec, path: Path, judge: str, variant: str) -> Iterator[_Line]:
     fields = [p.path for p in judged_paths(schema_fields(spec.schema_class))]
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as error:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {error.start})") from None
-    except OSError as error:
-        raise ConfigError(f"{path}: cannot read the judgments ({error.strerror or error})") from None
-    for number, line in enumerate(text.split("\n"), start=1):
-        if line.strip():
-            where = f"{path}:{number}"
-            yield _Line(where, _judgment(where, line, fields, judge, variant))
+    for found in read_json_objects(path, "the judgments"):
+        where = f"{path}: {found.where}"
+        yield _Line(where, _judgment(where, found.value, fields, judge, variant))
 
 
-def _judgment(where: str, line: str, fields: Sequence[str], judge: str, variant: str) -> Judgment:
-    try:
-        item = orjson.loads(line)
-    except orjson.JSONDecodeError as error:
-        raise ConfigError(f"{where}: not JSON ({error.msg})") from None
-    if not isinstance(item, dict):
-        raise ConfigError(f"{where}: expected a JSON object with {', '.join(KEYS)}")
+def _judgment(
+    where: str, item: Mapping[str, Any], fields: Sequence[str], judge: str, variant: str
+) -> Judgment:
     unknown = [key for key in item if key not in KEYS]
     if unknown:
         raise ConfigError(f"{where}: unknown key {unknown[0]!r}{did_you_mean(unknown[0], KEYS)}")

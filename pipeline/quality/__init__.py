@@ -14,7 +14,8 @@ reads the results and calls these.
   :mod:`~pipeline.quality.ppi`: a model judge calibrated by people (prediction-powered inference);
 * :mod:`~pipeline.quality.profile`, :mod:`~pipeline.quality.drift`: a run's profile and what drifted
   across runs;
-* :mod:`~pipeline.quality.gold`: reading a gold file;
+* :mod:`~pipeline.quality.gold`: reading a gold file; :mod:`~pipeline.quality.json_files`: reading a file
+  of JSON objects (a gold file, judgments to import, few-shot examples), each with its line;
 * :mod:`~pipeline.quality.grounding`: locating values in the record text, and the one grounded-value
   type with its stored JSON form (written by the extractor, read by reports and the merging).
 

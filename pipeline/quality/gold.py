@@ -4,7 +4,7 @@ records and some fields, keyed like the job's records.
 Formats, by extension:
 
 * ``.jsonl`` / ``.ndjson``: one JSON object per line (blank lines are skipped);
-* ``.json``: one JSON list of objects;
+* ``.json``: one JSON list of objects (both read by :mod:`pipeline.quality.json_files`);
 * ``.csv``: a header row, then one record per row. Cells are stripped; an empty cell means "not given"
   for that record. Numbers and booleans (true/false, yes/no, 1/0) are parsed for fields of those
   kinds. A list is a JSON array (``["SQL", "Excel"]``) or ``;``-separated values (``SQL; Excel``);
@@ -32,11 +32,13 @@ from pydantic import BaseModel
 from pipeline.errors import ConfigError
 from pipeline.quality.agreement import record_key
 from pipeline.quality.fields import FieldKind, FieldSpec, did_you_mean, schema_fields
+from pipeline.quality.json_files import read_json_objects, read_text
 
 SUFFIXES = (".jsonl", ".ndjson", ".json", ".csv")
 TRUE_WORDS = frozenset({"true", "yes", "1"})
 FALSE_WORDS = frozenset({"false", "no", "0"})
 _INTEGER = re.compile(r"[+-]?\d+")
+GOLD_FILE = "the gold file"  # as an error that cannot read it says
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,37 +55,6 @@ def _type_name(value: object) -> str:
     return "null" if value is None else type(value).__name__
 
 
-def _json_error(error: orjson.JSONDecodeError) -> str:
-    return f"invalid JSON at line {error.lineno} column {error.colno} ({error.msg})"
-
-
-def _jsonl_rows(path: Path, text: str) -> Iterator[Row]:
-    # Split on newlines only: JSON strings may hold U+2028, which str.splitlines() would cut at.
-    for number, line in enumerate(text.split("\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            value = orjson.loads(line)
-        except orjson.JSONDecodeError as error:
-            raise ConfigError(f"{path}: line {number}: invalid JSON ({error.msg})") from None
-        if not isinstance(value, dict):
-            raise ConfigError(f"{path}: line {number}: expected a JSON object, got {_type_name(value)}")
-        yield f"line {number}", value
-
-
-def _json_rows(path: Path, text: str) -> Iterator[Row]:
-    try:
-        items = orjson.loads(text)
-    except orjson.JSONDecodeError as error:
-        raise ConfigError(f"{path}: {_json_error(error)}") from None
-    if not isinstance(items, list):
-        raise ConfigError(f"{path}: expected a JSON list of objects, got {_type_name(items)}")
-    for number, item in enumerate(items, start=1):
-        if not isinstance(item, dict):
-            raise ConfigError(f"{path}: item {number}: expected a JSON object, got {_type_name(item)}")
-        yield f"item {number}", item
-
-
 def _csv_rows(path: Path, text: str) -> Iterator[Row]:
     reader = csv.DictReader(io.StringIO(text, newline=""))
     header = reader.fieldnames or []
@@ -97,15 +68,6 @@ def _csv_rows(path: Path, text: str) -> Iterator[Row]:
             raise ConfigError(f"{path}: line {reader.line_num}: more cells than the header has columns")
         cells = {name: cell.strip() for name, cell in row.items() if cell is not None and cell.strip()}
         yield f"line {reader.line_num}", cells
-
-
-def _read_text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as error:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {error.start})") from None
-    except OSError as error:
-        raise ConfigError(f"{path}: cannot read the gold file ({error.strerror or error})") from None
 
 
 def _id_key(row: Mapping[str, Any], id_column: str) -> str | None:
@@ -209,16 +171,16 @@ def _rows(path: Path, id_column: str, specs: Mapping[str, FieldSpec]) -> Iterato
     if suffix not in SUFFIXES:
         shown = repr(suffix) if suffix else "no extension"
         raise ConfigError(f"{path}: unknown gold file type ({shown}); use {', '.join(SUFFIXES)}")
-    text = _read_text(path)
-    if suffix == ".csv":
-        header = next(csv.reader(io.StringIO(text, newline="")), [])
-        id_key = _id_key(dict.fromkeys(header), id_column)
-        if header and id_key is None:
-            expected = repr(id_column) if id_column == "id" else f"{id_column!r} or 'id'"
-            raise ConfigError(f"{path}: no id column (expected {expected})")
-        _check_columns(path, header, id_key or id_column, specs)
-        return _csv_rows(path, text)
-    return _json_rows(path, text) if suffix == ".json" else _jsonl_rows(path, text)
+    if suffix != ".csv":
+        return ((found.where, found.value) for found in read_json_objects(path, GOLD_FILE))
+    text = read_text(path, GOLD_FILE)
+    header = next(csv.reader(io.StringIO(text, newline="")), [])
+    id_key = _id_key(dict.fromkeys(header), id_column)
+    if header and id_key is None:
+        expected = repr(id_column) if id_column == "id" else f"{id_column!r} or 'id'"
+        raise ConfigError(f"{path}: no id column (expected {expected})")
+    _check_columns(path, header, id_key or id_column, specs)
+    return _csv_rows(path, text)
 
 
 def read_gold(path: Path, id_column: str, schema: type[BaseModel]) -> Gold:

@@ -107,7 +107,7 @@ def test_an_import_with_a_bad_line_imports_nothing(judged: JobSpec, tmp_path: Pa
     path.write_text("\n".join(json.dumps(line) for line in [good, good, bad]) + "\n")
     result = cli_run("judge", str(judged.source_file), "--import", str(path))
     assert result.exit_code == 2
-    assert error_line(result) == f"error: {path}:3: unknown field 'skils' (did you mean 'skills'?)"
+    assert error_line(result) == f"error: {path}: line 3: unknown field 'skils' (did you mean 'skills'?)"
     path.write_text(json.dumps(gone) + "\n")
     result = cli_run("judge", str(judged.source_file), "--import", str(path))
     assert result.exit_code == 2 and "record '77' has no result of variant 'main'" in error_line(result)

@@ -61,6 +61,34 @@ def test_a_variant_can_drop_an_examples_file_and_another_can_bring_one(tmp_path:
     assert len(spec.for_variant("two").prompt.examples) == 2
 
 
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        (
+            f"{json.dumps(EXAMPLE)}\n{{not json\n",
+            "line 2: invalid JSON (unexpected character, expected a string key, column 2)",
+        ),
+        (f"{json.dumps(EXAMPLE)}\n\n[]\n", "line 3: expected a JSON object, got list"),
+        (f'\n{json.dumps(EXAMPLE)}\n{{"input": {{}}}}\n', "line 3: output: Field required"),
+    ],
+)
+def test_a_bad_examples_file_names_the_key_the_file_and_the_line(
+    tmp_path: Path, text: str, problem: str
+) -> None:
+    examples = tmp_path / "examples.jsonl"
+    examples.write_text(text)
+    path = write_job(tmp_path, prompt={"examples_file": "examples.jsonl"})
+    with pytest.raises(ConfigError) as refused:
+        load_job(path)
+    assert str(refused.value) == f"{path}: key 'prompt.examples_file': {examples.resolve()}: {problem}"
+
+
+def test_an_examples_file_may_be_a_json_list(tmp_path: Path) -> None:
+    (tmp_path / "examples.json").write_text(json.dumps([EXAMPLE, EXAMPLE], indent=2))
+    spec = load_job(write_job(tmp_path, prompt={"examples_file": "examples.json"}))
+    assert [example.model_dump() for example in spec.prompt.examples] == [EXAMPLE, EXAMPLE]
+
+
 def test_an_undeclared_variant_keeps_the_jobs_settings_under_its_own_name(tmp_path: Path) -> None:
     spec = load_job(write_job(tmp_path))
     rerun = spec.for_variant("main-rerun")

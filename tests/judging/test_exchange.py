@@ -53,49 +53,61 @@ def test_a_good_file_is_imported_whole(spec: JobSpec, tmp_path: Path) -> None:
     assert ("1", "main", "years", "1", "correct", "ann") in rows
 
 
+def test_a_json_list_is_imported_as_its_lines_are_and_its_errors_name_the_line(
+    spec: JobSpec, tmp_path: Path
+) -> None:
+    listed = tmp_path / "judgments.json"
+    listed.write_text("[\n" + ",\n".join(json.dumps(line) for line in [*GOOD, {"record_id": 1}]) + "\n]")
+    with pytest.raises(ConfigError, match=rf"judgments\.json: line {len(GOOD) + 2}: 'field' must be"):
+        import_judgments(spec, listed, judge="ann")
+    listed.write_text(json.dumps(GOOD, indent=2))
+    assert import_judgments(spec, listed, judge="ann").count == len(GOOD)
+    assert len(judgment_rows(spec.database)) == len(GOOD)
+
+
 @pytest.mark.parametrize(
     ("line", "said"),
     [
-        ("{not json", r"judgments.jsonl:3: not JSON \("),
-        ("[1, 2]", r"judgments.jsonl:3: expected a JSON object"),
+        ("{not json", r"judgments.jsonl: line 3: invalid JSON \("),
+        ("[1, 2]", r"judgments.jsonl: line 3: expected a JSON object"),
         (
             {"record_id": 1, "field": "skils", "value": "SQL", "verdict": "correct"},
-            r"judgments.jsonl:3: unknown field 'skils' \(did you mean 'skills'\?\)$",
+            r"judgments.jsonl: line 3: unknown field 'skils' \(did you mean 'skills'\?\)$",
         ),
         (
             {"record_id": 1, "field": "skills", "value": "SQL", "verdict": "right"},
-            r"judgments.jsonl:3: unknown verdict 'right' \(one of correct, wrong, missing\)$",
+            r"judgments.jsonl: line 3: unknown verdict 'right' \(one of correct, wrong, missing\)$",
         ),
         (
             {"record_id": 1, "field": "skills", "value": "SQL", "verdict": "correct", "verdcit": "x"},
-            r"judgments.jsonl:3: unknown key 'verdcit' \(did you mean 'verdict'\?\)$",
+            r"judgments.jsonl: line 3: unknown key 'verdcit' \(did you mean 'verdict'\?\)$",
         ),
         (
             {"record_id": 9, "field": "skills", "value": "SQL", "verdict": "correct"},
-            r"judgments.jsonl:3: record '9' has no result of variant 'main' \(not extracted, failed",
+            r"judgments.jsonl: line 3: record '9' has no result of variant 'main' \(not extracted, failed",
         ),
         (
             {"record_id": 77, "field": "skills", "value": "SQL", "verdict": "correct"},
-            r"judgments.jsonl:3: record '77' has no result of variant 'main'",
+            r"judgments.jsonl: line 3: record '77' has no result of variant 'main'",
         ),
         (
             {"record_id": 1, "variant": "big", "field": "skills", "value": "SQL", "verdict": "correct"},
-            r"judgments.jsonl:3: record '1' has no result of variant 'big'",
+            r"judgments.jsonl: line 3: record '1' has no result of variant 'big'",
         ),
         (
             {"record_id": 1, "field": "skills", "value": "Go", "verdict": "wrong"},
-            r"judgments.jsonl:3: 'Go' is not a value of skills in record '1' of variant main \(its values: "
-            r"'SQL', 'Python'\)$",
+            r"judgments.jsonl: line 3: 'Go' is not a value of skills in record '1' of variant main "
+            r"\(its values: 'SQL', 'Python'\)$",
         ),
         (
             {"record_id": 1, "field": "skills", "value": "SQL", "verdict": "missing"},
-            r"judgments.jsonl:3: the answer gives 'SQL' for skills: it is not missing",
+            r"judgments.jsonl: line 3: the answer gives 'SQL' for skills: it is not missing",
         ),
         (
             {"field": "skills", "value": "SQL", "verdict": "correct"},
-            r"judgments.jsonl:3: 'record_id' must be",
+            r"judgments.jsonl: line 3: 'record_id' must be",
         ),
-        ({"record_id": 1, "field": "skills", "verdict": "correct"}, r"judgments.jsonl:3: no value"),
+        ({"record_id": 1, "field": "skills", "verdict": "correct"}, r"judgments.jsonl: line 3: no value"),
     ],
 )
 def test_a_bad_line_is_one_error_with_its_line_and_nothing_of_the_file_is_imported(
