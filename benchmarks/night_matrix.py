@@ -307,7 +307,8 @@ def main() -> None:
             outcome = play(cell, number, job, sources, folder)
             failed += bool(outcome.problems)
             groups.setdefault(cell.group, []).append(row(cell, outcome))
-            print(f"cell {number} ({cell.group}: {cell.label}, c={cell.concurrency}) done", file=sys.stderr)
+            shown = " | ".join(str(value) for value in groups[cell.group][-1])
+            print(f"cell {number} ({cell.group}): | {shown} |", file=sys.stderr, flush=True)
     for group, rows in groups.items():
         print(f"\n### {group}\n")
         header = ("server", "c", "records", "run", "requests", "done", "failed", "failed share",
