@@ -29,6 +29,7 @@ from pydantic import BaseModel
 from rapidfuzz import fuzz
 
 from pipeline.quality.fields import grounded_paths, values_at
+from pipeline.quality.found_share import FoundShare, found_shares
 from pipeline.quality.normalize import NormalizedText, normalize_text, normalize_with_offsets
 
 
@@ -119,14 +120,15 @@ class GroundedValue:
 
 def grounding_from_json(stored: str | bytes | Sequence[Any] | None) -> tuple[GroundedValue, ...] | None:
     """A results' ``grounding`` column as read (JSON text, or already parsed): None when the result
-    was stored without grounding; entries without a path and a value are passed over."""
+    was stored without grounding; entries without a path and a value (missing, or null) are passed
+    over, as :func:`~pipeline.quality.found_share.found_shares_sql` passes them over."""
     if stored is None:
         return None
     entries = orjson.loads(stored) if isinstance(stored, str | bytes) else stored
     return tuple(
         GroundedValue.from_json(entry)
         for entry in entries
-        if isinstance(entry, Mapping) and "path" in entry and "value" in entry
+        if isinstance(entry, Mapping) and entry.get("path") is not None and entry.get("value") is not None
     )
 
 
@@ -144,13 +146,10 @@ class Grounding:
         """One dict per value (:meth:`GroundedValue.to_json`): the results' ``grounding`` column."""
         return [value.to_json() for value in self.values]
 
-    def share_by_path(self) -> dict[str, tuple[int, int]]:
-        """path -> (values found in the text, values), for every path asked for."""
-        counts = dict.fromkeys(self.paths, (0, 0))
-        for value in self.values:
-            grounded, total = counts.get(value.path, (0, 0))
-            counts[value.path] = (grounded + value.found, total + 1)
-        return counts
+    def share_by_path(self) -> dict[str, FoundShare]:
+        """How many values were found in the text (:mod:`pipeline.quality.found_share`), for every path
+        asked for."""
+        return found_shares(self.values, self.paths)
 
 
 class _RecordTexts:

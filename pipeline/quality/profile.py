@@ -13,7 +13,8 @@ Per top-level field of the schema:
   on average) and lists of those, the :data:`TOP_VALUES` most common values and the share of filled
   results that have each; for choices and booleans (and lists of choices) ``shares`` holds every
   value's share, so a value that stops being given is seen too;
-* ``grounded``: of the field's values checked against the record text, how many were found there.
+* ``grounded``: of the field's values checked against the record text, how many were found there
+  (:mod:`pipeline.quality.found_share`).
 
 Everything here is pure: the store reads the run's results and calls :func:`profile_fields`.
 """
@@ -29,6 +30,7 @@ from typing import Any
 import orjson
 
 from pipeline.quality.fields import FieldKind, FieldSpec
+from pipeline.quality.found_share import FoundShare
 
 SHORT_TEXT = 40  # characters: texts this short on average are names and places, not prose
 TOP_VALUES = 5
@@ -85,12 +87,11 @@ class _FieldTally:
             return self.items
         return None
 
-    def to_json(self, grounded: tuple[int, int] | None) -> dict[str, Any]:
+    def to_json(self, grounded: FoundShare | None) -> dict[str, Any]:
         counted = (self._counted() if self.filled else None) or Counter()
         top = [[value, count / self.filled] for value, count in counted.most_common(TOP_VALUES)]
         choices = self.spec.kind in _COUNTED_KINDS or self.spec.item_kind in _COUNTED_KINDS
         shares = {value: count / self.filled for value, count in counted.items()} if choices else None
-        found, checked = grounded or (0, 0)
         return {
             "kind": str(self.spec.kind),
             "records": self.records,
@@ -101,7 +102,7 @@ class _FieldTally:
             "length_sd": _sd(self.lengths),
             "top": top,
             "shares": shares,
-            "grounded": {"found": found, "values": checked, "share": found / checked} if checked else None,
+            "grounded": grounded.to_json() if grounded and grounded.values else None,
         }
 
 
@@ -119,10 +120,10 @@ def _sd(values: Sequence[int]) -> float | None:
 def profile_fields(
     specs: Sequence[FieldSpec],
     extractions: Iterable[Mapping[str, Any]],
-    grounded: Mapping[str, tuple[int, int]] | None = None,
+    grounded: Mapping[str, FoundShare] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Each top-level field's profile (schema order) over ``extractions``; ``grounded``: per top-level
-    field, (values found in the text, values checked)."""
+    field, how many of its values were found in the text."""
     tallies = [_FieldTally(spec) for spec in specs]
     for extraction in extractions:
         for tally in tallies:

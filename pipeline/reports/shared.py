@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 
 from pipeline.quality.agreement import id_order
+from pipeline.quality.found_share import FoundShare, found_shares
 from pipeline.reports.reading import StoredResult
 
 SHOWN_IDS = 10
@@ -21,19 +22,15 @@ class GroundingShare:
     """Of the values at one grounded path, how many were found in the record text."""
 
     path: str
-    found: int
-    values: int
-
-    @property
-    def share(self) -> float | None:
-        return self.found / self.values if self.values else None
+    counts: FoundShare
 
     def to_json(self) -> dict[str, Any]:
-        return {"found": self.found, "values": self.values, "share": self.share}
+        return self.counts.to_json()
 
     def describe(self) -> str:
-        share = "" if self.share is None else f" ({self.share:.0%})"
-        return f"{self.found:,} of {self.values:,} values found in the text{share}"
+        counts = self.counts
+        share = "" if counts.share is None else f" ({counts.share:.0%})"
+        return f"{counts.found:,} of {counts.values:,} values found in the text{share}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,17 +44,10 @@ class GroundingSummary:
 
 def grounding_summary(paths: Sequence[str], results: Iterable[StoredResult]) -> GroundingSummary:
     """The stored grounding of ``results`` counted per path (``paths``: the schema's grounded paths)."""
-    counts = dict.fromkeys(paths, (0, 0))
-    without = 0
-    for result in results:
-        if result.grounding is None:
-            without += 1
-            continue
-        for span in result.grounding:
-            found, values = counts.get(span.path, (0, 0))
-            counts[span.path] = (found + (span.match != "none"), values + 1)
-    shares = tuple(GroundingShare(path, found, values) for path, (found, values) in counts.items())
-    return GroundingSummary(shares, without)
+    grounded = [result.grounding for result in results]
+    values = (value for grounding in grounded if grounding is not None for value in grounding)
+    shares = tuple(GroundingShare(path, counts) for path, counts in found_shares(values, paths).items())
+    return GroundingSummary(shares, sum(grounding is None for grounding in grounded))
 
 
 def grounding_lines(summary: GroundingSummary, indent: str = "  ") -> list[str]:

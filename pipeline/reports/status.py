@@ -17,6 +17,7 @@ import orjson
 
 from pipeline.errors import DatabaseLockedError, SourceMissingError
 from pipeline.job.spec import JobSpec
+from pipeline.quality.found_share import FoundShare, found_shares_sql
 from pipeline.reports.chunk_status import ChunkingStatus, chunking_status
 from pipeline.reports.variants import check_variant
 from pipeline.servers.cache_counters import hit_rate, low_hit_rate_warning
@@ -313,17 +314,9 @@ def _tokens_per_done(connection: Database, spec: JobSpec) -> dict[str, float] | 
 
 def _grounding(connection: Database, spec: JobSpec) -> dict[str, dict[str, float]]:
     """Per grounded path, how many extracted values were found in their record's text."""
-    rows = connection.execute(
-        "SELECT g.path, count(*), count(*) FILTER (WHERE g.match <> 'none') FROM (SELECT unnest("
-        """from_json(grounding, '[{"path": "VARCHAR", "match": "VARCHAR"}]')) AS g """
-        f"FROM {quote(spec.output.results_table)} WHERE variant = ? AND grounding IS NOT NULL) "
-        "GROUP BY 1 ORDER BY 1",
-        [spec.variant],
-    ).fetchall()
-    return {
-        str(path): {"found": int(found), "values": int(values), "share": found / values}
-        for path, values, found in rows
-    }
+    sql = found_shares_sql(quote(spec.output.results_table), "variant = ?")
+    rows = connection.execute(sql, [spec.variant]).fetchall()
+    return {str(path): FoundShare(int(found), int(values)).to_json() for path, found, values in rows}
 
 
 def _last_run(connection: Database, spec: JobSpec, *, running: bool = False) -> dict[str, Any] | None:

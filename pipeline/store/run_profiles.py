@@ -18,6 +18,7 @@ import orjson
 from pipeline.job.spec import JobSpec
 from pipeline.quality.drift import NewestRun
 from pipeline.quality.fields import schema_fields, top_field
+from pipeline.quality.found_share import FoundShare, found_shares
 from pipeline.quality.grounding import grounding_from_json
 from pipeline.quality.profile import profile_fields
 from pipeline.source.db import Database, quote
@@ -64,15 +65,10 @@ def _object(text: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _grounded(stored: Sequence[Any]) -> dict[str, tuple[int, int]]:
-    """Per top-level field: (values found in the text, values checked), from stored grounding."""
-    counts: dict[str, tuple[int, int]] = {}
-    for text in stored:
-        for value in grounding_from_json(text or None) or ():
-            field = top_field(value.path)
-            found, checked = counts.get(field, (0, 0))
-            counts[field] = (found + value.found, checked + 1)
-    return counts
+def _grounded(stored: Sequence[Any]) -> dict[str, FoundShare]:
+    """Per top-level field, how many of its values were found in the text, from stored grounding."""
+    values = (value for text in stored for value in grounding_from_json(text or None) or ())
+    return found_shares(values, by=top_field)
 
 
 def _run_numbers(connection: Database, spec: JobSpec, parameters: Mapping[str, Any]) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from pipeline.quality.drift import (
     judge_last,
 )
 from pipeline.quality.drift_numbers import RUN, Change, measures
+from pipeline.quality.found_share import FoundShare
 from pipeline.quality.profile import profile_fields
 from tests.support.quality_schemas import posting_fields
 
@@ -38,7 +39,7 @@ def nightly(rng: random.Random, records: int, *, salary: float = 0.6, senior: fl
         }
         for _ in range(records)
     ]
-    grounded = {"skills": (int(records * 2.5 * rng.uniform(0.78, 0.82)), int(records * 2.5))}
+    grounded = {"skills": FoundShare(int(records * 2.5 * rng.uniform(0.78, 0.82)), int(records * 2.5))}
     completion = [rng.gauss(600, 80) for _ in range(records)]
     return {
         "records": records,

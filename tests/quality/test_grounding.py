@@ -7,6 +7,7 @@ import json
 import pytest
 
 from pipeline.quality.fields import grounded_paths
+from pipeline.quality.found_share import FoundShare
 from pipeline.quality.grounding import GroundedValue, MatchKind, ground, grounding_from_json, grounding_json
 from pipeline.quality.normalize import normalize_text, normalize_with_offsets
 from tests.support.quality_schemas import Posting
@@ -113,11 +114,11 @@ def test_values_in_a_list_of_objects_and_nested_objects() -> None:
         ("pay.note", "café", MatchKind.EXACT),
     ]
     assert grounding.share_by_path() == {
-        "title": (1, 1),
-        "company": (0, 0),
-        "skills": (1, 1),
-        "parts[].name": (1, 2),
-        "pay.note": (1, 1),
+        "title": FoundShare(1, 1),
+        "company": FoundShare(0, 0),
+        "skills": FoundShare(1, 1),
+        "parts[].name": FoundShare(1, 2),
+        "pay.note": FoundShare(1, 1),
     }
 
 
@@ -227,4 +228,4 @@ def test_two_hundred_values_in_a_five_thousand_character_text() -> None:
         if value.match is not MatchKind.NONE:
             assert value.start is not None and value.end is not None
             assert normalize_text(text[value.start : value.end]) == normalize_text(value.value)
-    assert grounding.share_by_path() == {"skills": (150, 200)}
+    assert grounding.share_by_path() == {"skills": FoundShare(150, 200)}

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from pipeline.quality.found_share import FoundShare
 from pipeline.quality.profile import TOP_VALUES, is_empty, profile_fields
 from tests.support.quality_schemas import posting_fields
 
@@ -18,7 +19,9 @@ EXTRACTIONS: list[dict[str, Any]] = [
 
 
 def profiled() -> dict[str, dict[str, Any]]:
-    return profile_fields(posting_fields(), EXTRACTIONS, {"skills": (5, 6), "title": (2, 3)})
+    return profile_fields(
+        posting_fields(), EXTRACTIONS, {"skills": FoundShare(5, 6), "title": FoundShare(2, 3)}
+    )
 
 
 @pytest.mark.parametrize(
