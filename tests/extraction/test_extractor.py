@@ -258,10 +258,12 @@ async def test_many_server_side_failures_in_a_row_stop_the_run(
 
 
 async def test_a_success_resets_the_failure_streak(spec: JobSpec, make_harness: MakeHarness) -> None:
-    steps = [error(400), error(400), respond(good_completion()), error(400), error(400)]
+    steps = [error(400), error(400), respond(good_completion()), error(400), error(400)]  # then 400s
     harness = make_harness(spec, ScriptedServer(steps), abort_after=3)
-    for _ in range(5):
-        await harness.extract()
+    outcomes = [type(await harness.extract()) for _ in range(5)]
+    assert outcomes == [Failed, Failed, Extracted, Failed, Failed]  # four failed, never three in a row
+    with pytest.raises(FatalRunError, match="3 records in a row failed on the server side"):
+        await harness.extract()  # the third in a row since the success
 
 
 async def test_bad_output_failures_do_not_stop_the_run(spec: JobSpec, make_harness: MakeHarness) -> None:

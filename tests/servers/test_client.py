@@ -41,6 +41,7 @@ from pipeline.sim.http import serve
 from tests.support.fakes import (
     DROP,
     HANG,
+    Answer,
     Handler,
     ScriptedServer,
     completion,
@@ -221,9 +222,24 @@ async def test_malformed_body_is_transient(body: str) -> None:
         await call(ScriptedServer([respond(body)]))
 
 
+def asked_paths(handler: Handler) -> tuple[Handler, list[str]]:
+    """``handler``, keeping the path of every request it is sent."""
+    asked: list[str] = []
+
+    def keeping(request: httpx2.Request) -> httpx2.Response:
+        asked.append(request.url.path)
+        answer = handler(request)
+        assert isinstance(answer, httpx2.Response)
+        return answer
+
+    return keeping, asked
+
+
 async def test_check_server_accepts_a_served_model() -> None:
-    async with serving(ScriptedServer([])) as server, LLMClient(settings(base_url=server.url)) as client:
-        await client.check_server()
+    handler, asked = asked_paths(ScriptedServer([], models=["other", "test-model"]))
+    async with serving(handler) as server, LLMClient(settings(base_url=server.url)) as client:
+        await client.check_server()  # raises for a model not in the list
+    assert asked == ["/v1/models"]
 
 
 async def test_check_server_rejects_an_unserved_model() -> None:
@@ -523,11 +539,17 @@ async def test_check_server_refused_connection_is_fatal() -> None:
 
 
 async def test_check_server_tolerates_a_server_without_a_model_list() -> None:
-    def no_models(request: httpx2.Request) -> httpx2.Response:
-        return error(404, "no route")
+    answers = ScriptedServer([respond(good_completion())])
 
-    async with serving(no_models) as server, LLMClient(settings(base_url=server.url)) as client:
-        await client.check_server()
+    def no_models(request: httpx2.Request) -> Answer:
+        return error(404, "no route") if request.url.path.endswith("/models") else answers(request)
+
+    handler, asked = asked_paths(no_models)
+    async with serving(handler) as server, LLMClient(settings(base_url=server.url)) as client:
+        await client.check_server()  # no list to check the model against: the first completion will tell
+        assert client.context_length is None
+        reply = await client.complete(REQUEST)
+    assert asked == ["/v1/models", "/v1/chat/completions"] and reply.finish_reason == "stop"
 
 
 @contextlib.asynccontextmanager
