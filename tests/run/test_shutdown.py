@@ -5,17 +5,21 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import MutableMapping
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.lowlevel
 import httpx2
 import pytest
+from structlog.testing import capture_logs
 
 from pipeline.run.runner import RunStatus
 from tests.support.fakes import ScriptedServer, good_completion, respond
 from tests.support.jobs import make_job, table_rows
 from tests.support.runs import run_served
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.anyio
 
@@ -55,17 +59,23 @@ def saved(database: Path) -> int:
     return int(table_rows(database, "SELECT count(*) FROM results")[0][0])
 
 
+async def stopping(logs: list[MutableMapping[str, Any]]) -> None:
+    """Until the run has taken the first signal: it takes no new record from then on."""
+    await until(lambda: any(str(entry["event"]).startswith("stopping:") for entry in logs))
+
+
 async def test_first_signal_takes_no_new_records_and_lets_requests_in_flight_finish(tmp_path: Path) -> None:
     spec = make_job(tmp_path, records=RECORDS, concurrency=CONCURRENCY)
     server = SignalServer(signal_at=SIGNAL_AT_REQUEST, hold_from=SIGNAL_AT_REQUEST)
 
-    async def release_soon() -> None:
-        await anyio.sleep(0.2)  # the signal is handled meanwhile: no new record may start
+    async def release_once_stopping() -> None:
+        await stopping(logs)  # no new record may start from here
         server.release.set()
 
-    async with anyio.create_task_group() as group:
-        group.start_soon(release_soon)
-        summary = await run_served(spec, server, handle_signals=True)
+    with capture_logs() as logs:
+        async with anyio.create_task_group() as group:
+            group.start_soon(release_once_stopping)
+            summary = await run_served(spec, server, handle_signals=True)
     assert summary.status is RunStatus.INTERRUPTED and summary.exit_code == 130
     assert server.received < SIGNAL_AT_REQUEST + CONCURRENCY  # nothing taken after the signal
     assert summary.done == server.answered == server.received == saved(spec.database)  # none cancelled
@@ -77,11 +87,11 @@ async def test_second_signal_cancels_requests_in_flight_at_once(tmp_path: Path) 
     server = SignalServer(signal_at=SIGNAL_AT_REQUEST, hold_from=SIGNAL_AT_REQUEST)
 
     async def signal_again() -> None:
-        await server.signalled.wait()
-        await anyio.sleep(0.2)
+        await stopping(logs)  # the first signal taken: this one is the second
         os.kill(os.getpid(), signal.SIGTERM)
 
-    with anyio.fail_after(10):  # the grace period is 60 s: only the second signal ends this quickly
+    # The grace period is 60 s: only the second signal ends this quickly.
+    with anyio.fail_after(10), capture_logs() as logs:
         async with anyio.create_task_group() as group:
             group.start_soon(signal_again)
             summary = await run_served(spec, server, handle_signals=True)

@@ -23,6 +23,7 @@ from pipeline.servers.limits import LimitChange
 from pipeline.servers.router import Router
 from tests.support.fakes import LoopbackServer, good_completion, respond, serving
 from tests.support.jobs import write_job
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.anyio
 
@@ -151,7 +152,7 @@ async def test_a_full_router_waits_for_a_free_slot(make_endpoint: MakeEndpoint) 
         await anyio.lowlevel.checkpoint()
         assert order == ["first"]
         first.set()
-        await anyio.sleep(0.01)
+        await until(lambda: len(order) == 2)
         assert order == ["first", "second"]
         second.set()
 

@@ -19,6 +19,7 @@ from pipeline.sim.answers import prompt_tokens
 from pipeline.sim.http import HttpRequest, serve
 from schemas.linkedin import JobPosting
 from tests.support.schemas import Item
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.anyio
 
@@ -317,14 +318,18 @@ async def test_faults_stay_drawn_per_request_and_spoil_the_records_content() -> 
 async def test_schema_from_the_system_prompt_when_no_response_format(sim_url: str) -> None:
     from pipeline.extraction.prompt import SCHEMA_INSTRUCTION
 
-    system = f"Extract.\n\n{SCHEMA_INSTRUCTION}\n{orjson.dumps(Item.model_json_schema()).decode()}"
-    body = chat(
-        response_format=None,
-        messages=[{"role": "system", "content": system}, {"role": "user", "content": "x"}],
-    )
-    async with httpx2.AsyncClient(base_url=sim_url) as client:
-        response = await client.post("/v1/chat/completions", json=body)
-    Item.model_validate_json(_content(response))
+    for schema in (Item, JobPosting):  # each answer has the shape of the schema its prompt gives
+        system = f"Extract.\n\n{SCHEMA_INSTRUCTION}\n{orjson.dumps(schema.model_json_schema()).decode()}"
+        body = chat(
+            response_format=None,
+            messages=[{"role": "system", "content": system}, {"role": "user", "content": "x"}],
+        )
+        async with httpx2.AsyncClient(base_url=sim_url) as client:
+            response = await client.post("/v1/chat/completions", json=body)
+        answer = orjson.loads(_content(response))
+        required = {name for name, field in schema.model_fields.items() if field.is_required()}
+        assert required <= set(answer) <= set(schema.model_fields)
+        schema.model_validate(answer)  # and valid for it, or this raises
 
 
 def _content(response: httpx2.Response) -> str:
@@ -370,7 +375,8 @@ async def test_engine_timing_queueing_and_prefix_cache_in_metrics() -> None:
         async with anyio.create_task_group() as group:
             for _ in range(6):
                 group.start_soon(functools.partial(client.post, "/v1/chat/completions", json=body))
-            await anyio.sleep(0.05)
+            await until(lambda: sim.engine is not None and sim.engine.metrics.running == 2)
+            await until(lambda: sim.engine is not None and sim.engine.metrics.waiting == 4)  # all six in
             metrics = (await client.get("/metrics")).text
         assert 'vllm:num_requests_running{model_name="m"} 2' in metrics
         assert 'vllm:num_requests_waiting{model_name="m"} 4' in metrics
@@ -409,10 +415,8 @@ async def test_requests_in_flight_count_faulted_and_streamed_requests() -> None:
             for index in range(6):
                 body = chat(stream=index % 2 == 0, stream_options={"include_usage": True})
                 group.start_soon(functools.partial(client.post, "/v1/chat/completions", json=body))
-            await anyio.sleep(0.1)
-            assert (
-                sim.metrics.in_flight == 6 and sim.metrics.running < 6
-            )  # the faulted ones are in flight too
+            await until(lambda: sim.metrics.in_flight == 6)  # answered after 0.2 s: all six are in
+            assert sim.metrics.running < 6  # the faulted ones are in flight too
         metrics = (await client.get("/metrics")).text
     assert 'pipeline_sim:peak_requests_in_flight{model_name="m"} 6' in metrics
     assert 'pipeline_sim:requests_in_flight{model_name="m"} 0' in metrics  # streams counted until done
