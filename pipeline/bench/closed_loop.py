@@ -36,10 +36,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipeline.servers.capacity import RequestFit
 from pipeline.servers.knee_search import DEFAULT_TUNING, KneeMemory, ServerLoad, Tuning
 from pipeline.servers.limits import AdaptiveLimit, LimitChange
 from pipeline.servers.router import METRICS_EVERY_S, TICK_S
-from pipeline.servers.sharing import RequestFit
 from pipeline.sim.engine import KV_THRASH, Engine, Sequence
 from pipeline.sim.profiles import PROFILES, REFERENCE_OUTPUT_TOKENS, REFERENCE_PROMPT_TOKENS
 
@@ -220,7 +220,10 @@ class _Run:
             if self.controller is not None:  # in the client's seconds, as it measures them
                 latency_s = (now - started) / self.engine.speed
                 self.controller.on_finished(
-                    latency_s=latency_s, output_tokens=sequence.output_tokens, ok=True
+                    latency_s=latency_s,
+                    output_tokens=sequence.output_tokens,
+                    prompt_tokens=sequence.prompt_tokens,
+                    ok=True,
                 )
         finally:
             self.in_flight -= 1

@@ -19,19 +19,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
-import orjson
 
+from pipeline.defaults import DEFAULT_PROBE_TIMEOUT_S, DEFAULT_PROBES
 from pipeline.errors import (
     ConfigError,
     DatabaseLockedError,
     Ending,
     FatalRunError,
-    PipelineError,
-    StructuredOutputRejectedError,
     exit_code_for,
 )
 from pipeline.extraction.prompt import PromptBuilder, client_settings
-from pipeline.extraction.retry import RetryPolicy
 from pipeline.job.spec import JobSpec
 from pipeline.reports.status import pending_as_read
 from pipeline.run.check_lines import (
@@ -46,36 +43,29 @@ from pipeline.run.check_lines import (
     prefix_check,
     timeout_check,
 )
+from pipeline.run.probes import (
+    PROMPTS_COUNTED,
+    Measured,
+    Probe,
+    counted_prompt,
+    effort_probes,
+    honored,
+    send_probes,
+)
 from pipeline.run.runner import count_pending
 from pipeline.servers.capacity import (
+    RequestFit,
     ServerReading,
     aggregate_tokens_per_s,
     effective_concurrency,
     read_server,
     reply_latency_s,
 )
-from pipeline.servers.client import ChatRequest, LLMClient
+from pipeline.servers.client import LLMClient
 from pipeline.servers.config import EndpointConfig
-from pipeline.servers.replies import Reply
-from pipeline.servers.sharing import RequestFit
 from pipeline.source.pending import sampled_fields
 from pipeline.store.opening import open_for_reading
 from pipeline.store.read_copy import ReadCopy
-
-DEFAULT_PROBES = 3
-DEFAULT_PROBE_TIMEOUT_S = 120.0
-_EFFORTS = ("minimal", "low", "medium", "high")
-
-
-@dataclass(frozen=True, slots=True)
-class Probe:
-    """One probe's reply, measured: tokens, latency (in the model's seconds), where the answer landed."""
-
-    prompt_tokens: int
-    completion_tokens: int
-    reasoning_tokens: int | None
-    latency_s: float
-    lands: str  # content | reasoning | cut | none
 
 
 @dataclass(slots=True)
@@ -172,8 +162,9 @@ async def check_job(
     after the last endpoint, unless no endpoint could be read at all (its fail line says why)."""
     pending, copy = await _pending(spec)  # first: it loads a job's seed file, as a run would
     records = await anyio.to_thread.run_sync(sample_fields, spec, probes, seed)
+    counted = await anyio.to_thread.run_sync(sample_fields, spec, PROMPTS_COUNTED, seed)
     reports = [
-        await check_endpoint(spec, config, records, pending, probe_timeout_s)
+        await check_endpoint(spec, config, Sampled(records, counted), pending, probe_timeout_s)
         for config in spec.endpoint_configs()
     ]
     throughputs = [r.throughput_tok_s for r in reports]
@@ -205,12 +196,16 @@ async def _pending(spec: JobSpec) -> tuple[int | None, ReadCopy | None]:
         return await anyio.to_thread.run_sync(pending_as_read, spec)
 
 
+@dataclass(frozen=True, slots=True)
+class Sampled:
+    """The sampled records' fields: those probed, and those whose prompts are counted."""
+
+    probed: Sequence[dict[str, object]]
+    counted: Sequence[dict[str, object]]
+
+
 async def check_endpoint(
-    spec: JobSpec,
-    config: EndpointConfig,
-    records: Sequence[dict[str, object]],
-    pending: int | None,
-    probe_timeout_s: float,
+    spec: JobSpec, config: EndpointConfig, sampled: Sampled, pending: int | None, probe_timeout_s: float
 ) -> EndpointReport:
     """One server's report: its reading, the probes, and every line but the backlog's."""
     report = EndpointReport(config.base_url, config.model)
@@ -219,112 +214,21 @@ async def check_endpoint(
     prompts = PromptBuilder(spec)
     async with LLMClient(dataclasses.replace(settings, request_timeout_s=timeout)) as client:
         try:
-            reading = await read_server(client, prompts.prefix, timeout_s=spec.operations.preflight_timeout_s)
+            fixed, wait_s = prompts.fixed_messages, spec.operations.preflight_timeout_s
+            reading = await read_server(client, fixed, timeout_s=wait_s)
         except FatalRunError as error:
             report.checks.append(Check("server", "fail", str(error)))
             report.unreachable = True
             return report
-        requests = [prompts.request_for(fields) for fields in records]
-        measured, refused, failure = await _send_probes(client, spec, requests, timeout)
-        efforts = await _effort_probes(client, spec, requests[0], measured, timeout) if measured else {}
-    _fill(report, spec, config, reading, measured, efforts, pending)
+        counted = await counted_prompt(client, [prompts.request_for(fields) for fields in sampled.counted])
+        requests = [prompts.request_for(fields) for fields in sampled.probed]
+        measured, refused, failure = await send_probes(client, spec, requests, timeout)
+        efforts = await effort_probes(client, spec, requests[0], measured, timeout) if measured else {}
+    _fill(report, spec, config, reading, Measured(measured, counted, len(sampled.counted)), efforts, pending)
     report.checks.insert(5, format_check(settings.response_format is not None, refused))
     if failure is not None:
         report.checks.insert(0, failure)
     return report
-
-
-async def _send_probes(
-    client: LLMClient, spec: JobSpec, requests: Sequence[ChatRequest], timeout_s: float
-) -> tuple[list[Probe], bool, Check | None]:
-    """Send each request alone; a refused ``response_format`` is dropped as the run drops it. Returns
-    the probes, whether the format was refused, and a fail line for a probe that did not answer."""
-    refused, measured = False, list[Probe]()
-    for request in requests:
-        try:
-            try:
-                reply = await probe_reply(client, spec, request, timeout_s)
-            except StructuredOutputRejectedError:
-                refused = True
-                client.without_structured_output()
-                reply = await probe_reply(client, spec, request, timeout_s)
-        except TimeoutError:
-            return (
-                measured,
-                refused,
-                Check("probe", "fail", f"no reply within {timeout_s:g} s (a probe, alone)"),
-            )
-        except PipelineError as error:
-            return measured, refused, Check("probe", "fail", f"a probe failed: {error}")
-        measured.append(_measured(reply, request))
-    return measured, refused, None
-
-
-async def probe_reply(client: LLMClient, spec: JobSpec, request: ChatRequest, timeout_s: float) -> Reply:
-    """One request under the one retry policy, given ``timeout_s`` in all (TimeoutError past it)."""
-    with anyio.fail_after(timeout_s):
-        async for attempt in RetryPolicy(spec.retry).attempts():
-            with attempt:
-                return await client.complete(request)
-    raise AssertionError("unreachable: the retry loop returns or raises")
-
-
-def _measured(reply: Reply, request: ChatRequest) -> Probe:
-    if reply.finish_reason == "length":
-        lands = "cut"
-    elif reply.content:
-        lands = "content"
-    elif reply.reasoning and _is_json_object(reply.reasoning):
-        lands = "reasoning"
-    else:
-        lands = "none"
-    return Probe(
-        prompt_tokens=reply.prompt_tokens or 0,
-        completion_tokens=reply.completion_tokens or 0,
-        reasoning_tokens=reply.reasoning_tokens,
-        latency_s=reply.latency_s,
-        lands=lands,
-    )
-
-
-def _is_json_object(text: str) -> bool:
-    try:
-        return isinstance(orjson.loads(text.strip()), dict)
-    except orjson.JSONDecodeError:
-        return False
-
-
-async def _effort_probes(
-    client: LLMClient, spec: JobSpec, request: ChatRequest, measured: list[Probe], timeout_s: float
-) -> dict[str, int]:
-    """Reasoning tokens at the job's effort (its probes') and at a contrasting one (one more probe):
-    ``low`` for a job above it, ``medium`` for a job at or below it."""
-    effort = spec.reasoning_effort
-    own = [p.reasoning_tokens for p in measured if p.reasoning_tokens is not None]
-    if effort is None or not own or effort not in _EFFORTS:
-        return {}
-    other = "medium" if _EFFORTS.index(effort) <= _EFFORTS.index("low") else "low"
-    contrast = LLMClient(dataclasses.replace(client.settings, reasoning_effort=other))
-    try:
-        async with contrast:
-            reply = await probe_reply(
-                contrast, spec, dataclasses.replace(request, max_tokens=spec.max_tokens), timeout_s
-            )
-    except (PipelineError, TimeoutError):
-        return {}
-    if reply.reasoning_tokens is None:
-        return {}
-    return {effort: round(statistics.mean(own)), other: reply.reasoning_tokens}
-
-
-def _honored(efforts: dict[str, int]) -> bool | None:
-    """Lower effort gave clearly fewer reasoning tokens (None: nothing to compare)."""
-    if len(efforts) < 2:
-        return None
-    (_, low), (_, high) = sorted(efforts.items(), key=lambda item: _EFFORTS.index(item[0]))
-    if high <= 0:
-        return None
-    return low < 0.8 * high
 
 
 def _fill(
@@ -332,31 +236,31 @@ def _fill(
     spec: JobSpec,
     config: EndpointConfig,
     reading: ServerReading,
-    measured: list[Probe],
+    measured: Measured,
     efforts: dict[str, int],
     pending: int | None,
 ) -> None:
     """The numbers and the lines (all but response_format's, the probe's and the backlog's)."""
-    prompt = statistics.mean(p.prompt_tokens for p in measured) if measured else None
-    answer = statistics.mean(p.completion_tokens for p in measured) if measured else None
-    fit = _fit(reading, prompt, answer)
-    report.context, report.kv_tokens, report.requests_that_fit = reading.context, reading.kv_tokens, fit
+    probes, answer = measured.probes, measured.answer
+    fit = RequestFit.of_reading(reading, answer_tokens=answer, prompt_tokens=measured.prompt)
+    report.context, report.kv_tokens = reading.context, reading.kv_tokens
+    report.requests_that_fit = None if fit is None else fit.requests
     report.prefix_caching = reading.prefix_caching
-    report.answer_in_reasoning = any(p.lands == "reasoning" for p in measured) if measured else None
-    report.reasoning_effort_honored = _honored(efforts)
+    report.answer_in_reasoning = any(p.lands == "reasoning" for p in probes) if probes else None
+    report.reasoning_effort_honored = honored(efforts)
     report.tokens_per_record = answer
-    level = _level(config, fit)
-    predicted = _predict(report, level, reading.time_scale, measured)
-    longest = max(((p.prompt_tokens, p.completion_tokens) for p in measured), default=(None, None))
-    reasoning = [p.reasoning_tokens for p in measured if p.reasoning_tokens is not None]
-    lands = [p.lands for p in measured]
+    level = _level(config, report.requests_that_fit)
+    predicted = _predict(report, level, reading.time_scale, probes)
+    longest = max(((p.prompt_tokens, p.completion_tokens) for p in probes), default=(None, None))
+    reasoning = [p.reasoning_tokens for p in probes if p.reasoning_tokens is not None]
+    lands = [p.lands for p in probes]
     report.checks += [
         context_check(reading.context, longest[0], longest[1], spec.max_tokens),
-        kv_check(reading.kv_tokens, fit, config.concurrency, _held(reading, prompt, answer)),
-        prefix_check(reading.prefix_caching, reading.prefix_tokens, pending),
+        kv_check(reading.kv_tokens, fit, config.concurrency, measured.basis),
+        prefix_check(reading.prefix_caching, reading.prefix_tokens, pending, measured.prompt),
         answer_check(len(lands), lands.count("reasoning"), lands.count("cut"), lands.count("none")),
         effort_check(
-            spec.reasoning_effort, _honored(efforts), efforts, max(reasoning, default=None), spec.max_tokens
+            spec.reasoning_effort, honored(efforts), efforts, max(reasoning, default=None), spec.max_tokens
         ),
         timeout_check(level, predicted, spec.request_timeout_s, reading.running),
     ]
@@ -380,16 +284,3 @@ def _predict(report: EndpointReport, concurrency: int, scale: float, measured: l
     fit = report.requests_that_fit
     report.throughput_tok_s = aggregate_tokens_per_s(single, effective_concurrency(concurrency, fit))
     return reply_latency_s(alone, concurrency, fit)
-
-
-def _held(reading: ServerReading, prompt: float | None, answer: float | None) -> float | None:
-    """The tokens one request holds of its own: the shared prefix is held once with prefix caching."""
-    if prompt is None or answer is None:
-        return None
-    shared = min(reading.prefix_tokens or 0, prompt) if reading.prefix_caching else 0
-    return prompt - shared + answer
-
-
-def _fit(reading: ServerReading, prompt: float | None, answer: float | None) -> int | None:
-    fit = RequestFit.of_reading(reading, answer_tokens=answer, prompt_tokens=prompt)
-    return None if fit is None or prompt is None else fit.requests

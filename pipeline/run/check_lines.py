@@ -1,6 +1,7 @@
 """The lines ``pipeline check`` (and, without the probes, a run's preflight) says of one server: each an
 ok / warn / fail / unknown verdict with one sentence, from numbers already read and measured. Pure
-functions: the reading is :mod:`pipeline.servers.capacity`'s, the probing :mod:`pipeline.run.check`'s.
+functions: the reading and the fit are :mod:`pipeline.servers.capacity`'s, the probing
+:mod:`pipeline.run.check`'s.
 
 What could not be checked is ``unknown``, neither ok nor a problem: a server that does not say something
 (a proxy without ``/metrics`` or ``/tokenize``), or a probe that got no answer. It changes no exit code
@@ -11,6 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Literal
+
+from pipeline.servers.cache_counters import reachable_hit_rate
+from pipeline.servers.capacity import RequestFit
 
 Status = Literal["ok", "warn", "fail", "unknown"]
 #: The widest status word: the lines' names start in one column.
@@ -75,43 +79,63 @@ def context_check(
 
 def kv_check(
     kv_tokens: int | None,
-    fit: int | None,
+    fit: RequestFit | None,
     concurrency: int | None,
-    per_request: float | None,
-    basis: str = "of their own each",
+    basis: str = "as the probes measured",
 ) -> Check:
-    """The KV cache in tokens and how many of the job's requests fit at once, against its concurrency
-    (None: ``auto``, which starts from the fit); ``basis`` says what ``per_request`` counts."""
+    """The KV cache in tokens and how many of the job's requests fit at once (``fit``, the one count),
+    against its concurrency (None: ``auto``, which starts from the fit); ``basis`` says what the
+    request's numbers are."""
     if kv_tokens is None:
         return Check("kv_cache", "unknown", "the server's /metrics give no vllm:cache_config_info")
-    held = f" (~{per_request:,.0f} tokens {basis})" if per_request is not None else ""
     if fit is None:
         return Check(
             "kv_cache", "unknown", f"{kv_tokens:,} tokens; how many requests fit: no request measured"
         )
-    if fit < 1:
-        return Check("kv_cache", "fail", f"{kv_tokens:,} tokens: not one of this job's requests{held} fits")
+    count, held = fit.requests, f"{fit.held}; {basis}"
+    if count < 1:
+        return Check(
+            "kv_cache", "fail", f"{kv_tokens:,} tokens: not one of this job's requests fits ({held})"
+        )
     if concurrency is None:
         return Check(
-            "kv_cache", "ok", f"{kv_tokens:,} tokens: about {fit:,} requests{held} fit; auto starts there"
+            "kv_cache",
+            "ok",
+            f"{kv_tokens:,} tokens: about {count:,} requests fit ({held}); auto starts there",
         )
-    if fit < concurrency:
+    if count < concurrency:
         return Check(
             "kv_cache",
             "warn",
-            f"{kv_tokens:,} tokens, c={concurrency}, about {fit:,} fit{held}: expect preemption and a "
-            f"collapse past ~{fit:,}; use `concurrency: auto` or <= {fit:,}",
+            f"{kv_tokens:,} tokens, c={concurrency}, about {count:,} fit ({held}): expect preemption and a "
+            f"collapse past ~{count:,}; use `concurrency: auto` or <= {count:,}",
         )
-    return Check("kv_cache", "ok", f"{kv_tokens:,} tokens: about {fit:,} requests{held} fit, c={concurrency}")
+    return Check(
+        "kv_cache", "ok", f"{kv_tokens:,} tokens: about {count:,} requests fit ({held}), c={concurrency}"
+    )
 
 
-def prefix_check(prefix_caching: bool | None, shared_tokens: int | None, pending: int | None) -> Check:
-    """Prefix caching on or off, and what off costs this job: its shared prefix computed per record."""
+def prefix_check(
+    prefix_caching: bool | None,
+    shared_tokens: int | None,
+    pending: int | None,
+    prompt_tokens: float | None = None,
+) -> Check:
+    """Prefix caching on or off, and what off costs this job: its shared prefix computed per record; on,
+    with a prompt's mean ``prompt_tokens``, the hit rate this job can reach (what a run's is held to)."""
     shared = f"{shared_tokens:,}" if shared_tokens is not None else "the shared"
     if prefix_caching is None:
         return Check("prefix_caching", "unknown", "the server's /metrics do not say")
     if prefix_caching:
-        return Check("prefix_caching", "ok", f"on: {shared} prefix tokens computed once, not per record")
+        reachable = reachable_hit_rate(shared_tokens, prompt_tokens)
+        reach = ""
+        if reachable is not None and prompt_tokens:
+            reach = (
+                f" ({reachable:.0%} of a ~{prompt_tokens:,.0f}-token prompt: the hit rate a run can reach)"
+            )
+        return Check(
+            "prefix_caching", "ok", f"on: {shared} prefix tokens computed once, not per record{reach}"
+        )
     cost = ""
     if shared_tokens is not None and pending:
         cost = f" ({shared_tokens:,} x {pending:,} records = {shared_tokens * pending:,} tokens of prefill)"

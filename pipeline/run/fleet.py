@@ -13,21 +13,21 @@ import structlog
 
 from pipeline.errors import ModelNotServedError
 from pipeline.extraction.context import RunContext
-from pipeline.servers.capacity import read_server
+from pipeline.servers.capacity import RequestFit, read_server
 from pipeline.servers.client import LLMClient
 from pipeline.servers.config import EndpointConfig
 from pipeline.servers.endpoint import Endpoint
 from pipeline.servers.http import http_client
 from pipeline.servers.knee_search import KneeMemory
 from pipeline.servers.router import Router
-from pipeline.servers.sharing import RequestFit
 
 if TYPE_CHECKING:
     from pipeline.local import LocalServerOptions
 
 log = structlog.get_logger("pipeline.run.fleet")
 
-#: The most a run's start waits for its servers' KV cache before `concurrency: auto` starts without it.
+#: The most a run's start waits for its servers' word (KV cache, counters, the prefix's tokens) before it
+#: starts without it.
 FIT_BUDGET_S = 1.0
 
 
@@ -64,7 +64,7 @@ async def open_fleet(
             await router.check_servers()
         except ModelNotServedError as error:
             raise ModelNotServedError(f"{spec.said_of('model')}: {error}") from error
-        await _start_at_fit(context, endpoints)
+        await _read_servers(context, endpoints)
         yield context, router
 
 
@@ -97,17 +97,19 @@ async def read_counters_at_end(router: Router, timeout_s: float = 2.0) -> None:
                 tasks.start_soon(endpoint.read_server_load, http)
 
 
-async def _start_at_fit(context: RunContext, endpoints: list[Endpoint]) -> None:
-    """`concurrency: auto` on a server that shows its KV cache: how many of this job's requests fit, by
-    the prompt's fixed part and answers of max_tokens (the sharing module says why), where a first run
-    starts and what its share is beside other jobs. Read at once for every endpoint that gives its
-    context (vLLM does), within :data:`FIT_BUDGET_S`; a server that does not say by then starts as
-    before."""
+async def _read_servers(context: RunContext, endpoints: list[Endpoint]) -> None:
+    """Each server's word before the first request, read once at once for every endpoint that gives its
+    context (vLLM does; one that does not is no vLLM and is sent nothing more), within
+    :data:`FIT_BUDGET_S`: the endpoint keeps it (its counters start there; the preflight says its
+    lines), and with `concurrency: auto` a first run starts where this job's requests fit (the prompt's
+    fixed part and answers of max_tokens: the sharing module says why). A server that does not say by
+    then starts as before."""
     spec = context.spec
     fixed = context.prompts.fixed_messages
 
     async def read(endpoint: Endpoint) -> None:
         reading = await read_server(endpoint.client, fixed, timeout_s=FIT_BUDGET_S, check_model=False)
+        endpoint.read_before_start(reading)
         fit = RequestFit.of_reading(reading, answer_tokens=spec.max_tokens)
         if endpoint.controller is None or fit is None:
             return
@@ -122,8 +124,8 @@ async def _start_at_fit(context: RunContext, endpoints: list[Endpoint]) -> None:
 
     with anyio.move_on_after(FIT_BUDGET_S):
         async with anyio.create_task_group() as group:
-            for endpoint in endpoints:  # as the preflight: a server that lists no context is not vLLM
-                if endpoint.controller is not None and endpoint.client.context_length is not None:
+            for endpoint in endpoints:
+                if endpoint.client.context_length is not None:
                     group.start_soon(read, endpoint)
 
 

@@ -1,6 +1,7 @@
 """The run's prefix-cache hit rate and preemptions over its endpoints, for the progress line, the snapshot
 ``status`` reads, Prometheus and the run's series; and the warning, said once per endpoint, when the hit
-rate is low.
+rate is low for what this job can reach there (its shared prefix over its prompt:
+:func:`~pipeline.servers.cache_counters.reachable_hit_rate`).
 
 Each endpoint counts its own from its ``/metrics`` scrapes
 (:class:`~pipeline.servers.cache_counters.ServerCounters`, in its numbers); a server without them (a
@@ -28,18 +29,30 @@ def cache_totals(endpoints: Mapping[str, Mapping[str, Any]]) -> dict[str, float]
     return {
         "prefix_cache_hits": sum(n.get("prefix_cache_hits") or 0 for n in counted),
         "prefix_cache_queries": sum(n["prefix_cache_queries"] for n in counted),
-        "answers": sum(n.get("answers") or 0 for n in counted),  # none queried: caching off
         "preemptions": sum(n["preemptions"] for n in preempting),
     }
 
 
+def reachable_over(endpoints: Mapping[str, Mapping[str, Any]]) -> float | None:
+    """The hit rate the job can reach over its endpoints: each one's (its shared prefix over its prompts),
+    weighted by the prompt tokens it looked up; None where none says."""
+    reaching = [
+        (n["prefix_cache_reachable"], n.get("prefix_cache_queries") or 0)
+        for n in endpoints.values()
+        if n.get("prefix_cache_reachable") is not None
+    ]
+    weight = sum(queries for _, queries in reaching)
+    return round(sum(r * q for r, q in reaching) / weight, 4) if weight else None
+
+
 def run_cache_numbers(endpoints: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """``prefix_cache_hit_rate`` (since the run began), ``prefix_cache_recent_hit_rate`` (the last few
-    minutes: the endpoints' own, weighted by their queries) and ``preemptions``; {} without counters."""
+    minutes: the endpoints' own, weighted by their queries), ``prefix_cache_reachable`` (what the job's
+    prompts allow) and ``preemptions``; {} without counters."""
     totals = cache_totals(endpoints)
     if totals is None:
         return {}
-    rate = hit_rate(totals["prefix_cache_hits"], totals["prefix_cache_queries"], totals["answers"])
+    rate = hit_rate(totals["prefix_cache_hits"], totals["prefix_cache_queries"])
     recent = [
         (n["prefix_cache_recent_hit_rate"], n.get("prefix_cache_queries") or 0)
         for n in endpoints.values()
@@ -49,16 +62,19 @@ def run_cache_numbers(endpoints: Mapping[str, Mapping[str, Any]]) -> dict[str, A
     return {
         "prefix_cache_hit_rate": None if rate is None else round(rate, 4),
         "prefix_cache_recent_hit_rate": round(sum(r * q for r, q in recent) / weight, 4) if weight else None,
+        "prefix_cache_reachable": reachable_over(endpoints),
         "preemptions": int(totals["preemptions"]),
     }
 
 
 def cache_warnings(endpoints: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """A warning for each endpoint whose hit rate is low once it served enough prompt tokens to tell."""
+    """A warning for each endpoint whose hit rate is low for what the job can reach there, once it
+    served enough prompt tokens to tell."""
     warnings = []
     for name, numbers in endpoints.items():
         where, queries = str(numbers.get("base_url", name)), numbers.get("prefix_cache_queries")
-        warning = low_hit_rate_warning(numbers.get("prefix_cache_hit_rate"), where, queries)
+        rate, reachable = numbers.get("prefix_cache_hit_rate"), numbers.get("prefix_cache_reachable")
+        warning = low_hit_rate_warning(rate, reachable, where, queries)
         if warning is not None:
             warnings.append(warning)
     return warnings

@@ -17,7 +17,8 @@ import anyio
 import httpx2
 import structlog
 
-from pipeline.servers.cache_counters import ServerCounters
+from pipeline.servers.cache_counters import ServerCounters, reachable_hit_rate
+from pipeline.servers.capacity import ServerReading
 from pipeline.servers.client import LLMClient
 from pipeline.servers.config import EndpointConfig
 from pipeline.servers.knee_search import KneeMemory, ServerLoad
@@ -38,6 +39,7 @@ class EndpointStats:
 
     requests: int = 0
     answers: int = 0
+    prompt_tokens: int = 0  # the replies', as the server counted them
     output_tokens: int = 0
     timeouts: int = 0
     outages: int = 0
@@ -54,8 +56,15 @@ class EndpointStats:
             "output_tokens": self.output_tokens,
             "timeouts": self.timeouts,
             "outages": self.outages,
-            **endpoint.server_counters.as_dict(self.answers),
+            **endpoint.server_counters.as_dict(),
+            "prefix_cache_reachable": self.reachable_hit_rate(endpoint.reading),
         }
+
+    def reachable_hit_rate(self, reading: ServerReading | None) -> float | None:
+        """What the prefix cache can serve of this job's prompts here: the prefix the server counted
+        before the first request over the mean prompt of its replies (None before either)."""
+        shared = reading.prefix_tokens if reading is not None else None
+        return reachable_hit_rate(shared, self.prompt_tokens / self.answers if self.answers else None)
 
 
 class EndpointHealth:
@@ -124,6 +133,15 @@ class Endpoint:
         # Auto reads the server's load there; every run its prefix cache and preemptions.
         self.metrics_available = True
         self.server_counters = ServerCounters()
+        self.reading: ServerReading | None = None  # what it said of itself before the first request
+
+    def read_before_start(self, reading: ServerReading) -> None:
+        """What the server said of itself before the run's first request (``read_server``): kept for the
+        preflight's lines and the prefix's share of the prompt, and its counters' first values, so that
+        a run that sends everything before its first scrape still counts every hit and query."""
+        self.reading = reading
+        if reading.metrics:
+            self.server_counters.observe(reading.values, self._clock())
 
     @property
     def name(self) -> str:
@@ -172,18 +190,22 @@ class Endpoint:
 
     def answered(self, reply: Reply, latency_s: float) -> None:
         self.stats.answers += 1
+        self.stats.prompt_tokens += reply.prompt_tokens or 0
         self.stats.output_tokens += reply.completion_tokens or 0
         self.stats.last_answer_at = self._clock()
         if self.controller is not None:
             self.controller.on_finished(
-                latency_s=latency_s, output_tokens=reply.completion_tokens or 0, ok=True
+                latency_s=latency_s,
+                output_tokens=reply.completion_tokens or 0,
+                prompt_tokens=reply.prompt_tokens or 0,
+                ok=True,
             )
 
     def refused_by_server(self, latency_s: float) -> None:
         """An HTTP error status: the server answered, but delivered nothing."""
         self.stats.last_answer_at = self._clock()
         if self.controller is not None:
-            self.controller.on_finished(latency_s=latency_s, output_tokens=0, ok=False)
+            self.controller.on_finished(latency_s=latency_s, output_tokens=0, prompt_tokens=0, ok=False)
 
     def rejoined(self) -> None:
         """A probe answered: back in the rotation, a stall counted from now, not from before the outage."""

@@ -57,12 +57,13 @@ in proportion, to 0.8 of that share. Without ``/metrics`` (``ServerLoad`` fields
 latency guard work alone. The limit stays in [minimum, maximum]. What a run learned (:attr:`learned`)
 is the knee as last bracketed, or the best level and the nearest levels that did worse.
 
-With the server's KV cache known (``fit``, :class:`~pipeline.servers.sharing.RequestFit`), a first run
+With the server's KV cache known (``fit``, :class:`~pipeline.servers.capacity.RequestFit`), a first run
 (no ``known_knee``) starts at the number of this job's requests that fit, not with the ramp, and steps
 from there in small steps, up first (below the fit a server is not overcommitted; past it, it
-collapses); its first window refines the fit with the replies' answers and the KV cache they hold, and
-the limit moves there. The fit also gives the job's share of a server other jobs use
-(:func:`~pipeline.servers.sharing.server_share`): a ceiling the limit drops to at once.
+collapses); at its first window the fit is counted again at the replies' prompt and answer tokens (the
+record's text and the answer as they are), and the limit moves there. The fit also gives the job's share
+of a server other jobs use (:func:`~pipeline.servers.sharing.server_share`): a ceiling the limit drops to
+at once.
 """
 
 from __future__ import annotations
@@ -72,8 +73,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from pipeline.servers.capacity import RequestFit
 from pipeline.servers.knee_search import DEFAULT_TUNING, KneeMemory, KneeSearch, ServerLoad, Tuning, Window
-from pipeline.servers.sharing import RequestFit, ServerShare
+from pipeline.servers.sharing import ServerShare
 
 DEFAULT_INITIAL = 8
 
@@ -180,9 +182,12 @@ class AdaptiveLimit:
             return self._bracket
         return KneeMemory(knee.best, self._at_knee, worse_below=knee.lo, worse_above=knee.hi)
 
-    def on_finished(self, *, latency_s: float, output_tokens: int, ok: bool) -> None:
-        """Every reply; ``ok`` False (an error status, a reset) delivered no tokens."""
+    def on_finished(self, *, latency_s: float, output_tokens: int, prompt_tokens: int, ok: bool) -> None:
+        """Every reply; ``ok`` False (an error status, a reset) delivered no tokens. ``prompt_tokens``: the
+        reply's, as the server counted them (the fit is counted again at the first window's)."""
         self._window.reply(self._clock(), latency_s, output_tokens, ok)
+        if ok:
+            self._server.replied(prompt_tokens, output_tokens)
 
     def on_timeout(self) -> None:
         """A request the client gave up on: a reply that took the whole timeout and delivered nothing."""
@@ -343,7 +348,7 @@ class AdaptiveLimit:
             self._best_at = now
         if limit == knee.best:  # the window saw the best level's KV cache: a step up starts there
             words += self._aim_up(window)
-        refit = self._refit(window)
+        refit = self._refit()
         if refit is not None:
             fit_words = self._server.fit.words if self._server.fit is not None else ""
             return self._set(now, refit, f"{words}: {fit_words}: trying {refit}")
@@ -365,12 +370,10 @@ class AdaptiveLimit:
             return self._set(now, knee.best, f"{words}: back to {knee.best} to measure it again")
         return self._set(now, knee.best if stale else target, f"{words}: trying {target}")
 
-    def _refit(self, window: Window) -> int | None:
-        """Once, at the first window of a start at the fit: the fit by the replies' answers and the KV
-        cache they hold; the level to try when it is a step or more from the limit."""
-        kv = window.mean([load.kv_usage for load in window.scrapes])
-        running = window.mean([load.running for load in window.scrapes])
-        fit = self._server.refine([tokens for tokens, _ in window.replies if tokens > 0], kv, running)
+    def _refit(self) -> int | None:
+        """Once, at the first window of a start at the fit: the fit at the replies' prompts and answers
+        as the server counted them; the level to try when it is a step or more from the limit."""
+        fit = self._server.refine()
         if fit is None:
             return None
         # Up no more than a descent at once: the fit is the KV cache's word, and a peak may lie below it.

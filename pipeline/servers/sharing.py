@@ -1,17 +1,16 @@
 """Where `concurrency: auto` starts on a server that says how large its KV cache is, and how several jobs
-share one server: the requests of this job that fit at once (:class:`RequestFit`, by
-:func:`~pipeline.servers.capacity.requests_that_fit`, the one place that counts them) and this job's
-share of them while others' requests run there (:func:`server_share`).
+share one server: the requests of this job that fit at once (:class:`~pipeline.servers.capacity.RequestFit`,
+the one place that counts them) and this job's share of them while others' requests run there
+(:func:`server_share`).
 
-**What a request holds before any answer is measured**: its prompt as the server counts it (the fixed
-part, ``/tokenize``, with the shared prefix held once when prefix caching is on) and an answer of the
-job's ``max_tokens``, the most it may take, as the run's preflight counts it. An answer is usually far
+**What a request holds before any reply**: its prompt at the fixed part as the server counts it
+(``/tokenize``; its full blocks held once when prefix caching is on) and an answer of the job's
+``max_tokens``, the most it may take, as the run's preflight counts it. An answer is usually far
 shorter, so the count is low on that side; the record's own text is not in it yet, so with long records
 it is high on the other (the server's queue and preemptions back the limit off at once). Once replies
-come (the first window), the answer is their mean completion tokens and the prompt what the KV cache
-holds per running request beyond half that answer (a running request has generated half its answer on
-average), if more than the fixed part: the record's own text, and the schema's tokens, which
-``/tokenize`` of the fixed part does not see.
+come (the first window), the fit is counted again, by the same arithmetic, at their mean prompt and
+completion tokens as the server counted them (``usage``): the record's text, the schema's tokens and the
+answer as they are.
 
 **Several jobs on one server** (several nightly jobs on one box, each with its own database): each job's
 `auto` reads the server's ``vllm:num_requests_running`` + ``vllm:num_requests_waiting`` at every scrape;
@@ -32,9 +31,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
-from pipeline.servers.capacity import ServerReading, requests_that_fit
+from pipeline.servers.capacity import RequestFit
 from pipeline.servers.knee_search import ServerLoad
 
 #: Requests on the server not in this job's count that are still this job's: those that finished or were
@@ -43,66 +42,6 @@ NOISE = 3
 NOISE_SHARE = 0.05
 #: Scrapes that must all show other jobs' requests: one is a blip.
 SCRAPES = 2
-
-
-@dataclass(frozen=True, slots=True)
-class RequestFit:
-    """What one request of the job holds in a server's KV cache, and how many fit."""
-
-    kv_tokens: int  # num_gpu_blocks x block_size (vllm:cache_config_info)
-    prompt_tokens: float  # the prompt as the server holds it (the shared prefix included)
-    answer_tokens: float  # the answer's tokens: max_tokens until replies are measured
-    shared_prefix_tokens: float = 0.0  # held once for all requests with prefix caching
-    prefix_caching: bool = False
-    block_size: int | None = None
-
-    @classmethod
-    def of_reading(
-        cls, reading: ServerReading, *, answer_tokens: float | None, prompt_tokens: float | None = None
-    ) -> RequestFit | None:
-        """The fit by what a server says of itself (its KV cache, prefix caching, block size and the
-        shared prefix's tokens) for answers of ``answer_tokens`` and prompts of ``prompt_tokens`` (as
-        probes measured them; default the shared prefix alone); None while the server has not said."""
-        prompt = reading.prefix_tokens if prompt_tokens is None else prompt_tokens
-        if reading.kv_tokens is None or prompt is None or answer_tokens is None:
-            return None
-        return cls(
-            reading.kv_tokens,
-            prompt_tokens=prompt,
-            answer_tokens=answer_tokens,
-            shared_prefix_tokens=reading.prefix_tokens or 0,
-            prefix_caching=bool(reading.prefix_caching),
-            block_size=reading.cache.block_size if reading.cache is not None else None,
-        )
-
-    @property
-    def requests(self) -> int:
-        return requests_that_fit(
-            self.kv_tokens,
-            prompt_tokens=self.prompt_tokens,
-            answer_tokens=self.answer_tokens,
-            shared_prefix_tokens=self.shared_prefix_tokens,
-            prefix_caching=self.prefix_caching,
-            block_size=self.block_size,
-        )
-
-    def measured(self, answer_tokens: float, kv_used: float | None, running: float | None) -> RequestFit:
-        """The fit refined by replies (their mean ``answer_tokens``) and a scrape's KV use (the share of
-        the cache ``kv_used`` with ``running`` requests): the prompt is what a running request holds
-        beyond half its answer, when that is more than was counted."""
-        prompt = self.prompt_tokens
-        if kv_used is not None and running:
-            shared = self.shared_prefix_tokens if self.prefix_caching else 0.0
-            held = (kv_used * self.kv_tokens - shared) / running + shared
-            prompt = max(prompt, held - answer_tokens / 2)
-        return replace(self, prompt_tokens=prompt, answer_tokens=max(1.0, answer_tokens))
-
-    @property
-    def words(self) -> str:
-        return (
-            f"{self.requests} requests of this job fit in the KV cache (~{self.prompt_tokens:.0f} prompt "
-            f"and {self.answer_tokens:.0f} answer tokens each, as measured)"
-        )
 
 
 def others_in_flight(load: ServerLoad, own_in_flight: int) -> float | None:
@@ -150,7 +89,8 @@ class ServerShare:
     """One job's view of a server others may use: the fit, its own in flight, the last scrapes, its share."""
 
     fit: RequestFit | None = None
-    refined: bool = False  # the fit was refined by a window's replies
+    refined: bool = False  # the fit was counted again at a window's replies
+    replied_tokens: tuple[int, int, int] = (0, 0, 0)  # replies, their prompt and answer tokens, until then
     share: int | None = None  # None: no other job's requests there (or nothing known)
     in_flight: int = 0  # this job's in flight at the last count
     own_peak: int = 0  # the most since the last scrape: the server counted at some moment since
@@ -178,11 +118,18 @@ class ServerShare:
             return 1.0
         return self.own_peak / (self.own_peak + others)
 
-    def refine(self, answers: list[float], kv_used: float | None, running: float | None) -> RequestFit | None:
-        """Once: the fit by a window's answers (their tokens) and the KV use its scrapes saw."""
-        if self.fit is None or self.refined or not answers:
+    def replied(self, prompt_tokens: int, answer_tokens: int) -> None:
+        """A reply's tokens as the server counted them, kept until the fit is counted again."""
+        if self.fit is not None and not self.refined and answer_tokens > 0:
+            replies, prompts, answers = self.replied_tokens
+            self.replied_tokens = (replies + 1, prompts + prompt_tokens, answers + answer_tokens)
+
+    def refine(self) -> RequestFit | None:
+        """Once: the fit at the mean prompt and answer of the replies so far (None without any)."""
+        replies, prompts, answers = self.replied_tokens
+        if self.fit is None or self.refined or not replies:
             return None
         self.refined = True
-        self.fit = self.fit.measured(sum(answers) / len(answers), kv_used, running)
+        self.fit = self.fit.measured(prompts / replies, answers / replies)
         self._settle(self.in_flight)
         return self.fit

@@ -1,6 +1,8 @@
 """The servers' prefix-cache hit rate and preemptions of a run, over HTTP against the simulator process
 (vLLM's metric names), into a real DuckDB file: in ``status --json``, the runs table and ``report``,
-and a low hit rate warned about once, naming the server."""
+counted from before the first request (a trial that ends before the first scrape has its real rate), a
+hit rate low for what the job can reach warned about once, naming the server, and with prefix caching
+off no rate at all."""
 
 from __future__ import annotations
 
@@ -29,16 +31,18 @@ def pipeline(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def run_against_sim(
-    tmp_path: Path, *sim: str
+    tmp_path: Path, *sim: str, speed: str = "20", run: tuple[str, ...] = (), **job: Any
 ) -> tuple[Path, str, subprocess.CompletedProcess[str], dict[str, float]]:
-    """A run of a fixed concurrency long enough for the scrapes (~10 s: every 5 s, once more at the end)."""
+    """A run of a fixed concurrency long enough for the scrapes (~10 s: every 5 s, once more at the end),
+    against a simulator of its own (its counters are this run's alone)."""
     make_source(tmp_path / "test.duckdb", RECORDS)
-    with sim_server("--model", "test-model", "--profile", "nemotron-nano-9b", "--speed", "20", *sim) as url:
-        job = write_job(tmp_path, endpoint={"base_url": url}, concurrency=8, prompt={"system": SYSTEM})
-        run = pipeline("run", str(job))
+    with sim_server("--model", "test-model", "--profile", "nemotron-nano-9b", "--speed", speed, *sim) as url:
+        job = {"concurrency": 8, "prompt": {"system": SYSTEM}} | job
+        path = write_job(tmp_path, endpoint={"base_url": url}, **job)
+        done = pipeline("run", str(path), *run)
         server = sim_metrics(url)
-    assert run.returncode == 0, run.stderr[-2000:]
-    return job, url, run, server
+    assert done.returncode == 0, done.stderr[-2000:]
+    return path, url, done, server
 
 
 def status_json(job: Path) -> dict[str, Any]:
@@ -52,9 +56,9 @@ def test_a_shared_system_prompt_shows_its_hit_rate_in_status_the_runs_table_and_
 ) -> None:
     job, _, run, server = run_against_sim(tmp_path)
     status = status_json(job)
-    # The server's own ratio counts the run's first seconds too (before the run's first scrape).
+    # Counted from before the run's first request: the server's own ratio, its first seconds included.
     served = server["vllm:prefix_cache_hits_total"] / server["vllm:prefix_cache_queries_total"]
-    assert status["prefix_cache_hit_rate"] == pytest.approx(served, abs=0.03)
+    assert status["prefix_cache_hit_rate"] == pytest.approx(served, abs=1e-4)
     assert status["prefix_cache_hit_rate"] > 0.8
     assert (status["preemptions"], status["prefix_cache_warnings"]) == (0, [])
     assert f'"event":"{WARNING}' not in run.stderr
@@ -71,17 +75,39 @@ def test_a_shared_system_prompt_shows_its_hit_rate_in_status_the_runs_table_and_
     )
 
 
-def test_prefix_caching_off_is_warned_about_once_naming_the_server(tmp_path: Path) -> None:
+def test_a_trial_smaller_than_its_concurrency_has_the_servers_real_hit_rate(tmp_path: Path) -> None:
+    """40 records at c=64 are all sent at once and answered before the run's first scrape: the reading
+    before the first request is where the counts start, so the run has the rate the server served."""
+    job, _, run, server = run_against_sim(tmp_path, speed="200", run=("--limit", "40"), concurrency=64)
+    status = status_json(job)
+    served = server["vllm:prefix_cache_hits_total"] / server["vllm:prefix_cache_queries_total"]
+    assert status["done"] == 40 and served > 0.8
+    assert status["prefix_cache_hit_rate"] == pytest.approx(served, abs=1e-4)
+    assert status["prefix_cache_warnings"] == [] and WARNING not in run.stderr
+
+
+def test_a_rate_low_for_what_the_job_can_reach_is_warned_about_once_naming_the_server(
+    tmp_path: Path,
+) -> None:
+    """The instructions after the record: the job's fixed part is most of its prompt, but requests share
+    only the system prompt (and the schema in it) with each other, so the cache serves far less."""
+    user = "{title}\n{description}\n\n" + SYSTEM
+    job, url, run, _ = run_against_sim(tmp_path, prompt={"system": "Extract.", "user": user})
+    status = status_json(job)
+    (warning,) = status["prefix_cache_warnings"]
+    assert status["prefix_cache_hit_rate"] < 0.5 and warning.startswith(
+        f"prefix-cache hit rate {status['prefix_cache_hit_rate']:.0%} where this job's shared prefix is"
+    )
+    assert f"{url} evicts the prefix" in warning and run.stderr.count(f'"event":"{WARNING}') == 1
+    assert f"warning:  {warning}" in pipeline("status", str(job)).stdout
+
+
+def test_with_prefix_caching_off_the_rate_is_unknown_not_zero_and_nothing_is_warned(tmp_path: Path) -> None:
     # A KV cache just over 3 of these prompts (~610 tokens each): their growing answers preempt some.
-    job, url, run, server = run_against_sim(
+    job, _, run, server = run_against_sim(
         tmp_path, "--no-prefix-caching", "--kv-cache-tokens", "1950", "--kv-thrash", "0"
     )
     status = status_json(job)
-    expected = (
-        "prefix-cache hit rate 0%: the record text may come before the shared part of the prompt, "
-        f"or prefix caching is off on {url}"
-    )
-    assert (status["prefix_cache_hit_rate"], status["prefix_cache_warnings"]) == (0.0, [expected])
-    assert run.stderr.count(f'"event":"{WARNING}') == 1, run.stderr[-3000:]
+    assert (status["prefix_cache_hit_rate"], status["prefix_cache_warnings"]) == (None, [])
+    assert WARNING not in run.stderr and WARNING not in pipeline("status", str(job)).stdout
     assert 0 < status["preemptions"] <= server["vllm:num_preemptions_total"]
-    assert f"warning:  {expected}" in pipeline("status", str(job)).stdout

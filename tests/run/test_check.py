@@ -6,8 +6,10 @@ preflight, which says the cheap part's warnings and never holds the run up."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from collections.abc import MutableMapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import orjson
@@ -15,9 +17,10 @@ import pytest
 from structlog.testing import capture_logs
 
 from pipeline.job.commands import command
+from pipeline.job.spec import JobSpec
 from pipeline.run.check import CheckReport, check_job
 from pipeline.run.check_lines import duration, timeout_check
-from pipeline.servers.capacity import requests_that_fit
+from pipeline.servers.capacity import RequestFit
 from tests.support.fakes import (
     GOOD_ITEM,
     HANG,
@@ -44,7 +47,8 @@ JSON_KEYS = {
     "checks",
 }
 LINES = ["context", "kv_cache", "prefix_caching", "answer", "reasoning_effort", "response_format", "timeout"]
-PREFIX_COUNT = 50  # what the fake's /tokenize says of any message list
+PREFIX_COUNT = 50  # what the fake's /tokenize says of the fixed part (no record in it)
+PROMPT_COUNT = 100  # ... and of a record's prompt, as its completions' usage says
 
 
 @dataclass
@@ -52,7 +56,9 @@ class FakeVllm:
     """vLLM as check reads it: /v1/models, /metrics (cache settings), /tokenize, chat completions whose
     reasoning tokens follow reasoning_effort; each knob one thing a real server gets wrong."""
 
-    blocks: int = 10_000  # x 16 tokens a block
+    blocks: int = 10_000  # x block_size tokens
+    block_size: int = 16
+    counted: int = PROMPT_COUNT  # what /tokenize says of a record's prompt
     prefix_caching: bool = True
     metrics: bool = True
     tokenize: bool = True
@@ -71,7 +77,10 @@ class FakeVllm:
         if path == "/metrics":
             return respond(self._metrics()) if self.metrics else error(404, "Not Found")
         if path == "/tokenize":
-            return respond({"count": PREFIX_COUNT}) if self.tokenize else error(404, "Not Found")
+            if not self.tokenize:
+                return error(404, "Not Found")
+            record = "Description of posting" in request.content.decode()
+            return respond({"count": self.counted if record else PREFIX_COUNT})
         body = orjson.loads(request.content)
         self.bodies.append(body)
         if self.hang:
@@ -87,7 +96,7 @@ class FakeVllm:
     def _metrics(self) -> str:
         return (
             "# TYPE vllm:cache_config_info gauge\n"
-            f'vllm:cache_config_info{{block_size="16",enable_prefix_caching="{self.prefix_caching}",'
+            f'vllm:cache_config_info{{block_size="{self.block_size}",enable_prefix_caching="{self.prefix_caching}",'
             f'num_gpu_blocks="{self.blocks}"}} 1.0\n'
         )
 
@@ -110,20 +119,58 @@ async def test_a_good_server_is_all_ok_with_every_key_and_line(tmp_path: Path) -
     assert {check.status for check in report.checks} == {"ok"} and report.exit_code == 0
     data = report.as_json()
     assert set(data) >= JSON_KEYS and len(data["endpoints"]) == 1
-    # 100 prompt tokens (50 of them the shared prefix, held once) and 40 completion tokens, in blocks
-    fit = requests_that_fit(
-        160_000,
-        prompt_tokens=100,
-        answer_tokens=40,
-        shared_prefix_tokens=50,
-        prefix_caching=True,
-        block_size=16,
-    )
-    assert data["kv_tokens"] == 160_000 and data["requests_that_fit"] == fit
+    # 100 prompt and 40 completion tokens are 9 blocks of 16; the 3 full blocks of the 50-token prefix are
+    # held once for all of them, so each holds 6 of its own
+    assert data["kv_tokens"] == 160_000 and data["requests_that_fit"] == (10_000 - 3) // 6
     assert data["context"] == 32_768 and data["prefix_caching"] is True
     assert data["answer_in_reasoning"] is False and data["reasoning_effort_honored"] is True
     assert data["eta_s"] > 0 and data["pending"] == 10
     assert all(set(check) == {"name", "status", "message"} for check in data["checks"])
+
+
+#: 30 blocks of 128 tokens (vLLM's CPU build), prefix caching on. The probes' 100 prompt and 40 answer
+#: tokens take 2 blocks each and the 50-token prefix fills none (no block of it is shared): 15 fit. Before
+#: any reply a request is the prefix and max_tokens 256: 3 blocks each, 10 fit. A count in tokens would
+#: say 42, one in blocks of 16 or with the prefix's partial block shared other numbers again.
+CPU_BLOCKS = FakeVllm(blocks=30, block_size=128)
+
+
+async def test_checks_fit_is_the_one_count_at_the_measured_answers_and_counted_prompts(
+    tmp_path: Path,
+) -> None:
+    report = await checked(tmp_path, CPU_BLOCKS, concurrency=15)
+    fit = RequestFit(
+        30 * 128, 100, 40, shared_prefix_tokens=PREFIX_COUNT, prefix_caching=True, block_size=128
+    )
+    assert report.as_json()["requests_that_fit"] == fit.requests == 15
+    assert line(report, "kv_cache") == (
+        "ok",
+        "3,840 tokens: about 15 requests fit (~256 tokens each of its own, for ~100 prompt and ~40 answer "
+        "tokens; answers as 3 probes measured, prompts as counted over 10 records), c=15",
+    )
+    # The prompts as /tokenize counts them, not as three probes' usage: 400 + 40 tokens are 4 blocks
+    (tmp_path / "counted").mkdir()
+    counted = await checked(tmp_path / "counted", replace(CPU_BLOCKS, counted=400), concurrency=15)
+    assert counted.as_json()["requests_that_fit"] == 30 // 4
+    assert "for ~400 prompt and ~40 answer tokens" in line(counted, "kv_cache")[1]
+
+
+async def test_the_preflight_and_autos_start_take_the_one_count_at_max_tokens(tmp_path: Path) -> None:
+    for folder in ("fixed", "auto"):
+        (tmp_path / folder).mkdir()
+    fixed = await run_logged(make_job(tmp_path / "fixed", records=2, concurrency=16), CPU_BLOCKS)
+    said = [entry["event"] for entry in fixed if entry["event"].startswith("server check: kv_cache")]
+    assert len(said) == 1 and "c=16, about 10 fit (~384 tokens each of its own, for ~50 prompt" in said[0]
+    auto = await run_logged(make_job(tmp_path / "auto", records=2, concurrency="auto"), CPU_BLOCKS)
+    started = [entry for entry in auto if entry["event"].startswith("concurrency auto starts where")]
+    assert [entry["event"][-2:] for entry in started] == ["10"]
+
+
+async def run_logged(spec: JobSpec, server: FakeVllm) -> list[MutableMapping[str, Any]]:
+    with capture_logs() as logs:
+        summary = await run_served(spec, server)
+    assert summary.done == 2
+    return logs
 
 
 async def test_the_probes_are_the_jobs_own_requests_sent_alone(tmp_path: Path) -> None:
@@ -137,7 +184,7 @@ async def test_the_probes_are_the_jobs_own_requests_sent_alone(tmp_path: Path) -
 
 
 async def test_more_requests_than_fit_is_a_warning_with_the_number(tmp_path: Path) -> None:
-    report = await checked(tmp_path, FakeVllm(blocks=30))  # 480 tokens: (480 - 64) // 96
+    report = await checked(tmp_path, FakeVllm(blocks=30))  # (30 blocks - 3 shared) // 6 each
     status, message = line(report, "kv_cache")
     assert status == "warn" and report.exit_code == 1
     assert "c=8, about 4 fit" in message and "use `concurrency: auto` or <= 4" in message

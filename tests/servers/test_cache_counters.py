@@ -1,5 +1,6 @@
 """A server's prefix-cache and preemption counters over a run: deltas since the first scrape, across
-restarts, over the run and over the last minutes (a fake clock), and the low-hit-rate warning."""
+restarts, over the run and over the last minutes (a fake clock), and the low-hit-rate warning against what
+the job can reach."""
 
 from __future__ import annotations
 
@@ -8,13 +9,13 @@ import pytest
 from pipeline.servers.cache_counters import (
     HITS,
     MIN_QUERIES,
-    OFF_AFTER_ANSWERS,
     QUERIES,
     WARN_AFTER_QUERIES,
     CounterDelta,
     ServerCounters,
     hit_rate,
     low_hit_rate_warning,
+    reachable_hit_rate,
 )
 from pipeline.servers.scrape import PREEMPTIONS
 
@@ -89,24 +90,41 @@ def test_a_server_without_the_counters_has_none() -> None:
     )
 
 
-def test_a_low_hit_rate_says_what_may_cause_it_naming_the_server() -> None:
-    assert low_hit_rate_warning(0.31, "http://gpu1:8000/v1") == (
-        "prefix-cache hit rate 31%: the record text may come before the shared part of the prompt, "
-        "or prefix caching is off on http://gpu1:8000/v1"
+def test_a_hit_rate_well_below_what_the_job_can_reach_says_what_may_cause_it_naming_the_server() -> None:
+    assert low_hit_rate_warning(0.46, 0.88, "http://gpu1:8000/v1") == (
+        "prefix-cache hit rate 46% where this job's shared prefix is 88% of its prompt: the record text "
+        "may come before the shared part of the prompt, or http://gpu1:8000/v1 evicts the prefix between "
+        "requests (other prompts, or more requests in flight than its KV cache holds)"
     )
-    assert low_hit_rate_warning(0.5, "x") is None
-    assert low_hit_rate_warning(None, "x") is None
 
 
-def test_no_prompt_token_looked_up_over_many_replies_is_caching_off_a_hit_rate_of_zero() -> None:
-    """vLLM with prefix caching off counts no query at all: no hit rate would hide it."""
+def test_a_job_of_long_records_sharing_little_is_not_told_of_a_rate_near_what_it_can_reach() -> None:
+    assert low_hit_rate_warning(0.27, 0.30, "x") is None
+    assert low_hit_rate_warning(0.10, 0.30, "x") is not None  # a third of it: something is wrong
+    assert low_hit_rate_warning(0.46, None, "x") is None  # what it can reach is unknown: no judgement
+    assert low_hit_rate_warning(None, 0.88, "x") is None
+
+
+def test_what_a_job_can_reach_is_its_shared_prefix_over_its_prompt() -> None:
+    assert reachable_hit_rate(2861, 3251.0) == pytest.approx(0.88, abs=0.001)
+    assert reachable_hit_rate(900, 3000.0) == 0.3
+    assert reachable_hit_rate(5000, 3000.0) == 1.0  # a prompt is never more than all cached
+    assert reachable_hit_rate(None, 3000.0) is None and reachable_hit_rate(900, None) is None
+
+
+def test_with_prefix_caching_off_the_rate_is_unknown_not_zero() -> None:
+    """vLLM with prefix caching off looks nothing up and counts no query: no rate, no warning."""
     counters = ServerCounters()
     counters.observe(scrape(500, 600), now=0.0)
     counters.observe(scrape(500, 600), now=5.0)
-    assert counters.as_dict(answers=OFF_AFTER_ANSWERS)["prefix_cache_hit_rate"] == 0.0
-    assert counters.as_dict(answers=OFF_AFTER_ANSWERS - 1)["prefix_cache_hit_rate"] is None
-    assert low_hit_rate_warning(0.0, "http://gpu1:8000/v1", queries=0) is not None
-    assert low_hit_rate_warning(0.2, "http://gpu1:8000/v1", queries=WARN_AFTER_QUERIES / 2) is None
+    assert counters.prefix_cache_queries == 0 and counters.hit_rate is None
+    assert counters.as_dict()["prefix_cache_hit_rate"] is None
+    assert low_hit_rate_warning(counters.hit_rate, 0.88, "http://gpu1:8000/v1", queries=0) is None
+
+
+def test_the_first_requests_only_fill_the_cache_and_are_not_judged() -> None:
+    assert low_hit_rate_warning(0.2, 0.88, "x", queries=WARN_AFTER_QUERIES / 2) is None
+    assert low_hit_rate_warning(0.2, 0.88, "x", queries=WARN_AFTER_QUERIES) is not None
 
 
 def test_one_scrape_tells_no_delta() -> None:

@@ -8,12 +8,12 @@ import pytest
 
 from pipeline.servers.capacity import (
     SCALING_EXPONENT,
+    RequestFit,
     ServerReading,
     aggregate_tokens_per_s,
     effective_concurrency,
     read_server,
     reply_latency_s,
-    requests_that_fit,
 )
 from pipeline.servers.client import ClientSettings, LLMClient
 from pipeline.servers.scrape import CacheConfig, parse_cache_config
@@ -51,23 +51,69 @@ def test_a_server_without_the_gauge_or_with_unprofiled_blocks_gives_no_kv_tokens
     assert cache is not None and cache.kv_tokens is None and cache.block_size == 16
 
 
-def test_requests_that_fit_are_the_kv_tokens_over_what_one_request_holds() -> None:
-    assert requests_that_fit(100_000, prompt_tokens=1500, answer_tokens=500) == 50
-    assert requests_that_fit(1000, prompt_tokens=1500, answer_tokens=500) == 0
+def fit(
+    kv_tokens: int,
+    prompt: float,
+    answer: float,
+    shared: float = 0,
+    caching: bool = False,
+    block_size: int = 16,
+) -> RequestFit:
+    return RequestFit(kv_tokens, prompt, answer, shared, prefix_caching=caching, block_size=block_size)
 
 
-def test_with_prefix_caching_the_shared_prefix_is_held_once() -> None:
-    shared = requests_that_fit(
-        100_000, prompt_tokens=1500, answer_tokens=500, shared_prefix_tokens=1000, prefix_caching=True
+def test_without_prefix_caching_each_request_holds_its_prompt_and_answer_in_whole_blocks() -> None:
+    # 131,072 tokens = 8,192 blocks; 1,500 + 500 tokens = 125 blocks each, the prefix not shared
+    assert fit(131_072, 1500, 500, shared=1000).requests == 8192 // 125 == 65
+    assert fit(131_072, 1500, 500, shared=1000).shared_blocks == 0
+    # 10 + 7 tokens take 2 blocks: 16,000 tokens hold 500 such requests, not 941
+    assert fit(16_000, 10, 7).requests == 500 and fit(16_000, 10, 7).own_tokens == 32
+
+
+def test_with_prefix_caching_the_full_blocks_of_the_shared_prefix_are_held_once() -> None:
+    # 1,000 shared tokens are 62 full blocks (992 tokens); the 8 left over share a block with the record
+    shared = fit(131_072, 1500, 500, shared=1000, caching=True)
+    assert (shared.shared_blocks, shared.own_blocks) == (62, 125 - 62)
+    assert shared.requests == (8192 - 62) // 63 == 129
+    # A prefix of whole blocks: all of it held once
+    whole = fit(131_072, 1500, 500, shared=1008, caching=True)
+    assert (whole.shared_blocks, whole.own_blocks, whole.requests) == (63, 62, (8192 - 63) // 62)
+
+
+def test_at_a_4096_token_context_the_margins_are_whole_requests() -> None:
+    """A 4,096-token KV cache (256 blocks): the last block decides whether one more request fits."""
+    assert fit(4096, 2000, 48).requests == 2  # 128 blocks each: exactly two
+    assert fit(4096, 2000, 49).requests == 1  # one token more: 129 blocks, two no longer fit
+    assert fit(4096, 4000, 200).requests == 0  # not one
+    cached = fit(4096, 2000, 49, shared=1600, caching=True)  # 100 blocks held once, 29 each
+    assert cached.requests == (256 - 100) // 29 == 5
+
+
+def test_the_blocks_are_the_servers_own_size() -> None:
+    """vLLM's CPU build uses blocks of 128: a prefix of 3,094 tokens is 24 full blocks (3,072 tokens)."""
+    cpu = fit(23_296, 3269, 706, shared=3094, caching=True, block_size=128)
+    assert (cpu.shared_blocks, cpu.own_blocks) == (24, 32 - 24)
+    assert cpu.requests == (182 - 24) // 8 == 19
+    assert cpu.held == (
+        "~1,024 tokens each of its own, for ~3,269 prompt and ~706 answer tokens, "
+        "3,072 prefix tokens held once"
     )
-    assert shared == (100_000 - 1000) // 1000
-    unshared = requests_that_fit(100_000, prompt_tokens=1500, answer_tokens=500, shared_prefix_tokens=1000)
-    assert unshared == 50  # prefix caching off: every request holds its own copy
 
 
-def test_a_requests_own_tokens_take_whole_blocks() -> None:
-    assert requests_that_fit(16_000, prompt_tokens=10, answer_tokens=7, block_size=16) == 500
-    assert requests_that_fit(16_000, prompt_tokens=10, answer_tokens=7) == 941
+def test_a_prefix_longer_than_the_prompt_counted_shares_no_more_than_the_prompt() -> None:
+    assert fit(160_000, 800, 200, shared=1000, caching=True).shared_blocks == 50
+
+
+def test_the_fit_of_a_reading_takes_the_servers_blocks_and_measured_replies_count_it_again() -> None:
+    reading = ServerReading(
+        "http://x/v1", 4096, CacheConfig(1000, 128, True), metrics=True, prefix_tokens=1000
+    )
+    before = RequestFit.of_reading(reading, answer_tokens=4096)
+    assert before is not None and before.block_size == 128 and before.prompt_tokens == 1000
+    assert before.shared_blocks == 7 and before.requests == (1000 - 7) // (40 - 7)
+    after = before.measured(1800.0, 300.0)
+    assert after.requests == (1000 - 7) // (17 - 7)
+    assert RequestFit.of_reading(reading, answer_tokens=None) is None
 
 
 def test_a_reply_alone_takes_as_long_as_measured_and_slows_as_the_curve_saturates() -> None:

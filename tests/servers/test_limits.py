@@ -14,6 +14,7 @@ from pipeline.servers.knee_search import DEFAULT_TUNING, KneeMemory, KneeSearch,
 from pipeline.servers.limits import AdaptiveLimit, LimitChange
 
 TOKENS = 400
+PROMPT = 1500  # a reply's prompt tokens: only a start at the fit counts them
 
 
 class FakeClock:
@@ -40,7 +41,12 @@ class Server:
             concurrency = limiter.limit
             throughput = self.curve(concurrency)
             clock.now += TOKENS / throughput
-            limiter.on_finished(latency_s=concurrency * TOKENS / throughput, output_tokens=TOKENS, ok=True)
+            limiter.on_finished(
+                latency_s=concurrency * TOKENS / throughput,
+                output_tokens=TOKENS,
+                prompt_tokens=PROMPT,
+                ok=True,
+            )
             while self.load is not None and clock.now >= next_scrape:
                 limiter.on_server_load(self.load(concurrency))
                 next_scrape += 5.0
@@ -272,11 +278,11 @@ def test_replies_to_requests_sent_before_a_change_do_not_count() -> None:
     controller = limiter(clock, initial=8)
     for _ in range(100):  # requests sent before the limiter existed: the transient
         clock.now += 1.0
-        controller.on_finished(latency_s=200.0, output_tokens=TOKENS, ok=True)
+        controller.on_finished(latency_s=200.0, output_tokens=TOKENS, prompt_tokens=PROMPT, ok=True)
         assert controller.update() is None
     for _ in range(8):  # the first replies to new requests: 8 and a quarter of their latency
         clock.now += 1.0
-        controller.on_finished(latency_s=10.0, output_tokens=TOKENS, ok=True)
+        controller.on_finished(latency_s=10.0, output_tokens=TOKENS, prompt_tokens=PROMPT, ok=True)
     change = controller.update()
     assert change is not None and change.reason == "8 gives 320 tok/s: trying 128"
 
@@ -288,17 +294,17 @@ def test_after_a_large_step_only_requests_sent_after_its_first_reply_count() -> 
     clock.now += 10.0
     for _ in range(8):
         clock.now += 1.0
-        controller.on_finished(latency_s=10.0, output_tokens=TOKENS, ok=True)
+        controller.on_finished(latency_s=10.0, output_tokens=TOKENS, prompt_tokens=PROMPT, ok=True)
     assert controller.update() == LimitChange(8, 128, "8 gives 320 tok/s: trying 128")
     clock.now += 20.0
     for _ in range(300):  # sent with the step (or before its first reply): ten times the tokens, ignored
         clock.now += 0.01
-        controller.on_finished(latency_s=20.0, output_tokens=TOKENS * 10, ok=True)
+        controller.on_finished(latency_s=20.0, output_tokens=TOKENS * 10, prompt_tokens=PROMPT, ok=True)
         assert controller.update() is None
     clock.now += 20.0
     for _ in range(128):  # sent after the first reply: these count, and a turnover of them decides
         clock.now += 0.16
-        controller.on_finished(latency_s=20.0, output_tokens=TOKENS, ok=True)
+        controller.on_finished(latency_s=20.0, output_tokens=TOKENS, prompt_tokens=PROMPT, ok=True)
     change = controller.update()
     assert change is not None and change.reason.startswith("throughput rose 700% (320 -> 2560 tok/s)")
 
@@ -309,7 +315,7 @@ def test_failed_replies_deliver_nothing() -> None:
     clock.now += 10.0
     for number in range(200):  # one in four fails
         clock.now += 1.0
-        controller.on_finished(latency_s=10.0, output_tokens=TOKENS, ok=number % 4 != 0)
+        controller.on_finished(latency_s=10.0, output_tokens=TOKENS, prompt_tokens=PROMPT, ok=number % 4 != 0)
     change = controller.update()
     assert change is not None and change.reason == "8 gives 240 tok/s: trying 128"  # 320 with no failures
 
@@ -442,7 +448,7 @@ def test_the_opening_jumps_further_when_replies_leave_room_under_the_timeout() -
     clock.now += 2.0
     for _ in range(4):  # too few for a window
         clock.now += 0.25
-        controller.on_finished(latency_s=2.0, output_tokens=TOKENS, ok=True)
+        controller.on_finished(latency_s=2.0, output_tokens=TOKENS, prompt_tokens=PROMPT, ok=True)
     controller.on_server_load(ServerLoad(8, 0, 8 / 400, 0))
     change = controller.update()
     assert change == LimitChange(
@@ -460,6 +466,6 @@ def test_a_window_the_client_could_not_keep_full_decides_nothing() -> None:
     clock.now += 10.0
     for in_flight in range(64, 0, -1):  # the last records: one fewer in flight with every reply
         clock.now += 0.5
-        controller.on_finished(latency_s=10.0, output_tokens=TOKENS, ok=True)
+        controller.on_finished(latency_s=10.0, output_tokens=TOKENS, prompt_tokens=PROMPT, ok=True)
         assert controller.update(in_flight=in_flight) is None
     assert controller.limit == 64 and controller.learned is None

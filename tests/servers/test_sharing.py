@@ -3,11 +3,14 @@ the arithmetic, then the controller on a fake clock with made-up /metrics."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
+from pipeline.servers.capacity import RequestFit
 from pipeline.servers.knee_search import KneeMemory, ServerLoad
 from pipeline.servers.limits import AdaptiveLimit
-from pipeline.servers.sharing import RequestFit, others_in_flight, server_share
+from pipeline.servers.sharing import ServerShare, others_in_flight, server_share
 
 FIT_64 = RequestFit(64 * 2000, prompt_tokens=1600, answer_tokens=400)
 
@@ -24,15 +27,29 @@ def load(running: float, waiting: float = 0.0, kv: float | None = 0.5) -> Server
     return ServerLoad(running=running, waiting=waiting, kv_usage=kv, preemptions_total=0.0)
 
 
-def test_the_fit_is_the_one_count_and_measured_replies_refine_it() -> None:
-    before = RequestFit(128_000, prompt_tokens=1000, answer_tokens=2048)  # max_tokens: a lower bound
-    assert before.requests == 128_000 // 3048
-    # Answers of 400 tokens; 64 running fill 80% of the cache: each holds 1,600 = prompt + 200 so far.
-    after = before.measured(400, kv_used=0.8, running=64)
-    assert after.prompt_tokens == pytest.approx(1400) and after.answer_tokens == 400
-    assert after.requests == 128_000 // 1800
-    # A KV use below what the fixed part holds never makes the prompt smaller than counted.
-    assert before.measured(400, kv_used=0.1, running=64).prompt_tokens == 1000
+def test_the_first_windows_replies_count_the_fit_again_at_their_mean_prompt_and_answer() -> None:
+    share = ServerShare(fit=RequestFit(128_000, prompt_tokens=1000, answer_tokens=2048))  # max_tokens
+    assert share.refine() is None  # no reply yet
+    for prompt, answer in ((1300, 300), (1500, 500), (1400, 0)):  # an empty reply holds no answer
+        share.replied(prompt, answer)
+    after = share.refine()
+    assert after is not None and (after.prompt_tokens, after.answer_tokens) == (1400, 400)
+    assert after.requests == 8000 // 113  # 1,800 tokens: 113 blocks of 16
+    share.replied(9000, 9000)
+    assert share.refine() is None and share.fit == after  # once
+
+
+def test_the_share_beside_other_jobs_is_taken_from_the_one_count_of_the_fit() -> None:
+    """129 of these fit with the prefix's 62 full blocks held once (63 blocks each of their own): not the
+    65 of a count without prefix caching, nor the 130 of one in tokens rather than blocks."""
+    fit = RequestFit(131_072, 1500, 500, shared_prefix_tokens=1000, prefix_caching=True)
+    limiter = AdaptiveLimit(maximum=512, timeout_s=900, clock=FakeClock(), fit=fit)
+    assert limiter.limit == fit.requests == 129
+    limiter.update(in_flight=129)
+    for _ in range(2):
+        limiter.on_server_load(load(229))  # another job's 100 beside this one's 129
+    change = limiter.update(in_flight=129)
+    assert change is not None and change.new == limiter.share == math.ceil(129 * 129 / 229) == 73
 
 
 def test_others_are_what_the_server_runs_and_queues_beyond_this_jobs_own() -> None:
@@ -66,18 +83,19 @@ def test_two_jobs_following_the_rule_meet_at_half_the_fit() -> None:
     assert first == second == 32
 
 
-def test_a_first_run_starts_where_the_requests_fit_and_refines_it_from_the_first_window() -> None:
+def test_a_first_run_starts_where_the_requests_fit_and_counts_it_again_at_the_first_window() -> None:
     clock = FakeClock()
     limiter = AdaptiveLimit(maximum=512, timeout_s=900, clock=clock, fit=FIT_64)
     assert limiter.limit == 64
-    # Replies shorter than counted at first: more fit. A window of them, then the move (a descent at most).
+    # Replies shorter than counted at first (1,400 + 400 tokens): 70 fit. A window of them, then the move
+    # (a descent at most).
     lower = AdaptiveLimit(maximum=512, timeout_s=900, clock=clock, fit=RequestFit(128_000, 1000, 2048))
     assert lower.limit == 41
     change = None
     for _ in range(200):
         clock.now += 1.0
-        lower.on_finished(latency_s=41 * 400 / 300, output_tokens=400, ok=True)
-        lower.on_server_load(load(41, kv=41 * 1600 / 128_000))
+        lower.on_finished(latency_s=41 * 400 / 300, output_tokens=400, prompt_tokens=1400, ok=True)
+        lower.on_server_load(load(41))
         change = lower.update() or change
         if change is not None:
             break

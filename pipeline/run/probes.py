@@ -1,0 +1,175 @@
+"""The requests ``pipeline check`` sends: the probes (a few of the job's own records, each sent alone as the
+run sends it, under the one retry policy), a contrasting effort's probe, and the count of a larger
+sample's prompts (``/tokenize``: nothing generated); and what they measured (:class:`Measured`), which
+:mod:`pipeline.run.check` turns into its lines.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import anyio
+import orjson
+
+from pipeline.errors import PipelineError, StructuredOutputRejectedError
+from pipeline.extraction.retry import RetryPolicy
+from pipeline.job.spec import JobSpec
+from pipeline.run.check_lines import Check
+from pipeline.servers.client import ChatRequest, LLMClient
+from pipeline.servers.replies import Reply
+
+#: Records whose prompts are counted (``/tokenize``: nothing generated) for the KV cache's fit: behind a
+#: long shared prefix a record's own part is a small share of its prompt, which three probes' mean
+#: misses by 15% (the Adzuna ads: ~355 of ~3,230 tokens, a sample mean's spread ~105 for 3, ~26 for 50).
+PROMPTS_COUNTED = 50
+_EFFORTS = ("minimal", "low", "medium", "high")
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """One probe's reply, measured: tokens, latency (in the model's seconds), where the answer landed."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    reasoning_tokens: int | None
+    latency_s: float
+    lands: str  # content | reasoning | cut | none
+
+
+@dataclass(frozen=True, slots=True)
+class Measured:
+    """What the probes measured, and the prompts the server counted (None: it does not count them)."""
+
+    probes: list[Probe]
+    counted_prompt: float | None
+    counted: int  # the records whose prompts were counted
+
+    @property
+    def prompt(self) -> float | None:
+        """A prompt's mean tokens: as counted over the sample, else as the probes' replies said."""
+        if self.counted_prompt is not None:
+            return self.counted_prompt
+        return statistics.mean(p.prompt_tokens for p in self.probes) if self.probes else None
+
+    @property
+    def answer(self) -> float | None:
+        return statistics.mean(p.completion_tokens for p in self.probes) if self.probes else None
+
+    @property
+    def basis(self) -> str:
+        """What the KV cache's line counts a request by."""
+        answers = f"as {len(self.probes)} probes measured"
+        if self.counted_prompt is None:
+            return answers
+        return f"answers {answers}, prompts as counted over {self.counted} records"
+
+
+async def counted_prompt(client: LLMClient, requests: Sequence[ChatRequest]) -> float | None:
+    """The mean prompt tokens of ``requests`` as the server counts them (``/tokenize``, nothing
+    generated); None from a server that does not count them (the probes' prompts will do)."""
+    counts: list[int] = []
+    for request in requests:
+        try:
+            count = await client.count_tokens(request.messages)
+        except PipelineError:  # it does not count in time: what it counted so far, if anything
+            break
+        if count is None:
+            break
+        counts.append(count)
+    return statistics.mean(counts) if counts else None
+
+
+async def send_probes(
+    client: LLMClient, spec: JobSpec, requests: Sequence[ChatRequest], timeout_s: float
+) -> tuple[list[Probe], bool, Check | None]:
+    """Send each request alone; a refused ``response_format`` is dropped as the run drops it. Returns
+    the probes, whether the format was refused, and a fail line for a probe that did not answer."""
+    refused, measured = False, list[Probe]()
+    for request in requests:
+        try:
+            try:
+                reply = await probe_reply(client, spec, request, timeout_s)
+            except StructuredOutputRejectedError:
+                refused = True
+                client.without_structured_output()
+                reply = await probe_reply(client, spec, request, timeout_s)
+        except TimeoutError:
+            return (
+                measured,
+                refused,
+                Check("probe", "fail", f"no reply within {timeout_s:g} s (a probe, alone)"),
+            )
+        except PipelineError as error:
+            return measured, refused, Check("probe", "fail", f"a probe failed: {error}")
+        measured.append(_measured(reply, request))
+    return measured, refused, None
+
+
+async def probe_reply(client: LLMClient, spec: JobSpec, request: ChatRequest, timeout_s: float) -> Reply:
+    """One request under the one retry policy, given ``timeout_s`` in all (TimeoutError past it)."""
+    with anyio.fail_after(timeout_s):
+        async for attempt in RetryPolicy(spec.retry).attempts():
+            with attempt:
+                return await client.complete(request)
+    raise AssertionError("unreachable: the retry loop returns or raises")
+
+
+def _measured(reply: Reply, request: ChatRequest) -> Probe:
+    if reply.finish_reason == "length":
+        lands = "cut"
+    elif reply.content:
+        lands = "content"
+    elif reply.reasoning and _is_json_object(reply.reasoning):
+        lands = "reasoning"
+    else:
+        lands = "none"
+    return Probe(
+        prompt_tokens=reply.prompt_tokens or 0,
+        completion_tokens=reply.completion_tokens or 0,
+        reasoning_tokens=reply.reasoning_tokens,
+        latency_s=reply.latency_s,
+        lands=lands,
+    )
+
+
+def _is_json_object(text: str) -> bool:
+    try:
+        return isinstance(orjson.loads(text.strip()), dict)
+    except orjson.JSONDecodeError:
+        return False
+
+
+async def effort_probes(
+    client: LLMClient, spec: JobSpec, request: ChatRequest, measured: list[Probe], timeout_s: float
+) -> dict[str, int]:
+    """Reasoning tokens at the job's effort (its probes') and at a contrasting one (one more probe):
+    ``low`` for a job above it, ``medium`` for a job at or below it."""
+    effort = spec.reasoning_effort
+    own = [p.reasoning_tokens for p in measured if p.reasoning_tokens is not None]
+    if effort is None or not own or effort not in _EFFORTS:
+        return {}
+    other = "medium" if _EFFORTS.index(effort) <= _EFFORTS.index("low") else "low"
+    contrast = LLMClient(dataclasses.replace(client.settings, reasoning_effort=other))
+    try:
+        async with contrast:
+            reply = await probe_reply(
+                contrast, spec, dataclasses.replace(request, max_tokens=spec.max_tokens), timeout_s
+            )
+    except (PipelineError, TimeoutError):
+        return {}
+    if reply.reasoning_tokens is None:
+        return {}
+    return {effort: round(statistics.mean(own)), other: reply.reasoning_tokens}
+
+
+def honored(efforts: dict[str, int]) -> bool | None:
+    """Lower effort gave clearly fewer reasoning tokens (None: nothing to compare)."""
+    if len(efforts) < 2:
+        return None
+    (_, low), (_, high) = sorted(efforts.items(), key=lambda item: _EFFORTS.index(item[0]))
+    if high <= 0:
+        return None
+    return low < 0.8 * high

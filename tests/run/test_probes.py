@@ -1,0 +1,50 @@
+"""pipeline.run.probes: what ``pipeline check``'s requests measured, and the prompts of a larger sample
+counted at the server's ``/tokenize`` (a fake vLLM on 127.0.0.1, through the production client)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from pipeline.run.probes import Measured, Probe, counted_prompt
+from pipeline.servers.client import ChatRequest, ClientSettings, LLMClient
+from tests.support.fakes import ScriptedServer, good_completion, respond, serving
+
+pytestmark = pytest.mark.anyio
+
+
+def probe(prompt: int, answer: int) -> Probe:
+    return Probe(prompt, answer, None, 1.0, "content")
+
+
+def request(text: str) -> ChatRequest:
+    return ChatRequest(messages=({"role": "user", "content": text},), max_tokens=64)
+
+
+def test_a_prompt_is_as_counted_over_the_sample_else_as_the_probes_said() -> None:
+    probes = [probe(3000, 300), probe(3400, 500)]
+    counted = Measured(probes, counted_prompt=3230.5, counted=50)
+    assert (counted.prompt, counted.answer) == (3230.5, 400)
+    assert counted.basis == "answers as 2 probes measured, prompts as counted over 50 records"
+    alone = Measured(probes, counted_prompt=None, counted=50)
+    assert (alone.prompt, alone.basis) == (3200, "as 2 probes measured")
+    assert Measured([], None, 0).prompt is None and Measured([], None, 0).answer is None
+
+
+async def count_with(server: ScriptedServer, texts: list[str]) -> float | None:
+    async with serving(server) as served, LLMClient(ClientSettings(served.url, "test-model")) as client:
+        return await counted_prompt(client, [request(text) for text in texts])
+
+
+async def test_the_samples_prompts_are_counted_at_the_servers_tokenize_nothing_generated() -> None:
+    def by_length(messages: list[dict[str, Any]]) -> int:
+        return len(str(messages[0]["content"]))
+
+    server = ScriptedServer([respond(good_completion())], count_tokens=by_length)
+    assert await count_with(server, ["a" * 100, "b" * 300, "c" * 200]) == 200
+    assert len(server.tokenize_bodies) == 3 and server.bodies == []
+
+
+async def test_a_server_that_does_not_count_leaves_the_prompt_to_the_probes() -> None:
+    assert await count_with(ScriptedServer([respond(good_completion())]), ["a", "b"]) is None
