@@ -15,7 +15,7 @@ import pytest
 from pipeline.store.read_copy import CHAOS_LINE, CHAOS_READ_COPY_DELAY_ENV, COPY_TABLE, copy_path
 from tests.support.datasets import build_postings
 from tests.support.jobs import table_rows, write_job
-from tests.support.logged_run import Run
+from tests.support.logged_run import Run, wait_for_snapshot
 from tests.support.processes import run_pipeline, sim_process
 
 pytestmark = pytest.mark.integration
@@ -30,6 +30,7 @@ def job_on(tmp_path: Path, port: int) -> Path:
         database="postings.duckdb",
         endpoint={"base_url": f"http://127.0.0.1:{port}/v1"},
         concurrency=16,
+        request_timeout_s=600,  # no request times out while the server is paused
         schema="schemas.linkedin:JobPosting",
         max_tokens=2048,
         operations={"snapshot_interval_s": INTERVAL_S},
@@ -58,12 +59,12 @@ def test_every_reader_answers_from_the_copy_while_a_run_holds_the_database(tmp_p
         rows = table_rows(database, "SELECT record_id, extracted FROM results WHERE variant = 'main'")
         gold = tmp_path / "gold.jsonl"
         gold.write_bytes(b"".join(orjson.dumps({"id": i, **orjson.loads(e)}) + b"\n" for i, e in rows))
-        run = Run(job)  # run 3: 1,100 more records at 16 x 0.4 s, over half a minute
+        run = Run(job)  # run 3: 1,100 more records at 16 x 0.4 s, half a minute once the readers are done
         run.wait_for("run started")
-        time.sleep(1.0)
-        assert run.process.poll() is None
-        check_readers(job, database, gold, tmp_path)
-        assert run.process.poll() is None, "the run ended before every reader had read"
+        wait_for_snapshot(database, run.process)  # it holds the database and has sent requests
+        with sim.paused():  # the run waits for its answers, however long the readers take
+            check_readers(job, database, gold, tmp_path)
+            assert run.process.poll() is None, "the run ended before every reader had read"
         assert run.finish() == 0
     assert not copy_path(database).exists()  # the run removed its copy: readers open the database again
     after = run_pipeline("status", str(job))

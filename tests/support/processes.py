@@ -170,6 +170,17 @@ class SimProcess:
         time.sleep(down_s)
         self.start()
 
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """Stopped (SIGSTOP) for the block, then going on (SIGCONT): a server that holds every request
+        and answers none, without going away (connections are still accepted)."""
+        assert self._process is not None, "not running"
+        os.killpg(self._process.pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            os.killpg(self._process.pid, signal.SIGCONT)
+
     def metrics(self) -> dict[str, float]:
         return sim_metrics(self.url)
 
