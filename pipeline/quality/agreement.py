@@ -21,6 +21,11 @@ counted in it:
   value, a match a true positive and a mismatch one false positive and one false negative;
 * ``macro``: the mean of each field's headline, every field counting once.
 
+A reference record may also say, under :data:`~pipeline.quality.judgments.JUDGED_WRONG`, which values
+are wrong at a path where it does not say what is right (a gold file exported from judgments): a
+candidate giving one of them there has that many false positives (a scalar: a mismatch), and no false
+negative, since the right value is not known; any other candidate value there is not scored.
+
 The sub-field paths of object lists (``requirements[].text``) are reported but not counted: they would count
 those lists twice. Each record also gets an *agreement*, the mean over its fields of 1/0 for a scalar
 and its F1 for a list (1 when both lists are empty), which ranks the records that disagree most.
@@ -34,7 +39,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 from pipeline.errors import ConfigError
-from pipeline.quality.fields import FieldKind, FieldSpec, ScoredPath, raw_values_at, select_paths
+from pipeline.quality.fields import FieldKind, FieldSpec, ScoredPath, raw_values_at, select_paths, top_field
+from pipeline.quality.judgments import JUDGED_WRONG
 from pipeline.quality.matching import Matcher, MatchSettings, Scores, list_scores, object_key, value_key
 from pipeline.quality.scores import (
     COLUMNS,
@@ -81,6 +87,20 @@ def _reference_value(record: Mapping[str, Any], path: ScoredPath) -> tuple[bool,
         given, _ = _lookup(record, path.path.split("[]", 1)[0])
         return given, raw_values_at(record, path.path) if given else None
     return _lookup(record, path.path)
+
+
+def _known_wrong(record: Mapping[str, Any], path: ScoredPath) -> list[Any]:
+    """The values ``record`` says are wrong at ``path`` (:data:`JUDGED_WRONG`), where it gives none right."""
+    wrong = record.get(JUDGED_WRONG)
+    return list(wrong.get(path.path, ())) if isinstance(wrong, Mapping) else []
+
+
+def _fields_given(record: Mapping[str, Any]) -> dict[str, None]:
+    """The top-level fields a reference record says something of: those it gives, and those of the paths
+    it knows wrong values of."""
+    wrong = record.get(JUDGED_WRONG)
+    known_wrong = [top_field(path) for path in wrong] if isinstance(wrong, Mapping) else []
+    return dict.fromkeys([*(name for name in record if name != JUDGED_WRONG), *known_wrong])
 
 
 def _candidate_value(record: Mapping[str, Any], path: ScoredPath) -> Any:
@@ -176,6 +196,27 @@ class _Scorer:
         count = matcher.count_matches(reference_items, candidate_items, matcher.score)
         return tally.add_list(record, count, len(reference_items), len(candidate_items))
 
+    def score_wrong(
+        self, path: ScoredPath, wrong: Sequence[Any], candidate: Any, tally: _Tally, record: int
+    ) -> float | None:
+        """A path the reference knows only wrong values of: each candidate value among them is a false
+        positive (added to ``tally``, agreement 0); None when the candidate gives none of them."""
+        matcher = self.matcher
+        if path.kind is FieldKind.OBJECT_LIST:
+            given = [object_key(path.subfields, item) for item in _as_list(candidate)]
+            known = [object_key(path.subfields, item) for item in wrong]
+            hits = sum(
+                any(matcher.object_score(a, b) >= matcher.settings.threshold for b in known) for a in given
+            )
+        else:
+            kind = path.item_kind if path.kind is FieldKind.LIST else path.kind
+            keys = [value_key(kind, item) for item in wrong]
+            hits = sum(
+                any(matcher.matches(value_key(kind, item), key) for key in keys)
+                for item in _as_list(candidate)
+            )
+        return tally.add_list(record, 0, 0, hits) if hits else None
+
 
 def id_order(key: str) -> tuple[int, int, str]:
     """Sort key for record ids: numbers in numeric order, then the others alphabetically."""
@@ -209,10 +250,16 @@ def _score_record(
     for tally in tallies.values():
         path = tally.path
         given, reference_value = _reference_value(reference, path)
-        if not given:
-            continue
         candidate_value = _candidate_value(candidate, path)
-        agreement = scorer.score(path, reference_value, candidate_value, tally, index)
+        if given:
+            agreement: float | None = scorer.score(path, reference_value, candidate_value, tally, index)
+        elif wrong := _known_wrong(reference, path):
+            reference_value = {"judged wrong": wrong}
+            agreement = scorer.score_wrong(path, wrong, candidate_value, tally, index)
+        else:
+            continue
+        if agreement is None:
+            continue
         if path.in_overall:
             agreements.append(agreement)
             if agreement < 1.0:
@@ -248,7 +295,7 @@ def measure_agreement(
     settings = MatchSettings(numeric_tolerance, fuzzy_threshold)
     reference_by_key = _by_record_key(reference, "reference")
     candidate_by_key = _by_record_key(candidate, "candidate")
-    paths = select_paths(specs, reference_by_key.values(), fields)
+    paths = select_paths(specs, [_fields_given(record) for record in reference_by_key.values()], fields)
     tallies = {path.path: _Tally(path) for path in paths}
     scorer = _Scorer(settings)
     common = sorted(reference_by_key.keys() & candidate_by_key.keys(), key=id_order)

@@ -13,6 +13,11 @@ Formats, by extension:
 The id is under ``id_column``, else under ``id``. Every other key or column must be a field of the
 schema. Gold records may be partial, so they are not validated against the schema, except that a list
 field must hold a list (of objects, for a list of objects) and an object field an object or null.
+A field left out is unknown for that record: not scored. A JSON record may also list values known to be
+wrong where nothing right is known (what ``pipeline judge --export-gold`` writes for a value judged
+wrong), under :data:`~pipeline.quality.judgments.JUDGED_WRONG`: ``{"_judged_wrong": {"recruiter":
+["Hays"], "salary.minimum": [35000]}}``, each a judged field path and a list; an answer giving one of
+them is scored wrong, any other answer there not scored (:mod:`pipeline.quality.agreement`).
 Every problem is a :class:`~pipeline.errors.ConfigError` naming the file and the line (or item).
 """
 
@@ -31,8 +36,9 @@ from pydantic import BaseModel
 
 from pipeline.errors import ConfigError
 from pipeline.quality.agreement import record_key
-from pipeline.quality.fields import FieldKind, FieldSpec, did_you_mean, schema_fields
+from pipeline.quality.fields import FieldKind, FieldSpec, did_you_mean, schema_fields, top_field
 from pipeline.quality.json_files import read_json_objects, read_text
+from pipeline.quality.judgments import JUDGED_WRONG, judged_paths
 
 SUFFIXES = (".jsonl", ".ndjson", ".json", ".csv")
 TRUE_WORDS = frozenset({"true", "yes", "1"})
@@ -151,6 +157,9 @@ def _gold_fields(
     for name, raw in row.items():
         if name == id_key:
             continue
+        if name == JUDGED_WRONG and not csv_cells:
+            fields[name] = _judged_wrong(f"{path}: {where}", raw, specs)
+            continue
         spec = specs.get(name)
         if spec is None:
             hint = did_you_mean(name, specs)
@@ -164,6 +173,22 @@ def _gold_fields(
             raise ConfigError(f"{path}: {where}: field {name!r} {problem}")
         fields[name] = value
     return fields
+
+
+def _judged_wrong(where: str, raw: Any, specs: Mapping[str, FieldSpec]) -> dict[str, list[Any]]:
+    """The values a record knows are wrong, per judged path: checked to be that."""
+    paths = [scored.path for scored in judged_paths(list(specs.values()))]
+    shape = f"{JUDGED_WRONG!r} must be an object of field paths to lists of values judged wrong"
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: {shape}, got {_type_name(raw)}")
+    for name, values in raw.items():
+        if name not in paths:
+            raise ConfigError(
+                f"{where}: {JUDGED_WRONG}: {name!r} is not a judged field path{did_you_mean(name, paths)}"
+            )
+        if not isinstance(values, list):
+            raise ConfigError(f"{where}: {shape}: {name!r} holds {_type_name(values)}")
+    return raw
 
 
 def _rows(path: Path, id_column: str, specs: Mapping[str, FieldSpec]) -> Iterator[Row]:
@@ -199,4 +224,5 @@ def read_gold(path: Path, id_column: str, schema: type[BaseModel]) -> Gold:
     if not records:
         raise ConfigError(f"{path}: no gold records")
     given = {name for fields in records.values() for name in fields}
+    given |= {top_field(name) for fields in records.values() for name in fields.get(JUDGED_WRONG, {})}
     return Gold(path, records, tuple(name for name in specs if name in given))

@@ -21,10 +21,15 @@ from typing import Any
 
 import orjson
 
-from pipeline.quality.fields import FieldSpec, ScoredPath, raw_values_at, scored_paths
+from pipeline.quality.fields import FieldKind, FieldSpec, ScoredPath, raw_values_at, scored_paths
 
 #: Judges whose name starts with this are models (``model:openai/gpt-oss-120b``), all others people.
 MODEL_JUDGE_PREFIX = "model:"
+#: The key of a gold record (one ``judge --export-gold`` writes) that lists, per field path, the values
+#: judged wrong where nothing right is known: ``{"recruiter": ["Hays"]}``. ``eval --gold`` counts an
+#: answer giving one of them as wrong, and any other answer there as unknown (not scored). A schema
+#: field cannot be named so (Pydantic keeps names with a leading underscore private).
+JUDGED_WRONG = "_judged_wrong"
 
 
 class JudgmentVerdict(StrEnum):
@@ -79,6 +84,19 @@ def judged_paths(specs: Sequence[FieldSpec]) -> tuple[ScoredPath, ...]:
     and a list of objects item by item (one requirement is one value: its text, kind and flags are
     right or wrong together, as a reader judges them)."""
     return tuple(path for path in scored_paths(specs) if path.in_overall)
+
+
+def judged_fields(specs: Sequence[FieldSpec], prefix: str = "") -> dict[str, FieldSpec]:
+    """Each judged path (:func:`judged_paths`, in the same order) with its field's spec: what a value
+    there is (a number, a choice, an object of a list)."""
+    found: dict[str, FieldSpec] = {}
+    for spec in specs:
+        path = f"{prefix}{spec.name}"
+        if spec.kind is FieldKind.OBJECT:
+            found.update(judged_fields(spec.subfields, f"{path}."))
+        else:
+            found[path] = spec
+    return found
 
 
 def values_to_judge(specs: Sequence[FieldSpec], extracted: Mapping[str, Any]) -> list[ValueToJudge]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 
 from pipeline.errors import ConfigError
 from pipeline.job.spec import JobSpec
@@ -75,22 +76,63 @@ def record_judgments(connection: Database, spec: JobSpec, judgments: Sequence[Ju
 
     Raises :class:`ConfigError`, and writes nothing, when a record of a judgment without a result key
     has no current result of that variant (it no longer exists, failed, or was never extracted)."""
-    stored: list[Judgment] = []
     with connection.transaction():
-        keys: dict[str, dict[str, str]] = {}
-        for variant in {judgment.variant for judgment in judgments if not judgment.result_key}:
-            wanted = {j.record_id for j in judgments if j.variant == variant and not j.result_key}
-            keys[variant] = current_result_keys(connection, spec, variant, wanted)
-        for judgment in judgments:
-            result_key = judgment.result_key or keys[judgment.variant].get(judgment.record_id)
-            if result_key is None:
-                raise ConfigError(
-                    f"{spec.database}: record {judgment.record_id!r} has no result of variant "
-                    f"{judgment.variant!r} to judge (not extracted, failed, or no longer in the source)"
-                )
-            stored.append(_with_key(judgment, result_key))
+        stored = _tied(connection, spec, judgments)
         _insert(connection, spec, stored)
     return stored
+
+
+@dataclass(frozen=True, slots=True)
+class Merged:
+    """What :func:`merge_judgments` did with each judgment it was given."""
+
+    added: int  # no judgment of that value by that judge for that result before
+    replaced: int  # one with another verdict: the new one is now the latest, the one that counts
+    unchanged: int  # the latest already said the same: nothing written
+
+    @property
+    def written(self) -> int:
+        return self.added + self.replaced
+
+
+def merge_judgments(connection: Database, spec: JobSpec, judgments: Sequence[Judgment]) -> Merged:
+    """Write ``judgments`` as :func:`record_judgments` does, each once: per (variant, record, field,
+    value, judge) of the result judged, one whose latest judgment says the same verdict is left as it
+    is, and one that says another is written after it (the latest counts; the earlier row stays, as a
+    judge's change of mind on the page does). ``judgments`` name each (value, judge) once. One
+    transaction; raises :class:`ConfigError` as :func:`record_judgments` does, writing nothing."""
+    with connection.transaction():
+        tied = _tied(connection, spec, judgments)
+        judges = {judgment.judge for judgment in tied}
+        variants = sorted({judgment.variant for judgment in tied})
+        latest = {
+            (*judgment.key, judgment.result_key): judgment.verdict
+            for judgment in read_judgments(connection, spec, variants, include_stale=True, judges=judges)
+        }
+        before = [(judgment, latest.get((*judgment.key, judgment.result_key))) for judgment in tied]
+        changed = [(judgment, said) for judgment, said in before if said != judgment.verdict]
+        _insert(connection, spec, [judgment for judgment, _ in changed])
+    replaced = sum(said is not None for _, said in changed)
+    return Merged(len(changed) - replaced, replaced, len(tied) - len(changed))
+
+
+def _tied(connection: Database, spec: JobSpec, judgments: Sequence[Judgment]) -> list[Judgment]:
+    """``judgments``, each tied to the result it judges: its own ``result_key``, else its record's
+    current result (a :class:`ConfigError` for a record with none)."""
+    keys: dict[str, dict[str, str]] = {}
+    for variant in {judgment.variant for judgment in judgments if not judgment.result_key}:
+        wanted = {j.record_id for j in judgments if j.variant == variant and not j.result_key}
+        keys[variant] = current_result_keys(connection, spec, variant, wanted)
+    tied = []
+    for judgment in judgments:
+        result_key = judgment.result_key or keys[judgment.variant].get(judgment.record_id)
+        if result_key is None:
+            raise ConfigError(
+                f"{spec.database}: record {judgment.record_id!r} has no result of variant "
+                f"{judgment.variant!r} to judge (not extracted, failed, or no longer in the source)"
+            )
+        tied.append(_with_key(judgment, result_key))
+    return tied
 
 
 def _with_key(judgment: Judgment, result_key: str) -> Judgment:

@@ -14,10 +14,12 @@ from pipeline.errors import ConfigError
 from pipeline.job.spec import JobSpec
 from pipeline.judging.exchange import export_gold, import_judgments
 from pipeline.quality.gold import read_gold
-from pipeline.quality.judgments import model_judge
+from pipeline.quality.judgments import JUDGED_WRONG, Judgment, model_judge
+from pipeline.reports.reading import open_output
+from pipeline.store.judgments import Merged, read_judgments
 from tests.support.judging import judging_job, judgment_rows
 
-GOOD = [
+GOOD: list[dict[str, Any]] = [
     {"record_id": 1, "field": "title", "value": "Title 1", "verdict": "correct"},
     {"record_id": "1", "field": "skills", "value": "SQL", "verdict": "correct", "judge": "bob"},
     {"record_id": 1, "field": "skills", "value": "Python", "verdict": "wrong"},
@@ -48,9 +50,51 @@ def untouched(tmp_path_factory: pytest.TempPathFactory) -> JobSpec:
 def test_a_good_file_is_imported_whole(spec: JobSpec, tmp_path: Path) -> None:
     imported = import_judgments(spec, write_lines(tmp_path / "judgments.jsonl", GOOD), judge="ann")
     assert imported.count == 8 and dict(imported.judges) == {"ann": 7, "bob": 1}
+    assert imported.merged == Merged(added=8, replaced=0, unchanged=0)
     rows = judgment_rows(spec.database)
     assert rows[1] == ("1", "main", "skills", "SQL", "correct", "bob")
     assert ("1", "main", "years", "1", "correct", "ann") in rows
+
+
+def test_an_import_counts_once_per_value_and_judge_and_says_what_it_added_replaced_and_left(
+    spec: JobSpec, tmp_path: Path
+) -> None:
+    path = write_lines(tmp_path / "judgments.jsonl", GOOD)
+    import_judgments(spec, path, judge="ann")
+    rows = judgment_rows(spec.database)
+    again = import_judgments(spec, path, judge="ann")
+    assert again.merged == Merged(added=0, replaced=0, unchanged=8)
+    assert judgment_rows(spec.database) == rows  # nothing written the second time
+    # Another judge's same verdicts are theirs: added. A changed verdict replaces the one that counts.
+    changed = [{**GOOD[2], "verdict": "correct"}, {**GOOD[0], "judge": "cy"}, GOOD[5]]
+    merged = import_judgments(spec, write_lines(tmp_path / "changed.jsonl", changed), judge="ann").merged
+    assert merged == Merged(added=1, replaced=1, unchanged=1)
+    latest = {(j.field, j.value, j.judge): j.verdict for j in read_judgments_of(spec)}
+    assert (
+        latest[("skills", "Python", "ann")] == "correct" and latest[("title", "Title 1", "cy")] == "correct"
+    )
+    assert len(judgment_rows(spec.database)) == len(rows) + 2
+    # The same line twice in one file counts once.
+    twice = import_judgments(spec, write_lines(tmp_path / "twice.jsonl", [GOOD[0], GOOD[0]]), judge="ann")
+    assert (twice.count, twice.merged) == (1, Merged(added=0, replaced=0, unchanged=1))
+
+
+def test_one_value_given_two_verdicts_in_one_file_is_refused_naming_both_lines(
+    untouched: JobSpec, tmp_path: Path
+) -> None:
+    path = write_lines(tmp_path / "judgments.jsonl", [GOOD[2], GOOD[0], {**GOOD[2], "verdict": "correct"}])
+    with pytest.raises(
+        ConfigError,
+        match=r"judgments\.jsonl: line 3: correct for 'Python' of skills in record '1' by ann, which line 1 "
+        r"judged wrong: give each value one verdict$",
+    ):
+        import_judgments(untouched, path, judge="ann")
+    assert judgment_rows(untouched.database) == []
+
+
+def read_judgments_of(spec: JobSpec) -> list[Judgment]:
+    with open_output(spec) as output:
+        return read_judgments(output.connection, spec)
 
 
 def test_a_json_list_is_imported_as_its_lines_are_and_its_errors_name_the_line(
@@ -104,6 +148,10 @@ def test_a_json_list_is_imported_as_its_lines_are_and_its_errors_name_the_line(
             r"judgments.jsonl: line 3: the answer gives 'SQL' for skills: it is not missing",
         ),
         (
+            {"record_id": 1, "field": "years", "value": "a few", "verdict": "missing"},
+            r"judgments.jsonl: line 3: missing years: 'a few' has no number in it$",
+        ),
+        (
             {"field": "skills", "value": "SQL", "verdict": "correct"},
             r"judgments.jsonl: line 3: 'record_id' must be",
         ),
@@ -133,16 +181,27 @@ def test_the_gold_file_holds_the_settled_fields_of_each_judged_record(spec: JobS
     assert (export.records, export.judged_records, export.judges) == (1, 2, ("ann", "bob"))
     lines = [orjson.loads(line) for line in gold_path.read_text().splitlines()]
     # Record 2: its Python was not judged (skills not settled), the model's title does not count.
+    # Record 1's high was judged wrong, and nothing right is known of it: not null, but what it is not.
     assert lines == [
-        {"id": "1", "title": "Title 1", "skills": ["SQL", "Excel"], "years": 1, "low": 0, "high": None}
+        {
+            "id": "1",
+            "title": "Title 1",
+            "skills": ["SQL", "Excel"],
+            "years": 1,
+            "low": 0,
+            JUDGED_WRONG: {"high": [0]},
+        }
     ]
     gold = read_gold(gold_path, spec.source.id_column, spec.schema_class)
-    assert set(gold.records) == {"1"}
+    assert set(gold.records) == {"1"} and gold.records["1"][JUDGED_WRONG] == {"high": [0]}
     with pytest.raises(ConfigError, match="no judged record has a field every value of which is judged"):
         export_gold(spec, tmp_path / "bob.jsonl", judges=["bob"])  # bob judged SQL, not Python
     by_model = export_gold(spec, tmp_path / "model.jsonl", judges=[model_judge("m")])
     assert by_model.judges == ("model:m",)
-    assert orjson.loads((tmp_path / "model.jsonl").read_text()) == {"id": "2", "title": None}
+    assert orjson.loads((tmp_path / "model.jsonl").read_text()) == {
+        "id": "2",
+        JUDGED_WRONG: {"title": ["Title 2"]},
+    }
 
 
 def test_nothing_to_export_or_a_file_eval_cannot_read_is_refused(untouched: JobSpec, tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -140,6 +141,23 @@ BAD_FILES = [
     ("gold.csv", "id,parts\n1,dbt\n", "line 2: column 'parts': invalid JSON (unexpected character"),
     ("gold.csv", 'id,skills\n1,"[""a"""\n', "line 2: column 'skills': invalid JSON"),
     ("gold.csv", "id,pay\n1,[1]\n", "line 2: field 'pay' must be an object or null, got list"),
+    (
+        "gold.jsonl",
+        '{"id": 1, "_judged_wrong": ["x"]}\n',
+        "line 1: '_judged_wrong' must be an object of field paths to lists of values judged wrong, got list",
+    ),
+    (
+        "gold.jsonl",
+        '{"id": 1, "_judged_wrong": {"pay.lo": [1]}}\n',
+        "line 1: _judged_wrong: 'pay.lo' is not a judged field path (did you mean 'pay.low'?)",
+    ),
+    (
+        "gold.jsonl",
+        '{"id": 1, "_judged_wrong": {"company": "Acme"}}\n',
+        "line 1: '_judged_wrong' must be an object of field paths to lists of values judged wrong: "
+        "'company' holds str",
+    ),
+    ("gold.csv", "id,_judged_wrong\n1,x\n", "column '_judged_wrong' is not a schema field"),
 ]
 
 
@@ -151,6 +169,39 @@ def test_bad_gold_files_name_the_file_and_the_line(
     with pytest.raises(ConfigError, match="^" + re.escape(f"{path}: {problem}")) as caught:
         read_gold(path, "posting_id", Posting)
     assert "\n" not in str(caught.value)
+
+
+def test_values_judged_wrong_are_read_and_scored_as_wrong_only_where_an_answer_gives_them(
+    tmp_path: Path,
+) -> None:
+    path = write(
+        tmp_path,
+        "gold.jsonl",
+        '{"id": 1, "title": "A", "_judged_wrong": {"company": ["Hays"], "skills": ["Go"]}}\n'
+        '{"id": 2, "_judged_wrong": {"company": ["Hays"], "pay.low": [30000]}}\n',
+    )
+    gold = read_gold(path, "id", Posting)
+    assert gold.records["2"] == {"_judged_wrong": {"company": ["Hays"], "pay.low": [30000]}}
+    assert gold.fields == ("title", "company", "skills", "pay")
+    # Record 1: Hays and Go are known wrong, SQL unknown. Record 2: Acme unknown, 30000 known wrong.
+    candidate: dict[str, dict[str, Any]] = {
+        "1": {"title": "A", "company": "Hays", "skills": ["Go", "SQL"]},
+        "2": {"company": "Acme", "pay": {"low": 30000.0}},
+    }
+    report = measure_agreement(gold.records, candidate, schema_fields(Posting))
+    scores = {score.path: score for score in report.fields}
+    counts = {
+        path: (score.scored, score.true_positives, score.false_positives, score.false_negatives)
+        for path, score in scores.items()
+    }
+    assert counts["company"] == (1, 0, 1, 0) and scores["company"].accuracy == 0.0
+    assert counts["skills"] == (1, 0, 1, 0)
+    assert counts["pay.low"] == (1, 0, 1, 0)
+    assert counts["pay.high"] == (0, 0, 0, 0)  # nothing known of it: not scored
+    # Pooled: title right, three values known wrong, nothing known missing.
+    assert (report.true_positives, report.false_positives, report.false_negatives) == (1, 3, 0)
+    worst = {d.path: d.reference for record in report.records for d in record.differences}
+    assert worst["company"] == {"judged wrong": ["Hays"]}
 
 
 def test_unreadable_files(tmp_path: Path) -> None:

@@ -1,7 +1,14 @@
 from __future__ import annotations
 
-from pipeline.quality.fields import schema_fields
-from pipeline.quality.judgments import Judgment, JudgmentVerdict, judged_paths, model_judge, values_to_judge
+from pipeline.quality.fields import FieldKind, schema_fields
+from pipeline.quality.judgments import (
+    Judgment,
+    JudgmentVerdict,
+    judged_fields,
+    judged_paths,
+    model_judge,
+    values_to_judge,
+)
 from schemas.linkedin import JobPosting
 
 
@@ -30,3 +37,13 @@ def test_a_model_judge_is_told_from_a_person_by_its_name() -> None:
     by_model = Judgment("1", "main", "title", "x", JudgmentVerdict.CORRECT, model_judge("gpt-oss"))
     assert by_model.judge == "model:gpt-oss" and by_model.by_model
     assert not Judgment("1", "main", "title", "x", JudgmentVerdict.WRONG, "ann").by_model
+
+
+def test_judged_fields_are_the_judged_paths_each_with_its_fields_spec() -> None:
+    specs = schema_fields(JobPosting)
+    fields = judged_fields(specs)
+    assert list(fields) == [path.path for path in judged_paths(specs)]
+    assert fields["salary.minimum"].kind is FieldKind.NUMBER and fields["salary.minimum"].name == "minimum"
+    assert fields["requirements"].kind is FieldKind.OBJECT_LIST
+    assert fields["remote_policy"].choices == ("onsite", "hybrid", "remote", "unspecified")
+
