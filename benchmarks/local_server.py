@@ -54,9 +54,8 @@ async def main() -> None:
         wall = time.perf_counter() - began
         shutil.rmtree(cache, ignore_errors=True)
     rows.append(("sample job: records done / failed", f"{summary.done} / {summary.failed}"))
-    rows.append(("sample job: records/min during the run", f"{summary.records_per_s * 60:.1f}"))
-    tokens_per_s = summary.output_tokens / summary.elapsed_s
-    rows.append(("sample job: output tok/s during the run", f"{tokens_per_s:.1f}"))
+    rows.append(("sample job: records/min during the run", f"{summary.numbers.records_per_min:.1f}"))
+    rows.append(("sample job: output tok/s during the run", f"{summary.numbers.output_tokens_per_s:.1f}"))
     rows.append(("sample job: wall time incl. server start/stop", f"{wall:.0f} s"))
     print("| measure | value |\n|---|---|")
     for name, value in rows:

@@ -94,5 +94,5 @@ def test_each_error_gives_the_code_the_readme_lists_for_it(
     ],
 )
 def test_a_finished_runs_code_is_its_endings(status: RunStatus, ending: Ending) -> None:
-    summary = RunSummary(1, status, Path("x.duckdb"), "results", "failures", pending_at_start=3)
+    summary = RunSummary(1, status, Path("x.duckdb"), "results", "failures")
     assert summary.exit_code == exit_code_for(ending)

@@ -252,12 +252,11 @@ def _print_summary(summary: RunSummary, given: Asked, made: VariantOptions) -> N
         typer.echo(f"nothing to do: every record is done or failed permanently ({summary.database})")
         _print_stale_kept(summary, asked, making)
         return
-    minutes = summary.records_per_s * 60
-    tokens = summary.output_tokens / summary.elapsed_s if summary.elapsed_s else 0.0
+    numbers = summary.numbers
     typer.echo(
-        f"run {summary.run_id} {summary.status}: {summary.done:,} done, {summary.failed:,} failed "
-        f"of {summary.pending_at_start:,} in {format_duration(summary.elapsed_s)} "
-        f"({minutes:,.1f} records/min, {tokens:,.0f} output tok/s)"
+        f"run {summary.run_id} {summary.status}: {numbers.done:,} done, {numbers.failed:,} failed "
+        f"of {numbers.pending_at_start:,} in {format_duration(numbers.elapsed_s)} "
+        f"({numbers.records_per_min:,.1f} records/min, {numbers.output_tokens_per_s:,.0f} output tok/s)"
     )
     typer.echo(f"results:  table {summary.results_table} in {summary.database}")
     if summary.failed:

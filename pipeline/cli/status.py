@@ -254,10 +254,16 @@ def _live_beside_copy(report: JobStatus) -> str:
 
 
 def _live_rates(live: dict[str, Any]) -> str:
+    """The rates the snapshot's numbers gave (:meth:`RunNumbers.to_json`), said as the summary says them."""
+    minutes, tokens = live.get("records_per_min"), live.get("output_tokens_per_s")
     return (
-        f"{live.get('records_per_min')} records/min, {live.get('output_tokens_per_s')} output tok/s, "
+        f"{_figure(minutes, '.1f')} records/min, {_figure(tokens, '.0f')} output tok/s, "
         f"ETA {format_duration(live.get('eta_s'))}" + _endpoint_lines(live.get("endpoints"))
     )
+
+
+def _figure(value: object, digits: str) -> str:
+    return f"{value:,{digits}}" if isinstance(value, int | float) else str(value)
 
 
 def _as_of(live: dict[str, Any]) -> str:
@@ -340,8 +346,8 @@ def _recovered_lines(report: JobStatus) -> list[str]:
 
 
 def _last_run_lines(report: JobStatus) -> list[str]:
-    run, rate = report.last_run, report.rate_per_min
-    if not run:
+    run, numbers, rate = report.last_run, report.last_numbers, report.rate_per_min
+    if not run or numbers is None:
         return _quiet_lines(report)
     speed = f", {rate:,.1f} records/min" if rate else ""
     if report.live is None and report.eta_s is not None:  # a live run says its own, on its line
@@ -349,7 +355,7 @@ def _last_run_lines(report: JobStatus) -> list[str]:
     why = run.get("message") or (ABANDONED if run["status"] == "abandoned" else None)
     return [
         f"last run: #{run['run_id']} {run['status']}, started {run['started_at']:%Y-%m-%d %H:%M:%S %Z}, "
-        f"{run['done']} done, {run['failed']} failed{speed}",
+        f"{numbers.done:,} done, {numbers.failed:,} failed, {numbers.attempts:,} requests sent{speed}",
         *([f"why:      {why}"] if why else []),
         *_quiet_lines(report),
     ]

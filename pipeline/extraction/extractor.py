@@ -85,16 +85,16 @@ _SERVER_SIDE = frozenset({FailureClass.TRANSIENT, FailureClass.PERMANENT})
 class RequestCounters(Protocol):
     """The run's live counters an extractor updates for every request (the run's ``RunStats``)."""
 
-    timeouts: int
-    output_tokens: int
-    prompt_tokens: int
-    reasoning_tokens: int
-
     def request_sent(self) -> int:
-        """Count a request in flight; the ticket ends it in :meth:`request_ended`."""
+        """Count a request as sent and in flight; the ticket ends it in :meth:`request_ended`."""
         ...
 
     def request_ended(self, ticket: int, *, answered: bool) -> None: ...
+
+    def replied(self, reply: Reply) -> None:
+        """Count a reply's tokens."""
+
+    def timed_out(self) -> None: ...
 
 
 @dataclass(slots=True)
@@ -330,7 +330,7 @@ class Extractor:
             endpoint.answered(reply, time.perf_counter() - started)
         except TransientError as error:
             if error.timed_out:
-                stats.timeouts += 1
+                stats.timed_out()
                 endpoint.timed_out()
                 log.warning("request timed out", endpoint=endpoint.name, error=str(error))
             raise
@@ -342,9 +342,7 @@ class Extractor:
             stats.request_ended(ticket, answered=answered)
             usage.requests += 1
             usage.latency_s += time.perf_counter() - started
-        stats.output_tokens += reply.completion_tokens or 0
-        stats.prompt_tokens += reply.prompt_tokens or 0
-        stats.reasoning_tokens += reply.reasoning_tokens or 0
+        stats.replied(reply)
         return reply
 
     async def _learning(self, endpoint: Endpoint, request: ChatRequest) -> Reply:

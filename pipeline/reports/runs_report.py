@@ -32,6 +32,7 @@ from pipeline.quality.drift import (
 )
 from pipeline.reports.status import server_cache_of
 from pipeline.reports.variants import check_variant
+from pipeline.store.numbers import RunNumbers
 from pipeline.store.opening import open_job_output
 from pipeline.store.read_copy import ReadCopy, read_copy_of
 from pipeline.store.run_profiles import newest_run, stored_runs
@@ -90,6 +91,7 @@ def _run_json(run: Mapping[str, Any]) -> dict[str, Any]:
     profile = run["profile"]
     attempted = profile.get("attempted") or 0
     cache = server_cache_of(run)  # what the servers' /metrics said (None behind a proxy)
+    numbers = RunNumbers.of(run)
     return {
         "run_id": run["run_id"],
         "started_at": run["started_at"],
@@ -109,6 +111,7 @@ def _run_json(run: Mapping[str, Any]) -> dict[str, Any]:
         "prefix_cache_hit_rate": cache.prefix_cache_hit_rate,
         "preemptions": cache.preemptions,
         "fields": {name: _field_json(data) for name, data in (profile.get("fields") or {}).items()},
+        "numbers": numbers.to_json(),  # its row's: attempts, tokens, time... (records/min: the profile's)
     }
 
 

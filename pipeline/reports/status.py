@@ -31,6 +31,7 @@ from pipeline.source.versions import (
     read_stale_models,
     version_of,
 )
+from pipeline.store.numbers import RunNumbers
 from pipeline.store.opening import open_for_reading
 from pipeline.store.read_copy import ReadCopy, read_copy_of
 from pipeline.store.run_profiles import NOTHING_TO_DO, newest_run
@@ -75,13 +76,15 @@ class JobStatus:
     read_copy: ReadCopy | None = None  # a run holds the database: the numbers are its copy's
 
     @property
+    def last_numbers(self) -> RunNumbers | None:
+        """The last run's numbers, as its row has them."""
+        return RunNumbers.of(self.last_run) if self.last_run else None
+
+    @property
     def rate_per_min(self) -> float | None:
-        run = self.last_run
-        if not run or not run.get("started_at") or not run.get("updated_at"):
-            return None
-        seconds = (run["updated_at"] - run["started_at"]).total_seconds()
-        finished = (run.get("done") or 0) + (run.get("failed") or 0)
-        return finished * 60.0 / seconds if seconds > 0 and finished else None
+        """The last run's records/min (:attr:`RunNumbers.records_per_min`); None before it finished one."""
+        numbers = self.last_numbers
+        return numbers.records_per_min if numbers is not None and numbers.records_per_min > 0 else None
 
     @property
     def eta_s(self) -> float | None:
@@ -91,10 +94,10 @@ class JobStatus:
         if self.live is not None:
             eta = self.live.get("eta_s")
             return float(eta) if isinstance(eta, int | float) else None
-        rate, run = self.rate_per_min, self.last_run or {}
-        if not rate or not self.pending or run.get("status") in _ENDED_BY_THE_SERVER:
+        numbers, run = self.last_numbers, self.last_run or {}
+        if numbers is None or not self.pending or run.get("status") in _ENDED_BY_THE_SERVER:
             return None
-        return self.pending * 60.0 / rate
+        return numbers.seconds_for(self.pending)
 
     @property
     def server_cache(self) -> ServerCache:
@@ -114,22 +117,33 @@ class ServerCache:
 
 
 def _live_cache(live: dict[str, Any]) -> ServerCache:
-    rate, preemptions = live.get("prefix_cache_hit_rate"), live.get("preemptions")
-    warnings = live.get("prefix_cache_warnings")
-    count = _number(preemptions)
-    said = tuple(str(warning) for warning in warnings) if isinstance(warnings, list) else ()
-    return ServerCache(_number(rate), None if count is None else int(count), said)
+    """A running run's, from its snapshot: its numbers' hit rate, and the warning of that same rate."""
+    endpoints = live.get("endpoints")
+    urls = (
+        [str(n.get("base_url", name)) for name, n in endpoints.items()] if isinstance(endpoints, dict) else []
+    )
+    return _cache_of(RunNumbers.of(live), ", ".join(urls) or "the run's servers")
 
 
 def server_cache_of(run: Mapping[str, Any]) -> ServerCache:
-    """A stored run's (a runs-table row), from its series (run/series.py): the last point holds its counts."""
-    series = run.get("series")
-    last = series[-1] if isinstance(series, list) and series and isinstance(series[-1], dict) else {}
-    hits, queries = _number(last.get("prefix_cache_hits")), _number(last.get("prefix_cache_queries"))
-    preemptions = _number(last.get("preemptions"))
-    rate = hit_rate(hits, queries, _number(last.get("answers")) or 0)
-    warning = low_hit_rate_warning(rate, str(run.get("base_url")), queries)
-    return ServerCache(rate, None if preemptions is None else int(preemptions), (warning,) if warning else ())
+    """A stored run's (a runs-table row), from its numbers; a row kept before they held the hit rate,
+    from its series (run/series.py), whose last point holds its counts."""
+    numbers = RunNumbers.of(run)
+    if run.get("prefix_cache_hit_rate") is None and run.get("preemptions") is None:
+        series = run.get("series")
+        last = series[-1] if isinstance(series, list) and series and isinstance(series[-1], dict) else {}
+        queries, preemptions = _number(last.get("prefix_cache_queries")), _number(last.get("preemptions"))
+        numbers.prefix_cache_hit_rate = hit_rate(_number(last.get("prefix_cache_hits")), queries)
+        numbers.prefix_cache_queries = None if queries is None else round(queries)
+        numbers.preemptions = None if preemptions is None else round(preemptions)
+    return _cache_of(numbers, str(run.get("base_url")))
+
+
+def _cache_of(numbers: RunNumbers, where: str) -> ServerCache:
+    """The hit rate and preemptions of ``numbers``, and the warning of that same rate (one number)."""
+    rate = numbers.prefix_cache_hit_rate
+    warning = low_hit_rate_warning(rate, numbers.prefix_cache_reachable, where, numbers.prefix_cache_queries)
+    return ServerCache(rate, numbers.preemptions, (warning,) if warning else ())
 
 
 def _number(value: object) -> float | None:
@@ -142,9 +156,10 @@ _ENDED_BY_THE_SERVER = frozenset({"aborted", "stalled"})
 #: Its counts (done, failed, remaining) are left out: taken at another moment than the copy's, they
 #: would not add up with them.
 LIVE_BESIDE_COPY = (
-    *("run_id", "status", "pid", "as_of", "in_flight", "requests", "records_per_min"),
+    *("run_id", "status", "pid", "as_of", "in_flight", "attempts", "records_per_min"),
     *("output_tokens_per_s", "eta_s", "elapsed_s", "timeouts", "endpoints"),
-    *("prefix_cache_hit_rate", "prefix_cache_recent_hit_rate", "preemptions", "prefix_cache_warnings"),
+    *("prefix_cache_hit_rate", "prefix_cache_queries", "prefix_cache_recent_hit_rate", "preemptions"),
+    "prefix_cache_reachable",
 )
 
 

@@ -14,7 +14,7 @@ import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from pipeline.errors import DatabaseError, DatabaseFailure, FatalRunError
-from pipeline.extraction.outcomes import ChunkDone, Failed, Stored
+from pipeline.extraction.outcomes import Stored
 from pipeline.run.stats import RunStats
 from pipeline.store.writer import StoreWriter
 
@@ -54,17 +54,11 @@ async def _commit(batch: list[Stored], writer: StoreWriter, stats: RunStats) -> 
         return
     with anyio.CancelScope(shield=True):
         try:
-            await writer.write(batch)
+            # The row says the run's numbers with the batch counted, in the batch's transaction.
+            await writer.write(batch, stats.now().plus(batch))
         except DatabaseError as error:
             raise FatalRunError(_cannot_write(writer, error)) from error
-    for outcome in batch:
-        if isinstance(outcome, ChunkDone):
-            stats.chunks_done += 1
-        elif isinstance(outcome, Failed):
-            stats.failed += 1
-            stats.failures[str(outcome.failure_class)] += 1
-        else:
-            stats.done += 1
+    stats.committed(batch)
 
 
 def _cannot_write(writer: StoreWriter, error: DatabaseError) -> str:

@@ -146,7 +146,7 @@ class RunExecution:
             return RunStatus.ABORTED
         if self._shutdown.interrupted:
             return RunStatus.INTERRUPTED
-        return RunStatus.COMPLETED_WITH_FAILURES if self._stats.failed else RunStatus.COMPLETED
+        return RunStatus.COMPLETED_WITH_FAILURES if self._stats.numbers.failed else RunStatus.COMPLETED
 
     async def _pump(self) -> None:
         records_tx, records_rx = anyio.create_memory_object_stream[SourceRecord](
@@ -155,7 +155,7 @@ class RunExecution:
         outcomes_tx, outcomes_rx = anyio.create_memory_object_stream[Stored](FLUSH_MAX_ROWS)
         workers = self._router.most_in_flight
         if self._reader.content_counted:  # else the count is not final yet: more may come
-            workers = min(workers, self._stats.pending_at_start)
+            workers = min(workers, self._stats.numbers.pending_at_start)
         try:
             async with anyio.create_task_group() as io:
                 io.start_soon(commit_outcomes, outcomes_rx, self._writer, self._stats)
@@ -217,8 +217,7 @@ class RunExecution:
                 error=str(error),
             )
             return
-        self._stats.failures -= changed
-        self._stats.failures["transient"] += changed.total()
+        self._stats.made_transient(changed)
 
     async def _count_content(self) -> None:
         """Count the records whose content changed while the first requests are out (it hashes every
@@ -229,11 +228,12 @@ class RunExecution:
         except FatalRunError as error:
             self._abort(error)
             return
-        metadata = self._stats.pending_at_start
-        self._stats.pending_at_start = self._options.capped(metadata + counted)
+        numbers = self._stats.numbers
+        pending = self._options.capped(numbers.pending_at_start + counted)
+        self._stats.set_pending(pending, numbers.backlog_at_start + counted)
         if counted:
             log.info("content changed since extraction", records=counted)
-            await self._writer.set_pending(self._stats.pending_at_start)
+            await self._writer.update_numbers(self._stats.now())
 
     async def _write_snapshots(self) -> None:
         said = False  # a full disk is said once, not every few seconds

@@ -35,7 +35,7 @@ def record_extractor(
     that a chunk can fit at all: a :class:`ConfigError` naming the key before any request."""
 
     def observe(kind: RetryKind, error: RecordError, attempt: int, wait_s: float) -> None:
-        stats.retries[str(kind)] += 1
+        stats.retried(str(kind))
         log.debug("retrying", kind=str(kind), attempt=attempt, wait_s=round(wait_s, 2), error=str(error))
 
     spec, prompts = context.spec, context.prompts

@@ -37,6 +37,7 @@ from pipeline.run.progress import ProgressReporter
 from pipeline.source.lock import lock_holder
 from pipeline.source.pending import Selection
 from pipeline.source.versions import StaleCause
+from pipeline.store.numbers import RunNumbers
 from pipeline.store.run_profiles import NOTHING_TO_DO as QUIET
 
 if TYPE_CHECKING:
@@ -107,13 +108,8 @@ class RunSummary:
     database: Path
     results_table: str
     failures_table: str
-    pending_at_start: int
-    done: int = 0
-    failed: int = 0
-    requests: int = 0
-    output_tokens: int = 0
-    timeouts: int = 0
-    elapsed_s: float = 0.0
+    # The run's numbers as its row has them at its end (records/min, attempts, tokens...).
+    numbers: RunNumbers = field(default_factory=RunNumbers)
     # Results left stale because the job changed since they were made: "total" and per cause (only
     # --redo-stale redoes them).
     stale_kept: Mapping[str, int] = field(default_factory=dict)
@@ -132,8 +128,16 @@ class RunSummary:
         return exit_code_for(Ending.FAILURES if failed else Ending.DONE)
 
     @property
-    def records_per_s(self) -> float:
-        return (self.done + self.failed) / self.elapsed_s if self.elapsed_s > 0 else 0.0
+    def done(self) -> int:
+        return self.numbers.done
+
+    @property
+    def failed(self) -> int:
+        return self.numbers.failed
+
+    @property
+    def pending_at_start(self) -> int:
+        return self.numbers.pending_at_start
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,6 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, ProgressColumn, Task, TextColumn
 from rich.text import Text
 
-from pipeline.run.server_cache import progress_words
 from pipeline.run.stats import RunStats
 
 log = structlog.get_logger("pipeline.run.progress")
@@ -41,12 +40,13 @@ class _StatsColumn(ProgressColumn):
 
     def render(self, task: Task) -> Text:
         s = self._stats
+        n = s.now()
         return Text(
-            f"done {s.done:,} · failed {s.failed:,} · in flight {s.in_flight} · "
-            f"{s.records_per_min():,.1f} rec/min · {s.output_tokens_per_s():,.0f} tok/s · "
-            f"ETA {format_duration(s.eta_s())}"
-            + (f" · timeouts {s.timeouts}" if s.timeouts else "")
-            + progress_words(s.server_cache())
+            f"done {n.done:,} · failed {n.failed:,} · in flight {s.in_flight} · "
+            f"{n.records_per_min:,.1f} rec/min · {n.output_tokens_per_s:,.0f} tok/s · "
+            f"ETA {format_duration(n.eta_s)}"
+            + (f" · timeouts {n.timeouts}" if n.timeouts else "")
+            + s.cache_words(n)
             + (f" · {failing}" if (failing := s.server_failing()) else "")
         )
 
@@ -69,7 +69,7 @@ class LiveProgress:
                 auto_refresh=False,
                 transient=False,
             )
-            self._task = self._progress.add_task("extract", total=max(1, stats.pending_at_start))
+            self._task = self._progress.add_task("extract", total=max(1, stats.numbers.pending_at_start))
             self._progress.start()
         return self._progress
 
@@ -80,7 +80,7 @@ class LiveProgress:
 
     def _draw(self, stats: RunStats) -> None:
         bar = self._bar(stats)
-        bar.update(self._task, completed=stats.finished)
+        bar.update(self._task, completed=stats.numbers.finished)
         bar.refresh()
 
     def close(self, stats: RunStats) -> None:

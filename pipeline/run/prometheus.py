@@ -1,9 +1,10 @@
 """One run's live numbers for Prometheus: an HTTP ``/metrics`` endpoint, a node_exporter textfile, or both.
 
-:class:`RunCollector` reads a :class:`RunStats` at scrape time, so nothing is counted twice. The workers
+:class:`RunCollector` reads a :class:`RunStats` at scrape time (its numbers once, :meth:`RunStats.now`:
+the run's one record of them), so nothing is counted twice. The workers
 update the stats on the event loop thread without locks, while scrapes arrive on the HTTP server's
 threads; :func:`publish_metrics` therefore hops back to the event loop for every read, which also makes
-each scrape one consistent instant (done + failed + pending add up, histogram count matches its sum).
+each scrape one consistent instant (done + failed + remaining add up, histogram count matches its sum).
 
 Each run gets its own :class:`CollectorRegistry`, never prometheus_client's global one, so several runs
 in one process (and the tests) do not collide.
@@ -31,8 +32,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 
 from pipeline.errors import ConfigError, FailureClass
 from pipeline.extraction.retry import RetryKind
-from pipeline.run.server_cache import run_cache_numbers
 from pipeline.run.stats import RunStats
+from pipeline.store.numbers import RunNumbers
 
 log = structlog.get_logger("pipeline.run.prometheus")
 
@@ -58,13 +59,14 @@ class RunCollector:
         self.active = True
 
     def collect(self) -> Iterator[Metric]:
-        yield from self._records()
-        yield from self._requests()
+        numbers = self._stats.now()
+        yield from self._records(numbers)
+        yield from self._requests(numbers)
         yield from self._timing()
         yield from self._endpoints()
-        yield from self._server_cache()
+        yield from self._server_cache(numbers)
 
-    def _server_cache(self) -> Iterator[Metric]:
+    def _server_cache(self, run: RunNumbers) -> Iterator[Metric]:
         """The servers' prefix cache and preemptions since the run began, per endpoint, and the run's hit
         rate; an endpoint whose server has no /metrics (a proxy) has no series."""
         numbers = self._stats.endpoint_numbers()
@@ -76,12 +78,11 @@ class RunCollector:
                 if value is not None:
                     family.add_metric([self._job, endpoint], float(value))
             yield family
-        rate = run_cache_numbers(numbers).get("prefix_cache_hit_rate")
-        if rate is not None:
+        if run.prefix_cache_hit_rate is not None:
             yield self._gauge(
                 "prefix_cache_hit_rate",
                 "Prompt tokens the servers took from their prefix cache over those queried, this run.",
-                rate,
+                run.prefix_cache_hit_rate,
             )
 
     def _endpoints(self) -> Iterator[Metric]:
@@ -94,35 +95,49 @@ class RunCollector:
                 family.add_metric([self._job, endpoint], float(values[name.removesuffix("_total")]))
             yield family
 
-    def _records(self) -> Iterator[Metric]:
-        s = self._stats
-        yield self._counter("records_done_total", "Records extracted and committed.", s.done)
+    def _records(self, n: RunNumbers) -> Iterator[Metric]:
+        yield self._counter("records_done_total", "Records extracted and committed.", n.done)
         yield self._counter_by(
             "records_failed_total",
             "Records committed as failed, by failure class.",
             "class",
-            _with_known_keys(s.failures, FailureClass),
+            _with_known_keys(n.failures, FailureClass),
         )
         yield self._counter(
-            "chunks_done_total", "Chunks of long records (chunking:) answered and committed.", s.chunks_done
+            "chunks_done_total", "Chunks of long records (chunking:) answered and committed.", n.chunks_done
         )
-        yield self._gauge("records_pending", "Records of this run not finished yet.", s.remaining)
-        yield self._gauge("records_at_start", "Records pending when the run started.", s.pending_at_start)
+        yield self._gauge(
+            "records_pending",
+            "Records of the job still pending, whatever --limit: after a plain run, what status calls "
+            "pending (a --sample, --retry-failed, --only-failed or --redo-stale run: those it selects).",
+            n.backlog,
+        )
+        yield self._gauge(
+            "records_remaining", "Records this run set out to do, not finished yet.", n.remaining
+        )
+        yield self._gauge("records_at_start", "Records this run set out to do.", n.pending_at_start)
 
-    def _requests(self) -> Iterator[Metric]:
+    def _requests(self, n: RunNumbers) -> Iterator[Metric]:
         s = self._stats
         yield self._gauge("requests_in_flight", "Requests sent and not ended yet.", s.in_flight)
         yield self._gauge("concurrency", "Most requests allowed in flight at once.", s.concurrency)
-        yield self._counter("requests_total", "Requests sent to the server, retries included.", s.requests)
-        yield self._counter("request_timeouts_total", "Requests that timed out.", s.timeouts)
+        yield self._counter(
+            "requests_total", "Requests sent to the servers, every attempt (cancelled ones too).", n.attempts
+        )
+        yield self._counter("request_timeouts_total", "Requests that timed out.", n.timeouts)
         yield self._counter_by(
             "retries_total",
             "Requests repeated, by cause.",
             "cause",
-            _with_known_keys(s.retries, RetryKind),
+            _with_known_keys(n.retries, RetryKind),
         )
-        yield self._counter("prompt_tokens_total", "Prompt tokens the server reported.", s.prompt_tokens)
-        yield self._counter("output_tokens_total", "Output tokens the server reported.", s.output_tokens)
+        yield self._counter("prompt_tokens_total", "Prompt tokens the server reported.", n.prompt_tokens)
+        yield self._counter("output_tokens_total", "Output tokens the server reported.", n.completion_tokens)
+        yield self._counter(
+            "reasoning_tokens_total",
+            "Reasoning tokens the server reported (of the output).",
+            n.reasoning_tokens,
+        )
         latency = HistogramMetricFamily(
             PREFIX + "request_latency_seconds",
             "Time from sending a request to the server's answer (timeouts excluded).",

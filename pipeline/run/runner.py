@@ -21,9 +21,9 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio
 import structlog
@@ -50,6 +50,7 @@ from pipeline.source.lock import RunLock
 from pipeline.source.reader import SourceReader
 from pipeline.source.relation import count_records
 from pipeline.store.chunks import ChunkStore
+from pipeline.store.numbers import RunNumbers
 from pipeline.store.opening import known_knees, prepare_database
 from pipeline.store.read_copy import remove_copies
 from pipeline.store.writer import RunStart, StoreWriter
@@ -129,48 +130,52 @@ class JobRun:
     async def run(self) -> RunSummary:
         with RunLock(self.context.database):
             async with _opened_source(self.context, self.options) as (self.connection, self.reader):
-                pending = self.options.capped(await self.reader.count_metadata())
-                if pending == 0:  # only now is the content phase worth waiting for
-                    pending = self.options.capped(await self.reader.count_content())
-                if pending == 0:
+                selected = await self.reader.count_metadata()
+                if selected == 0:  # only now is the content phase worth waiting for
+                    selected = await self.reader.count_content()
+                if selected == 0:
                     return await self._nothing_to_do()
+                pending = self.options.capped(selected)
                 warn_if_timeout_is_short(self.context)
                 async with self._servers():
                     await warn_before_start(self.context, self.router, pending, self._commands.check())
-                    self.stats = self._new_stats(pending)
+                    self.stats = self._new_stats(pending, selected)
                     status, fatal, drift = await self._extract()
-                stats = self.stats
+                numbers = self.stats.end()
                 log.info(
                     "run ended",
                     run_id=self.writer.run_id,
                     status=str(status),
-                    done=stats.done,
-                    failed=stats.failed,
+                    done=numbers.done,
+                    failed=numbers.failed,
                 )
                 if fatal is not None:
                     raise fatal
-                return self._summary(
-                    pending_at_start=stats.pending_at_start,
-                    run_id=self.writer.run_id,
-                    status=status,
-                    done=stats.done,
-                    failed=stats.failed,
-                    requests=stats.requests,
-                    output_tokens=stats.output_tokens,
-                    timeouts=stats.timeouts,
-                    elapsed_s=stats.elapsed_s(),
-                    stale_kept=await stale_kept(self.reader, self._commands.run("--redo-stale")),
-                    drift=drift,
-                )
+                kept = await stale_kept(self.reader, self._commands.run("--redo-stale"))
+                return self._summary(self.writer.run_id, status, numbers, kept, drift=drift)
 
-    def _summary(self, **values: Any) -> RunSummary:
+    def _summary(
+        self,
+        run_id: int,
+        status: RunStatus,
+        numbers: RunNumbers,
+        stale: Mapping[str, int],
+        *,
+        drift: tuple[Drift, ...] = (),
+        source_records: int | None = None,
+    ) -> RunSummary:
         spec = self.context.spec
         return RunSummary(
-            database=spec.database,
-            results_table=spec.output.results_table,
-            failures_table=spec.output.failures_table,
+            run_id,
+            status,
+            spec.database,
+            spec.output.results_table,
+            spec.output.failures_table,
+            numbers,
+            stale_kept=stale,
             variant=spec.variant,
-            **values,
+            drift=drift,
+            source_records=source_records,
         )
 
     async def _nothing_to_do(self) -> RunSummary:
@@ -184,18 +189,13 @@ class JobRun:
             await write_textfile_once(RunStats(pending_at_start=0, concurrency=0), spec.name, textfile)
         urls = ", ".join(config.base_url for config in self.context.endpoints)
         start = RunStart(
-            self.context.version.job_hash, spec.model, urls, None, 0, self.options.variant_options
+            self.context.version.job_hash, spec.model, urls, None, RunNumbers(), self.options.variant_options
         )
         writer = StoreWriter(self.connection, self.context)
         run_id = await writer.record_nothing_to_do(start, f"nothing pending of {records:,} source records")
         log.info("nothing to do", job=spec.name, variant=spec.variant, run_id=run_id)
-        return self._summary(
-            run_id=run_id,
-            status=RunStatus.NOTHING_TO_DO,
-            pending_at_start=0,
-            stale_kept=await stale_kept(self.reader, self._commands.run("--redo-stale")),
-            source_records=records,
-        )
+        kept = await stale_kept(self.reader, self._commands.run("--redo-stale"))
+        return self._summary(run_id, RunStatus.NOTHING_TO_DO, RunNumbers(), kept, source_records=records)
 
     @asynccontextmanager
     async def _servers(self) -> AsyncIterator[None]:
@@ -209,10 +209,12 @@ class JobRun:
         async with fleet as (self.context, self.router):
             yield
 
-    def _new_stats(self, pending: int) -> RunStats:
+    def _new_stats(self, pending: int, selected: int) -> RunStats:
+        """``pending``: what the run sets out to do; ``selected``: what its options select, --limit aside."""
         router = self.router
         stats = RunStats(
             pending_at_start=pending,
+            backlog_at_start=selected,
             concurrency=router.most_in_flight,
             abort_after_failures=self.context.spec.retry.abort_after_consecutive_failures,
         )
@@ -254,16 +256,16 @@ class JobRun:
         return status, fatal, await self._profile_and_drift(execution.series)
 
     async def _begin(self) -> None:
-        spec, router, pending = self.context.spec, self.router, self.stats.pending_at_start
+        spec, router, numbers = self.context.spec, self.router, self.stats.now()
         urls = ", ".join(endpoint.config.base_url for endpoint in router.endpoints)
-        start = RunStart(self.context.version.job_hash, spec.model, urls, router.most_in_flight, pending)
+        start = RunStart(self.context.version.job_hash, spec.model, urls, router.most_in_flight, numbers)
         run_id = await self.writer.begin_run(dataclasses.replace(start, options=self.options.variant_options))
         log.info(
             "run started",
             job=spec.name,
             variant=spec.variant,
             run_id=run_id,
-            pending=pending,
+            pending=numbers.pending_at_start,
             endpoints=[endpoint.name for endpoint in router.endpoints],
             concurrency=[endpoint.config.concurrency or "auto" for endpoint in router.endpoints],
         )
@@ -273,7 +275,8 @@ class JobRun:
         already (a full disk that also refuses this last update), which stays the one the caller sees."""
         found = {e.config.knee_key: e.found_knee for e in self.router.endpoints if e.found_knee is not None}
         try:
-            await self.writer.finish_run(str(status), message, found)
+            # Its numbers once the workers stopped: every request sent, the cancelled ones too.
+            await self.writer.finish_run(str(status), self.stats.end(), message, found)
         except DatabaseError as error:
             if not quiet:
                 raise
@@ -303,7 +306,7 @@ class JobRun:
         writer = self.writer
         try:
             await writer.save_series(series.points)
-            if writer.counts.done + writer.counts.failed == 0:  # a run that finished no record: no profile
+            if self.stats.numbers.finished == 0:  # a run that finished no record: no profile
                 return ()
             await writer.profile_run()
             runs = await writer.recent_runs(BASELINE_RUNS + 1)

@@ -41,19 +41,20 @@ class RunSeries:
         self._sleep = sleep
         self.points: list[dict[str, Any]] = []
         self._last = (0.0, 0)  # (elapsed s, records finished) at the last point
-        self._last_cache = (0.0, 0.0, 0.0)  # (prefix-cache hits, queries, answers) at the last point
+        self._last_cache = (0.0, 0.0)  # (prefix-cache hits, queries) at the last point
 
     def sample(self) -> dict[str, Any]:
         """Add a point for now (and thin the series out when it is full)."""
         stats = self._stats
-        elapsed, finished = stats.elapsed_s(), stats.finished
+        numbers = stats.now()
+        elapsed, finished = numbers.elapsed_s, numbers.finished
         since_s, since_finished = self._last
         span = elapsed - since_s
         endpoints = stats.endpoint_numbers()
         point = {
             "t": round(elapsed, 2),
-            "done": stats.done,
-            "failed": stats.failed,
+            "done": numbers.done,
+            "failed": numbers.failed,
             "records_per_min": round((finished - since_finished) * 60 / span, 2) if span > 0 else None,
             "in_flight": stats.in_flight,
             "limits": {name: numbers["limit"] for name, numbers in endpoints.items()},
@@ -74,14 +75,12 @@ class RunSeries:
         if totals is None:
             return {}
         hits, queries = totals["prefix_cache_hits"], totals["prefix_cache_queries"]
-        since_hits, since_queries, _ = self._last_cache
-        self._last_cache = (hits, queries, totals["answers"])
-        answered = max(0.0, totals["answers"] - self._last_cache[2])
-        rate = hit_rate(hits - since_hits, queries - since_queries, answered)
+        since_hits, since_queries = self._last_cache
+        self._last_cache = (hits, queries)
+        rate = hit_rate(hits - since_hits, queries - since_queries)
         return {
             "prefix_cache_hits": round(hits),
             "prefix_cache_queries": round(queries),
-            "answers": round(totals["answers"]),
             "prefix_cache_hit_rate": None if rate is None else round(rate, 4),
             "preemptions": round(totals["preemptions"]),
         }

@@ -1,4 +1,7 @@
-"""Live counters of one run, shared by the workers, the writer and the progress display.
+"""A run's live state: its numbers as they grow (a :class:`~pipeline.store.numbers.RunNumbers`, the one
+record of its counts) and what only a run going on has beside them: the requests in flight, the
+latency histogram, the clock, the endpoints' own numbers. Shared by the workers, the writer, the
+progress display, the snapshot, the series and Prometheus, each of which reads :meth:`RunStats.now`.
 
 All tasks run on one event loop thread, so plain integer updates are safe without locks.
 """
@@ -9,11 +12,14 @@ import bisect
 import itertools
 import time
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import InitVar, dataclass, field
 from typing import Any
 
-from pipeline.run.server_cache import CacheWarnings, run_cache_numbers
+from pipeline.extraction.outcomes import Stored
+from pipeline.run.server_cache import CacheWarnings, cache_totals, progress_words, run_cache_numbers
+from pipeline.servers.replies import Reply
+from pipeline.store.numbers import RunNumbers
 
 #: Upper bounds (seconds) of the request latency histogram: one busy gpt-oss request takes minutes.
 LATENCY_BUCKETS_S: tuple[float, ...] = (0.5, 1, 2.5, 5, 10, 30, 60, 120, 180, 240, 300, 450, 600, 900, 1800)
@@ -41,20 +47,13 @@ class LatencyHistogram:
 
 @dataclass(slots=True)
 class RunStats:
-    pending_at_start: int
+    pending_at_start: InitVar[int]  # what the run sets out to do
     concurrency: int
     clock: Callable[[], float] = time.monotonic
+    # What the run's options select, --limit aside (None: as many as it sets out to do).
+    backlog_at_start: InitVar[int | None] = None
     started: float = field(default=-1.0)
-    done: int = 0  # committed to the results table
-    failed: int = 0  # committed to the failures table
-    chunks_done: int = 0  # chunks of long records committed to the chunks table
-    requests: int = 0
-    output_tokens: int = 0
-    timeouts: int = 0
-    retries: Counter[str] = field(default_factory=Counter)
-    failures: Counter[str] = field(default_factory=Counter)
-    prompt_tokens: int = 0
-    reasoning_tokens: int = 0
+    numbers: RunNumbers = field(init=False)  # the counts: read them through now()
     latency: LatencyHistogram = field(default_factory=LatencyHistogram)
     last_answer_at: float = field(default=-1.0)  # when the server last finished a request
     # Records in a row failing on the server side that take an endpoint out (the last one: the run
@@ -63,22 +62,26 @@ class RunStats:
     last_failure: str | None = None  # the message of the last record that failed
     # Per endpoint (pipeline.servers.endpoint), by name: set by the runner, read by snapshots and metrics.
     endpoint_numbers: Callable[[], dict[str, dict[str, Any]]] = field(default=dict)
-    # The low prefix-cache hit rates said so far (run/server_cache.py): once each, kept for status.
+    # The low prefix-cache hit rates said so far (run/server_cache.py): once each, in the log.
     cache_warnings: CacheWarnings = field(default_factory=CacheWarnings)
+    _final: RunNumbers | None = None  # its numbers at its end (end()), which every reader after takes
     _sent_at: dict[int, float] = field(default_factory=dict)
     _tickets: itertools.count[int] = field(default_factory=itertools.count)
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, pending_at_start: int, backlog_at_start: int | None) -> None:
+        backlog = pending_at_start if backlog_at_start is None else backlog_at_start
+        self.numbers = RunNumbers(pending_at_start=pending_at_start, backlog_at_start=backlog)
         if self.started < 0:
             self.started = self.clock()
         if self.last_answer_at < 0:
             self.last_answer_at = self.started
 
     def request_sent(self) -> int:
-        """Count a request in flight; the ticket given back ends it in :meth:`request_ended`."""
+        """Count a request as it is sent (an attempt, whatever becomes of it) and in flight; the ticket
+        given back ends it in :meth:`request_ended`."""
         ticket = next(self._tickets)
         self._sent_at[ticket] = self.clock()
-        self.requests += 1
+        self.numbers.attempts += 1
         return ticket
 
     def request_ended(self, ticket: int, *, answered: bool) -> None:
@@ -88,6 +91,55 @@ class RunStats:
             now = self.clock()
             self.last_answer_at = now
             self.latency.observe(now - sent)
+
+    def replied(self, reply: Reply) -> None:
+        """Count the tokens of a reply, as the server counted them."""
+        numbers = self.numbers
+        numbers.prompt_tokens += reply.prompt_tokens or 0
+        numbers.completion_tokens += reply.completion_tokens or 0
+        numbers.reasoning_tokens += reply.reasoning_tokens or 0
+
+    def timed_out(self) -> None:
+        self.numbers.timeouts += 1
+
+    def retried(self, cause: str) -> None:
+        self.numbers.retries[cause] = self.numbers.retries.get(cause, 0) + 1
+
+    def committed(self, outcomes: Sequence[Stored]) -> None:
+        """Count outcomes once they are committed."""
+        for outcome in outcomes:
+            self.numbers.add(outcome)
+
+    def made_transient(self, changed: Counter[str]) -> None:
+        self.numbers.made_transient(changed)
+
+    def set_pending(self, pending_at_start: int, backlog_at_start: int) -> None:
+        """What the run sets out to do, once every phase of its count is in."""
+        self.numbers.pending_at_start, self.numbers.backlog_at_start = pending_at_start, backlog_at_start
+
+    def end(self) -> RunNumbers:
+        """The run ended (its workers stopped): its numbers stop here, its time too, so the row, the
+        summary, the snapshot and the metrics written after all say these."""
+        if self._final is None:
+            self._final = self.now()
+        return self._final.copy()
+
+    def now(self) -> RunNumbers:
+        """The run's numbers as of now (a copy): its time up to now, and the servers' prefix cache and
+        preemptions over its endpoints, read once; once it ended, those of its end."""
+        if self._final is not None:
+            return self._final.copy()
+        numbers = self.numbers.copy()
+        numbers.elapsed_s = max(0.0, self.clock() - self.started)
+        endpoints = self.endpoint_numbers()
+        cache = run_cache_numbers(endpoints)
+        totals = cache_totals(endpoints)
+        numbers.prefix_cache_hit_rate = cache.get("prefix_cache_hit_rate")
+        numbers.prefix_cache_reachable = cache.get("prefix_cache_reachable")
+        numbers.preemptions = cache.get("preemptions")
+        queries = totals.get("prefix_cache_queries") if totals is not None else None
+        numbers.prefix_cache_queries = None if queries is None else round(queries)
+        return numbers
 
     @property
     def in_flight(self) -> int:
@@ -101,27 +153,6 @@ class RunStats:
 
     def since_last_answer_s(self, now: float | None = None) -> float:
         return (self.clock() if now is None else now) - self.last_answer_at
-
-    @property
-    def finished(self) -> int:
-        return self.done + self.failed
-
-    @property
-    def remaining(self) -> int:
-        return max(0, self.pending_at_start - self.finished)
-
-    def elapsed_s(self, now: float | None = None) -> float:
-        return max(1e-9, (self.clock() if now is None else now) - self.started)
-
-    def records_per_min(self, now: float | None = None) -> float:
-        return self.finished * 60.0 / self.elapsed_s(now)
-
-    def output_tokens_per_s(self, now: float | None = None) -> float:
-        return self.output_tokens / self.elapsed_s(now)
-
-    def eta_s(self, now: float | None = None) -> float | None:
-        rate = self.records_per_min(now) / 60.0
-        return self.remaining / rate if rate > 0 else None
 
     def server_failing(self) -> str | None:
         """How close the endpoints failing records in a row are to being given up, or ``None``: at 100%
@@ -142,32 +173,30 @@ class RunStats:
             said = f"{each} {of} before it leaves the rotation (the run stops when no endpoint is left)"
         return f"server failing: {said}; last: {self.last_failure}"
 
-    def server_cache(self) -> dict[str, Any]:
-        """The prefix-cache hit rate and preemptions over the endpoints ({} when no server says)."""
-        return run_cache_numbers(self.endpoint_numbers())
+    def cache_words(self, numbers: RunNumbers) -> str:
+        """The progress line's words on the servers' prefix cache: ``numbers``' hit rate, and the rate
+        of the last few minutes when it differs."""
+        recent = run_cache_numbers(self.endpoint_numbers()).get("prefix_cache_recent_hit_rate")
+        return progress_words(
+            {
+                "prefix_cache_hit_rate": numbers.prefix_cache_hit_rate,
+                "prefix_cache_recent_hit_rate": recent,
+                "preemptions": numbers.preemptions,
+            }
+        )
 
     def snapshot(self) -> dict[str, Any]:
-        now = self.clock()
-        failing = self.server_failing()
+        """The numbers as of now and what only a live run has: for the snapshot file and the log."""
+        numbers = self.now()
         endpoints = self.endpoint_numbers()
+        failing = self.server_failing()
         said = self.cache_warnings.said
+        recent = run_cache_numbers(endpoints).get("prefix_cache_recent_hit_rate")
         return {
-            "pending_at_start": self.pending_at_start,
-            "done": self.done,
-            "failed": self.failed,
-            "chunks_done": self.chunks_done,
+            **numbers.to_json(),
             "in_flight": self.in_flight,
-            "remaining": self.remaining,
-            "requests": self.requests,
-            "records_per_min": round(self.records_per_min(now), 2),
-            "output_tokens_per_s": round(self.output_tokens_per_s(now), 1),
-            "eta_s": None if (eta := self.eta_s(now)) is None else round(eta),
-            "elapsed_s": round(self.elapsed_s(now), 1),
-            "timeouts": self.timeouts,
-            "retries": dict(self.retries),
-            "failures": dict(self.failures),
             "endpoints": endpoints,
-            **run_cache_numbers(endpoints),
+            **({"prefix_cache_recent_hit_rate": recent} if recent is not None else {}),
             **({"prefix_cache_warnings": list(said)} if said else {}),
             **({"server_failing": failing} if failing else {}),
         }

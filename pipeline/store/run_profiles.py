@@ -22,6 +22,7 @@ from pipeline.quality.found_share import FoundShare, found_shares
 from pipeline.quality.grounding import grounding_from_json
 from pipeline.quality.profile import profile_fields
 from pipeline.source.db import Database, quote
+from pipeline.store.numbers import RUN_NUMBER_COLUMNS, RunNumbers
 
 #: The status of a run that had nothing to do (``pipeline.run``'s ``RunStatus.NOTHING_TO_DO``): a quiet
 #: night, kept as a row with nothing done, no profile and no series.
@@ -135,15 +136,19 @@ def _float(value: Any) -> float | None:
 
 
 def _speed(connection: Database, spec: JobSpec, parameters: Mapping[str, Any]) -> dict[str, float | None]:
-    """Records per minute, and the run's duration (drift judges the speed of a short run loosely)."""
-    row = connection.row(
-        "SELECT done + failed, epoch(coalesce(ended_at, updated_at) - started_at) "
-        f"FROM {quote(spec.output.runs_table)} WHERE run_id = $run_id",
-        {"run_id": parameters["run_id"]},
-    )
-    records, seconds = (_float(row[0]), _float(row[1])) if row else (None, None)
-    per_min = records * 60.0 / seconds if records is not None and seconds else None
-    return {"records_per_min": per_min, "duration_s": seconds}
+    """Records per minute, and the run's duration (drift judges the speed of a short run loosely): its
+    numbers' (:class:`RunNumbers`), as the summary line, status and report say them."""
+    numbers = run_numbers(connection, spec, parameters["run_id"])
+    if numbers is None or numbers.elapsed_s <= 0:
+        return {"records_per_min": None, "duration_s": None}
+    return {"records_per_min": numbers.records_per_min, "duration_s": numbers.elapsed_s}
+
+
+def run_numbers(connection: Database, spec: JobSpec, run_id: int) -> RunNumbers | None:
+    """Run ``run_id``'s numbers, as its row has them (None: no such run). Blocking."""
+    cursor = connection.execute(f"SELECT * FROM {quote(spec.output.runs_table)} WHERE run_id = ?", [run_id])
+    row = cursor.fetchone()
+    return None if row is None else RunNumbers.of(dict(zip(cursor.columns, row, strict=True)))
 
 
 def save_profile(connection: Database, spec: JobSpec, run_id: int, profile: Mapping[str, Any]) -> None:
@@ -164,29 +169,32 @@ def save_series(
 
 def stored_runs(connection: Database, spec: JobSpec, most: int) -> list[dict[str, Any]]:
     """The variant's last ``most`` runs with a profile, oldest first: their row (``run_id``,
-    ``started_at``, ``ended_at``, ``status``, ``model``, ``concurrency``), ``profile`` and ``series``
-    (None when the run kept none)."""
-    rows = connection.rows(
-        "SELECT run_id, started_at, ended_at, status, model, concurrency, profile, series "
-        f"FROM {quote(spec.output.runs_table)} WHERE variant = $variant AND profile IS NOT NULL "
+    ``started_at``, ``ended_at``, ``status``, ``model``, ``base_url``, ``concurrency``, and the columns
+    of its numbers, :class:`RunNumbers`), ``profile`` and ``series`` (None when the run kept none)."""
+    cursor = connection.execute(
+        f"SELECT * FROM {quote(spec.output.runs_table)} WHERE variant = $variant AND profile IS NOT NULL "
         "ORDER BY run_id DESC LIMIT $most",
         {"variant": spec.variant, "most": most},
     )
-    runs = []
-    for run_id, started, ended, status, model, concurrency, profile, series in reversed(rows):
-        runs.append(
-            {
-                "run_id": int(run_id),
-                "started_at": started.isoformat() if started else None,
-                "ended_at": ended.isoformat() if ended else None,
-                "status": status,
-                "model": model,
-                "concurrency": concurrency,
-                "profile": orjson.loads(profile),
-                "series": orjson.loads(series) if series else None,
-            }
-        )
-    return runs
+    rows = [dict(zip(cursor.columns, row, strict=True)) for row in cursor.fetchall()]
+    return [_stored_run(row) for row in reversed(rows)]
+
+
+def _stored_run(row: Mapping[str, Any]) -> dict[str, Any]:
+    started, ended = row["started_at"], row["ended_at"]
+    numbers = {name: row[name] for name, _ in RUN_NUMBER_COLUMNS if name in row}  # an older row has fewer
+    return {
+        "run_id": int(row["run_id"]),
+        "started_at": started.isoformat() if started else None,
+        "ended_at": ended.isoformat() if ended else None,
+        "status": row["status"],
+        "model": row["model"],
+        "base_url": row["base_url"],
+        "concurrency": row["concurrency"],
+        **numbers,
+        "profile": orjson.loads(row["profile"]),
+        "series": orjson.loads(row["series"]) if row["series"] else None,
+    }
 
 
 def newest_run(connection: Database, spec: JobSpec, running_id: int | None = None) -> NewestRun | None:

@@ -12,8 +12,9 @@
   not kept, and the chunk answers behind every merged result stay there to look at.
 * ``judgments`` (:mod:`pipeline.store.judgments`): what people and models said of extracted values,
   one row per judgment, tied to the result it judged.
-* ``runs``: one row per run, with totals over every attempt, the profile of what it produced and a
-  small time series of how it went.
+* ``runs``: one row per run, with its numbers (:class:`~pipeline.store.numbers.RunNumbers`: totals
+  over every attempt, records done and failed, its time), the profile of what it produced and a small
+  time series of how it went.
 
 A database written by an earlier version opens without a manual step: tables keyed by record alone
 are rebuilt with the variant in their key (rows become variant ``main``), and missing columns are
@@ -30,6 +31,7 @@ from pipeline.job.spec import JobSpec
 from pipeline.source.db import UTC_NOW, Database, quote
 from pipeline.source.versions import VERSION_COLUMNS
 from pipeline.store.judgments import JUDGMENT_COLUMNS, judgments_table
+from pipeline.store.numbers import RUN_NUMBER_COLUMNS
 
 log = structlog.get_logger("pipeline.store.tables")
 
@@ -93,13 +95,7 @@ _RUN_COLUMNS = [
     ("updated_at", "TIMESTAMP"),
     ("ended_at", "TIMESTAMP"),
     ("status", "VARCHAR"),
-    ("pending_at_start", "BIGINT"),
-    ("done", "BIGINT DEFAULT 0"),
-    ("failed", "BIGINT DEFAULT 0"),
-    ("attempts", "BIGINT DEFAULT 0"),  # every request sent, failed and re-asked ones included
-    ("prompt_tokens", "BIGINT DEFAULT 0"),  # over every attempt
-    ("completion_tokens", "BIGINT DEFAULT 0"),
-    ("reasoning_tokens", "BIGINT DEFAULT 0"),
+    *RUN_NUMBER_COLUMNS,  # the run's counts, one column per field of RunNumbers (store/numbers.py)
     ("message", "VARCHAR"),
     ("knees", "JSON"),  # {"base_url model": level}: where `concurrency: auto` found each server's knee
     ("profile", "JSON"),  # what the run produced, field by field (store/run_profiles.py): drift's input

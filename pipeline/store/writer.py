@@ -7,7 +7,6 @@ shows is always what is on disk, and a kill at any moment loses no result and do
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import os
 import time
@@ -27,6 +26,7 @@ from pipeline.servers.knee_search import KneeMemory
 from pipeline.source.db import UTC_NOW, Database, quote
 from pipeline.source.reader import RecordId
 from pipeline.store.chunks import chunk_row
+from pipeline.store.numbers import RUN_NUMBER_ASSIGNMENTS, RUN_NUMBER_COLUMNS, RunNumbers
 from pipeline.store.run_profiles import (
     NOTHING_TO_DO,
     note_failures_before,
@@ -52,40 +52,13 @@ T = TypeVar("T")
 CHAOS_COMMIT_DELAY_ENV = "PIPELINE_CHAOS_COMMIT_DELAY_S"
 
 
-@dataclass(slots=True)
-class RunCounts:
-    """The run's totals, over every attempt of every record it finished (failed ones included)."""
-
-    done: int = 0
-    failed: int = 0
-    attempts: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    reasoning_tokens: int = 0
-    from_reasoning: int = 0  # results whose answer came in the reasoning field, content null
-
-    def add(self, outcome: Stored) -> None:
-        if isinstance(outcome, Failed):
-            self.failed += 1
-        elif isinstance(outcome, Extracted):
-            self.done += 1
-            self.from_reasoning += outcome.from_reasoning
-        spent = outcome.result if isinstance(outcome, ChunkDone) else outcome
-        if isinstance(spent, Extracted) and spent.chunked:
-            return  # its chunks were counted as each finished
-        self.attempts += spent.attempts
-        self.prompt_tokens += spent.usage.prompt_tokens
-        self.completion_tokens += spent.usage.completion_tokens
-        self.reasoning_tokens += spent.usage.reasoning_tokens
-
-
 @dataclass(frozen=True, slots=True)
 class RunStart:
     job_hash: str
     model: str
     base_url: str
     concurrency: int | None  # None: no server was asked (nothing to do)
-    pending: int
+    numbers: RunNumbers  # as it begins: what it set out to do
     options: Sequence[str] = ()  # the command-line options that changed the job, as given
 
 
@@ -97,8 +70,7 @@ class StoreWriter:
         self.spec = context.spec
         self.version = context.version
         self.run_id = 0
-        self.counts = RunCounts()
-        self._pending = 0
+        self._from_reasoning = 0  # results whose answer came in the reasoning field, content null
         self._limiter = anyio.CapacityLimiter(1)
         self._chaos_commit_delay_s = float(os.environ.get(CHAOS_COMMIT_DELAY_ENV) or 0)
 
@@ -106,7 +78,6 @@ class StoreWriter:
         return await anyio.to_thread.run_sync(function, limiter=self._limiter)
 
     async def begin_run(self, start: RunStart) -> int:
-        self._pending = start.pending
         self.run_id = await self._call(lambda: self._insert_run(start))
         return self.run_id
 
@@ -116,25 +87,29 @@ class StoreWriter:
         self.run_id = await self._call(lambda: self._insert_run(start, NOTHING_TO_DO, message))
         return self.run_id
 
-    async def write(self, outcomes: Sequence[Stored]) -> None:
-        """Commit a batch of outcomes and the run's new counters in one transaction."""
+    async def write(self, outcomes: Sequence[Stored], numbers: RunNumbers) -> None:
+        """Commit a batch of outcomes and the run's numbers with them counted (``numbers``) in one
+        transaction."""
         if outcomes:
-            await self._call(lambda: self._write_batch(outcomes))
+            await self._call(lambda: self._write_batch(outcomes, numbers))
 
-    async def set_pending(self, pending: int) -> None:
-        """The run's pending count, once the content phase has been counted."""
-        self._pending = pending
-        await self._call(lambda: self._update_run(self.counts, status=None, message=None))
+    async def update_numbers(self, numbers: RunNumbers) -> None:
+        """The run's numbers in its row (e.g. what it set out to do, once the content phase is counted)."""
+        await self._call(lambda: self._update_run(numbers, status=None, message=None))
 
     async def finish_run(
-        self, status: str, message: str | None = None, knees: Mapping[str, KneeMemory] | None = None
+        self,
+        status: str,
+        numbers: RunNumbers,
+        message: str | None = None,
+        knees: Mapping[str, KneeMemory] | None = None,
     ) -> None:
-        """The run's end; ``knees``: what `concurrency: auto` learned of each endpoint's best level, for
-        the next run to start from (see :func:`known_knees`)."""
+        """The run's end, with its numbers once its workers stopped; ``knees``: what `concurrency: auto`
+        learned of each endpoint's best level, for the next run to start from (see :func:`known_knees`)."""
         found = {key: known.as_json() for key, known in (knees or {}).items()}
         text = orjson.dumps(found).decode() if found else None
-        await self._call(lambda: self._update_run(self.counts, status=status, message=message, knees=text))
-        recovered = self.counts.from_reasoning
+        await self._call(lambda: self._update_run(numbers, status=status, message=message, knees=text))
+        recovered = self._from_reasoning
         if recovered:
             log.warning(
                 f"{recovered:,} answer{'' if recovered == 1 else 's'} recovered from reasoning: the server "
@@ -194,11 +169,13 @@ class StoreWriter:
             note_failures_before(self.connection, self.spec)  # the profile counts the records retried
         table = quote(self.spec.output.runs_table)
         run_id = self.connection.scalar(f"SELECT coalesce(max(run_id), 0) + 1 FROM {table}")
+        numbers = ", ".join(name for name, _ in RUN_NUMBER_COLUMNS)
         self.connection.execute(
             f"INSERT INTO {table} (run_id, job_name, variant, job_hash, model, base_url, concurrency, "
-            f"started_at, updated_at, ended_at, status, pending_at_start, options, message) "
+            f"started_at, updated_at, ended_at, status, options, message, {numbers}) "
             f"VALUES (?, ?, ?, ?, ?, ?, ?, {UTC_NOW}, {UTC_NOW}, "
-            f"CASE WHEN ? = 'running' THEN NULL ELSE {UTC_NOW} END, ?, ?, ?, ?)",
+            f"CASE WHEN ? = 'running' THEN NULL ELSE {UTC_NOW} END, ?, ?, ?, "
+            f"{', '.join('?' for _ in RUN_NUMBER_COLUMNS)})",
             [
                 run_id,
                 self.spec.name,
@@ -209,20 +186,17 @@ class StoreWriter:
                 start.concurrency,
                 status,
                 status,
-                start.pending,
                 orjson.dumps(list(start.options)).decode(),
                 message,
+                *start.numbers.row_values(),
             ],
         )
         return run_id
 
-    def _write_batch(self, outcomes: Sequence[Stored]) -> None:
+    def _write_batch(self, outcomes: Sequence[Stored], numbers: RunNumbers) -> None:
         extracted = [o for o in outcomes if isinstance(o, Extracted)]
         failed = [o for o in outcomes if isinstance(o, Failed)]
         chunks = [o for o in outcomes if isinstance(o, ChunkDone)]
-        counts = dataclasses.replace(self.counts)
-        for outcome in outcomes:
-            counts.add(outcome)
         con, out = self.connection, self.spec.output
         now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
         with con.transaction():
@@ -241,11 +215,11 @@ class StoreWriter:
             if failed:
                 rows = [self._failure_row(o, now) for o in failed]
                 con.append(out.failures_table, FAILURE_COLUMNS, rows, "upsert")
-            self._update_run(counts, status=None, message=None)
+            self._update_run(numbers, status=None, message=None)
             if self._chaos_commit_delay_s:
                 log.warning("chaos: transaction open before commit", rows=len(outcomes))
                 time.sleep(self._chaos_commit_delay_s)
-        self.counts = counts
+        self._from_reasoning += sum(o.from_reasoning for o in extracted)
 
     def _keep_retryable(self, ids: list[RecordId], note: str) -> Counter[str]:
         table = quote(self.spec.output.failures_table)
@@ -319,26 +293,12 @@ class StoreWriter:
         ]
 
     def _update_run(
-        self, counts: RunCounts, *, status: str | None, message: str | None, knees: str | None = None
+        self, numbers: RunNumbers, *, status: str | None, message: str | None, knees: str | None = None
     ) -> None:
         self.connection.execute(
-            f"UPDATE {quote(self.spec.output.runs_table)} SET done = ?, failed = ?, attempts = ?, "
-            f"prompt_tokens = ?, completion_tokens = ?, reasoning_tokens = ?, pending_at_start = ?, "
+            f"UPDATE {quote(self.spec.output.runs_table)} SET {RUN_NUMBER_ASSIGNMENTS}, "
             f"updated_at = {UTC_NOW}, status = coalesce(?, status), message = coalesce(?, message), "
             f"knees = coalesce(?, knees), "
             f"ended_at = CASE WHEN ? IS NULL THEN ended_at ELSE {UTC_NOW} END WHERE run_id = ?",
-            [
-                counts.done,
-                counts.failed,
-                counts.attempts,
-                counts.prompt_tokens,
-                counts.completion_tokens,
-                counts.reasoning_tokens,
-                self._pending,
-                status,
-                message,
-                knees,
-                status,
-                self.run_id,
-            ],
+            [*numbers.row_values(), status, message, knees, status, self.run_id],
         )

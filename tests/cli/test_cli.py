@@ -288,7 +288,7 @@ def test_local_flag_and_local_endpoint_use_the_local_runner(
 
     async def fake_local(spec: object, options: object) -> RunSummary:
         calls.append(spec.endpoint.base_url)  # type: ignore[attr-defined]
-        return RunSummary(None, RunStatus.NOTHING_TO_DO, tmp_path / "x.duckdb", "results", "failures", 0)
+        return RunSummary(None, RunStatus.NOTHING_TO_DO, tmp_path / "x.duckdb", "results", "failures")
 
     monkeypatch.setattr(runner_module, "run_job_locally", fake_local)  # what runner_for picks
     runner = CliRunner()

@@ -122,7 +122,7 @@ def test_during_a_run_the_counts_are_the_copys_and_say_as_of_when(tmp_path: Path
     assert "ETA" not in lines[-2]  # one ETA: the run's own
     assert re.fullmatch(
         r"now:      held by a running `pipeline run` \(pid \d+, run 1\), as of \d\d:\d\d:\d\d: "
-        r"in flight 4, 60.0 records/min, 21.5 output tok/s, ETA 1:30",
+        r"in flight 4, 60.0 records/min, 22 output tok/s, ETA 1:30",
         lines[-1],
     ), lines[-1]
     assert not re.search(r"\b(done|failed|remaining) (11|9|1)\b|\b(11|9) (done|failed)\b", text.stdout)

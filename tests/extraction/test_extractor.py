@@ -129,7 +129,7 @@ async def test_ok_first_time(spec: JobSpec, make_harness: MakeHarness) -> None:
     assert outcome.attempts == 1
     assert outcome.reply.completion_tokens == 40
     assert harness.stats.in_flight == 0
-    assert harness.stats.output_tokens == 40
+    assert harness.stats.now().completion_tokens == 40
 
 
 @pytest.mark.parametrize("field", ["reasoning", "reasoning_content"])
@@ -276,8 +276,7 @@ async def test_timeouts_are_counted(spec: JobSpec, make_harness: MakeHarness) ->
     quick = spec.with_overrides(request_timeout_s=0.5)
     harness = make_harness(quick, ScriptedServer([HANG, respond(good_completion())]))
     assert isinstance(await harness.extract(), Extracted)
-    assert harness.stats.timeouts == 1
-    assert harness.stats.requests == 2
+    assert (harness.stats.now().timeouts, harness.stats.now().attempts) == (1, 2)
 
 
 async def test_refused_connections_wait_for_the_server_and_cost_no_attempt(
@@ -290,8 +289,8 @@ async def test_refused_connections_wait_for_the_server_and_cost_no_attempt(
     second = await harness.extract(SourceRecord(2, RECORD.fields))
     assert isinstance(first, Extracted) and isinstance(second, Extracted)
     assert second.attempts == 1  # refused while down (three probes), no attempt spent, no transient retry
-    assert harness.stats.retries == {}
-    assert harness.stats.requests == 3 and harness.stats.in_flight == 0  # one of them refused
+    assert harness.stats.now().retries == {}
+    assert harness.stats.now().attempts == 3 and harness.stats.in_flight == 0  # one of them refused
 
 
 # --- the context ------------------------------------------------------------------------------------

@@ -117,7 +117,7 @@ def test_too_long_failures_say_what_to_do(tmp_path: Path) -> None:
             "repeat('word ', 400) AS description FROM range(2) t(i)"
         )
     summary = run_scripted(spec)
-    assert summary.failed == 2 and summary.requests == 0
+    assert summary.failed == 2 and summary.numbers.attempts == 0
     code, out, _ = failures_cli(str(spec.source_file), "--class", "too_long")
     assert code == 0
     lines = out.splitlines()
@@ -145,7 +145,7 @@ async def test_too_long_failures_of_answers_cut_off_at_the_context_are_not_said_
     )
     server = ScriptedServer([respond(cut)], max_model_len=1000, count_tokens=lambda messages: 700)
     summary = await run_served(spec, server)
-    assert (summary.failed, summary.requests) == (2, 2)  # sent, each once
+    assert (summary.failed, summary.numbers.attempts) == (2, 2)  # sent, each once
     code, out, _ = failures_cli(str(spec.source_file), "--class", "too_long")
     lines = out.splitlines()
     assert code == 0 and lines[3] == f"  what to do: {ADVICE[FailureClass.TOO_LONG]}"
@@ -165,7 +165,7 @@ def test_too_long_failures_of_a_fixed_part_that_leaves_no_room_say_chunking_cann
     """A context of 20 tokens: the system prompt alone fills it, so no chunk of a record would fit."""
     spec = make_job(tmp_path, records=2, max_model_len=20)
     summary = run_scripted(spec)
-    assert summary.failed == 2 and summary.requests == 0
+    assert summary.failed == 2 and summary.numbers.attempts == 0
     code, out, _ = failures_cli(str(spec.source_file), "--class", "too_long")
     assert code == 0
     assert out.splitlines()[3] == (

@@ -1,5 +1,6 @@
-"""What ``status`` and ``report`` say of the servers' prefix cache and preemptions: from the snapshot of a
-run going on, else from the last run's stored series; nothing for a run whose servers had no /metrics."""
+"""What ``status`` and ``report`` say of the servers' prefix cache and preemptions: from the numbers of a
+run going on (its snapshot), else from the last run's row (its series, for a row kept before the row
+had them); the warning of that same rate; nothing for a run whose servers had no /metrics."""
 
 from __future__ import annotations
 
@@ -10,11 +11,14 @@ import pytest
 
 from pipeline.reports.runs_report import format_runs_report, judged_runs
 from pipeline.reports.status import JobStatus, ServerCache, server_cache_of
-from pipeline.servers.cache_counters import WARN_AFTER_QUERIES
+from pipeline.servers.cache_counters import WARN_AFTER_QUERIES, low_hit_rate_warning
 from tests.reports.test_runs_page import figure_names, lines, open_page
 from tests.reports.test_runs_report import stored_run
 from tests.support.browser import require_browser
 from tests.support.report_data import sample_report
+
+#: A low rate for a job whose prompts are 88% shared prefix, past the prompt tokens that tell.
+LOW_40 = low_hit_rate_warning(0.4, 0.88, "http://gpu1:8000/v1", WARN_AFTER_QUERIES) or ""
 
 
 def run_with(points: list[dict[str, Any]] | None) -> dict[str, Any]:
@@ -30,14 +34,10 @@ def test_the_last_run_says_its_hit_rate_and_preemptions_from_its_last_point() ->
     assert status.server_cache == ServerCache(0.97, 2, ())
 
 
-def test_a_low_hit_rate_of_the_last_run_says_what_may_cause_it() -> None:
+def test_a_row_kept_before_what_the_job_can_reach_was_kept_is_not_judged() -> None:
     points = [{"prefix_cache_hits": 0.31 * WARN_AFTER_QUERIES, "prefix_cache_queries": WARN_AFTER_QUERIES}]
     cache = server_cache_of(run_with(points))
-    assert cache.prefix_cache_hit_rate == 0.31
-    assert cache.warnings == (
-        "prefix-cache hit rate 31%: the record text may come before the shared part of the prompt, "
-        "or prefix caching is off on http://gpu1:8000/v1",
-    )
+    assert (cache.prefix_cache_hit_rate, cache.warnings) == (0.31, ())
 
 
 def test_a_run_without_counters_or_series_says_nothing() -> None:
@@ -46,10 +46,27 @@ def test_a_run_without_counters_or_series_says_nothing() -> None:
     assert JobStatus(database="x.duckdb").server_cache == ServerCache()
 
 
-def test_a_run_going_on_says_its_snapshots_numbers() -> None:
-    live = {"prefix_cache_hit_rate": 0.4, "preemptions": 7, "prefix_cache_warnings": ["prefix-cache hit..."]}
+def test_a_run_going_on_says_its_snapshots_rate_and_the_warning_of_that_same_rate() -> None:
+    """One number: the warning the run logged earlier (46% then) is not shown under today's 40%."""
+    live = {
+        "prefix_cache_hit_rate": 0.4,
+        "prefix_cache_reachable": 0.88,
+        "prefix_cache_queries": WARN_AFTER_QUERIES,
+        "preemptions": 7,
+        "prefix_cache_warnings": ["prefix-cache hit rate 46%: said an hour ago"],
+        "endpoints": {"gpu1:8000": {"base_url": "http://gpu1:8000/v1"}},
+    }
     status = JobStatus(database="x.duckdb", last_run=run_with(None), live=live)
-    assert status.server_cache == ServerCache(0.4, 7, ("prefix-cache hit...",))
+    assert LOW_40.startswith("prefix-cache hit rate 40%")
+    assert status.server_cache == ServerCache(0.4, 7, (LOW_40,))
+
+
+def test_the_last_run_says_the_hit_rate_its_row_keeps_and_the_warning_of_it() -> None:
+    """The row's number, which the summary and Prometheus said too, over what its series would say."""
+    points = [{"prefix_cache_hits": 9700, "prefix_cache_queries": 10_000, "preemptions": 2}]
+    row = {**run_with(points), "prefix_cache_hit_rate": 0.4, "prefix_cache_queries": WARN_AFTER_QUERIES}
+    row["prefix_cache_reachable"] = 0.88
+    assert server_cache_of({**row, "preemptions": 0}) == ServerCache(0.4, 0, (LOW_40,))
 
 
 def test_the_runs_report_has_a_row_for_the_hit_rate_and_preemptions_when_a_server_said() -> None:

@@ -14,8 +14,9 @@ from pipeline.run.committer import commit_outcomes
 from pipeline.run.stats import RunStats
 from pipeline.servers.replies import Reply
 from pipeline.store.opening import prepare_database
-from pipeline.store.writer import RunStart, StoreWriter
+from pipeline.store.writer import StoreWriter
 from tests.support.jobs import make_job, table_rows
+from tests.support.runs import WriterRun
 
 pytestmark = pytest.mark.anyio
 
@@ -31,7 +32,7 @@ async def test_a_cancelled_run_commits_what_finished_before_its_next_flush(tmp_p
     its hands and what waited in the stream: up to half a second of finished records."""
     spec = make_job(tmp_path, records=10)
     writer = StoreWriter(prepare_database(spec), RunContext.of(spec))
-    await writer.begin_run(RunStart("hash", spec.model, "http://testserver/v1", 8, 10))
+    await WriterRun(writer).begin()
     stats = RunStats(pending_at_start=10, concurrency=8)
     send, receive = anyio.create_memory_object_stream[Stored](100)
     async with anyio.create_task_group() as run:
@@ -44,4 +45,5 @@ async def test_a_cancelled_run_commits_what_finished_before_its_next_flush(tmp_p
         run.cancel_scope.cancel()
     writer.connection.close()
     assert table_rows(spec.database, "SELECT count(*) FROM results") == [(7,)]
-    assert stats.done == 7
+    assert stats.now().done == 7
+    assert table_rows(spec.database, "SELECT done FROM runs") == [(7,)]  # counted with what it committed

@@ -17,6 +17,7 @@ from pipeline.job.commands import command
 from pipeline.run import committer
 from pipeline.run.options import RunStatus
 from pipeline.source.db import translated_error
+from pipeline.store.numbers import RunNumbers
 from pipeline.store.writer import StoreWriter
 from tests.support.fakes import ScriptedServer, completion, good_completion, respond
 from tests.support.jobs import make_job, make_source, table_rows
@@ -36,14 +37,14 @@ async def test_a_full_disk_ends_the_run_in_one_line_and_the_next_run_does_the_re
     write_batch = StoreWriter._write_batch
     batches = 0
 
-    def disk_fills_up(writer: StoreWriter, outcomes: Sequence[Stored]) -> None:
+    def disk_fills_up(writer: StoreWriter, outcomes: Sequence[Stored], numbers: RunNumbers) -> None:
         nonlocal batches
         batches += 1
         if batches > 2:
             said = f'TransactionContext Error: Failed to commit: Could not write file "{spec.database}.wal"'
             full = duckdb.TransactionException(f"{said}: No space left on device")
             raise translated_error(full, spec.database)
-        write_batch(writer, outcomes)
+        write_batch(writer, outcomes, numbers)
 
     server = ScriptedServer([respond(good_completion())])
     with monkeypatch.context() as full_disk:

@@ -21,7 +21,8 @@ def busy_stats() -> RunStats:
     stats = RunStats(
         pending_at_start=1000, concurrency=256, clock=lambda: 1060.0, started=1000.0
     )  # a minute in
-    stats.done, stats.failed, stats.output_tokens, stats.timeouts = 290, 10, 60_000, 2
+    numbers = stats.numbers
+    numbers.done, numbers.failed, numbers.completion_tokens, numbers.timeouts = 290, 10, 60_000, 2
     for _ in range(256):
         stats.request_sent()
     return stats

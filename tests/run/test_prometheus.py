@@ -56,12 +56,12 @@ def busy_stats(clock: FakeClock) -> RunStats:
     stats.request_sent()  # still in flight
     timed_out = stats.request_sent()
     stats.request_ended(timed_out, answered=False)
-    stats.timeouts += 1
+    stats.numbers.timeouts += 1
     clock.now = 1010.0
-    stats.done, stats.failed = 5, 2
-    stats.failures.update({"invalid_json": 1, "transient": 1})
-    stats.retries.update({"transient": 3, "reask": 1})
-    stats.prompt_tokens, stats.output_tokens = 1200, 345
+    stats.numbers.done, stats.numbers.failed = 5, 2
+    stats.numbers.failures.update({"invalid_json": 1, "transient": 1})
+    stats.numbers.retries.update({"transient": 3, "reask": 1})
+    stats.numbers.prompt_tokens, stats.numbers.completion_tokens = 1200, 345
     return stats
 
 
@@ -86,7 +86,8 @@ def assert_busy_numbers(samples: Samples) -> None:
     assert value(samples, "pipeline_records_failed_total", **{"class": "truncated"}) == 0
     assert value(samples, "pipeline_records_failed_total", **{"class": "too_long"}) == 0  # every class
     assert value(samples, "pipeline_chunks_done_total") == 0  # no long record in this run
-    assert value(samples, "pipeline_records_pending") == 13
+    assert value(samples, "pipeline_records_pending") == 14  # the transient failure is still pending
+    assert value(samples, "pipeline_records_remaining") == 13  # of this run's 20
     assert value(samples, "pipeline_records_at_start") == 20
     assert value(samples, "pipeline_requests_in_flight") == 1
     assert value(samples, "pipeline_concurrency") == 8
@@ -97,6 +98,7 @@ def assert_busy_numbers(samples: Samples) -> None:
     assert value(samples, "pipeline_retries_total", cause="truncation") == 0
     assert value(samples, "pipeline_prompt_tokens_total") == 1200
     assert value(samples, "pipeline_output_tokens_total") == 345
+    assert value(samples, "pipeline_reasoning_tokens_total") == 0
     assert value(samples, "pipeline_seconds_since_last_answer") == pytest.approx(10 - 3.3)
     assert value(samples, "pipeline_oldest_request_in_flight_seconds") == pytest.approx(5)
     assert value(samples, "pipeline_run_active") == 1
@@ -125,7 +127,7 @@ def test_collector_exposes_every_number_of_the_run() -> None:
 
 def test_every_failure_class_and_retry_cause_is_there_at_zero() -> None:
     stats = RunStats(pending_at_start=3, concurrency=1, clock=FakeClock())
-    stats.failures["something_new"] += 1  # a class added later must not be dropped
+    stats.numbers.failures["something_new"] = 1  # a class added later must not be dropped
     registry = CollectorRegistry()
     registry.register(RunCollector(stats, "nightly"))
     samples = parse(generate_latest(registry).decode())
@@ -136,6 +138,20 @@ def test_every_failure_class_and_retry_cause_is_there_at_zero() -> None:
         assert value(samples, "pipeline_retries_total", cause=str(kind)) == 0
     assert value(samples, "pipeline_oldest_request_in_flight_seconds") == 0
     assert value(samples, "pipeline_request_latency_seconds_bucket", le="+Inf") == 0
+
+
+def test_records_pending_is_the_job_s_backlog_whatever_the_limit() -> None:
+    """A --limit 300 run of a job with 1,491 pending: at its end 1,192 are still pending, as status says
+    (its transient failure among them), though the run has none left of its 300 (it said 0.0)."""
+    stats = RunStats(pending_at_start=300, backlog_at_start=1491, concurrency=8, clock=FakeClock())
+    stats.numbers.done, stats.numbers.failed = 297, 3
+    stats.numbers.failures.update({"invalid_json": 2, "transient": 1})
+    registry = CollectorRegistry()
+    registry.register(RunCollector(stats, "nightly"))
+    samples = parse(generate_latest(registry).decode())
+    assert value(samples, "pipeline_records_pending") == 1491 - 300 + 1
+    assert value(samples, "pipeline_records_remaining") == 0
+    assert value(samples, "pipeline_records_at_start") == 300
 
 
 async def test_http_endpoint_serves_live_numbers_on_a_free_port() -> None:
@@ -150,11 +166,11 @@ async def test_http_endpoint_serves_live_numbers_on_a_free_port() -> None:
         started = value(samples, "pipeline_run_start_time_seconds")
         assert started == pytest.approx(time.time() - 10, abs=5)
 
-        stats.done += 1
+        stats.numbers.done += 1
         clock.now += 20
         samples = await scrape(port)  # read at scrape time, not cached
         assert value(samples, "pipeline_records_done_total") == 6
-        assert value(samples, "pipeline_records_pending") == 12
+        assert value(samples, "pipeline_records_pending") == 13
         assert value(samples, "pipeline_oldest_request_in_flight_seconds") == pytest.approx(25)
         assert value(samples, "pipeline_run_start_time_seconds") == started
         tg.cancel_scope.cancel()
@@ -218,7 +234,7 @@ async def test_a_host_beyond_loopback_is_served_with_a_warning(host: str, beyond
 async def test_textfile_is_written_every_interval_and_once_more_at_the_end(tmp_path: Path) -> None:
     path = tmp_path / "pipeline.prom"
     stats = busy_stats(FakeClock())
-    stats.done = 0
+    stats.numbers.done = 0
     waits: list[float] = []
     seen_done: list[float] = []
     third_tick = anyio.Event()
@@ -226,7 +242,7 @@ async def test_textfile_is_written_every_interval_and_once_more_at_the_end(tmp_p
     async def sleep(seconds: float) -> None:
         waits.append(seconds)
         seen_done.append(value(parse(await anyio.Path(path).read_text()), "pipeline_records_done_total"))
-        stats.done += 1
+        stats.numbers.done += 1
         if len(waits) == 3:
             third_tick.set()
             await anyio.sleep_forever()

@@ -29,7 +29,7 @@ def test_a_point_has_the_rate_since_the_last_one_in_flight_and_limits() -> None:
     clock = Clock()
     stats = stats_on(clock)
     series = RunSeries(stats, interval_s=5)
-    clock.now, stats.done, stats.failed = 10.0, 20, 5
+    clock.now, stats.numbers.done, stats.numbers.failed = 10.0, 20, 5
     ticket = stats.request_sent()
     first = series.sample()
     assert first == {
@@ -40,7 +40,7 @@ def test_a_point_has_the_rate_since_the_last_one_in_flight_and_limits() -> None:
         "in_flight": 1,
         "limits": {"a:1": 8, "b:2": 4},
     }
-    clock.now, stats.done = 40.0, 30
+    clock.now, stats.numbers.done = 40.0, 30
     stats.request_ended(ticket, answered=True)
     assert series.sample()["records_per_min"] == 20.0  # 10 records in the last 30 s
     assert series.points[-1]["in_flight"] == 0

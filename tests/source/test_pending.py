@@ -22,8 +22,9 @@ from pipeline.source.pending import PendingQueries, Selection
 from pipeline.source.reader import SourceReader, SourceRecord
 from pipeline.source.versions import JOB_CAUSES, StaleCause, version_of
 from pipeline.store.opening import prepare_database
-from pipeline.store.writer import RunStart, StoreWriter
+from pipeline.store.writer import StoreWriter
 from tests.support.jobs import make_job
+from tests.support.runs import WriterRun
 
 pytestmark = pytest.mark.anyio
 
@@ -47,9 +48,9 @@ async def write(spec: JobSpec, make: Any, ids: Sequence[int]) -> None:
     """Outcomes made by ``spec`` for ``ids`` (``make(record) -> Outcome``), through the real writer."""
     records = await fetch(spec, ids)
     connection = await anyio.to_thread.run_sync(prepare_database, spec)
-    writer = StoreWriter(connection, RunContext.of(spec))
-    await writer.begin_run(RunStart("h", spec.model, "http://x/v1", 1, len(ids)))
-    await writer.write([make(records[record_id]) for record_id in ids])
+    run = WriterRun(StoreWriter(connection, RunContext.of(spec)), pending=len(ids))
+    await run.begin("http://x/v1", concurrency=1)
+    await run.write([make(records[record_id]) for record_id in ids])
     connection.close()
 
 

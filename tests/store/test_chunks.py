@@ -15,8 +15,9 @@ from pipeline.servers.replies import Reply
 from pipeline.source.versions import version_of
 from pipeline.store.chunks import ChunkStore
 from pipeline.store.opening import prepare_database
-from pipeline.store.writer import RunStart, StoreWriter
+from pipeline.store.writer import StoreWriter
 from tests.support.jobs import make_job, table_rows
+from tests.support.runs import WriterRun
 
 pytestmark = pytest.mark.anyio
 
@@ -43,18 +44,19 @@ def job(folder: Path, **overrides: object) -> JobSpec:
     return make_job(folder, records=5, chunking={"field": "description"}, **overrides)
 
 
-async def started(spec: JobSpec) -> StoreWriter:
-    writer = StoreWriter(prepare_database(spec), RunContext.of(spec))
-    await writer.begin_run(RunStart("hash", spec.model, "http://testserver/v1", 8, 5))
-    return writer
+async def started(spec: JobSpec) -> WriterRun:
+    run = WriterRun(StoreWriter(prepare_database(spec), RunContext.of(spec)), pending=5)
+    await run.begin()
+    return run
 
 
 async def test_kept_chunks_are_read_back_as_they_were_written(tmp_path: Path) -> None:
     spec = job(tmp_path)
-    writer = await started(spec)
+    run = await started(spec)
+    writer = run.writer
     written = [chunk(1, 1, 1), chunk(1, 1, 2), chunk(1, 2, 1), chunk(2, 1, 1)]
-    await writer.write(written)
-    await writer.write([chunk(1, 1, 2)])  # done again (a redo): replaced, not doubled
+    await run.write(written)
+    await run.write([chunk(1, 1, 2)])  # done again (a redo): replaced, not doubled
     store = await ChunkStore.open(writer.connection, RunContext.of(spec))
     try:
         read = await store.finished(1, 9)
@@ -77,8 +79,9 @@ async def test_kept_chunks_are_read_back_as_they_were_written(tmp_path: Path) ->
 
 async def test_only_chunks_of_the_same_text_and_the_same_job_are_taken(tmp_path: Path) -> None:
     spec = job(tmp_path)
-    writer = await started(spec)
-    await writer.write([chunk(1, 1, 1), chunk(1, 1, 2, content_hash=8)])
+    run = await started(spec)
+    writer = run.writer
+    await run.write([chunk(1, 1, 1), chunk(1, 1, 2, content_hash=8)])
     edited = spec.with_overrides(prompt={"system": "Extract it all."})
     assert spec.chunking is not None
     rechunked = spec.model_copy(update={"chunking": spec.chunking.model_copy(update={"passes": 2})})
@@ -97,13 +100,14 @@ async def test_only_chunks_of_the_same_text_and_the_same_job_are_taken(tmp_path:
     writer.connection.close()
 
 
-async def test_the_runs_totals_count_chunks_once(tmp_path: Path) -> None:
-    """Each chunk's requests and tokens count as it is kept; the merged result counts as one done
-    record and adds nothing more (its totals are its chunks')."""
+async def test_the_runs_numbers_count_a_long_record_once_and_its_chunks_apart(tmp_path: Path) -> None:
+    """Each chunk counts as a chunk done as it is kept, the merged result as one done record; the
+    requests and tokens are the run's as it sent them, not added up from the outcomes again."""
     spec = job(tmp_path)
-    writer = await started(spec)
+    run = await started(spec)
+    writer = run.writer
     chunks = [chunk(1, 1, 1), chunk(1, 1, 2)]
-    await writer.write(chunks)
+    await run.write(chunks)
     merged = Extracted(
         1,
         '{"skills": []}',
@@ -116,9 +120,9 @@ async def test_the_runs_totals_count_chunks_once(tmp_path: Path) -> None:
         "test-model",
         '{"chunks": 2}',
     )
-    await writer.write([merged])
-    assert (writer.counts.done, writer.counts.attempts, writer.counts.prompt_tokens) == (1, 4, 1200)
+    await run.write([merged])
+    assert (run.numbers.done, run.numbers.chunks_done, run.numbers.attempts) == (1, 2, 0)
     writer.connection.close()
-    assert table_rows(spec.database, "SELECT done, attempts, prompt_tokens FROM runs") == [(1, 4, 1200)]
+    assert table_rows(spec.database, "SELECT done, chunks_done, attempts FROM runs") == [(1, 2, 0)]
     stored = table_rows(spec.database, "SELECT chunks, total_prompt_tokens, settings_hash FROM results")
     assert stored == [('{"chunks": 2}', 1200, version_of(spec).chunked_settings_hash)]

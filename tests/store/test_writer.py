@@ -16,9 +16,11 @@ from pipeline.servers.knee_search import KneeMemory
 from pipeline.servers.replies import Reply
 from pipeline.source.db import open_database
 from pipeline.source.versions import version_of
+from pipeline.store.numbers import RunNumbers
 from pipeline.store.opening import known_knees, open_for_reading, prepare_database
-from pipeline.store.writer import RunStart, StoreWriter
+from pipeline.store.writer import StoreWriter
 from tests.support.jobs import make_job, table_rows
+from tests.support.runs import WriterRun
 
 pytestmark = pytest.mark.anyio
 
@@ -48,10 +50,10 @@ def failed(record_id: int, failure_class: FailureClass = FailureClass.SCHEMA_INV
     )
 
 
-async def started_writer(spec: JobSpec) -> StoreWriter:
-    writer = StoreWriter(prepare_database(spec), RunContext.of(spec))
-    await writer.begin_run(RunStart("hash", spec.model, "http://testserver/v1", 8, 10))
-    return writer
+async def started_writer(spec: JobSpec) -> WriterRun:
+    run = WriterRun(StoreWriter(prepare_database(spec), RunContext.of(spec)))
+    await run.begin()
+    return run
 
 
 @pytest.fixture
@@ -60,8 +62,9 @@ def spec(tmp_path: Path) -> JobSpec:
 
 
 async def test_results_and_failures_rows(spec: JobSpec) -> None:
-    writer = await started_writer(spec)
-    await writer.write([extracted(1, attempts=2), failed(2)])
+    run = await started_writer(spec)
+    writer = run.writer
+    await run.write([extracted(1, attempts=2), failed(2)])
     writer.connection.close()
     rows = table_rows(
         spec.database,
@@ -123,32 +126,36 @@ async def test_results_and_failures_rows(spec: JobSpec) -> None:
     ]
 
 
-async def test_run_counters_are_committed_with_each_batch(spec: JobSpec) -> None:
-    writer = await started_writer(spec)
-    await writer.write([extracted(1), extracted(2), failed(3)])
-    await writer.write([extracted(4)])
-    run = writer.connection.execute(
-        "SELECT status, done, failed, attempts, prompt_tokens, completion_tokens, reasoning_tokens, "
-        "pending_at_start FROM runs"
-    ).fetchall()
-    # every attempt counts, the failed record's three included
-    assert run == [("running", 3, 1, 6, 720, 270, 72, 10)]
-    await writer.finish_run("completed_with_failures")
-    ended = writer.connection.execute("SELECT status, ended_at IS NOT NULL FROM runs").fetchall()
-    assert ended == [("completed_with_failures", True)]
-    writer.connection.close()
+async def test_the_run_s_numbers_are_committed_with_each_batch_and_read_back_whole(spec: JobSpec) -> None:
+    run = await started_writer(spec)
+    await run.write([extracted(1), extracted(2), failed(3)])
+    run.numbers.attempts, run.numbers.completion_tokens = 9, 300  # counted as sent, as replies came
+    await run.write([extracted(4)])
+    connection = run.writer.connection
+    row = connection.execute(
+        "SELECT status, done, failed, attempts, completion_tokens, pending_at_start FROM runs"
+    )
+    assert row.fetchall() == [("running", 3, 1, 9, 300, 10)]
+    run.numbers.attempts, run.numbers.elapsed_s, run.numbers.retries = 12, 6.0, {"reask": 2}
+    run.numbers.prefix_cache_hit_rate, run.numbers.preemptions = 0.875, 0
+    await run.finish("completed_with_failures")
+    cursor = connection.execute("SELECT * FROM runs")
+    stored = dict(zip(cursor.columns, cursor.fetchone() or (), strict=True))
+    assert (stored["status"], stored["ended_at"] is not None) == ("completed_with_failures", True)
+    assert RunNumbers.of(stored) == run.numbers  # every field, written and read back
+    assert RunNumbers.of(stored).records_per_min == 40.0  # 4 records in 6 s
+    connection.close()
 
 
 async def test_answers_taken_from_the_reasoning_are_marked_counted_and_said_at_the_end(spec: JobSpec) -> None:
-    writer = await started_writer(spec)
+    run = await started_writer(spec)
     recovered = dataclasses.replace(extracted(2), from_reasoning=True)
-    await writer.write([extracted(1), recovered, failed(3)])
-    assert writer.counts.from_reasoning == 1
+    await run.write([extracted(1), recovered, failed(3)])
     with capture_logs() as logs:
-        await writer.finish_run("completed_with_failures")
+        await run.finish("completed_with_failures")
     said = [entry for entry in logs if entry.get("answers_from_reasoning") == 1]
     assert len(said) == 1 and said[0]["event"].startswith("1 answer recovered from reasoning:")
-    writer.connection.close()
+    run.writer.connection.close()
     rows = table_rows(spec.database, "SELECT record_id, answer_from_reasoning FROM results ORDER BY 1")
     assert rows == [(1, False), (2, True)]
 
@@ -165,10 +172,11 @@ def test_a_results_table_without_the_reasoning_mark_gets_it_on_opening(spec: Job
 
 
 async def test_success_clears_an_earlier_failure_and_failures_are_upserted(spec: JobSpec) -> None:
-    writer = await started_writer(spec)
-    await writer.write([failed(1, FailureClass.TRANSIENT), failed(2)])
-    await writer.write([failed(2, FailureClass.TRUNCATED)])
-    await writer.write([extracted(1)])
+    run = await started_writer(spec)
+    writer = run.writer
+    await run.write([failed(1, FailureClass.TRANSIENT), failed(2)])
+    await run.write([failed(2, FailureClass.TRUNCATED)])
+    await run.write([extracted(1)])
     assert writer.connection.execute("SELECT record_id, failure_class FROM failures").fetchall() == [
         (2, "truncated")
     ]
@@ -177,9 +185,10 @@ async def test_success_clears_an_earlier_failure_and_failures_are_upserted(spec:
 
 
 async def test_results_are_unique_per_record_and_a_redo_moves_the_old_one_to_history(spec: JobSpec) -> None:
-    writer = await started_writer(spec)
-    await writer.write([extracted(1, data=10), extracted(2, data=20)])
-    await writer.write([extracted(1, attempts=5, data=11)])
+    run = await started_writer(spec)
+    writer = run.writer
+    await run.write([extracted(1, data=10), extracted(2, data=20)])
+    await run.write([extracted(1, attempts=5, data=11)])
     assert writer.connection.execute("SELECT count(*), max(attempts) FROM results").fetchall() == [(2, 5)]
     assert writer.connection.execute("SELECT extracted FROM results WHERE record_id = 1").fetchall() == [
         ('{"id":11}',)
@@ -195,11 +204,12 @@ async def test_results_are_unique_per_record_and_a_redo_moves_the_old_one_to_his
 
 
 async def test_variants_keep_their_own_results_and_failures(spec: JobSpec) -> None:
-    main = await started_writer(spec)
-    await main.write([extracted(1, data=10), failed(2)])
+    main_run = await started_writer(spec)
+    main = main_run.writer
+    await main_run.write([extracted(1, data=10), failed(2)])
     other_spec = spec.model_copy(update={"variant": "b"})
-    other = StoreWriter(main.connection, RunContext.of(other_spec))
-    await other.begin_run(RunStart("hash", spec.model, "http://testserver/v1", 8, 10))
+    other = WriterRun(StoreWriter(main.connection, RunContext.of(other_spec)))
+    await other.begin()
     await other.write([extracted(1, data=99), extracted(2)])
     rows = main.connection.execute(
         "SELECT variant, record_id, extracted FROM results ORDER BY ALL"
@@ -214,37 +224,39 @@ async def test_variants_keep_their_own_results_and_failures(spec: JobSpec) -> No
 
 async def test_the_variants_latest_answers_are_read_oldest_first(spec: JobSpec) -> None:
     """What a run starts its answers' sizes from: the variant's own latest results, in one query."""
-    main = await started_writer(spec)
+    main_run = await started_writer(spec)
+    main = main_run.writer
     for record_id in range(1, 6):  # one batch each: one creation time each, in this order
         tokens = 0 if record_id == 3 else 100 + record_id  # 0: a reply without usage says nothing
-        await main.write(
+        await main_run.write(
             [
                 dataclasses.replace(
                     extracted(record_id), reply=dataclasses.replace(REPLY, completion_tokens=tokens)
                 )
             ]
         )
-    other = StoreWriter(main.connection, RunContext.of(spec.model_copy(update={"variant": "b"})))
-    await other.begin_run(RunStart("hash", spec.model, "http://testserver/v1", 8, 10))
+    other = WriterRun(StoreWriter(main.connection, RunContext.of(spec.model_copy(update={"variant": "b"}))))
+    await other.begin()
     await other.write([extracted(9)])
     assert await main.recent_answers(3) == [102, 104, 105]
     assert await main.recent_answers(1000) == [101, 102, 104, 105]
-    assert await other.recent_answers(1000) == [45]
+    assert await other.writer.recent_answers(1000) == [45]
     main.connection.close()
 
 
 async def test_each_server_s_latest_knee_is_kept_across_runs_and_variants(spec: JobSpec) -> None:
-    first = await started_writer(spec)
-    await first.finish_run(
+    first_run = await started_writer(spec)
+    first = first_run.writer
+    await first_run.finish(
         "completed", knees={"http://a/v1 m": KneeMemory(256, True), "http://b/v1 m": KneeMemory(64, True)}
     )
     second_spec = spec.model_copy(update={"variant": "b"})
-    second = StoreWriter(first.connection, RunContext.of(second_spec))
-    await second.begin_run(RunStart("hash", spec.model, "http://a/v1", 8, 10))
-    await second.finish_run("interrupted", knees={"http://a/v1 m": KneeMemory(240, False, worse_above=480)})
-    third = StoreWriter(first.connection, RunContext.of(spec))
-    await third.begin_run(RunStart("hash", spec.model, "http://a/v1", 8, 10))
-    await third.finish_run("completed")  # found no knee: the earlier ones stand
+    second = WriterRun(StoreWriter(first.connection, RunContext.of(second_spec)))
+    await second.begin("http://a/v1")
+    await second.finish("interrupted", knees={"http://a/v1 m": KneeMemory(240, False, worse_above=480)})
+    third = WriterRun(StoreWriter(first.connection, RunContext.of(spec)))
+    await third.begin("http://a/v1")
+    await third.finish("completed")  # found no knee: the earlier ones stand
     assert known_knees(first.connection, spec) == {
         "http://a/v1 m": KneeMemory(240, False, worse_above=480),
         "http://b/v1 m": KneeMemory(64, True),
@@ -253,23 +265,27 @@ async def test_each_server_s_latest_knee_is_kept_across_runs_and_variants(spec: 
 
 
 async def test_a_failed_batch_leaves_nothing_behind(spec: JobSpec) -> None:
-    writer = await started_writer(spec)
+    run = await started_writer(spec)
+    writer = run.writer
     writer.connection.execute("ALTER TABLE failures RENAME TO failures_away")  # the failure rows cannot land
     with pytest.raises(DatabaseError, match="failures"):
-        await writer.write([extracted(1), failed(3)])
+        await run.write([extracted(1), failed(3)])
     assert writer.connection.execute("SELECT count(*) FROM results").fetchall() == [(0,)]
     assert writer.connection.execute("SELECT done FROM runs").fetchall() == [(0,)]
-    assert writer.counts.done == 0
+    assert run.numbers.done == 0
     writer.connection.execute("ALTER TABLE failures_away RENAME TO failures")
-    await writer.write([extracted(2), failed(3)])
-    assert writer.counts.done == 1
+    await run.write([extracted(2), failed(3)])
+    assert run.numbers.done == 1
+    assert writer.connection.execute("SELECT done, failed FROM runs").fetchall() == [(1, 1)]
     writer.connection.close()
 
 
 async def test_a_run_left_running_is_marked_abandoned(spec: JobSpec) -> None:
-    writer = await started_writer(spec)
+    run = await started_writer(spec)
+    writer = run.writer
     writer.connection.close()
-    writer = await started_writer(spec)
+    run = await started_writer(spec)
+    writer = run.writer
     assert writer.run_id == 2
     rows = writer.connection.execute("SELECT run_id, status FROM runs ORDER BY run_id").fetchall()
     assert rows == [(1, "abandoned"), (2, "running")]
@@ -279,7 +295,8 @@ async def test_a_run_left_running_is_marked_abandoned(spec: JobSpec) -> None:
 async def test_a_run_killed_after_its_last_commit_is_abandoned_even_when_nothing_is_left(
     spec: JobSpec,
 ) -> None:
-    writer = await started_writer(spec)
+    run = await started_writer(spec)
+    writer = run.writer
     writer.connection.close()  # killed before recording its end; the next run finds nothing to do
     prepare_database(spec).close()
     assert table_rows(spec.database, "SELECT run_id, status FROM runs") == [(1, "abandoned")]
