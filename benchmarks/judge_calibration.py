@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pipeline.quality.bootstrap import Bootstrap
 from pipeline.quality.judged_scores import OVERALL, Tally, judged_scores, planned_records, tally_judgments
 from pipeline.quality.judgments import Judgment, JudgmentVerdict, model_judge
-from pipeline.quality.ppi import combined_precision
+from pipeline.quality.ppi import NoInterval, combined_precision
 
 Counts = npt.NDArray[np.int64]
 PATH = "skills"
@@ -131,9 +131,12 @@ def trial(
         assert all(np.array_equal(a.columns, b.columns) for a, b in zip(made, (people, model), strict=True))
     alone = judged_scores(people, bootstrap).overall.precision
     combined = combined_precision(people, model, bootstrap.confidence)[OVERALL]
-    if alone.ci is None or combined.ci is None or combined.value is None or combined.model_alone is None:
+    # No spread among the people's records (all right): the combined estimate is theirs, and so is
+    # the interval that holds for it (what eval --judged says of it).
+    combined_ci = alone.ci if combined.no_interval is NoInterval.NO_SPREAD else combined.ci
+    if alone.ci is None or combined_ci is None or combined.value is None or combined.model_alone is None:
         raise RuntimeError("a trial without an interval")
-    return alone.ci, combined.ci, combined.model_alone, combined.value, combined.power
+    return alone.ci, combined_ci, combined.model_alone, combined.value, combined.power
 
 
 def calibration_table(args: argparse.Namespace) -> list[str]:

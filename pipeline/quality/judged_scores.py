@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from pipeline.quality.bootstrap import Bootstrap, ratio, two_sided_z
 from pipeline.quality.intervals import DIFFERENCE_RULE, Difference, difference
 from pipeline.quality.judgments import Judgment, JudgmentVerdict
-from pipeline.quality.scores import Interval, interval_json
+from pipeline.quality.scores import Interval, has_spread, interval_json
 
 if TYPE_CHECKING:
     from pipeline.quality.bootstrap import Array
@@ -305,6 +305,8 @@ def records_for_margin(estimate: Estimate, margin: float, confidence: float) -> 
     error = estimate.standard_error
     if not estimate.records or error is None or error <= 0 or margin <= 0:
         return None
+    if estimate.ci is None or not has_spread(estimate.ci):
+        return None  # resamples all alike: the error is float noise, not a spread
     return max(1, math.ceil(estimate.records * (two_sided_z(confidence) * error / margin) ** 2))
 
 

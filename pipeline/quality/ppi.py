@@ -23,6 +23,12 @@ squared; the λ that minimises it is cov(a, b)/var(a). The interval is ± t stan
 t of n - 1 degrees of freedom: the variance is mostly that of the n records), valid for any model:
 the model only changes its width.
 
+When there is no interval, :class:`Combined` says why (:class:`NoInterval`): fewer than two records
+judged by both, or no spread: people found the same precision in each of them (most often every value
+right). Then the people's residuals are all zero, λ is 0 (the combined estimate is the people's own)
+and the delta method's interval has no width; the people-only interval (for a perfect or zero score
+the exact binomial bound) is the one that holds, and a record people judge otherwise gives one.
+
 Also: how often the model agrees with people on the values both judged, and Cohen's kappa.
 """
 
@@ -31,6 +37,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from pipeline.quality.bootstrap import two_sided_z
@@ -51,6 +58,13 @@ PPI_RULE = (
 MIN_LABELLED = 2  # records both judged, below which there is no variance to go by
 
 
+class NoInterval(StrEnum):
+    """Why a combined estimate has no interval (the report says what would give one)."""
+
+    FEW_RECORDS = "few_records"  # fewer than MIN_LABELLED records judged by both people and the model
+    NO_SPREAD = "no_spread"  # people found the same precision in each of them (all right, most often)
+
+
 @dataclass(frozen=True, slots=True)
 class Combined:
     """Precision from people and a model judge together (PPI++), beside the model's own."""
@@ -62,11 +76,13 @@ class Combined:
     human_records: int  # n: records judged by both people and the model
     model_records: int  # N: records the model judged
     model_alone: float | None  # the model's own precision over its N records: biased as the model is
+    no_interval: NoInterval | None = None  # why ``ci`` is None
 
     def to_json(self) -> dict[str, Any]:
+        why = {"ci_note": str(self.no_interval)} if self.no_interval else {}
         return {
             "value": self.value,
-            **(interval_json("ci", self.ci) if self.ci else {"ci": None}),
+            **(interval_json("ci", self.ci) if self.ci else {"ci": None, **why}),
             "lambda": self.power,
             "records": {"people_and_model": self.human_records, "model": self.model_records},
             "model_alone": self.model_alone,
@@ -89,12 +105,12 @@ def ppi_ratio(
     n, total = len(y), len(f_all)
     model_alone = float(f_all.sum() / g_all.sum()) if g_all.sum() > 0 else None
     if n < MIN_LABELLED or k.sum() <= 0:
-        return Combined(None, None, None, 0.0, n, total, model_alone)
+        return Combined(None, None, None, 0.0, n, total, model_alone, NoInterval.FEW_RECORDS)
     power = _tuned_power(people, model_there)
     numerator = power * f_all.mean() + y.mean() - power * f.mean()
     denominator = power * g_all.mean() + k.mean() - power * g.mean()
     if denominator <= 0:  # people judged next to none of the values the model judged
-        return Combined(None, None, None, power, n, total, model_alone)
+        return Combined(None, None, None, power, n, total, model_alone, NoInterval.FEW_RECORDS)
     theta = float(numerator / denominator)
     others = total - n
     kappa = power * others / total if total else 0.0
@@ -102,6 +118,8 @@ def ppi_ratio(
     unlabelled = kappa**2 * float(np.var(a_all, ddof=1)) / others if others > 0 and total > 1 else 0.0
     variance = unlabelled + float(np.var(b - kappa * a, ddof=1)) / n
     error = math.sqrt(max(variance, 0.0)) / float(denominator)
+    if error <= 0:  # every residual zero: the same precision in each record, so λ = 0 and no spread
+        return Combined(theta, None, 0.0, power, n, total, model_alone, NoInterval.NO_SPREAD)
     half = t_quantile(confidence, n - 1) * error  # t: the variance is mostly the n records' own
     ci = (max(0.0, theta - half), min(1.0, theta + half))
     return Combined(theta, ci, error, power, n, total, model_alone)

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from pipeline.errors import ConfigError
 from pipeline.job.spec import JobSpec
+from pipeline.job.text import counted
 from pipeline.quality.agreement import measure_agreement
 from pipeline.quality.bootstrap import Bootstrap
 from pipeline.quality.fields import grounded_paths, schema_fields
@@ -180,7 +181,7 @@ def _review(
         spec.variant: builder.views(results, {}, {key: texts.get(key, {}) for key in both}),
     }
     notes = [
-        f"gold file {gold.path}: {len(gold.records):,} records, {len(both):,} of them with a result "
+        f"gold file {gold.path}: {counted(len(gold.records), 'record')}, {len(both):,} of them with a result "
         f"of {spec.variant}",
         f"disagreement: 1 - the mean field agreement of {spec.variant} with the gold, over the fields "
         "each gold record gives",
@@ -224,11 +225,11 @@ def page_interval(interval: Interval | None) -> Interval | None:
 def format_eval(report: EvalReport) -> str:
     """The report as text: the agreement table, the grounded shares, the gold records without a result."""
     gold, variant = report.gold, report.variant
-    lines = [f"variant {variant} against {gold.path} ({len(gold.records):,} gold records)", ""]
+    lines = [f"variant {variant} against {gold.path} ({counted(len(gold.records), 'gold record')})", ""]
     lines += [format_table(report.agreement), ""]
     if report.grounding.shares:
         lines.append(
-            f"grounding of {variant} over the {report.agreement.records_scored:,} scored records "
+            f"grounding of {variant} over the {counted(report.agreement.records_scored, 'scored record')} "
             "(values of grounded fields found in the record text):"
         )
         lines += grounding_lines(report.grounding)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pipeline.errors import ConfigError
 from pipeline.job.commands import Asked
 from pipeline.job.spec import JobSpec
+from pipeline.job.text import counted
 from pipeline.quality.bootstrap import Bootstrap
 from pipeline.quality.fields import grounded_paths, schema_fields
 from pipeline.quality.judged_scores import (
@@ -105,7 +106,7 @@ def _read_variant(output: JobOutput, spec: JobSpec, variant: str) -> _Read:
 
 
 def _no_judgments(spec: JobSpec, variant: str, read: _Read) -> ConfigError:
-    stale = f" (its {read.stale:,} judgments are of results redone since)" if read.stale else ""
+    stale = f" (only {counted(read.stale, 'judgment')} of results redone since)" if read.stale else ""
     judge = Asked.of(spec).of_variant(variant).command("judge")
     return ConfigError(f"no judgments for variant {variant} yet: run `{judge}` first{stale}")
 

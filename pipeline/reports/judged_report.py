@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pipeline.job.text import counted
 from pipeline.quality.judged_scores import (
     MISSES_NOT_MARKED,
     OVERALL,
@@ -17,7 +18,7 @@ from pipeline.quality.judged_scores import (
     JudgedScores,
     records_for_margin,
 )
-from pipeline.quality.ppi import PPI_RULE, Combined, JudgeAgreement
+from pipeline.quality.ppi import PPI_RULE, Combined, JudgeAgreement, NoInterval
 from pipeline.quality.scores import NO_SPREAD, TOO_SMALL, has_spread
 from pipeline.reports.evaluation import page_interval
 from pipeline.reports.paired_evaluation import VERDICT_RULE, aligned, detect_lines, difference_cells, with_ci
@@ -32,6 +33,21 @@ METRICS_RULE = (
     "looked for them)"
 )
 CLUSTER_NOTE = "a record's values are resampled together (the values of one record are not independent)"
+#: What a combined precision without an interval shows in place of one; a line under the table (``*``)
+#: says why, and what would give one.
+NO_INTERVAL_MARK = "no interval*"
+NO_INTERVAL_WHY = {
+    NoInterval.NO_SPREAD: (
+        "people found the same precision in each of the {people} the model judged too, so there is no "
+        "spread to weigh the model by: λ = 0, the combined precision is the people's own, and their "
+        "interval is the one that holds; a record people judge otherwise gives the combined one (judge "
+        "more records: a larger `judge --sample`)"
+    ),
+    NoInterval.FEW_RECORDS: (
+        "people judged {people} of the model's records, and an interval needs 2 or more: judge more of "
+        "them (the samples nest: `judge --sample N` with the model's --seed)"
+    ),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,8 +87,8 @@ class ModelCalibration:
 def covers(variant: str, population: int) -> str:
     """What the intervals hold for."""
     return (
-        f"the whole run the sample was drawn from: the {population:,} records of variant {variant} with a "
-        "result (the judged records taken as a random sample of them)"
+        f"the whole run the sample was drawn from: the {counted(population, 'record')} of variant {variant} "
+        "with a result (the judged records taken as a random sample of them)"
     )
 
 
@@ -184,10 +200,7 @@ def _single_notes(report: JudgedEvalReport) -> list[str]:
     if len(judges.table) > 1:
         notes.append(SEVERAL_JUDGES_RULE)
     if (needed := report.margin_records()) is not None:
-        notes.append(
-            f"±{MARGIN} on the overall precision: about {needed:,} judged records (from the spread of "
-            f"these {scores.overall.precision.records:,})"
-        )
+        notes.append(margin_line(needed, scores.overall.precision.records))
     if judges.by_model_only:
         notes.append(
             f"{judges.table[0]}'s own opinion, not calibrated by people: when people judge some of these "
@@ -196,8 +209,19 @@ def _single_notes(report: JudgedEvalReport) -> list[str]:
     if judges.others:
         notes.append(f"also judged by {', '.join(judges.others)} (choose the model judge with --judge)")
     if report.stale:
-        notes.append(f"{report.stale:,} judgments are of results redone since: kept, not counted")
+        notes.append(f"{counted(report.stale, 'judgment')} of results redone since: kept, not counted")
     return notes
+
+
+def margin_line(needed: int, judged: int) -> str:
+    """How many judged records give ± :data:`MARGIN` on the overall precision (``needed``, from the
+    spread of the ``judged``), said against those judged: one below them is reached already."""
+    head = f"±{MARGIN} on the overall precision:"
+    if needed <= judged:
+        done = f"reached with the {counted(judged, 'record')} judged"
+        return f"{head} {done} (about {needed:,} would do, from their spread)"
+    more = f"{needed - judged:,} more than the {judged:,} judged"
+    return f"{head} about {counted(needed, 'judged record')}, {more} (from their spread)"
 
 
 def _paired_notes(report: PairedJudgedReport) -> list[str]:
@@ -205,8 +229,8 @@ def _paired_notes(report: PairedJudgedReport) -> list[str]:
     comparison = report.comparison
     every = [*comparison.fields.items(), ("overall precision", comparison.overall)]
     return [
-        f"the intervals cover the whole runs the sample was drawn from: the {size_a:,} records of {a} and "
-        f"the {size_b:,} of {b} with a result (the judged records taken as a random sample of them)",
+        f"the intervals cover the whole runs the sample was drawn from: the {counted(size_a, 'record')} of "
+        f"{a} and the {size_b:,} of {b} with a result (the judged records taken as a random sample of them)",
         METRICS_RULE,
         f"scores: {_interval_note(comparison.a, comparison.b)}",
         comparison.rule,
@@ -223,20 +247,28 @@ def judged_notes(report: JudgedEvalReport | PairedJudgedReport) -> list[str]:
     model = report.model
     return [
         *_single_notes(report),
-        *([_agreement_line(model), PPI_RULE.format(level=report.scores.confidence)] if model else []),
+        *(
+            [
+                _agreement_line(model),
+                *_no_interval_lines(model),
+                PPI_RULE.format(level=report.scores.confidence),
+            ]
+            if model
+            else []
+        ),
     ]
 
 
 def _agreement_line(model: ModelCalibration) -> str:
     agreement, combined = model.agreement, model.combined[OVERALL]
     people = combined.human_records
-    head = f"model judge {model.judge} on {model.records:,} records (people on {people:,} of them)"
+    head = f"model judge {model.judge} on {counted(model.records, 'record')} (people on {people:,} of them)"
     if not agreement.values:
         return f"{head}: no value judged by both"
     kappa = f", Cohen's kappa {agreement.kappa:.2f}" if agreement.kappa is not None else ""
     return (
-        f"{head}: agrees with people on {agreement.agreeing:,} of the {agreement.values:,} values both "
-        f"judged ({agreement.share:.1%}){kappa}"
+        f"{head}: agrees with people on {agreement.agreeing:,} of the {counted(agreement.values, 'value')} "
+        f"both judged ({agreement.share:.1%}){kappa}"
     )
 
 
@@ -248,16 +280,35 @@ def _model_table(report: JudgedEvalReport, model: ModelCalibration) -> list[str]
             continue
         alone = f"{combined.model_alone:.3f}" if combined.model_alone is not None else "-"
         value = with_ci(combined.value, combined.ci)
+        if combined.no_interval is not None:
+            value = (
+                f"{combined.value:.3f} [{NO_INTERVAL_MARK}]"
+                if combined.value is not None
+                else NO_INTERVAL_MARK
+            )
         rows.append((field.path, _cell(field.precision), value, alone, f"{combined.power:.2f}"))
-    return aligned(rows)
+    return [*aligned(rows), *_no_interval_lines(model)]
+
+
+def _no_interval_lines(model: ModelCalibration) -> list[str]:
+    """Why a combined precision has no interval, and what would give one: a line per reason."""
+    lines = []
+    for reason, text in NO_INTERVAL_WHY.items():
+        paths = [path for path, one in model.combined.items() if one.no_interval is reason]
+        if paths:
+            people = model.combined[paths[0]].human_records
+            why = text.format(people=counted(people, "record"))
+            lines.append(f"* no combined interval for {', '.join(paths)}: {why}")
+    return lines
 
 
 def format_judged_eval(report: JudgedEvalReport) -> str:
     """The table (per field: values judged, correct, precision and recall with their intervals, then
     overall), what the intervals cover and how they are made; with a model judge, the people's
     precision beside the combined one."""
+    judged = counted(report.scores.records, "record")
     lines = [
-        f"variant {report.variant}: {report.scores.records:,} records judged by {report.judges.describe()}",
+        f"variant {report.variant}: {judged} judged by {report.judges.describe()}",
         "",
         *_table(report.scores),
         "",
@@ -279,7 +330,7 @@ def format_paired_judged(report: PairedJudgedReport) -> str:
         rows.append((path, *cells, *difference_cells(difference)))
     title = (
         f"{b} (B) against {a} (A): precision judged by {report.judges.describe()} on the "
-        f"{comparison.records:,} records judged in both"
+        f"{counted(comparison.records, 'record')} judged in both"
     )
     return "\n".join([title, "", *aligned(rows), "", *_paired_notes(report)])
 

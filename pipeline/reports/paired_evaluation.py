@@ -18,6 +18,7 @@ from typing import Any
 
 from pipeline.job.commands import Asked
 from pipeline.job.spec import JobSpec
+from pipeline.job.text import counted
 from pipeline.quality.fields import grounded_paths
 from pipeline.quality.gold import read_gold
 from pipeline.quality.intervals import Difference, PairedComparison, Verdict, paired_differences
@@ -136,9 +137,9 @@ def _pair_page(
     shown = {key: value for key, value in texts.items() if key in results[0]}
     views = {name: builder.views(found, {}, shown) for name, found in zip(names, results, strict=True)}
     notes = [
-        f"gold file {pair.a.gold.path}: {len(pair.a.gold.records):,} records, {pair.records:,} of them with "
-        f"a result of both {names[0]} and {names[1]}: each variant's scores against the gold and B - A "
-        f"are above; `{look}` shows the gold beside one variant",
+        f"gold file {pair.a.gold.path}: {counted(len(pair.a.gold.records), 'record')}, {pair.records:,} of "
+        f"them with a result of both {names[0]} and {names[1]}: each variant's scores against the gold and "
+        f"B - A are above; `{look}` shows the gold beside one variant",
         DISAGREEMENT_NOTE.format(a=names[0], b=names[1]),
         pair.comparison.rule,
         *interval_notes(pair.a.agreement),
@@ -196,7 +197,7 @@ def format_paired_eval(report: PairedEvalReport) -> str:
     a, b = report.a, report.b
     lines = [
         f"{b.variant} (B) against {a.variant} (A), both against {a.gold.path}, over the "
-        f"{report.records:,} gold records both have a result for",
+        f"{counted(report.records, 'gold record')} both have a result for",
         "",
         *aligned(_rows(report)),
         "",
@@ -282,7 +283,7 @@ def _detect_lines(report: PairedEvalReport) -> list[str]:
 def detect_lines(differences: Sequence[tuple[str, Difference]], records: int) -> list[str]:
     """For each difference not detected, about how many records would detect one of its size."""
     undetected = [
-        (path, difference)
+        (path, difference.value, difference.records_needed)
         for path, difference in differences
         if difference.verdict is Verdict.NONE and difference.records_needed
     ]
@@ -290,8 +291,9 @@ def detect_lines(differences: Sequence[tuple[str, Difference]], records: int) ->
         return []
     lines = [f"records to detect a difference of the size seen (80% power), against the {records:,} scored:"]
     lines += [
-        f"  {path}: {difference.value:+.3f} needs about {difference.records_needed:,} records"
-        for path, difference in undetected
+        f"  {path}: {value:+.3f} needs about {counted(needed, 'record')}"
+        for path, value, needed in undetected
+        if needed is not None and value is not None
     ]
     return lines
 

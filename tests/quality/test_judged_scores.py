@@ -114,6 +114,14 @@ def test_records_for_a_margin_scale_with_the_square_of_the_standard_error() -> N
     assert records_for_margin(estimate, 0.025, 0.95) == pytest.approx(4 * expected, abs=4)
 
 
+def test_records_for_a_margin_are_not_guessed_without_a_spread() -> None:
+    every_record_alike = judged_scores(tally_of([1] * 30, [1] * 30), BOOTSTRAP).overall.precision
+    assert every_record_alike.value == 0.5 and every_record_alike.ci is not None
+    assert records_for_margin(every_record_alike, 0.05, 0.95) is None  # no width: nothing to go by
+    all_right = judged_scores(tally_of([3] * 40, [0] * 40), BOOTSTRAP).overall.precision
+    assert records_for_margin(all_right, 0.05, 0.95) is None
+
+
 def test_planned_records_are_the_binomial_times_the_design_effect() -> None:
     # 0.8·0.2 / 5 values · (1.96 / 0.05)² = 49.2 records when values are independent
     assert planned_records(0.8, 5, 0.0, 0.05) == 50

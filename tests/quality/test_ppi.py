@@ -8,7 +8,14 @@ import pytest
 from pipeline.quality.bootstrap import Bootstrap
 from pipeline.quality.judged_scores import OVERALL, Tally, judged_scores
 from pipeline.quality.judgments import Judgment, JudgmentVerdict
-from pipeline.quality.ppi import combined_precision, judge_agreement, ppi_ratio, t_quantile, verdict_pairs
+from pipeline.quality.ppi import (
+    NoInterval,
+    combined_precision,
+    judge_agreement,
+    ppi_ratio,
+    t_quantile,
+    verdict_pairs,
+)
 
 CORRECT, WRONG, MISSING = JudgmentVerdict.CORRECT, JudgmentVerdict.WRONG, JudgmentVerdict.MISSING
 
@@ -52,10 +59,25 @@ def test_a_model_that_says_nothing_the_people_do_not_weighs_nothing() -> None:
     assert combined.value == pytest.approx(0.5)  # the people's 3 of 6
 
 
-def test_too_few_records_judged_by_both_give_no_estimate() -> None:
+def test_too_few_records_judged_by_both_give_no_estimate_and_say_so() -> None:
     y, k = arrays([1], [2])
     combined = ppi_ratio((y, k), (y, k), arrays([1, 1], [2, 2]), 0.95)  # type: ignore[arg-type]
     assert combined.value is None and combined.ci is None and combined.model_alone == 0.5
+    assert combined.no_interval is NoInterval.FEW_RECORDS
+    assert combined.to_json()["ci_note"] == "few_records"
+
+
+def test_people_finding_every_value_right_give_their_own_estimate_and_no_interval_of_no_width() -> None:
+    y, k = arrays([2, 3, 1], [2, 3, 1])  # every value people judged is right
+    f, g = arrays([1, 3, 1], [2, 3, 1])  # the model calls one of them wrong
+    f_all, g_all = arrays([1, 3, 1, 0, 2], [2, 3, 1, 1, 2])
+    combined = ppi_ratio((y, k), (f, g), (f_all, g_all), 0.95)
+    assert (combined.value, combined.power) == (1.0, 0.0)  # λ = 0: the people's own precision
+    assert combined.ci is None and combined.no_interval is NoInterval.NO_SPREAD
+    assert combined.to_json()["ci"] is None and combined.to_json()["ci_note"] == "no_spread"
+    # One wrong value among people's gives a spread, and an interval.
+    y, k = arrays([2, 2, 1], [2, 3, 1])
+    assert ppi_ratio((y, k), (f, g), (f_all, g_all), 0.95).ci is not None
 
 
 def test_the_t_quantile_matches_the_tables() -> None:

@@ -14,6 +14,7 @@ from pipeline.job.commands import command
 from pipeline.job.spec import JobSpec, load_job
 from pipeline.quality.intervals import Verdict
 from pipeline.quality.judgments import Judgment, JudgmentVerdict, model_judge
+from pipeline.quality.ppi import NoInterval
 from pipeline.reports import (
     JudgedSettings,
     evaluate_judged,
@@ -21,6 +22,7 @@ from pipeline.reports import (
     format_judged_eval,
     format_paired_judged,
 )
+from pipeline.reports.judged_report import margin_line
 from pipeline.store.judgments import record_judgments
 from pipeline.store.opening import prepare_database
 from tests.support.outputs import job_with_outputs, run_scripted
@@ -95,7 +97,7 @@ def test_judgments_of_a_result_redone_since_no_longer_count(spec: JobSpec) -> No
         connection.close()
     report = evaluate_judged(spec)
     assert (report.scores.records, report.stale) == (2, 3)
-    assert "3 judgments are of results redone since" in format_judged_eval(report)
+    assert "3 judgments of results redone since: kept, not counted" in format_judged_eval(report)
 
 
 def test_a_model_judge_beside_people_is_calibrated_by_them(spec: JobSpec) -> None:
@@ -119,6 +121,36 @@ def test_a_model_judge_beside_people_is_calibrated_by_them(spec: JobSpec) -> Non
     text = format_judged_eval(report)
     assert f"model judge {MODEL} on 5 records (people on 3 of them)" in text
     assert "prediction-powered inference" in text
+    # People found the same precision in each record (title all right, skills half), so the combined
+    # precision is theirs, with no interval of its own; the table says so in place of one, and the
+    # line under it why and what would give one.
+    title = model.combined["title"]
+    assert (title.value, title.ci, title.power, title.no_interval) == (1.0, None, 0.0, NoInterval.NO_SPREAD)
+    assert data["combined"]["fields"]["title"]["ci_note"] == "no_spread"
+    row = next(line for line in text.splitlines() if line.startswith("title ") and "no interval*" in line)
+    assert row.split()[:6] == ["title", "1.000", "[0.292-1.000]", "1.000", "[no", "interval*]"]
+    why = next(line for line in text.splitlines() if line.startswith("* no combined interval for "))
+    assert why.startswith(
+        "* no combined interval for title, skills, overall: people found the same precision"
+    )
+    assert "the 3 records the model judged too" in why and "a larger `judge --sample`" in why
+
+
+def test_counts_read_right_for_one_and_a_margin_already_reached_says_so(spec: JobSpec) -> None:
+    judge(spec, judged(["0"]))
+    text = format_judged_eval(evaluate_judged(spec))
+    assert text.splitlines()[0] == "variant main: 1 record judged by person (ann)"
+    assert margin_line(1, 1) == (
+        "±0.05 on the overall precision: reached with the 1 record judged (about 1 would do, from their "
+        "spread)"
+    )
+    assert margin_line(40, 3) == (
+        "±0.05 on the overall precision: about 40 judged records, 37 more than the 3 judged (from their "
+        "spread)"
+    )
+    assert margin_line(12, 30).startswith(
+        "±0.05 on the overall precision: reached with the 30 records judged"
+    )
 
 
 def test_a_model_judge_alone_is_said_to_be_uncalibrated(spec: JobSpec) -> None:
