@@ -48,9 +48,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-from pydantic import ValidationError
+if TYPE_CHECKING:  # every module imports this one: pydantic loads with what validates, not for `--help`
+    from pydantic import ValidationError
 
 T = TypeVar("T", bound=BaseException)
 
