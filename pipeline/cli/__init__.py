@@ -7,7 +7,11 @@ extra missing, a duckdb_memory_limit too small) · 3 aborted (server unreachable
 server gone, its answers stopped validating, the database held by another process or failing, the
 local server failed) · 4 already running · 5 stalled · 130 interrupted.
 
-May import every package: it is the top layer.
+May import every package: it is the top layer. Every command registers at import, so ``pipeline --help``
+imports every command's module: at their top these import only typer, the standard library,
+:mod:`pipeline.errors` and :mod:`pipeline.defaults` (the defaults ``--help`` shows); what a command
+needs (the job spec, DuckDB, the HTTP clients, rapidfuzz) is imported in the function that uses it,
+its types under ``TYPE_CHECKING``. ``tests/test_imports.py`` holds what ``--help`` loads.
 """
 
 # Importing a command's module registers it; this order is the order of `pipeline --help`.

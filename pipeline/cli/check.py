@@ -6,10 +6,8 @@ job's concurrency, the backlog's ETA) in ok / warn / fail / unknown lines, or ``
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import anyio
-import orjson
 import typer
 
 from pipeline.cli.common import (
@@ -25,11 +23,12 @@ from pipeline.cli.common import (
     seed_option,
     setup_logging,
 )
+from pipeline.defaults import DEFAULT_PROBE_TIMEOUT_S, DEFAULT_PROBES
 from pipeline.errors import ConfigError
-from pipeline.job.commands import command
-from pipeline.job.spec import JobSpec
-from pipeline.run.check import DEFAULT_PROBE_TIMEOUT_S, DEFAULT_PROBES, CheckReport, check_job
-from pipeline.servers.config import checked_url_option
+
+if TYPE_CHECKING:  # what the check needs loads when it runs (see pipeline.cli)
+    from pipeline.job.spec import JobSpec
+    from pipeline.run.check import CheckReport
 
 CheckEndpointOption = Annotated[
     list[str] | None,
@@ -61,6 +60,9 @@ def check(
     log_format: LogFormatOption = LogFormat.AUTO,
 ) -> None:
     """Check the server for this job in 30 seconds: what would go wrong over a night's backlog."""
+    import anyio
+    import orjson
+
     setup_logging(log_format, "warning")
     spec = _with_servers(load_job_or_exit(job, database), endpoint or [], model)
     report = run_or_exit(lambda: anyio.run(_check, spec, probes, seed, probe_timeout))
@@ -74,12 +76,16 @@ def check(
 
 
 async def _check(spec: JobSpec, probes: int, seed: int, probe_timeout: float) -> CheckReport:
+    from pipeline.run.check import check_job
+
     return await check_job(spec, probes=probes, seed=seed, probe_timeout_s=probe_timeout)
 
 
 def _with_servers(spec: JobSpec, urls: list[str], model: str | None) -> JobSpec:
     """The job on the servers ``--endpoint`` names (one replaces the job's, several become its
     ``endpoints``) and ``--model``; a bad URL is exit 2."""
+    from pipeline.job.commands import command
+
     if spec.runs_locally and not urls:
         message = (
             f"the job's endpoint is local: start it with `{command('serve-local')}` and give its URL as "
@@ -90,6 +96,8 @@ def _with_servers(spec: JobSpec, urls: list[str], model: str | None) -> JobSpec:
 
 
 def _on_servers(spec: JobSpec, urls: list[str], model: str | None) -> JobSpec:
+    from pipeline.servers.config import checked_url_option
+
     checked = [checked_url_option("--endpoint", url) for url in urls]
     changes: dict[str, Any] = {"model": model}
     if len(checked) == 1:

@@ -10,18 +10,18 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from typer.core import TyperGroup
 
 from pipeline.cli.logs import LOG_LEVELS, configure_logging
 from pipeline.errors import ConfigError, Ending, FatalRunError, exit_code_for
-from pipeline.job.spec import JobSpec, load_job
-from pipeline.job.variants import rerun_of
-from pipeline.reports.comparison import parse_variants
-from pipeline.run.options import VariantOptions
-from pipeline.store.read_copy import ReadCopy
+
+if TYPE_CHECKING:  # what a command needs loads when it runs, not for `pipeline --help` (see pipeline.cli)
+    from pipeline.job.spec import JobSpec
+    from pipeline.run.options import VariantOptions
+    from pipeline.store.read_copy import ReadCopy
 
 #: Options whose value may be left out, and what they mean then: ``--redo-stale`` alone redoes every
 #: job cause, ``--redo-stale prompt,schema`` only those (click has no optional option values).
@@ -152,6 +152,8 @@ def load_job_or_exit(job: Path, database: Path | None = None, variant: str | Non
 
 
 def _job_on(job: Path, database: Path | None, variant: str | None) -> JobSpec:
+    from pipeline.job.spec import load_job
+
     path = in_an_existing_folder("--database", database) if database is not None else None
     spec = load_job(job)
     if variant is not None:
@@ -182,6 +184,8 @@ def saying_a_new_database(spec: JobSpec, database: Path | None) -> Iterator[None
 def variant_names(spec: JobSpec, text: str, *, least: int) -> tuple[str, ...]:
     """``--variants A,B`` (at least ``least`` names), each a variant of the job: a bad name is a
     :class:`ConfigError` naming the rule."""
+    from pipeline.reports.comparison import parse_variants
+
     names = parse_variants(text, least=least)
     for name in names:
         spec.for_variant(name)
@@ -191,6 +195,8 @@ def variant_names(spec: JobSpec, text: str, *, least: int) -> tuple[str, ...]:
 def say_kept_options(made: VariantOptions, variant: str, does: str) -> None:
     """On stderr: the variant ``does`` (runs, is judged) with the options its last run was given."""
     if made.kept:
+        from pipeline.job.variants import rerun_of
+
         maker = rerun_of(variant)  # a re-run's are those of the variant it repeats
         whose = f"variant {maker} was" if maker else "it was"
         typer.echo(

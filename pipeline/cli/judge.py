@@ -7,13 +7,12 @@ model (its ``judge:`` section, else its own model) judge every value of a larger
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import getpass
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -31,16 +30,17 @@ from pipeline.cli.common import (
     variant_names,
 )
 from pipeline.cli.logs import configure_logging
+from pipeline.defaults import DEFAULT_JUDGING_PORT
 from pipeline.errors import ConfigError, Ending, exit_code_for
-from pipeline.job.commands import Asked
-from pipeline.job.spec import JobSpec
-from pipeline.judging.exchange import export_gold, import_judgments
-from pipeline.judging.journal import journal_path
-from pipeline.judging.model import ModelJudging, judge_sample_by_model
-from pipeline.judging.server import DEFAULT_PORT, serve_judging
-from pipeline.judging.session import DEFAULT_SAMPLE, JudgingSession, SessionOptions
-from pipeline.reports import Sample
 
+if TYPE_CHECKING:  # judging loads when the command runs (see pipeline.cli)
+    from pipeline.job.spec import JobSpec
+    from pipeline.judging.model import ModelJudging
+    from pipeline.judging.session import JudgingSession, SessionOptions
+    from pipeline.reports import Sample
+
+#: The sample a person judges on the page when --sample is not given.
+DEFAULT_SAMPLE = 50
 VariantsOption = Annotated[
     str | None,
     typer.Option(
@@ -104,7 +104,7 @@ def judge_command(
     variants: VariantsOption = None,
     sample: JudgedSampleOption = None,
     seed: JudgedSeedOption = 0,
-    port: PortOption = DEFAULT_PORT,
+    port: PortOption = DEFAULT_JUDGING_PORT,
     judge: JudgeOption = None,
     import_file: ImportOption = None,
     export_file: ExportOption = None,
@@ -116,6 +116,9 @@ def judge_command(
 
     Serves a page on 127.0.0.1 until Ctrl-C; every judgment is written at once to the job's database (or, while a run holds it, to a journal beside it, written when the run ends). Reopening the page goes on where you stopped. With --import or --export-gold, no page: judgments are imported, or the judged records written as a gold file.
     """  # noqa: E501  (Typer keeps a docstring's line breaks: one paragraph, one line)
+    from pipeline.judging.session import SessionOptions
+    from pipeline.reports import Sample
+
     if variant is not None and variants is not None:
         raise fail(ConfigError("give --variant or --variants, not both"))
     if sum([import_file is not None, export_file is not None, model]) > 1:
@@ -150,6 +153,8 @@ def login_name() -> str:
 
 
 def _import(spec: JobSpec, path: Path, judge: str, variant: str | None) -> None:
+    from pipeline.judging.exchange import import_judgments
+
     imported = read_or_exit(lambda: import_judgments(spec, path, judge=judge, variant=variant))
     by_judge = ", ".join(f"{name}: {count:,}" for name, count in sorted(imported.judges.items()))
     typer.echo(f"imported {imported.count:,} judgments from {path} ({by_judge})")
@@ -158,6 +163,9 @@ def _import(spec: JobSpec, path: Path, judge: str, variant: str | None) -> None:
 def _export(
     spec: JobSpec, path: Path, judges: tuple[str, ...] | None, variants: tuple[str, ...] | None
 ) -> None:
+    from pipeline.job.commands import Asked
+    from pipeline.judging.exchange import export_gold
+
     export = read_or_exit(lambda: export_gold(spec, path, judges=judges, variants=variants))
     left = export.judged_records - export.records
     note = f"; {left:,} judged records have no field with every value judged" if left else ""
@@ -166,6 +174,9 @@ def _export(
 
 
 def _judge_by_model(spec: JobSpec, variants: tuple[str, ...], sample: Sample, model: str | None) -> None:
+    from pipeline.job.commands import Asked
+    from pipeline.judging.model import judge_sample_by_model
+
     configure_logging(json_lines=not sys.stderr.isatty(), level="warning")
     said_at = time.monotonic()
 
@@ -195,6 +206,11 @@ def _counts(judging: ModelJudging) -> str:
 
 
 def _serve(spec: JobSpec, options: SessionOptions, port: int) -> None:
+    import asyncio
+
+    from pipeline.judging.journal import journal_path
+    from pipeline.judging.server import serve_judging
+
     configure_logging(json_lines=not sys.stderr.isatty(), level="warning")
 
     def ready(session: JudgingSession, url: str) -> None:

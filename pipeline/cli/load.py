@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -16,10 +16,10 @@ from pipeline.cli.common import (
     saying_a_new_database,
 )
 from pipeline.errors import ConfigError
-from pipeline.job.commands import Asked
-from pipeline.job.spec import JobSpec
-from pipeline.source.loader import LoadReport
-from pipeline.store.opening import load_source
+
+if TYPE_CHECKING:  # what the load needs loads when it runs (see pipeline.cli)
+    from pipeline.job.spec import JobSpec
+    from pipeline.source.loader import LoadReport
 
 
 def _parse_renames(pairs: list[str]) -> dict[str, str]:
@@ -47,6 +47,8 @@ def load(
     database: DatabaseOption = None,
 ) -> None:
     """Load records into the job's DuckDB source table: new ids are added, changed rows updated."""
+    from pipeline.store.opening import load_source
+
     spec = load_job_or_exit(job, database)
     renames = _parse_renames(rename or [])
     with saying_a_new_database(spec, database):
@@ -59,6 +61,8 @@ def load(
 
 
 def _load_text(report: LoadReport, file: Path, spec: JobSpec, replace: bool) -> str:
+    from pipeline.job.commands import Asked
+
     database = spec.database
     text = (
         f"loaded {report.rows_in_file:,} records from {file} into table {report.table} of {database}: "

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-import orjson
-import structlog
+if TYPE_CHECKING:  # structlog and orjson load when logging is set up, not for `pipeline --help`
+    import structlog
 
 #: What ``--log-level`` accepts (in any case), from the most said to the least.
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -24,10 +24,14 @@ class _CurrentStderr:
 
 
 def _json_renderer(_: Any, __: str, event: structlog.typing.EventDict) -> str:
+    import orjson
+
     return orjson.dumps(event, default=str).decode()
 
 
 def configure_logging(*, json_lines: bool, level: str = "info", stream: TextIO | None = None) -> None:
+    import structlog
+
     renderer: structlog.typing.Processor = (
         _json_renderer if json_lines else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
     )

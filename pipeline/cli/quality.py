@@ -4,9 +4,8 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
-import orjson
 import typer
 
 from pipeline.cli.common import (
@@ -24,31 +23,13 @@ from pipeline.cli.common import (
     say_read_copy,
     variant_names,
 )
+from pipeline.defaults import DEFAULT_BOOTSTRAP_SEED, DEFAULT_RESAMPLES, DEFAULT_REVIEW_SAMPLE, DEFAULT_SHOWN
 from pipeline.errors import ConfigError
-from pipeline.job.spec import JobSpec
-from pipeline.quality.bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED, Bootstrap
-from pipeline.reports import (
-    DEFAULT_REVIEW_SAMPLE,
-    DEFAULT_SHOWN,
-    CompareSettings,
-    EvalSettings,
-    JudgedSettings,
-    Sample,
-    compare_page,
-    compare_variants,
-    evaluate,
-    evaluate_judged,
-    evaluate_judged_pair,
-    evaluate_pair,
-    format_compare,
-    format_eval,
-    format_judged_eval,
-    format_paired_eval,
-    format_paired_judged,
-    parse_fields,
-    review_page,
-)
-from pipeline.reports.review_page import ReviewPage, write_review
+
+if TYPE_CHECKING:  # the measuring loads when a command runs (see pipeline.cli)
+    from pipeline.job.spec import JobSpec
+    from pipeline.reports import EvalSettings, JudgedSettings
+    from pipeline.reports.review_page import ReviewPage
 
 T = TypeVar("T")
 
@@ -72,6 +53,8 @@ ResampleSeedOption = Annotated[
 
 
 def _write_page(page: ReviewPage | None, path: Path | None, *, to_stderr: bool = False) -> None:
+    from pipeline.reports.review_page import write_review
+
     if page is None or path is None:
         return
     written = read_or_exit(lambda: write_review(page, path))
@@ -133,7 +116,7 @@ def eval_command(
     sample: SampleOption = None,
     seed: SeedOption = 0,
     resamples: ResamplesOption = DEFAULT_RESAMPLES,
-    resample_seed: ResampleSeedOption = DEFAULT_SEED,
+    resample_seed: ResampleSeedOption = DEFAULT_BOOTSTRAP_SEED,
     as_json: JsonOption = False,
     html: HtmlOption = None,
     database: DatabaseOption = None,
@@ -142,6 +125,9 @@ def eval_command(
 
     Also: how many grounded values were found in the record text, and every gold record without a result (failed, with its class; not extracted yet; not in the source). With --variants A,B: whether B is better than A, per field. With --judged and a model judge beside people: the people's precision and the combined one (prediction-powered inference), and how often the model agrees with them. The exit code is 0 whatever the scores.
     """  # noqa: E501  (Typer keeps a docstring's line breaks: one paragraph, one line)
+    from pipeline.quality.bootstrap import Bootstrap
+    from pipeline.reports import EvalSettings, JudgedSettings, Sample, evaluate, format_eval, parse_fields
+
     if variants is not None and variant is not None:
         raise fail(ConfigError("--variants compares two variants: give it without --variant"))
     gold_options = {
@@ -197,6 +183,13 @@ def _gold_file(
 def _eval_judged(
     spec: JobSpec, variants: str | None, settings: JudgedSettings, as_json: bool, html: Path | None
 ) -> None:
+    from pipeline.reports import (
+        evaluate_judged,
+        evaluate_judged_pair,
+        format_judged_eval,
+        format_paired_judged,
+    )
+
     if variants is None:
         report = read_or_exit(lambda: evaluate_judged(spec, settings))
         say_read_copy(report.read_copy)
@@ -213,6 +206,8 @@ def _eval_judged(
 def _eval_pair(
     spec: JobSpec, gold: Path, variants: str, settings: EvalSettings, as_json: bool, html: Path | None
 ) -> None:
+    from pipeline.reports import evaluate_pair, format_paired_eval
+
     names = read_or_exit(lambda: variant_names(spec, variants, least=2))
     pair = read_or_exit(lambda: evaluate_pair(spec, gold, names, settings))
     say_read_copy(pair.a.read_copy)
@@ -221,6 +216,8 @@ def _eval_pair(
 
 
 def _json(data: dict[str, Any]) -> str:
+    import orjson
+
     return orjson.dumps(data, default=str).decode()
 
 
@@ -243,13 +240,16 @@ def compare(
     ] = None,
     fuzzy: FuzzyOption = None,
     resamples: ResamplesOption = DEFAULT_RESAMPLES,
-    resample_seed: ResampleSeedOption = DEFAULT_SEED,
+    resample_seed: ResampleSeedOption = DEFAULT_BOOTSTRAP_SEED,
     database: DatabaseOption = None,
 ) -> None:
     """Compare two variants on the records both extracted: agreement per field (A as the reference) with 95% intervals, tokens and latency per record, failures, grounding, and the records that differ most.
 
     Failures are counted over the records both variants attempted. Temperature 0 on vLLM is not deterministic: with a re-run of A (`pipeline run JOB --variant A --rerun`), each field's A-vs-B agreement is set beside A-vs-rerun, and the fields beyond that noise are flagged.
     """  # noqa: E501
+    from pipeline.quality.bootstrap import Bootstrap
+    from pipeline.reports import CompareSettings, Sample, compare_page, compare_variants, format_compare
+
     spec = load_job_or_exit(job, database)
     reference, candidate = read_or_exit(lambda: variant_names(spec, variants, least=2))
     settings = CompareSettings(
@@ -292,6 +292,8 @@ def review(
 
     Shows the records of the sample that the variant (of two: either) has a result or a failure for.
     """  # noqa: E501
+    from pipeline.reports import Sample, review_page
+
     if variant is not None and variants is not None:
         raise fail(ConfigError("give --variant or --variants, not both"))
     spec = load_job_or_exit(job, database, variant)

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
-import orjson
 import typer
 
 from pipeline.cli.common import (
@@ -20,13 +19,12 @@ from pipeline.cli.common import (
     run_or_exit,
     say_read_copy,
 )
+from pipeline.defaults import DEFAULT_RUNS, FORMAT_BY_EXTENSION
 from pipeline.errors import Ending, FailureClass, exit_code_for
-from pipeline.job.commands import Asked
-from pipeline.reports.export import FORMAT_BY_EXTENSION, ExportReport, export_results
-from pipeline.reports.failures import FailureReport, failure_report, parse_failure_classes
-from pipeline.reports.pages import runs_page
-from pipeline.reports.runs_report import DEFAULT_RUNS, format_runs_report, runs_report
-from pipeline.reports.variants import require_known_variant
+
+if TYPE_CHECKING:  # the reading loads when a command runs (see pipeline.cli)
+    from pipeline.reports.export import ExportReport
+    from pipeline.reports.failures import FailureReport
 
 T = TypeVar("T")
 
@@ -44,6 +42,11 @@ def failures(
     variant: VariantOption = None,
 ) -> None:
     """Failures by class, largest first, with a few examples each and how to retry them."""
+    import orjson
+
+    from pipeline.job.commands import Asked
+    from pipeline.reports.failures import failure_report, parse_failure_classes
+
     spec = load_job_or_exit(job, database, variant)
     classes = read_or_exit(lambda: parse_failure_classes(failure_classes or []))
     report = read_or_exit(lambda: failure_report(spec, classes, examples))
@@ -130,6 +133,9 @@ def export_command(
 
     The file is written beside --out and renamed into place: an interrupted export leaves no half file.
     """  # noqa: E501  (Typer keeps a docstring's line breaks: one paragraph, one line)
+    from pipeline.reports.export import export_results
+    from pipeline.reports.variants import require_known_variant
+
     spec = load_job_or_exit(job, database, variant)
     run_or_exit(lambda: in_an_existing_folder("--out", out))  # as --database: never made
     read_or_exit(lambda: require_known_variant(spec))
@@ -175,6 +181,11 @@ def report(
     variant: VariantOption = None,
 ) -> None:
     """The last runs side by side: fill rate and grounded share per field, tokens, latency, failures and speed, with their trends, and what moved in the newest run beyond its usual run-to-run variation, which way, and against which runs."""  # noqa: E501
+    import orjson
+
+    from pipeline.reports.pages import runs_page
+    from pipeline.reports.runs_report import format_runs_report, runs_report
+
     spec = load_job_or_exit(job, database, variant)
     found = read_or_exit(lambda: runs_report(spec, runs) if html is None else runs_page(spec, html, runs))
     say_read_copy(found.read_copy)

@@ -7,9 +7,8 @@ import shlex
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import anyio
 import typer
 
 from pipeline.cli.common import (
@@ -31,17 +30,16 @@ from pipeline.cli.common import (
     saying_a_new_database,
     setup_logging,
 )
+from pipeline.defaults import class_names
 from pipeline.errors import PERMANENT_FAILURE_CLASSES, ConfigError, FailureClass
-from pipeline.job.commands import Asked
-from pipeline.job.spec import MAIN_VARIANT, JobSpec
-from pipeline.job.variants import rerun_name
-from pipeline.quality.drift import against as drift_baseline
-from pipeline.reports.failures import class_names, parse_failure_classes
-from pipeline.run.options import VariantOptions, options_of_variant
-from pipeline.run.progress import LiveProgress, LogProgress, ProgressReporter, format_duration
-from pipeline.run.runner import RunOptions, RunStatus, RunSummary, runner_for
-from pipeline.servers.config import checked_host_option, checked_url_option
-from pipeline.source.versions import StaleCause, parse_causes
+
+if TYPE_CHECKING:  # the run loads when the command runs (see pipeline.cli)
+    from pipeline.job.commands import Asked
+    from pipeline.job.spec import JobSpec
+    from pipeline.run.options import VariantOptions
+    from pipeline.run.progress import ProgressReporter
+    from pipeline.run.runner import RunOptions, RunSummary
+    from pipeline.source.versions import StaleCause
 
 # Transient failures are retried by every run, so --class takes only the others.
 FAILURE_CLASSES = class_names(PERMANENT_FAILURE_CLASSES)
@@ -173,6 +171,14 @@ def run(
     """Extract every record not done yet; safe to interrupt and run again.
 
     A variant other than main given none of --model, --prompt-file and --local runs with those its last run was given: a variant made from options stays that variant."""  # noqa: E501  (Typer keeps a docstring's line breaks: one paragraph, one line)
+    import anyio
+
+    from pipeline.job.commands import Asked
+    from pipeline.job.spec import MAIN_VARIANT
+    from pipeline.job.variants import rerun_name
+    from pipeline.run.options import VariantOptions, options_of_variant
+    from pipeline.run.runner import runner_for
+
     setup_logging(log_format, log_level)
     changes = _Overrides(concurrency, endpoint, timeout, grace, stall_warning, stall_abort, metrics_host)
     spec = load_job_or_exit(job, database, rerun_name(variant or MAIN_VARIANT) if rerun else variant)
@@ -193,6 +199,8 @@ def run(
 
 
 def _reporter(progress: Display) -> ProgressReporter:
+    from pipeline.run.progress import LiveProgress, LogProgress
+
     bar = progress is Display.BAR or (progress is Display.AUTO and sys.stderr.isatty())
     return LiveProgress() if bar else LogProgress()
 
@@ -200,6 +208,8 @@ def _reporter(progress: Display) -> ProgressReporter:
 def _run_options(
     selection: _Selection, reporter: ProgressReporter, metrics_port: int | None, metrics_textfile: Path | None
 ) -> RunOptions:
+    from pipeline.run.runner import RunOptions
+
     return RunOptions(
         limit=selection.limit,
         retry_failed=selection.retry_failed or bool(selection.retry_class),
@@ -217,6 +227,8 @@ def _run_options(
 
 def _overridden(spec: JobSpec, changes: _Overrides, made: VariantOptions) -> JobSpec:
     """The job as the variant and the command-line options make it (a bad one: ConfigError)."""
+    from pipeline.servers.config import checked_host_option, checked_url_option
+
     if changes.base_url is not None:
         checked_url_option("--endpoint", changes.base_url, local_allowed=True)
     if changes.metrics_host is not None:
@@ -226,6 +238,8 @@ def _overridden(spec: JobSpec, changes: _Overrides, made: VariantOptions) -> Job
 
 
 def _redo_causes(value: str | None, only_failed: bool) -> frozenset[StaleCause]:
+    from pipeline.source.versions import parse_causes
+
     if value is None:
         return frozenset()
     if only_failed:
@@ -234,6 +248,8 @@ def _redo_causes(value: str | None, only_failed: bool) -> frozenset[StaleCause]:
 
 
 def _failure_classes(names: list[str], only_failed: bool) -> frozenset[FailureClass]:
+    from pipeline.reports.failures import parse_failure_classes
+
     # A plain run retries transient failures anyway; --only-failed may ask for them alone.
     allowed = frozenset(FailureClass) if only_failed else PERMANENT_FAILURE_CLASSES
     return frozenset(run_or_exit(lambda: parse_failure_classes(names, allowed=allowed)))
@@ -242,6 +258,11 @@ def _failure_classes(names: list[str], only_failed: bool) -> frozenset[FailureCl
 def _print_summary(summary: RunSummary, given: Asked, made: VariantOptions) -> None:
     """The run's end, and the commands that go on from it: each reads or runs the database, variant
     and endpoint this run did, with the options that made its results."""
+    from pipeline.job.spec import MAIN_VARIANT
+    from pipeline.quality.drift import against as drift_baseline
+    from pipeline.run.progress import format_duration
+    from pipeline.run.runner import RunStatus
+
     asked = replace(given, variant=None if summary.variant == MAIN_VARIANT else summary.variant)
     making = made.words_of_making()
     if summary.status is RunStatus.NOTHING_TO_DO and summary.source_records == 0:
@@ -277,6 +298,8 @@ def _print_summary(summary: RunSummary, given: Asked, made: VariantOptions) -> N
 def _look_command(summary: RunSummary) -> str:
     """A shell command that shows a few results when pasted: this interpreter, which has duckdb (a bare
     `python` may not), with the path as a Python string and the whole quoted for the shell."""
+    from pipeline.job.spec import MAIN_VARIANT
+
     literal = summary.variant.replace("'", "''")
     where = f" WHERE variant = '{literal}'" if summary.variant != MAIN_VARIANT else ""
     query = f"SELECT record_id, extracted FROM {summary.results_table}{where} LIMIT 5"

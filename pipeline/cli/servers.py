@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
-import anyio
 import typer
 
 from pipeline.cli.common import (
@@ -23,11 +22,12 @@ from pipeline.cli.common import (
 )
 from pipeline.cli.logs import configure_logging
 from pipeline.errors import ConfigError
-from pipeline.local import LocalServer, LocalServerOptions, vllm_launch
-from pipeline.servers.config import checked_url_option
 
-if TYPE_CHECKING:  # the bench's modules (prometheus parser, matplotlib) load only for `bench`:
-    from pipeline.bench import BenchOptions, SweepResult  # `run` starts faster without them
+# The local server (HTTP clients) and the bench's modules (prometheus parser, matplotlib) load when their
+# command runs (see pipeline.cli).
+if TYPE_CHECKING:
+    from pipeline.bench import BenchOptions, SweepResult
+    from pipeline.local import LocalServerOptions
 
 
 @app.command("serve-local")
@@ -38,12 +38,20 @@ def serve_local(
     log_format: LogFormatOption = LogFormat.AUTO,
 ) -> None:
     """Start the bundled local vLLM server, print its URL, and serve until Ctrl-C."""
+    import anyio
+
+    from pipeline.local import LocalServerOptions
+
     setup_logging(log_format, "info")
     options = LocalServerOptions(port=port, kv_cache_gib=kv_cache_gib, max_num_seqs=max_num_seqs)
     run_or_exit(lambda: anyio.run(_serve_until_signal, options))  # the extra missing: 2; a failed start: 3
 
 
 async def _serve_until_signal(options: LocalServerOptions) -> None:
+    import anyio
+
+    from pipeline.local import LocalServer, vllm_launch
+
     launch = await vllm_launch(options)
     async with LocalServer(launch) as server:
         typer.echo(f"serving {server.model} at {server.base_url}")
@@ -141,6 +149,8 @@ def _checked_bench_target(
         raise fail(ConfigError(_SEED_KNEE_NEEDS if job is None else _SEED_KNEE_LOCAL))
     if endpoint is None:
         return None
+    from pipeline.servers.config import checked_url_option
+
     return run_or_exit(lambda: checked_url_option("--endpoint", endpoint))
 
 
@@ -156,6 +166,8 @@ def _levels(concurrency: str) -> tuple[int, ...]:
 
 
 def _sweep(options: BenchOptions, local: bool) -> SweepResult:
+    import anyio
+
     # A wrong URL or model, the local extra missing: 2; the server down: 3.
     return run_or_exit(lambda: anyio.run(_bench, options, local))
 
@@ -174,6 +186,7 @@ def _with_job(options: BenchOptions, job: Path, records: int, local: bool) -> Be
 
 async def _bench(options: BenchOptions, local: bool) -> SweepResult:
     from pipeline.bench import LevelSummary, run_sweep
+    from pipeline.local import LocalServer, LocalServerOptions, vllm_launch
 
     def progress(level: LevelSummary) -> None:
         typer.echo(

@@ -8,9 +8,8 @@ import datetime as dt
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import orjson
 import typer
 
 from pipeline.cli.common import (
@@ -25,12 +24,11 @@ from pipeline.cli.common import (
     say_kept_options,
     say_read_copy,
 )
-from pipeline.job.commands import Asked, Verb
-from pipeline.quality.drift import RunDate, describe_runs
-from pipeline.reports.status import JobStatus, job_status
-from pipeline.run.options import VariantOptions, options_of_variant
-from pipeline.run.progress import format_duration
-from pipeline.servers.config import LOCAL_MODEL
+
+if TYPE_CHECKING:  # the reading loads when the command runs (see pipeline.cli)
+    from pipeline.job.commands import Asked, Verb
+    from pipeline.reports.status import JobStatus
+    from pipeline.run.options import VariantOptions
 
 LocalOption = Annotated[
     bool, typer.Option(help="Judge the results as `pipeline run --local` would: made by the bundled model.")
@@ -61,6 +59,8 @@ class _Asked:
 
     def judging_as_made_by(self, model: str) -> tuple[str, ...]:
         """The options that judge results made by ``model`` current: these, with that model."""
+        from pipeline.servers.config import LOCAL_MODEL
+
         local = model == LOCAL_MODEL
         same = dataclasses.replace(
             self.made, local=local, model=None if local or model == self.job_model else model
@@ -81,6 +81,12 @@ def status(
     """Done / failed / pending / stale, and the rate and ETA of the last run.
 
     A variant other than main given none of --model, --prompt-file and --local is judged with those its last run was given."""  # noqa: E501  (Typer keeps a docstring's line breaks: one paragraph, one line)
+    import orjson
+
+    from pipeline.job.commands import Asked
+    from pipeline.reports.status import job_status
+    from pipeline.run.options import VariantOptions, options_of_variant
+
     spec = load_job_or_exit(job, database, variant)
     made = read_or_exit(lambda: options_of_variant(spec, VariantOptions(None, model, prompt_file, local)))
     say_kept_options(made, spec.variant, "is judged")
@@ -216,6 +222,8 @@ def _stale_lines(report: JobStatus, asked: _Asked) -> list[str]:
 def _model_lines(report: JobStatus, asked: _Asked) -> list[str]:
     """Which model made the results stale for the model, against which the status judged them, and
     the two ways on: judge them as the run that made them, or redo them."""
+    from pipeline.servers.config import LOCAL_MODEL
+
     judged = " or ".join(report.models)
     made = asked.made
     judging = ["--local"] if made.local else ["--model", made.model] if made.model is not None else []
@@ -255,6 +263,8 @@ def _live_beside_copy(report: JobStatus) -> str:
 
 def _live_rates(live: dict[str, Any]) -> str:
     """The rates the snapshot's numbers gave (:meth:`RunNumbers.to_json`), said as the summary says them."""
+    from pipeline.run.progress import format_duration
+
     minutes, tokens = live.get("records_per_min"), live.get("output_tokens_per_s")
     return (
         f"{_figure(minutes, '.1f')} records/min, {_figure(tokens, '.0f')} output tok/s, "
@@ -346,6 +356,8 @@ def _recovered_lines(report: JobStatus) -> list[str]:
 
 
 def _last_run_lines(report: JobStatus) -> list[str]:
+    from pipeline.run.progress import format_duration
+
     run, numbers, rate = report.last_run, report.last_numbers, report.rate_per_min
     if not run or numbers is None:
         return _quiet_lines(report)
@@ -363,6 +375,8 @@ def _last_run_lines(report: JobStatus) -> list[str]:
 
 def _quiet_lines(report: JobStatus) -> list[str]:
     """The newest run, when it had nothing to do: the nightly run ran, after the last one that did."""
+    from pipeline.quality.drift import RunDate, describe_runs
+
     quiet = report.quiet_run
     if quiet is None:
         return []

@@ -31,6 +31,7 @@ import orjson
 import structlog
 from aiohttp import web
 
+from pipeline.defaults import DEFAULT_JUDGING_PORT
 from pipeline.errors import ConfigError, FatalRunError
 from pipeline.job.spec import JobSpec
 from pipeline.judging.journal import JudgmentWriter, Saved
@@ -42,7 +43,6 @@ from pipeline.reports.html_page import content_security_policy, embed_json
 
 log = structlog.get_logger("pipeline.judging.server")
 
-DEFAULT_PORT = 8780
 HOST = "127.0.0.1"
 #: How often a journal left by a busy database is tried again when no judgment comes to write it.
 FLUSH_EVERY_S = 30.0
@@ -68,7 +68,7 @@ async def serve_judging(
     options: SessionOptions,
     on_ready: Callable[[JudgingSession, str], None],
     *,
-    port: int = DEFAULT_PORT,
+    port: int = DEFAULT_JUDGING_PORT,
 ) -> None:
     """Write what the journal holds (if the database is free), read the session, and serve its page on
     127.0.0.1 until SIGINT or SIGTERM; ``on_ready`` gets the session and the page's URL once listening.

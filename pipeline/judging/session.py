@@ -36,7 +36,6 @@ from pipeline.reports.review_page import VariantView
 from pipeline.store.judgments import current_result_keys, read_judgments
 from pipeline.store.read_copy import ReadCopy
 
-DEFAULT_SAMPLE = 50
 ANSWER_IDS = ("1", "2")
 MAX_MISSING_CHARS = 2000
 

@@ -21,11 +21,10 @@ from dataclasses import dataclass
 from statistics import NormalDist
 from typing import TYPE_CHECKING
 
+from pipeline.defaults import DEFAULT_BOOTSTRAP_SEED, DEFAULT_RESAMPLES
 from pipeline.errors import ConfigError
 from pipeline.quality.scores import CANDIDATE, EXACT, F1, PRECISION, RECALL, REFERENCE, SCORED, TP, Interval
 
-DEFAULT_RESAMPLES = 1000
-DEFAULT_SEED = 0
 DEFAULT_CONFIDENCE = 0.95
 # Cells of one block of the weight matrix (float32): 8·10^6 cells are 32 MB, whatever the records.
 _BLOCK_CELLS = 8_000_000
@@ -43,7 +42,7 @@ class Bootstrap:
     confidence level."""
 
     resamples: int = DEFAULT_RESAMPLES
-    seed: int = DEFAULT_SEED
+    seed: int = DEFAULT_BOOTSTRAP_SEED
     confidence: float = DEFAULT_CONFIDENCE
 
     def __post_init__(self) -> None:

@@ -31,8 +31,8 @@ status), :mod:`pipeline.quality`, :mod:`pipeline.errors`.
 
 from __future__ import annotations
 
+from pipeline.defaults import DEFAULT_REVIEW_SAMPLE, DEFAULT_SHOWN
 from pipeline.reports.comparison import (
-    DEFAULT_SHOWN,
     CompareReport,
     CompareSettings,
     VariantSummary,
@@ -52,7 +52,7 @@ from pipeline.reports.noise import NoiseReport, noise_floor_hint
 from pipeline.reports.pages import compare_page, review_page, runs_page
 from pipeline.reports.paired_evaluation import PairedEvalReport, evaluate_pair, format_paired_eval
 from pipeline.reports.reading import JobOutput, Sample, Scope, StoredFailure, StoredResult, open_output
-from pipeline.reports.review import DEFAULT_REVIEW_SAMPLE, read_review
+from pipeline.reports.review import read_review
 from pipeline.reports.shared import GroundingShare, GroundingSummary
 
 __all__ = [

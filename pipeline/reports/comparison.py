@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipeline.defaults import DEFAULT_SHOWN
 from pipeline.errors import ConfigError
 from pipeline.job.spec import JobSpec
 from pipeline.job.variants import rerun_name
@@ -55,7 +56,6 @@ from pipeline.reports.shared import (
 from pipeline.reports.variants import last_run_options
 from pipeline.store.read_copy import ReadCopy
 
-DEFAULT_SHOWN = 5
 FAILURES_BASE = "over the {n:,} records both variants attempted (each has a result or a failure for them)"
 #: What the page takes of the report's JSON: everything but the matching rules and the disagreements
 #: (the page's cards are the records, most differing first).

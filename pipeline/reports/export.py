@@ -14,9 +14,12 @@ import os
 import re
 import secrets
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 
+# export_results takes an ExportFormat, so callers import it from here too; it is defined beside the
+# defaults, which `--help` reads without loading DuckDB.
+from pipeline.defaults import FORMAT_BY_EXTENSION
+from pipeline.defaults import ExportFormat as ExportFormat
 from pipeline.errors import ConfigError, DatabaseError
 from pipeline.job.spec import JobSpec
 from pipeline.quality.fields import schema_fields
@@ -27,19 +30,6 @@ from pipeline.store.opening import open_job_output
 from pipeline.store.read_copy import ReadCopy, read_copy_of
 from pipeline.store.tables import history_table
 
-
-class ExportFormat(StrEnum):
-    PARQUET = "parquet"
-    JSONL = "jsonl"
-    CSV = "csv"
-
-
-FORMAT_BY_EXTENSION = {
-    ".parquet": ExportFormat.PARQUET,
-    ".jsonl": ExportFormat.JSONL,
-    ".ndjson": ExportFormat.JSONL,
-    ".csv": ExportFormat.CSV,
-}
 _COPY_OPTIONS = {
     ExportFormat.PARQUET: "FORMAT parquet, ROW_GROUP_SIZE_BYTES '64MB'",
     ExportFormat.JSONL: "FORMAT json",  # one object per line; a JSON column is written as nested JSON

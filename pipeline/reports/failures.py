@@ -11,6 +11,7 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pipeline.defaults import class_names
 from pipeline.errors import ConfigError, FailureClass
 from pipeline.extraction.budget import FIXED_PART_ADVICE, FIXED_PART_FULL
 from pipeline.job.spec import JobSpec
@@ -104,11 +105,6 @@ class FailureReport:
                 for summary in self.classes
             ],
         }
-
-
-def class_names(allowed: Collection[FailureClass] = tuple(FailureClass)) -> list[str]:
-    """The ``allowed`` classes' names, in the order the failure classes are defined."""
-    return [str(failure_class) for failure_class in FailureClass if failure_class in allowed]
 
 
 def parse_failure_classes(

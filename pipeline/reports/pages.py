@@ -15,13 +15,14 @@ import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
+from pipeline.defaults import DEFAULT_REVIEW_SAMPLE, DEFAULT_RUNS
 from pipeline.job.spec import JobSpec
 from pipeline.reports.comparison import CompareReport, CompareSettings, compare_variants
 from pipeline.reports.reading import Sample
-from pipeline.reports.review import DEFAULT_REVIEW_SAMPLE, read_review
+from pipeline.reports.review import read_review
 from pipeline.reports.review_page import ReviewPage, write_review
 from pipeline.reports.runs_page import write_runs_page
-from pipeline.reports.runs_report import DEFAULT_RUNS, RunsReport, runs_report
+from pipeline.reports.runs_report import RunsReport, runs_report
 
 # Defaults as module values: dataclass instances, frozen, built once.
 DEFAULT_SAMPLE = Sample(DEFAULT_REVIEW_SAMPLE)  # the review's sample: 100 records, seed 0

@@ -31,7 +31,6 @@ from pipeline.reports.review_page import ReviewPage, ReviewRecord, ScoreRow, Var
 from pipeline.reports.shared import schema_extraction
 from pipeline.store.read_copy import ReadCopy
 
-DEFAULT_REVIEW_SAMPLE = 100
 #: The threshold the run grounds with (:meth:`pipeline.quality.grounding.Grounder.for_schema`).
 GROUNDING_FUZZY_THRESHOLD = 90.0
 DISAGREEMENT_NOTE = (

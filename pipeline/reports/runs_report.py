@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pipeline.defaults import DEFAULT_RUNS
 from pipeline.errors import ConfigError
 from pipeline.job.commands import Asked
 from pipeline.job.spec import JobSpec
@@ -37,7 +38,6 @@ from pipeline.store.opening import open_job_output
 from pipeline.store.read_copy import ReadCopy, read_copy_of
 from pipeline.store.run_profiles import newest_run, stored_runs
 
-DEFAULT_RUNS = 10
 # Runs read to judge the last: enough for BASELINE_RUNS earlier ones when retries are among them.
 _JUDGED_RUNS = 2 * BASELINE_RUNS + 1
 _SPARKS = "▁▂▃▄▅▆▇█"
