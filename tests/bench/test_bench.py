@@ -288,7 +288,7 @@ def test_cli_local_starts_the_local_server_and_sweeps_it(
 ) -> None:
     """`bench --local` sweeps whatever the local server serves (stood in for by the simulator here;
     tests/integration/test_local_vllm.py sweeps the real one)."""
-    from pipeline.cli import servers
+    import pipeline.local as local
 
     launched: list[object] = []
 
@@ -309,8 +309,9 @@ def test_cli_local_starts_the_local_server_and_sweeps_it(
         async def __aexit__(self, *exc_info: object) -> None:
             await self.running.__aexit__(*exc_info)
 
-    monkeypatch.setattr(servers, "vllm_launch", fake_launch)
-    monkeypatch.setattr(servers, "LocalServer", FakeLocalServer)
+    # `bench --local` imports these from pipeline.local when it runs (not when the CLI loads).
+    monkeypatch.setattr(local, "vllm_launch", fake_launch)
+    monkeypatch.setattr(local, "LocalServer", FakeLocalServer)
     args = ["bench", "--local", "--concurrency", "1,2", "--output-tokens", "32", "--rounds", "1"]
     result = CliRunner().invoke(app, [*args, "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
