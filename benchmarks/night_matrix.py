@@ -19,8 +19,9 @@ so that a night of 5xx takes seconds as the rest does.
 * causes: 13% and 25% failing from one cause alone (invalid JSON, schema-invalid, truncated, 5xx).
 * contexts: 4,096 and 131,072 tokens, with and without `/tokenize` (a proxy in front of vLLM), 13%.
 * broken: every answer invalid, schema-invalid, truncated, or every request a 5xx, on 400 ads: the run
-  must stop (exit 3) within ``attempts x (32 + c)`` requests naming the cause, and a plain run against
-  the fixed server must then do all 400.
+  must stop (exit 3) naming the cause, within the answer breaker's ``attempts x (32 + c)`` requests (3
+  attempts) or, for 5xx, the router's ``attempts x (50 + c)`` (50 records failing in a row, 7 attempts
+  each), and a plain run against the fixed server must then do all 400.
 
 A record fails after its re-asks with the chance a request's fault comes on each of its attempts: three
 (one answer and two re-asks, or two truncation retries) for the answer faults, seven for a 5xx (six
@@ -55,6 +56,10 @@ BASELINE = 200  # ads in the night before each noisy cell
 BROKEN_RECORDS = 400
 WINDOW = 32  # pipeline.run.answer_breaker.WINDOW, read here from the stop line's span
 ATTEMPTS = 3  # one answer and two re-asks (jobs/linkedin.yaml's retry.reasks)
+TRANSIENT_ATTEMPTS = 7  # one request and six transient retries (retry.transient_retries)
+IN_A_ROW = (
+    50  # records failing on the server side in a row that stop a run (abort_after_consecutive_failures)
+)
 #: The share of requests with one of the answer faults (split in three) that fails this share of records.
 MIXED = {0.0: 0.0, 0.05: 0.449, 0.13: 0.585, 0.25: 0.698}
 NOISE_5XX = 0.03
@@ -241,8 +246,12 @@ def broken_night(cell: Cell, job: Path, database: Path, url: str, fixed_url: str
     outcome = Outcome(night.returncode, stop_line(night), chat_requests(url))
     outcome.done, outcome.failed, outcome.retryable = counts(database)
     outcome.classes = classes(database)
-    bound = ATTEMPTS * (WINDOW + cell.concurrency)
     cause = next(iter(cell.faults)).replace("-", "_").replace("length", "truncated")
+    bound = (
+        TRANSIENT_ATTEMPTS * (IN_A_ROW + cell.concurrency)
+        if cause == "server_error"
+        else ATTEMPTS * (WINDOW + cell.concurrency)
+    )
     if night.returncode != 3:
         outcome.problems.append(f"not stopped: exit {night.returncode}")
     elif cause != "server_error" and cause not in outcome.stop:

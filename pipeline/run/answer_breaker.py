@@ -24,8 +24,10 @@ smaller than its concurrency) looks like a collapse. A record that finishes befo
 it waits (:attr:`AnswerBreaker.waiting`) until they have finished; a window is then a run of
 consecutive records as they were sent, whose mix of valid and failed does not depend on latency.
 
-It trips when a window of :data:`WINDOW` judged records is full and (a) every record in it failed, or
-(b) its valid share collapsed against the records sent before it: under :data:`COLLAPSE_RATIO` of
+It trips when (a) the first :data:`WINDOW` judged records to finish all failed, none valid before them
+(whatever the order: a run that has made nothing valid yet says so, a healthy one never does), or a
+window of :data:`WINDOW` judged records is full and (b) every record in it failed, or (c) its valid
+share collapsed against the records sent before it: under :data:`COLLAPSE_RATIO` of
 their share, and so far under it that a window this bad would come by chance less than once in
 :data:`CHANCE` windows at their rate (so a run that was always poor is not a collapse, and 5-25% bad
 records never trip it). The run then stops (exit 3) with one line: which records were compared with
@@ -35,17 +37,17 @@ finished out of turn after it, and those finishing while the run stops, are kept
 answer, the tokens spent) and ``pipeline failures`` shows it, while a plain ``pipeline run`` does them
 again once the server is fixed.
 
-How soon it stops a server whose every answer is garbage: when the first :data:`WINDOW` records sent
-have failed all their attempts. With concurrency ``c``, the other ``c - 1`` requests in flight are
-then on their own attempts, so the run sends about ``attempts * (WINDOW + c)`` requests at most (3
-attempts by default: about 190 at c=32, 860 at c=256), never the backlog.
+How soon it stops a server whose every answer is garbage: when the first :data:`WINDOW` records to
+finish have failed all their attempts. With concurrency ``c``, the other requests in flight are then
+on their own attempts, so the run sends at most about ``attempts * (WINDOW + c)`` requests (3 attempts
+by default: 192 at c=32, 864 at c=256), never the backlog.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter, deque
-from collections.abc import Set
+from collections.abc import Sequence, Set
 from dataclasses import dataclass
 
 from pipeline.errors import ANSWER_FAILURE_CLASSES, AnswersRejectedError
@@ -94,6 +96,8 @@ class AnswerBreaker:
         self._window: deque[_Judged] = deque(maxlen=window)
         self._valid_before = 0  # judged records sent before the window: the run so far
         self._judged_before = 0
+        self._valid_yet = False  # whether any judged record finished valid
+        self._failed_first: list[Failed] = []  # until one is valid: every judged failure, as they finish
         self.tripped: AnswersRejectedError | None = None
         self._kept: list[RecordId] = []  # after the trip: every answer failure stays retryable
 
@@ -115,6 +119,10 @@ class AnswerBreaker:
             if judged is not None and judged.failure is not None:
                 self._kept.append(judged.failure.record_id)
             return None
+        if judged is not None and not self._valid_yet:
+            self._note_first(judged)
+            if self.tripped is not None:
+                return self.tripped
         self._waiting[turn] = judged
         while self.tripped is None and self._next in self._waiting:
             ready = self._waiting.pop(self._next)
@@ -139,6 +147,21 @@ class AnswerBreaker:
         if isinstance(outcome, Failed):
             return _Judged(turn, outcome) if outcome.failure_class in ANSWER_FAILURE_CLASSES else None
         return _Judged(turn, None)
+
+    def _note_first(self, judged: _Judged) -> None:
+        """Until a record is valid: whether the first :data:`WINDOW` to finish all failed (the order
+        they finish in says nothing when none is valid: the trip comes as soon as they have)."""
+        if judged.failure is None:
+            self._valid_yet = True
+            self._failed_first.clear()
+            return
+        self._failed_first.append(judged.failure)
+        if len(self._failed_first) < self._size:
+            return
+        what = f"the first {self._size} records to finish all failed after their re-asks, none valid"
+        self.tripped = self._error(what, self._failed_first)
+        self._waiting.clear()
+        self._kept = [failure.record_id for failure in self._failed_first]
 
     def _judge(self, judged: _Judged) -> AnswersRejectedError | None:
         if len(self._window) == self._size:
@@ -171,8 +194,10 @@ class AnswerBreaker:
         among = "" if last - first + 1 == self._size else f" ({self._size} of them judged)"
         return f"records #{first:,}-#{last:,} in the order they were sent{among}"
 
-    def _error(self, what: str) -> AnswersRejectedError:
-        failures = [entry.failure for entry in self._window if entry.failure is not None]
+    def _error(self, what: str, failures: Sequence[Failed] | None = None) -> AnswersRejectedError:
+        """The stop's one line, of ``failures`` (the window's, unless given)."""
+        if failures is None:
+            failures = [entry.failure for entry in self._window if entry.failure is not None]
         classes = Counter(str(failure.failure_class) for failure in failures)
         named = ", ".join(f"{name} {count}" for name, count in sorted(classes.items()))
         shown = failures[-1]

@@ -69,7 +69,7 @@ def test_a_window_of_records_whose_answers_all_failed_trips_once_with_one_line()
     assert len(tripped) == 1 and breaker.tripped is tripped[0]
     message = str(tripped[0])
     assert "\n" not in message
-    assert f"records #1-#{WINDOW} in the order they were sent all failed after their re-asks" in message
+    assert f"the first {WINDOW} records to finish all failed after their re-asks, none valid" in message
     assert f"invalid_json {WINDOW // 2}, schema_invalid {WINDOW // 2}" in message
     assert "'Sure! Here is the JSON you asked for: {title: Data Engineer," in message  # shortened, one line
     assert "and more" not in message
@@ -155,25 +155,49 @@ def test_records_failing_on_later_attempts_finish_last_and_still_never_trip(
 
 def test_a_record_finishing_before_those_sent_ahead_of_it_waits_for_them() -> None:
     breaker = AnswerBreaker()
+    assert feed(breaker, [valid(i) for i in range(1, 41)]) == []  # a server that worked, then broke
     turns = [breaker.sent() for _ in range(WINDOW)]
     for turn in turns[1:]:  # all but the first sent fail, and finish before it
         assert breaker.observe(turn, failed(turn)) is None
     assert breaker.waiting == WINDOW - 1 and breaker.tripped is None
-    tripped = breaker.observe(turns[0], failed(turns[0]))  # the window is whole now: all failed
+    tripped = breaker.observe(turns[0], failed(turns[0]))  # judged now, with the 31 that waited for it
     assert tripped is not None and breaker.waiting == 0
-    assert f"records #1-#{WINDOW} in the order they were sent all failed" in str(tripped)
+    assert "8 of records #33-#64 in the order they were sent valid after their re-asks" in str(tripped)
 
 
 def test_records_not_judged_hold_their_turn_and_are_named_in_the_span() -> None:
     breaker = AnswerBreaker()
-    outcomes: list[Outcome] = []
-    for i in range(WINDOW + 4):  # every ninth record a server error: not judged, but sent
+    outcomes: list[Outcome] = [valid(0)]
+    for i in range(1, WINDOW + 6):  # every ninth record a server error: not judged, but sent
         outcomes.append(failed(i, FailureClass.TRANSIENT if i % 9 == 8 else FailureClass.INVALID_JSON))
     tripped = feed(breaker, outcomes)
     assert len(tripped) == 1
-    assert f"records #1-#{WINDOW + 3} in the order they were sent ({WINDOW} of them judged)" in str(
+    assert f"records #2-#{WINDOW + 5} in the order they were sent ({WINDOW} of them judged)" in str(
         tripped[0]
     )
+
+
+def test_a_run_with_nothing_valid_stops_once_any_window_of_records_has_finished() -> None:
+    """A server that never answers validly is stopped when the first records to finish have all
+    failed, whichever were sent first: at c=256 the first records sent finish with all the others."""
+    breaker = AnswerBreaker()
+    turns = [breaker.sent() for _ in range(8 * WINDOW)]
+    late = turns[WINDOW:]  # sent after the first window, finishing first
+    tripped = [error for turn in late[:WINDOW] if (error := breaker.observe(turn, failed(turn)))]
+    assert len(tripped) == 1 and "none valid" in str(tripped[0])
+    assert sorted(int(record_id) for record_id in breaker.kept_retryable) == late[:WINDOW]
+
+
+def test_failures_finishing_first_are_no_alarm_once_a_record_was_valid() -> None:
+    breaker = AnswerBreaker()
+    turns = [breaker.sent() for _ in range(4 * WINDOW)]
+    for turn in turns[1:WINDOW]:  # one short of a window of failures finish first
+        assert breaker.observe(turn, failed(turn)) is None
+    assert breaker.observe(turns[WINDOW], valid(turns[WINDOW])) is None
+    for turn in turns[WINDOW + 1 :]:  # the rest: 7 in 8 valid
+        assert breaker.observe(turn, failed(turn) if turn % 8 == 0 else valid(turn)) is None
+    assert breaker.observe(turns[0], valid(turns[0])) is None  # the first window: 1 valid of 32
+    assert breaker.tripped is None
 
 
 def test_at_the_trip_the_failures_that_finished_out_of_turn_are_kept_retryable_too() -> None:
@@ -223,7 +247,8 @@ async def test_a_server_whose_answers_never_validate_stops_the_run_and_burns_no_
     spec = make_job(tmp_path, records=400, concurrency=32)
     server = GarbageServer(content)
     with pytest.raises(
-        AnswersRejectedError, match=f"all failed after their re-asks \\({failure_class} {WINDOW}\\)"
+        AnswersRejectedError,
+        match=f"all failed after their re-asks, none valid \\({failure_class} {WINDOW}\\)",
     ) as raised:
         await run_served(spec, server)
     assert server.requests <= 300  # 3 attempts per record: 1,200 without the breaker
