@@ -17,13 +17,21 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:  # for annotations only: the grounding module loads rapidfuzz
-    from pipeline.quality.grounding import GroundedValue
+from typing import Any, Protocol
 
 #: The stored entry's keys the SQL reads, as DuckDB's ``from_json`` structure.
 _ENTRY = '[{"path": "VARCHAR", "value": "VARCHAR", "match": "VARCHAR"}]'
+
+
+class Looked(Protocol):
+    """What is counted of a value looked for (a :class:`~pipeline.quality.grounding.GroundedValue`,
+    which imports this module: not imported back)."""
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def found(self) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +54,7 @@ def _same(path: str) -> str:
 
 
 def found_shares(
-    values: Iterable[GroundedValue], paths: Iterable[str] = (), *, by: Callable[[str], str] = _same
+    values: Iterable[Looked], paths: Iterable[str] = (), *, by: Callable[[str], str] = _same
 ) -> dict[str, FoundShare]:
     """``values`` counted per ``by(path)`` (default: per path; a run's profile counts per top-level
     field). ``paths``: keys given even without a value (0 of 0), first and in their order."""
