@@ -22,7 +22,7 @@ from pipeline.reports.chunk_status import ChunkingStatus, chunking_status
 from pipeline.reports.variants import check_variant
 from pipeline.servers.cache_counters import hit_rate, low_hit_rate_warning
 from pipeline.source.db import Database, quote
-from pipeline.source.pending import PendingQueries
+from pipeline.source.pending import PendingQueries, pending_count
 from pipeline.source.relation import source_columns, source_relation
 from pipeline.source.versions import (
     JOB_CAUSES,
@@ -195,9 +195,7 @@ def pending_as_read(spec: JobSpec) -> tuple[int | None, ReadCopy | None]:
     except DatabaseLockedError:
         return None, None
     try:
-        queries = PendingQueries(spec, version_of(spec))
-        rows = connection.rows(queries.accounting_sql(), queries.parameters())
-        return sum(int(count) for state, _, _, count in rows if state == "pending"), read_copy_of(connection)
+        return pending_count(connection, PendingQueries(spec, version_of(spec))), read_copy_of(connection)
     finally:
         connection.close()
 

@@ -14,6 +14,7 @@ watchdog, signals) around producer → bounded stream → N workers → the writ
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Protocol
 
@@ -34,6 +35,7 @@ from pipeline.extraction.documents import DocumentExtractor
 from pipeline.extraction.outcomes import Failed, Outcome, Stored
 from pipeline.run.answer_breaker import KEPT_NOTE, AnswerBreaker
 from pipeline.run.committer import FLUSH_MAX_ROWS, commit_outcomes
+from pipeline.run.fleet import read_counters_at_end
 from pipeline.run.options import RunCommands, RunOptions, RunStatus
 from pipeline.run.progress import LogProgress
 from pipeline.run.prometheus import publish_metrics
@@ -43,6 +45,7 @@ from pipeline.run.shutdown import Shutdown
 from pipeline.run.stats import RunStats
 from pipeline.run.watchdog import StallWatchdog
 from pipeline.servers.router import Router
+from pipeline.source.pending import PendingQueries, Selection, pending_count
 from pipeline.source.reader import SourceReader, SourceRecord
 from pipeline.store.snapshot import write_snapshot
 from pipeline.store.writer import StoreWriter
@@ -96,6 +99,9 @@ class RunExecution:
         self._commands = RunCommands.of(run.context.spec, run.options)
         self._breaker = AnswerBreaker(plain_run=self._commands.run())
         self._fatal: FatalRunError | None = None
+        # A run whose options are not a plain run's (--limit, --sample, --retry-failed...) counts what a
+        # plain run would take, as status does, for the backlog it leaves; a plain run's is its own count.
+        self._backlog_counted = None if _plain(run.options.selection) else anyio.Event()
         self.series = RunSeries(run.stats)  # real time, like the progress snapshot
 
     def _abort(self, error: FatalRunError) -> None:
@@ -129,11 +135,19 @@ class RunExecution:
             watchers.start_soon(self._watchdog.run)
             if not self._reader.content_counted:
                 watchers.start_soon(self._count_content)
+            if self._backlog_counted is not None:
+                watchers.start_soon(self._count_backlog, self._backlog_counted)
             if self._options.handle_signals:
                 watchers.start_soon(self._shutdown.watch_signals, lambda: self._stats.in_flight)
             try:
                 await self._pump()
                 await self._keep_retryable()
+                if self._backlog_counted is not None:
+                    await self._backlog_counted.wait()  # a quick run ends with its backlog counted
+                await read_counters_at_end(self._router)  # the servers' prefix-cache counts to the end
+                # Its numbers stop here: the metrics' last write, the progress line's, the row, the
+                # snapshot and the summary all say these.
+                self._stats.end()
             finally:
                 watchers.cancel_scope.cancel()
                 self._progress.close(self._stats)
@@ -230,10 +244,32 @@ class RunExecution:
             return
         numbers = self._stats.numbers
         pending = self._options.capped(numbers.pending_at_start + counted)
-        self._stats.set_pending(pending, numbers.backlog_at_start + counted)
+        backlog = numbers.backlog_at_start + (counted if self._backlog_counted is None else 0)
+        self._stats.set_pending(pending, backlog)
         if counted:
             log.info("content changed since extraction", records=counted)
             await self._writer.update_numbers(self._stats.now())
+
+    async def _count_backlog(self, counted: anyio.Event) -> None:
+        """What a plain run would take as this run begins (what status calls pending), for the backlog it
+        leaves (``pipeline_records_pending``); a count that fails leaves this run's own, said once."""
+        try:
+            backlog = await anyio.to_thread.run_sync(self._plain_pending)
+        except DatabaseError as error:
+            log.warning(
+                "the job's pending records were not counted: the run's metrics say its own", error=str(error)
+            )
+        else:
+            self._stats.set_pending(self._stats.numbers.pending_at_start, backlog)
+        finally:
+            counted.set()
+
+    def _plain_pending(self) -> int:
+        cursor = self._writer.connection.cursor()  # its own cursor: the writer goes on committing
+        try:
+            return pending_count(cursor, PendingQueries(self._context.spec, self._context.version))
+        finally:
+            cursor.close()
 
     async def _write_snapshots(self) -> None:
         said = False  # a full disk is said once, not every few seconds
@@ -246,3 +282,8 @@ class RunExecution:
                 log.warning("the progress snapshot was not written", error=str(error))
             said = error is not None
             await anyio.sleep(SNAPSHOT_INTERVAL_S)
+
+
+def _plain(selection: Selection) -> bool:
+    """A plain run's selection, whatever the seed of a sample it does not take."""
+    return selection.limit is None and dataclasses.replace(selection, seed=0) == Selection()

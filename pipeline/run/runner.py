@@ -36,7 +36,7 @@ from pipeline.job.spec import JobSpec
 from pipeline.quality.drift import BASELINE_RUNS, Drift, ProfiledRun, describe_runs, judge_last
 from pipeline.run.execution import RunExecution, save_snapshot
 from pipeline.run.extractors import record_extractor
-from pipeline.run.fleet import open_fleet, read_counters_at_end
+from pipeline.run.fleet import open_fleet
 from pipeline.run.notices import stale_kept, warn_if_timeout_is_short
 from pipeline.run.options import RunCommands, RunOptions, RunStatus, RunSummary
 from pipeline.run.preflight import warn_before_start
@@ -148,6 +148,9 @@ class JobRun:
                     status=str(status),
                     done=numbers.done,
                     failed=numbers.failed,
+                    attempts=numbers.attempts,  # what a run stopped by an error says instead of a summary
+                    records_per_min=round(numbers.records_per_min, 1),
+                    elapsed_s=round(numbers.elapsed_s, 1),
                 )
                 if fatal is not None:
                     raise fatal
@@ -250,7 +253,6 @@ class JobRun:
             with anyio.CancelScope(shield=True):
                 await self._finish(RunStatus.INTERRUPTED, CANCELLED, quiet=True)
             raise
-        await read_counters_at_end(self.router)  # the servers' prefix-cache counts up to the run's end
         await self._finish(status, str(fatal) if fatal else None, quiet=fatal is not None)
         execution.series.sample()
         return status, fatal, await self._profile_and_drift(execution.series)

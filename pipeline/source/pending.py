@@ -237,6 +237,13 @@ _FIRST_TAKEN = (
 )
 
 
+def pending_count(connection: Database, queries: PendingQueries) -> int:
+    """The records a run of ``queries``' selection takes, its limit aside (of a plain run's: what
+    ``status`` calls pending), counted as :meth:`PendingQueries.accounting_sql` counts them. Blocking."""
+    rows = connection.rows(queries.accounting_sql(), queries.parameters())
+    return sum(int(count) for state, _, _, count in rows if state == "pending")
+
+
 def _any_of(conditions: dict[StaleCause, str], causes: Iterable[StaleCause]) -> str:
     chosen = [conditions[cause] for cause in JOB_CAUSES if cause in set(causes)]
     return "(" + " OR ".join(chosen) + ")" if chosen else "false"

@@ -19,9 +19,9 @@ from pipeline.run.options import RunStatus
 from pipeline.source.db import translated_error
 from pipeline.store.numbers import RunNumbers
 from pipeline.store.writer import StoreWriter
-from tests.support.fakes import ScriptedServer, completion, good_completion, respond
+from tests.support.fakes import ScriptedServer, completion, error, good_completion, respond
 from tests.support.jobs import make_job, make_source, table_rows
-from tests.support.runs import run_served
+from tests.support.runs import QuietProgress, run_served
 
 pytestmark = pytest.mark.anyio
 
@@ -91,3 +91,17 @@ async def test_failures_the_breaker_could_not_keep_retryable_are_named_with_the_
     assert table_rows(trial.database, "SELECT count(*) FROM failures WHERE failure_class = 'transient'") == [
         (0,)
     ]
+
+
+async def test_the_backlog_a_limited_run_leaves_is_what_status_calls_pending(tmp_path: Path) -> None:
+    """--limit 4 of 10 records, one failing transiently (a plain run takes it again): the run has none of
+    its own left, and the job 7 (it said 0 before: its own remaining)."""
+    spec = make_job(tmp_path, records=10, retry={"transient_retries": 0})
+    server = ScriptedServer([respond(good_completion())] * 3 + [error(503)])
+    progress = QuietProgress()
+    summary = await run_served(spec, server, limit=4, progress=progress)
+    assert (summary.done, summary.failed) == (3, 1)
+    numbers = summary.numbers
+    assert (numbers.backlog_at_start, numbers.remaining, numbers.backlog) == (10, 0, 7)
+    assert progress.closed_with is not None and progress.closed_with["backlog"] == 7  # the run's last word
+    assert table_rows(spec.database, "SELECT backlog_at_start FROM runs") == [(10,)]

@@ -37,7 +37,7 @@ FINISH_S = 240.0  # an uninterrupted run of a test job on a busy 2-core machine 
 
 def running(snapshot: dict[str, Any]) -> bool:
     """The run holds the database and has sent requests."""
-    return snapshot.get("status") == "running" and bool(snapshot.get("requests"))
+    return snapshot.get("status") == "running" and bool(snapshot.get("attempts"))
 
 
 def some_done(snapshot: dict[str, Any]) -> bool:
