@@ -19,7 +19,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import secrets
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -142,16 +142,10 @@ class JudgmentWriter:
         self.journal = Journal(journal_path(spec.database))
 
     def save(self, judgments: Sequence[Judgment]) -> Saved:
-        connection = self._open()
-        if connection is None:
-            self.journal.append(added=judgments)
-            return Saved.JOURNALED
-        try:
-            self._replay(connection)
-            record_judgments(connection, self.spec, judgments)
-        finally:
-            connection.close()
-        return Saved.WRITTEN
+        if self._written(lambda connection: record_judgments(connection, self.spec, judgments)):
+            return Saved.WRITTEN
+        self.journal.append(added=judgments)
+        return Saved.JOURNALED
 
     def undo(self, judgments: Sequence[Judgment]) -> Saved:
         """Take back ``judgments`` (one action): from the journal, or from the table."""
@@ -159,29 +153,34 @@ class JudgmentWriter:
         in_table = [judgment_id for judgment_id in ids if judgment_id not in self.journal.drop(ids)]
         if not in_table:
             return Saved.WRITTEN if not self.journal.path.exists() else Saved.JOURNALED
-        connection = self._open()
-        if connection is None:
-            self.journal.append(undone=in_table)
-            return Saved.JOURNALED
-        try:
-            self._replay(connection)
+
+        def undo(connection: Database) -> None:
             for judgment_id in in_table:
                 undo_judgment(connection, self.spec, judgment_id)
-        finally:
-            connection.close()
-        return Saved.WRITTEN
+
+        if self._written(undo):
+            return Saved.WRITTEN
+        self.journal.append(undone=in_table)
+        return Saved.JOURNALED
 
     def flush(self) -> bool:
         """Write the journal into the table if the database is free; True when nothing is left pending."""
-        if not self.journal.path.exists():
-            return True
+        return not self.journal.path.exists() or self._written(lambda connection: None)
+
+    def _written(self, write: Callable[[Database], object]) -> bool:
+        """What the journal holds, then ``write``, on the database, closed before the journal is
+        removed: a journal gone means its judgments are in the table and the file is free to open. A
+        crash between the two leaves a journal whose replay skips what is written. False, with nothing
+        done, while the database is held."""
         connection = self._open()
         if connection is None:
             return False
         try:
             self._replay(connection)
+            write(connection)
         finally:
             connection.close()
+        self.journal.clear()
         return True
 
     def pending(self) -> Pending:
@@ -196,7 +195,6 @@ class JudgmentWriter:
             for judgment_id in pending.undone:
                 undo_judgment(connection, self.spec, judgment_id)
             log.info("journal written into the table", judgments=len(added), undone=len(pending.undone))
-        self.journal.clear()
 
     def _open(self) -> Database | None:
         """The database open for writing, or None while a run (or anything else) holds it."""
@@ -220,6 +218,7 @@ def _as_json(judgment: Judgment) -> dict[str, Any]:
         "result_key": judgment.result_key,
         "judgment_id": judgment.judgment_id,
         "judged_at": judgment.judged_at.isoformat() if judgment.judged_at else None,
+        "blind_between": judgment.blind_between,
     }
 
 
@@ -235,6 +234,7 @@ def _judgment(item: dict[str, Any]) -> Judgment:
         result_key=str(item["result_key"]),
         judgment_id=str(item["judgment_id"]),
         judged_at=dt.datetime.fromisoformat(judged_at) if judged_at else None,
+        blind_between=str(item.get("blind_between") or ""),  # a journal of an earlier version has none
     )
 
 

@@ -7,28 +7,46 @@ as the prompt shows them, each variant's answer and where its grounded values ar
 review page locates them). What is judged in an answer is :func:`~pipeline.quality.judgments.values_to_judge`.
 
 With two variants the session is blind: each record's two answers are shown as "1" and "2", in an order
-drawn from the seed and the record's id, and only the session knows which variant each one is. A value
-both answers gave is one item on the page, judged once for both (a value's truth does not depend on who
-gave it); a value marked missing is missing for each answer that does not give it.
+drawn per record with a key the session draws when it starts and never shows (so neither the seed nor
+the record's id tells the order), and only the session knows which variant each one is. A value both
+answers gave is one item on the page, judged once for both (a value's truth does not depend on who gave
+it); a value marked missing is missing for each answer that does not give it.
 
 What the judge said comes from the judgments table (and the journal of those not yet written there):
-reopening the page, or starting again, goes on where they stopped.
+reopening the page, or starting again, goes on where they stopped. A blind session shows, counts and
+goes on from only the judgments made blind between the same two variants: a verdict given seeing a
+variant's name (its own page, an import, a blind page of another pair) would mark that variant's
+values, so there it is neither shown nor counted, and the value is asked again. Both judgments are
+kept; the later one is the one ``eval`` counts.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import hashlib
+import hmac
+import secrets
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pipeline.errors import ConfigError
 from pipeline.job.spec import JobSpec
+from pipeline.job.text import counted
+from pipeline.judging.gold_records import typed_missing
 from pipeline.judging.state import Action, JudgeState, without
 from pipeline.quality.agreement import id_order
 from pipeline.quality.fields import grounded_paths, schema_fields
-from pipeline.quality.judgments import Judgment, JudgmentVerdict, ValueToJudge, judged_paths, values_to_judge
+from pipeline.quality.judgments import (
+    Judgment,
+    JudgmentVerdict,
+    ValueToJudge,
+    blind_pair,
+    judged_fields,
+    judged_paths,
+    values_to_judge,
+)
 from pipeline.quality.normalize import normalize_text
 from pipeline.reports.reading import JobOutput, Sample, Scope, StoredResult, open_output, sample_scope
 from pipeline.reports.review import ViewBuilder, prompt_fields
@@ -48,10 +66,23 @@ class SessionOptions:
     # The sample was asked for: larger than a variant's results is a mistake. The default sample is
     # as many of its records as have results.
     sample_given: bool = True
+    # What the blind order is drawn with: secret, so nothing the page shows tells it (answer_order).
+    order_key: bytes = dataclasses.field(default_factory=lambda: secrets.token_bytes(16), repr=False)
 
     @property
     def blind(self) -> bool:
         return len(self.variants) == 2
+
+    @property
+    def blind_between(self) -> str:
+        """The pair a blind session's judgments are made between ("" for one variant, seen)."""
+        return blind_pair(self.variants) if self.blind else ""
+
+    def shows(self, judgment: Judgment) -> bool:
+        """Whether a judgment of the judge counts in this session (see the module)."""
+        return judgment.variant in self.variants and (
+            judgment.blind_between == self.blind_between if self.blind else True
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +165,8 @@ class JudgingSession:
         self.records = tuple(records)
         self.state = state
         self.read_copy = read_copy
-        self.fields = tuple(path.path for path in judged_paths(schema_fields(spec.schema_class)))
+        self._specs = judged_fields(schema_fields(spec.schema_class))
+        self.fields = tuple(self._specs)
         self._index = {record.record_id: index for index, record in enumerate(self.records)}
 
     # --- what was said
@@ -209,6 +241,10 @@ class JudgingSession:
         text = text.strip()
         if not text or len(text) > MAX_MISSING_CHARS:
             raise ValueError(f"select the missing value in the text (1 to {MAX_MISSING_CHARS} characters)")
+        try:
+            typed_missing(self._specs[field], text)  # a gold value must be one the field takes
+        except ValueError as error:
+            raise ValueError(f"{field}: {error}") from None
         wanted = normalize_text(text)
         lacking = [
             answer
@@ -259,6 +295,7 @@ class JudgingSession:
                     result_key=answer.result_key,
                     judged_at=now,
                     judgment_id=uuid.uuid4().hex,
+                    blind_between=self.options.blind_between,
                 )
                 for answer, field, value in values
             )
@@ -288,9 +325,7 @@ def load_session(
     records = _records(spec, options, texts, results, keys)
     # The journal may hold other judges' judgments, and other variants' (another session's).
     mine = [
-        j
-        for j in [*said, *pending]
-        if j.judge == options.judge and j.record_id in texts and j.variant in options.variants
+        j for j in [*said, *pending] if j.judge == options.judge and j.record_id in texts and options.shows(j)
     ]
     state = JudgeState(without(mine, undone))
     return JudgingSession(spec, options, records, state, read_copy)
@@ -310,7 +345,7 @@ def _records(
     paths = [path.path for path in judged_paths(specs)]
     records = []
     for record_id in sorted(texts, key=id_order):
-        order = answer_order(options.variants, options.sample.seed, record_id)
+        order = answer_order(options.variants, options.order_key, record_id)
         answers = tuple(
             Answer(
                 answer_id=answer_id,
@@ -334,7 +369,7 @@ def _sample(output: JobOutput, options: SessionOptions) -> Scope:
             f"SELECT count(*) FROM {output.results_table} WHERE variant = $variant", {"variant": variant}
         )
         if options.sample_given and sample.size > count:
-            raise ConfigError(f"--sample {sample.size}: variant {variant} has {count:,} results")
+            raise ConfigError(f"--sample {sample.size}: variant {variant} has {counted(count, 'result')}")
     return Scope.all_of(sample_scope(output.spec, sample), output.extracted_by_all(options.variants))
 
 
@@ -347,13 +382,16 @@ def _nothing_sampled(options: SessionOptions) -> ConfigError:
     )
 
 
-def answer_order(variants: Sequence[str], seed: int, record_id: str) -> tuple[str, ...]:
-    """The variants in page order for ``record_id``: two are shuffled per record, from the seed and the
-    id alone, so the same session shows them the same way every time."""
-    if len(variants) < 2:
-        return tuple(variants)
-    digest = hashlib.sha256(f"{seed}:{record_id}".encode()).digest()
-    return tuple(variants) if digest[0] % 2 == 0 else tuple(reversed(variants))
+def answer_order(variants: Sequence[str], key: bytes, record_id: str) -> tuple[str, ...]:
+    """The variants in page order for ``record_id``: two are shuffled per record by a keyed hash of its
+    id, so a session shows them the same way every time, and without ``key`` (the session's secret)
+    the order cannot be worked out from the record's id or the seed. The order of ``variants`` given
+    does not matter."""
+    ordered = tuple(sorted(variants))
+    if len(ordered) < 2:
+        return ordered
+    digest = hmac.new(key, record_id.encode(), hashlib.sha256).digest()
+    return ordered if digest[0] % 2 == 0 else ordered[::-1]
 
 
 def items_of(paths: Sequence[str], answers: Sequence[Answer]) -> tuple[Item, ...]:

@@ -9,6 +9,11 @@ recall all three.
 
 A judgment belongs to the result it judged (``result_key``, made by the store): when the record is
 redone, the judgment is kept but *stale*, and stops counting.
+
+A judgment made on a blind page (two variants shown as answers 1 and 2) says between which two
+(``blind_between``): a blind page shows and counts only its own pair's, so nothing a judge said
+seeing a variant's name tells which answer is which; in ``eval`` the latest of a value counts,
+blind or not.
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ class Judgment:
     judged_at: dt.datetime | None = None
     stale: bool = False  # the record was redone since: kept, but it no longer counts
     judgment_id: str = ""  # the store's id (what undo names)
+    blind_between: str = ""  # judged blind: the pair's names (blind_pair); "" when the variant was shown
 
     @property
     def by_model(self) -> bool:
@@ -59,6 +65,11 @@ class Judgment:
     def key(self) -> tuple[str, str, str, str, str]:
         """What one judge says once: a later judgment of the same value by the same judge replaces it."""
         return (self.variant, self.record_id, self.field, self.value, self.judge)
+
+
+def blind_pair(variants: Sequence[str]) -> str:
+    """The name of the pair two variants are judged blind between, whatever their order: ``a,b``."""
+    return ",".join(sorted(variants))
 
 
 def is_model_judge(judge: str) -> bool:

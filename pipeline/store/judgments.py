@@ -36,6 +36,7 @@ JUDGMENT_COLUMNS = [
     ("verdict", "VARCHAR"),
     ("judge", "VARCHAR"),
     ("result_key", "VARCHAR"),
+    ("blind_between", "VARCHAR"),  # judged blind between these two variants (blind_pair); NULL: seen
 ]
 
 
@@ -146,6 +147,7 @@ def _with_key(judgment: Judgment, result_key: str) -> Judgment:
         result_key=result_key,
         judged_at=judgment.judged_at,
         judgment_id=judgment.judgment_id or uuid.uuid4().hex,
+        blind_between=judgment.blind_between,
     )
 
 
@@ -163,6 +165,7 @@ def _insert(connection: Database, spec: JobSpec, judgments: Sequence[Judgment]) 
         "verdict": [str(j.verdict) for j in judgments],
         "judge": [j.judge for j in judgments],
         "result_key": [j.result_key for j in judgments],
+        "blind_between": [j.blind_between or None for j in judgments],
         "created_at": [_utc(j.judged_at) for j in judgments],
     }
     # created_at: the judgment's own time (UTC, as every timestamp is stored), else now.
@@ -223,7 +226,7 @@ def read_judgments(
     )
     sql = (
         "SELECT j.record_id, j.variant, j.field, j.value, j.verdict, j.judge, j.result_key, j.created_at, "
-        f"j.judgment_id, r.record_id IS NULL AS stale FROM {table} j LEFT JOIN {results} r "
+        f"j.judgment_id, r.record_id IS NULL AS stale, j.blind_between FROM {table} j LEFT JOIN {results} r "
         f"ON r.variant = j.variant AND r.record_id = j.record_id AND {result_key_sql('r')} = j.result_key "
         "WHERE ($all_variants OR j.variant IN (SELECT unnest($variants))) "
         f"AND ($all_judges OR j.judge IN (SELECT unnest($judges))) {latest} "
@@ -243,7 +246,7 @@ def read_judgments(
 
 
 def _judgment(row: Sequence[object]) -> Judgment:
-    record_id, variant, field, value, verdict, judge, result_key, judged_at, judgment_id, stale = row
+    record_id, variant, field, value, verdict, judge, result_key, judged_at, judgment_id, stale, blind = row
     return Judgment(
         record_id=record_key(record_id),
         variant=str(variant),
@@ -255,4 +258,5 @@ def _judgment(row: Sequence[object]) -> Judgment:
         judged_at=judged_at,  # type: ignore[arg-type]
         judgment_id=str(judgment_id),
         stale=bool(stale),
+        blind_between=str(blind or ""),
     )

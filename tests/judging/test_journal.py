@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
+import orjson
 import pytest
 
 from pipeline.job.spec import JobSpec
@@ -13,7 +15,7 @@ from pipeline.judging.state import Action
 from pipeline.quality.judgments import JudgmentVerdict
 from pipeline.reports import Sample
 from pipeline.source.lock import RunLock
-from tests.support.judging import judging_job, judgment_rows, write_read_copy
+from tests.support.judging import blind_judgment_rows, judging_job, judgment_rows, write_read_copy
 from tests.support.outputs import database_held_by_another_process
 
 CORRECT, WRONG = JudgmentVerdict.CORRECT, JudgmentVerdict.WRONG
@@ -133,3 +135,20 @@ def test_a_session_takes_only_its_own_judges_journaled_judgments(spec: JobSpec) 
     with RunLock(spec.database):
         writer.save(judged(others, 0).judgments)
         assert session_of(spec).progress().judged == 0  # ann's session: bob's judgment is not hers
+
+
+def test_a_blind_judgment_keeps_its_pair_through_the_journal_and_one_of_an_earlier_version_is_seen(
+    spec: JobSpec,
+) -> None:
+    journal = Journal(journal_path(spec.database))
+    action = judged(session_of(spec), 0)
+    journal.append(added=[dataclasses.replace(j, blind_between="big,main") for j in action.judgments])
+    earlier = orjson.loads(journal.path.read_bytes().splitlines()[0])  # as an earlier version wrote it:
+    for judgment in earlier["add"]:  # the same line without blind_between
+        del judgment["blind_between"]
+        judgment["judgment_id"] = "written-by-an-earlier-version"
+    with journal.path.open("ab") as file:
+        file.write(orjson.dumps(earlier) + b"\n")
+    assert [j.blind_between for j in journal.read().added] == ["big,main", ""]
+    JudgmentWriter(spec).flush()
+    assert [row[6] for row in blind_judgment_rows(spec.database)] == ["big,main", ""]

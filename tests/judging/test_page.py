@@ -18,10 +18,12 @@ from tests.support.judging import (
     IMG,
     SCRIPT,
     JudgeProcess,
+    blind_judgment_rows,
     judge_process,
     judging_job,
     judgment_rows,
 )
+from tests.support.variants import two_variant_job
 
 pytestmark = pytest.mark.integration
 SCREENSHOT = Path("/tmp/judging_page.png")
@@ -35,8 +37,15 @@ class Judging:
 
 
 @pytest.fixture(scope="module")
-def judging(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Judging]:
-    """One job, one ``pipeline judge`` process, one browser for the module."""
+def blind_spec(tmp_path_factory: pytest.TempPathFactory) -> JobSpec:
+    """A job with two variants, main and big, to judge blind."""
+    return two_variant_job(tmp_path_factory.mktemp("blind"))
+
+
+@pytest.fixture(scope="module")
+def judging(tmp_path_factory: pytest.TempPathFactory, blind_spec: JobSpec) -> Iterator[Judging]:
+    """One job, one ``pipeline judge`` process, one browser for the module. Every job is made first:
+    Playwright's sync API holds this thread's event loop while the browser is open, and a run needs it."""
     chromium = require_browser()
     spec = judging_job(tmp_path_factory.mktemp("page"))
     with judge_process(spec.source_file, "--judge", "ann") as judge, sync_playwright() as driver:
@@ -145,3 +154,50 @@ def test_markup_in_a_record_is_shown_as_text_and_runs_nothing(judging: Judging) 
     assert page.query_selector_all("main img, main script") == []
     assert page.evaluate("typeof window.pwned") == "undefined" and not dialogs
     assert page.is_visible("mark.match-exact")  # the markup value is grounded, and marked as text
+
+
+BLIND_SCREENSHOT = Path("/tmp/judging_page_blind.png")
+#: What would tell the answers apart: the variants' names and their models'.
+SECRETS = ("main", "big", "test-model", "big-model")
+EVERY_ANSWER = """async () => {
+    const get = async (path) => (await fetch(path, { cache: "no-store" })).json();
+    const session = await get("/api/session");
+    const records = [];
+    for (let index = 0; index < session.records; index += 1) records.push(await get(`/api/records/${index}`));
+    return { session, records };
+}"""
+
+
+def test_a_blind_page_after_judging_one_variant_shows_nothing_of_it_by_keyboard(
+    judging: Judging, blind_spec: JobSpec
+) -> None:
+    page, spec = judging.page, blind_spec
+    with judge_process(spec.source_file, "--judge", "ann") as seen:  # main on its own page
+        page.goto(seen.url)
+        page.wait_for_selector(item(0, ".focus"))
+        press(page, "a", item(0, ".verdict-correct"))
+        press(page, "x", item(1, ".verdict-wrong"))
+        press(page, "a", item(2, ".verdict-correct"))
+        assert (page.text_content("#overall-text") or "").startswith("3 of 54 values judged")
+    with judge_process(spec.source_file, "--judge", "ann", "--variants", "main,big") as blind:
+        page.goto(blind.url)
+        page.wait_for_selector(item(0, ".focus"))
+        assert page.text_content("#who") == "judge ann · 2 answers, blind"
+        shown = page.eval_on_selector_all(".item", "nodes => nodes.map(n => n.className)")
+        assert shown and not any("verdict-" in classes for classes in shown)  # no earlier mark
+        assert page.query_selector_all(".missing-item") == []
+        assert page.text_content("#overall-text") == "0 of 50 values judged · 0 of 8 records done"
+        heads = page.eval_on_selector_all(".head[data-answer]", "nodes => nodes.map(n => n.textContent)")
+        assert heads == ["answer 1", "answer 2"]
+        api = page.evaluate(EVERY_ANSWER)  # what the page's own requests get
+        assert api["session"]["progress"]["judged"] == 0 and api["session"]["variant"] is None
+        assert all(i["verdict"] is None for r in api["records"] for i in r["items"])
+        said = str(api) + (page.text_content("header") or "") + (page.text_content("#answers") or "")
+        assert [secret for secret in SECRETS if secret in said] == []
+        page.screenshot(path=str(BLIND_SCREENSHOT))
+        press(page, "a", item(0, ".verdict-correct"))  # judged blind, by keyboard
+        assert (page.text_content("#overall-text") or "").startswith("1 of 50 values judged")
+        press(page, "Backspace", f"{item(0, '.focus')}:not(.verdict-correct)")
+        press(page, "x", item(0, ".verdict-wrong"))
+    rows = [row for row in blind_judgment_rows(spec.database) if row[:4] == ("1", "main", "title", "Title 1")]
+    assert [(row[4], row[6]) for row in rows] == [("correct", ""), ("wrong", "big,main")]  # both kept

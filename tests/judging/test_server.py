@@ -16,12 +16,15 @@ from pipeline.judging.journal import JudgmentWriter, journal_path
 from pipeline.judging.server import build_app
 from pipeline.judging.session import SessionOptions, load_session
 from pipeline.reports import Sample
-from tests.support.judging import judging_job, judgment_rows, write_read_copy
+from tests.support.judging import blind_judgment_rows, judging_job, judgment_rows, write_read_copy
 from tests.support.outputs import database_held_by_another_process
 from tests.support.variants import two_variant_job
 
 pytestmark = pytest.mark.anyio
 JSON = dict[str, Any]
+
+
+KEY = b"one blind order for every page of a test"
 
 
 @asynccontextmanager
@@ -30,7 +33,7 @@ async def page_server(
 ) -> AsyncIterator[TestClient[Any, Any]]:
     writer = JudgmentWriter(spec)
     pending = writer.pending()
-    options = SessionOptions(variants or ("main",), Sample(50), judge, sample_given=False)
+    options = SessionOptions(variants or ("main",), Sample(50), judge, sample_given=False, order_key=KEY)
     session = load_session(spec, options, pending.added, pending.undone)
     async with TestClient(TestServer(build_app(session, writer, flush_every_s))) as client:
         yield client
@@ -169,6 +172,41 @@ async def test_a_blind_page_never_names_a_variant_or_a_model(blind_spec: JobSpec
     assert not leaked
     # The title both answers gave is one item: judged once, a judgment for each variant.
     assert sorted(row[1] for row in judgment_rows(spec.database)) == ["big", "main"]
+
+
+async def every_record(client: TestClient[Any, Any]) -> list[JSON]:
+    session = await get(client, "/api/session")
+    return [await get(client, f"/api/records/{index}") for index in range(session["records"])]
+
+
+async def test_a_blind_page_after_judging_one_variant_shows_nothing_of_that_judging(
+    blind_spec: JobSpec,
+) -> None:
+    spec = blind_spec
+    async with page_server(spec, "main") as client:  # main judged first, on its own page
+        for item, verdict in [(0, "wrong"), (1, "correct"), (2, "wrong")]:
+            await post(client, "/api/judge", {"record": 0, "item": item, "verdict": verdict})
+        await post(client, "/api/judge", {"record": 1, "item": 0, "verdict": "correct"})
+        await post(client, "/api/missing", {"record": 0, "field": "skills", "text": "Posting"})
+        seen = await get(client, "/api/session")
+        assert seen["progress"]["judged"] == 4
+    async with page_server(spec, "main", "big", judge="bob") as client:  # a judge who judged nothing
+        fresh = (await get(client, "/api/session"))["progress"], await every_record(client)
+    async with page_server(spec, "main", "big") as client:
+        session = await get(client, "/api/session")
+        records = await every_record(client)
+        # Nothing of main's judging: no verdict, no missing value, nothing done; as a fresh judge sees it.
+        assert session["progress"]["judged"] == 0 and session["start"] == 0
+        assert (session["progress"], records) == fresh
+        assert all(item["verdict"] is None for record in records for item in record["items"])
+        assert all(record["missing"] == [] for record in records)
+        judged = await post(client, "/api/judge", {"record": 0, "item": 0, "verdict": "correct"})
+        assert judged["progress"]["judged"] == 1 and judged["record"]["items"][0]["verdict"] == "correct"
+    # Both kept: main's own judgment and the blind one, which says which pair it was judged blind in.
+    rows = [row for row in blind_judgment_rows(spec.database) if row[:3] == ("1", "main", "title")]
+    assert [(row[4], row[6]) for row in rows] == [("wrong", ""), ("correct", "big,main")]
+    async with page_server(spec, "big", "main") as client:  # the same pair: goes on where it stopped
+        assert (await get(client, "/api/session"))["progress"]["judged"] == 1
 
 
 @pytest.mark.process

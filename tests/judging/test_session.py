@@ -13,6 +13,8 @@ from pipeline.judging.journal import JudgmentWriter
 from pipeline.judging.session import JudgingSession, SessionOptions, answer_order, load_session
 from pipeline.quality.judgments import JudgmentVerdict
 from pipeline.reports import Sample
+from pipeline.reports.reading import open_output
+from pipeline.store.judgments import read_judgments
 from tests.support.judging import EXTRACTED_RECORDS, judging_job
 from tests.support.variants import SAMPLE, SAMPLED_IDS, two_variant_job
 
@@ -30,10 +32,13 @@ def two_variants(tmp_path_factory: pytest.TempPathFactory) -> JobSpec:
     return two_variant_job(tmp_path_factory.mktemp("blind"))
 
 
+KEY = b"the session's own key"
+
+
 def options(
-    *variants: str, sample: Sample = FIFTY, judge: str = "ann", given: bool = False
+    *variants: str, sample: Sample = FIFTY, judge: str = "ann", given: bool = False, key: bytes = KEY
 ) -> SessionOptions:
-    return SessionOptions(tuple(variants), sample, judge, sample_given=given)
+    return SessionOptions(tuple(variants), sample, judge, sample_given=given, order_key=key)
 
 
 def saved(spec: JobSpec, session: JudgingSession, *actions: tuple[int, int, JudgmentVerdict]) -> None:
@@ -69,15 +74,20 @@ def test_the_seeded_sample_is_the_projects_sample_restricted_to_records_both_var
     assert {record.record_id for record in session.records} == SAMPLED_IDS - {"9"}
 
 
-def test_two_variants_are_shown_in_an_order_drawn_per_record_from_the_seed(two_variants: JobSpec) -> None:
+def test_two_variants_are_shown_in_an_order_drawn_per_record_with_the_sessions_secret_key(
+    two_variants: JobSpec,
+) -> None:
     session = load_session(two_variants, options("main", "big"))
     orders = {record.record_id: tuple(a.variant for a in record.answers) for record in session.records}
     assert set(orders.values()) == {("main", "big"), ("big", "main")}  # both orders occur
     assert all(tuple(a.answer_id for a in record.answers) == ("1", "2") for record in session.records)
-    again = load_session(two_variants, options("main", "big"))
+    again = load_session(two_variants, options("big", "main"))  # the same key: the same order
     assert {r.record_id: tuple(a.variant for a in r.answers) for r in again.records} == orders
-    other_seed = [answer_order(("main", "big"), 1, record_id) for record_id in orders]
-    assert other_seed != list(orders.values())
+    other_key = [answer_order(("main", "big"), b"another key", record_id) for record_id in orders]
+    assert other_key != list(orders.values())
+    # Without a key given, each session draws its own: the seed and the ids shown do not tell the order.
+    drawn = {SessionOptions(("main", "big"), SAMPLE, "ann").order_key for _ in range(3)}
+    assert len(drawn) == 3 and all(len(key) == 16 for key in drawn)
 
 
 def test_a_value_both_answers_give_is_one_item_and_judging_it_judges_both(two_variants: JobSpec) -> None:
@@ -153,3 +163,39 @@ def test_bad_samples_and_variants_are_one_line_each(one_variant: JobSpec) -> Non
         load_session(one_variant, options("big"))
     with pytest.raises(ConfigError, match="none of the sampled records has a result of main"):
         load_session(one_variant, options("main", sample=Sample(1, 20), given=True))  # draws record 9
+
+
+def test_a_blind_session_shows_and_counts_only_what_was_judged_blind_between_its_two_variants(
+    tmp_path: Path,
+) -> None:
+    spec = two_variant_job(tmp_path)
+    seen = load_session(spec, options("main"))  # main judged on its own page, knowing it is main
+    saved(spec, seen, (0, 0, WRONG), (0, 1, CORRECT), (1, 0, CORRECT))
+    missing = seen.mark_missing(0, "skills", "Excel")
+    JudgmentWriter(spec).save(missing.judgments)
+    seen.saved(missing)
+    blind = load_session(spec, options("main", "big"))
+    assert blind.progress().judged == 0 and blind.start() == 0 and blind.last_action() is None
+    for index, record in enumerate(blind.records):
+        assert [blind.item_verdict(record, item) for item in record.items] == [None] * len(record.items)
+        assert blind.missing(index) == [] and blind.unjudged(index) == list(range(len(record.items)))
+    # What it shows is what a judge who never judged main sees.
+    fresh = load_session(spec, options("main", "big", judge="bob"))
+    assert blind.progress() == fresh.progress()
+    # Judged blind: a new judgment beside the earlier one, and only it counts on the blind page.
+    title = next(n for n, item in enumerate(blind.records[0].items) if item.field == "title")
+    action = blind.judge(0, title, CORRECT)
+    assert {j.blind_between for j in action.judgments} == {"big,main"}
+    JudgmentWriter(spec).save(action.judgments)
+    again = load_session(spec, options("big", "main"))  # the same pair, whatever its order
+    assert again.progress().judged == 1
+    assert again.item_verdict(again.records[0], again.records[0].items[title]) is CORRECT
+    # Both kept; on main's own page (and in eval) the latest counts: the blind verdict.
+    with open_output(spec) as output:
+        every = read_judgments(output.connection, spec, ["main"], latest_only=False)
+        latest = read_judgments(output.connection, spec, ["main"])
+    first_title = [(j.verdict, j.blind_between) for j in every if (j.record_id, j.field) == ("1", "title")]
+    assert first_title == [(WRONG, ""), (CORRECT, "big,main")]
+    assert [j.verdict for j in latest if (j.record_id, j.field) == ("1", "title")] == [CORRECT]
+    reopened = load_session(spec, options("main"))
+    assert reopened.item_verdict(reopened.records[0], reopened.records[0].items[0]) is CORRECT

@@ -4,6 +4,7 @@ from pipeline.quality.fields import FieldKind, schema_fields
 from pipeline.quality.judgments import (
     Judgment,
     JudgmentVerdict,
+    blind_pair,
     judged_fields,
     judged_paths,
     model_judge,
@@ -47,3 +48,6 @@ def test_judged_fields_are_the_judged_paths_each_with_its_fields_spec() -> None:
     assert fields["requirements"].kind is FieldKind.OBJECT_LIST
     assert fields["remote_policy"].choices == ("onsite", "hybrid", "remote", "unspecified")
 
+
+def test_a_blind_pair_is_named_the_same_whatever_the_order_of_its_variants() -> None:
+    assert blind_pair(["main", "big"]) == blind_pair(["big", "main"]) == "big,main"

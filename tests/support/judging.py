@@ -107,9 +107,14 @@ def judge_process(job: Path, *args: str) -> Iterator[JudgeProcess]:
 
 def judgment_rows(database: Path) -> list[tuple[str, str, str, str, str, str]]:
     """(record, variant, field, value, verdict, judge) of every judgment in the table, oldest first."""
+    return [row[:6] for row in blind_judgment_rows(database)]
+
+
+def blind_judgment_rows(database: Path) -> list[tuple[str, str, str, str, str, str, str]]:
+    """:func:`judgment_rows`, each with the pair it was judged blind between ("" when seen)."""
     with duckdb.connect(str(database), read_only=True) as connection:
         rows = connection.execute(
-            "SELECT CAST(record_id AS VARCHAR), variant, field, value, verdict, judge FROM judgments "
-            "ORDER BY created_at, rowid"
+            "SELECT CAST(record_id AS VARCHAR), variant, field, value, verdict, judge, "
+            "coalesce(blind_between, '') FROM judgments ORDER BY created_at, rowid"
         ).fetchall()
     return [tuple(str(value) for value in row) for row in rows]  # type: ignore[misc]
