@@ -367,7 +367,8 @@ def _last_run_lines(report: JobStatus) -> list[str]:
     why = run.get("message") or (ABANDONED if run["status"] == "abandoned" else None)
     return [
         f"last run: #{run['run_id']} {run['status']}, started {run['started_at']:%Y-%m-%d %H:%M:%S %Z}, "
-        f"{numbers.done:,} done, {numbers.failed:,} failed, {numbers.attempts:,} requests sent{speed}",
+        f"{numbers.done:,} done, {numbers.failed:,} failed, {numbers.attempts:,} requests sent{speed}"
+        + (f", {n:,} answers from reasoning" if (n := numbers.answers_from_reasoning) else ""),
         *([f"why:      {why}"] if why else []),
         *_quiet_lines(report),
     ]

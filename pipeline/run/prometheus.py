@@ -106,6 +106,11 @@ class RunCollector:
         yield self._counter(
             "chunks_done_total", "Chunks of long records (chunking:) answered and committed.", n.chunks_done
         )
+        yield self._counter(
+            "answers_from_reasoning_total",
+            "Records whose answer came in the reasoning field, content null (taken, and marked).",
+            n.answers_from_reasoning,
+        )
         yield self._gauge(
             "records_pending",
             "Records of the job still pending, whatever --limit: after a plain run, what status calls "

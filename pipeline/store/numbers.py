@@ -57,6 +57,8 @@ class RunNumbers:
     prefix_cache_queries: int | None = None  # prompt tokens looked up
     prefix_cache_reachable: float | None = None  # the most it could be: the shared prefix over the prompt
     preemptions: int | None = None
+    # Results whose answer came in the reply's reasoning field, content null (vLLM issue 23694): taken.
+    answers_from_reasoning: int = 0
 
     @classmethod
     def of(cls, row: Mapping[str, Any]) -> RunNumbers:
@@ -81,6 +83,7 @@ class RunNumbers:
             _increment(self.failures, str(outcome.failure_class))
         elif isinstance(outcome, Extracted):
             self.done += 1
+            self.answers_from_reasoning += outcome.from_reasoning
 
     def plus(self, outcomes: Iterable[Stored]) -> RunNumbers:
         """A copy with ``outcomes`` counted: what the row says once they are committed."""

@@ -70,7 +70,6 @@ class StoreWriter:
         self.spec = context.spec
         self.version = context.version
         self.run_id = 0
-        self._from_reasoning = 0  # results whose answer came in the reasoning field, content null
         self._limiter = anyio.CapacityLimiter(1)
         self._chaos_commit_delay_s = float(os.environ.get(CHAOS_COMMIT_DELAY_ENV) or 0)
 
@@ -109,7 +108,7 @@ class StoreWriter:
         found = {key: known.as_json() for key, known in (knees or {}).items()}
         text = orjson.dumps(found).decode() if found else None
         await self._call(lambda: self._update_run(numbers, status=status, message=message, knees=text))
-        recovered = self._from_reasoning
+        recovered = numbers.answers_from_reasoning
         if recovered:
             log.warning(
                 f"{recovered:,} answer{'' if recovered == 1 else 's'} recovered from reasoning: the server "
@@ -219,7 +218,6 @@ class StoreWriter:
             if self._chaos_commit_delay_s:
                 log.warning("chaos: transaction open before commit", rows=len(outcomes))
                 time.sleep(self._chaos_commit_delay_s)
-        self._from_reasoning += sum(o.from_reasoning for o in extracted)
 
     def _keep_retryable(self, ids: list[RecordId], note: str) -> Counter[str]:
         table = quote(self.spec.output.failures_table)

@@ -34,3 +34,7 @@ def test_answers_in_the_reasoning_are_recovered_not_failed_nor_asked_again(tmp_p
     assert f"note:     {RECORDS} answers recovered from reasoning (" in status.stdout, status.stdout
     report = orjson.loads(run_pipeline("status", str(job), "--json").stdout)
     assert report["answers_from_reasoning"] == RECORDS and report["done"] == RECORDS
+    # and the run's own count, in its row and its line
+    assert table_rows(database, "SELECT answers_from_reasoning FROM runs") == [(RECORDS,)]
+    assert report["last_run"]["answers_from_reasoning"] == RECORDS
+    assert f", {RECORDS} answers from reasoning" in status.stdout, status.stdout

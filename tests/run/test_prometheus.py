@@ -99,6 +99,7 @@ def assert_busy_numbers(samples: Samples) -> None:
     assert value(samples, "pipeline_prompt_tokens_total") == 1200
     assert value(samples, "pipeline_output_tokens_total") == 345
     assert value(samples, "pipeline_reasoning_tokens_total") == 0
+    assert value(samples, "pipeline_answers_from_reasoning_total") == 0
     assert value(samples, "pipeline_seconds_since_last_answer") == pytest.approx(10 - 3.3)
     assert value(samples, "pipeline_oldest_request_in_flight_seconds") == pytest.approx(5)
     assert value(samples, "pipeline_run_active") == 1

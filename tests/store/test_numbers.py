@@ -38,6 +38,8 @@ def test_committed_outcomes_count_records_done_failed_by_class_and_chunks() -> N
     assert after.failures == {"invalid_json": 1, "transient": 1}
     assert after.attempts == 7  # requests are counted as they are sent, not again from the outcomes
     assert (before.done, before.failures) == (0, {})  # plus() is a copy: the live record is untouched
+    recovered = dataclasses.replace(done(5), from_reasoning=True)  # the answer was in the reasoning field
+    assert after.plus([recovered, done(6)]).answers_from_reasoning == 1
 
 
 def test_remaining_is_the_run_s_own_and_backlog_the_job_s_whatever_the_limit() -> None:
