@@ -224,10 +224,21 @@ class JobSpec(_Strict):
             max_model_len=self.max_model_len,
         )
 
-    def judge_settings(self, model: str | None = None) -> JudgeSettings:
-        """The model judge as ``judge:`` asks for it, each key it leaves out the job's own; ``model``:
-        another judge model (a command-line option)."""
-        judge = self.judge if model is None else self.judge.model_copy(update={"model": model})
+    def judge_settings(self, model: str | None = None, base_url: str | None = None) -> JudgeSettings:
+        """The model judge as ``judge:`` asks for it, each key it leaves out the job's own; ``model``,
+        ``base_url``: another judge model, on another server (``judge --judge-model``, ``--endpoint``),
+        resolved as if ``judge:`` named them (a URL checked as the job file's are)."""
+        judge = self.judge
+        if model is not None or base_url is not None:
+            given = judge.model_dump(exclude_unset=True)
+            if model is not None:
+                given["model"] = model
+            if base_url is not None:
+                given["endpoint"] = {**given.get("endpoint", {}), "base_url": base_url}
+            try:
+                judge = JudgeSpec.model_validate(given)
+            except ValidationError as exc:
+                raise ConfigError(f"the judge's {describe_validation_error(exc, JudgeSpec)}") from exc
         return resolve_judge(
             judge,
             self.endpoint_configs()[0],

@@ -166,11 +166,14 @@ def judge_sample_by_model(
     sample: Sample | None,
     *,
     model: str | None = None,
+    endpoint: str | None = None,
     progress: Progress | None = None,
 ) -> ModelJudging:
     """:func:`judge_by_model`, blocking: ``anyio.run``, or inside a running event loop (a notebook)
     one of its own in a worker thread."""
-    call = functools.partial(judge_by_model, spec, variants, sample, model=model, progress=progress)
+    call = functools.partial(
+        judge_by_model, spec, variants, sample, model=model, endpoint=endpoint, progress=progress
+    )
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -185,18 +188,20 @@ async def judge_by_model(
     sample: Sample | None,
     *,
     model: str | None = None,
+    endpoint: str | None = None,
     progress: Progress | None = None,
     sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
 ) -> ModelJudging:
     """Judge every value of the results of ``variants`` (default: the spec's) for the records of
-    ``sample`` (None: every record) by the judge of ``spec.judge`` (``model``: another model), and
-    store the verdicts; return the counts. ``progress`` is handed them after each write and failure.
+    ``sample`` (None: every record) by the judge of ``spec.judge`` (``model``: another model;
+    ``endpoint``: the URL of another server, as ``judge.endpoint.base_url`` names one), and store the
+    verdicts; return the counts. ``progress`` is handed them after each write and failure.
 
     Raises :class:`ConfigError` (no database, a variant without results, the judge's server not
     served) or ``DatabaseLockedError`` (a run holds the database) before anything is sent, and
     :class:`FatalRunError` when the judging stops (every request failing, the server refusing the
     key): what was written is kept."""
-    settings = spec.judge_settings(model)
+    settings = spec.judge_settings(model, endpoint)
     _check_served(spec, settings)
     judge, variants = model_judge(settings.model), tuple(variants) or (spec.variant,)
     found = await anyio.to_thread.run_sync(read_sample_to_judge, spec, variants, sample, judge)

@@ -74,11 +74,36 @@ def test_two_variants_are_judged_blind(tmp_path: Path) -> None:
         (("--variant", "main", "--variants", "main,big"), "error: give --variant or --variants, not both"),
         (
             ("--import", "a.jsonl", "--export-gold", "b.jsonl"),
-            "error: give one of --import, --export-gold and --model",
+            "error: give one of --import, --export-gold and --by-model (or --judge-model)",
         ),
-        (("--model", "--import", "a.jsonl"), "error: give one of --import, --export-gold and --model"),
-        (("--judge-model", "other"), "error: --judge-model goes with --model"),
-        (("--model", "--judge-model", " "), "error: --judge-model: give a model name"),
+        (
+            ("--by-model", "--import", "a.jsonl"),
+            "error: give one of --import, --export-gold and --by-model (or --judge-model)",
+        ),
+        (
+            ("--judge-model", "other", "--export-gold", "b.jsonl"),
+            "error: give one of --import, --export-gold and --by-model (or --judge-model)",
+        ),
+        (("--by-model", "--judge-model", " "), "error: --judge-model: give a model name"),
+        (
+            ("--endpoint", "http://gpu-box:8000/v1"),
+            "error: --endpoint is the judge model's server: give it with --by-model or --judge-model",
+        ),
+        (("--by-model", "--endpoint", "gpu-box:8000"), "error: --endpoint: must start with http://"),
+        # --model names the model that extracts in run, status and check: here, what to give instead.
+        (
+            ("--model",),
+            "error: judge has no --model (in run, status and check it names the model that extracts): "
+            "give --by-model to have the job's judge model judge the sample, --judge-model NAME for another",
+        ),
+        (
+            ("--model", "--sample", "5"),
+            "give --by-model to have the job's judge model judge the sample",
+        ),
+        (
+            ("--model", "gpt-oss-120b"),
+            "give --judge-model gpt-oss-120b to have gpt-oss-120b judge the sample",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(judged: JobSpec, args: tuple[str, ...], said: str) -> None:
@@ -132,7 +157,11 @@ def test_judgments_imported_export_a_gold_file_that_eval_reads(spec: JobSpec, tm
     path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
     imported = cli_run("judge", str(spec.source_file), "--import", str(path), "--judge", "ann")
     assert imported.exit_code == 0, imported.output
-    assert imported.stdout.strip() == f"imported 19 judgments from {path} (ann: 19)"
+    said = "added, 0 replaced (another verdict), 0 left as they were"
+    assert imported.stdout.strip() == f"imported 19 judgments from {path} (ann: 19): 19 {said}"
+    again = cli_run("judge", str(spec.source_file), "--import", str(path), "--judge", "ann")
+    assert again.stdout.strip().endswith(": 0 added, 0 replaced (another verdict), 19 left as they were")
+    assert len(judgment_rows(spec.database)) == 19  # imported twice, counted once
     gold = tmp_path / "gold.jsonl"
     exported = cli_run("judge", str(spec.source_file), "--export-gold", str(gold))
     assert exported.exit_code == 0, exported.output
@@ -149,3 +178,78 @@ def test_judgments_imported_export_a_gold_file_that_eval_reads(spec: JobSpec, tm
     # 6 extracted, 5 right (record 2's Python is wrong); 6 right in all (record 4's Excel was missed).
     assert (skills["tp"], skills["fp"], skills["fn"]) == (5, 1, 1)
     assert skills["precision"] == pytest.approx(5 / 6) and skills["recall"] == pytest.approx(5 / 6)
+
+
+#: Every value of records 1, 2, 4 and 5 judged (title, SQL, Python, years, low, high), some wrong, a skill
+#: missed in record 2: what a judge finishing those records says.
+ROUND_TRIP = {
+    1: {
+        "title": "correct",
+        "SQL": "correct",
+        "Python": "wrong",
+        "years": "correct",
+        "low": "correct",
+        "high": "wrong",
+    },
+    2: {
+        "title": "wrong",
+        "SQL": "correct",
+        "Python": "correct",
+        "years": "wrong",
+        "low": "correct",
+        "high": "correct",
+    },
+    4: dict.fromkeys(("title", "SQL", "Python", "years", "low", "high"), "correct"),
+    5: {
+        "title": "correct",
+        "SQL": "wrong",
+        "Python": "wrong",
+        "years": "correct",
+        "low": "wrong",
+        "high": "correct",
+    },
+}
+
+
+def test_judged_then_exported_then_eval_gold_gives_the_precision_eval_judged_gives(
+    spec: JobSpec, tmp_path: Path
+) -> None:
+    lines = [
+        {
+            "record_id": number,
+            "field": "skills" if name in ("SQL", "Python") else name,
+            "value": name
+            if name in ("SQL", "Python")
+            else {"title": f"Title {number}", "years": number}.get(name, 0),
+            "verdict": verdict,
+        }
+        for number, said in ROUND_TRIP.items()
+        for name, verdict in said.items()
+    ]
+    lines.append({"record_id": 2, "field": "skills", "value": "Excel", "verdict": "missing"})
+    path = tmp_path / "judgments.jsonl"
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    assert cli_run("judge", str(spec.source_file), "--import", str(path), "--judge", "ann").exit_code == 0
+    gold = tmp_path / "gold.jsonl"
+    assert cli_run("judge", str(spec.source_file), "--export-gold", str(gold)).exit_code == 0
+    by_gold = json.loads(cli_run("eval", str(spec.source_file), "--gold", str(gold), "--json").stdout)
+    by_judgments = json.loads(cli_run("eval", str(spec.source_file), "--judged", "--json").stdout)
+    # 24 values: 7 judged wrong. Both count each value judged correct right, each judged wrong wrong.
+    assert by_judgments["overall"]["precision"]["value"] == pytest.approx(17 / 24)
+    assert by_gold["micro"]["precision"] == pytest.approx(17 / 24)
+    assert (by_gold["micro"]["tp"], by_gold["micro"]["fp"]) == (17, 7)
+    judged_fields, gold_fields = by_judgments["fields"], by_gold["fields"]
+    assert gold_fields["skills"]["precision"] == judged_fields["skills"]["precision"]["value"] == 5 / 8
+    assert gold_fields["skills"]["recall"] == judged_fields["skills"]["recall"]["value"] == 5 / 6
+    for scalar in ("title", "years", "low", "high"):  # a scalar's accuracy: its values judged right
+        assert gold_fields[scalar]["accuracy"] == judged_fields[scalar]["precision"]["value"] == 3 / 4
+    # The values judged wrong are not nulls in the gold file: what they are not.
+    exported = [json.loads(line) for line in gold.read_text().splitlines()]
+    assert exported[1] == {
+        "id": "2",
+        "skills": ["SQL", "Python", "Excel"],
+        "low": 0,
+        "high": 0,
+        "_judged_wrong": {"title": ["Title 2"], "years": [2]},
+    }
+    assert all(None not in record.values() for record in exported)

@@ -56,7 +56,7 @@ def test_a_sample_of_a_real_runs_results_is_judged_value_by_value(tmp_path: Path
         second = judge_sample_by_model(spec, ["main"], Sample(EXTRACTED))
         requests = sim_metric(url, "pipeline_sim:requests_total") - requests_before
         again = subprocess.run(  # the command: everything judged already, so nothing is sent
-            pipeline_command("judge", str(job), "--model", "--sample", str(EXTRACTED)),
+            pipeline_command("judge", str(job), "--by-model", "--sample", str(EXTRACTED)),
             capture_output=True,
             text=True,
             timeout=120,
@@ -96,3 +96,51 @@ def test_a_sample_of_a_real_runs_results_is_judged_value_by_value(tmp_path: Path
     verdicts = dict(table_rows(database, "SELECT verdict, count(*) FROM judgments GROUP BY ALL"))
     assert set(verdicts) == {"correct", "wrong"}
     assert verdicts["correct"] == first.correct + second.correct
+
+
+def test_judge_model_and_endpoint_send_the_judging_to_another_server_than_the_jobs(tmp_path: Path) -> None:
+    database = tmp_path / "postings.duckdb"
+    build_postings(database, 60)
+    with (
+        sim_server("--model", "test-model", "--seed", "5") as job_server,
+        sim_server("--model", "judge-model", "--seed", "6") as judge_server,
+    ):
+        job = write_job(
+            tmp_path,
+            database="postings.duckdb",
+            endpoint={"base_url": job_server},
+            max_tokens=2048,
+            schema="schemas.linkedin:JobPosting",
+        )
+        run = subprocess.run(
+            pipeline_command("run", str(job), "--sample", "20"),
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=subprocess_env(),
+            cwd=REPO,
+        )
+        assert run.returncode == 0, run.stderr[-2000:]
+        sent_to_job = sim_metric(job_server, "pipeline_sim:requests_total")
+        judged = subprocess.run(
+            pipeline_command(
+                "judge",
+                str(job),
+                "--judge-model",
+                "judge-model",
+                "--endpoint",
+                judge_server,
+                "--sample",
+                "20",
+            ),
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=subprocess_env(),
+            cwd=REPO,
+        )
+        assert judged.returncode == 0, judged.stderr[-2000:]
+        assert sim_metric(job_server, "pipeline_sim:requests_total") == sent_to_job  # none to the job's
+        assert sim_metric(judge_server, "pipeline_sim:requests_total") == 20  # one a record
+    assert judged.stdout.startswith("model:judge-model judged 20 of 20 records (")
+    assert table_rows(database, "SELECT DISTINCT judge FROM judgments") == [("model:judge-model",)]

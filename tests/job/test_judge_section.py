@@ -92,6 +92,20 @@ def test_a_model_given_on_the_command_line_replaces_the_sections(tmp_path: Path)
     assert spec.judge_settings().model == "from-the-file"
 
 
+def test_a_server_given_on_the_command_line_replaces_the_sections_as_if_it_named_it(tmp_path: Path) -> None:
+    spec = judged_job(tmp_path, {"endpoint": {"structured_output": False}, "concurrency": 4})
+    judge = spec.judge_settings(base_url="http://judge:9/v1")
+    server = judge.endpoint
+    # Another server than the job's: its model is the job's, the section's other keys stay.
+    assert (server.base_url, judge.model, server.concurrency) == ("http://judge:9/v1", "test-model", 4)
+    assert not server.structured_output
+    both = spec.judge_settings("big-judge", "http://judge:9/v1")
+    assert (both.model, both.endpoint.base_url) == ("big-judge", "http://judge:9/v1")
+    assert spec.judge_settings().endpoint.base_url == "http://testserver/v1"
+    with pytest.raises(ConfigError, match="the judge's key 'endpoint': base_url 'local' is not served"):
+        spec.judge_settings(base_url="local")
+
+
 def test_a_variant_keeps_the_jobs_judge(tmp_path: Path) -> None:
     spec = judged_job(tmp_path, {"model": "big-judge"}, variants={"other": {"model": "small"}})
     assert spec.for_variant("other").judge_settings().model == "big-judge"
