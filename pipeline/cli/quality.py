@@ -63,7 +63,9 @@ def _write_page(page: ReviewPage | None, path: Path | None, *, to_stderr: bool =
 
 def _say_written(path: Path, page: ReviewPage | None, *, to_stderr: bool = False) -> None:
     if page is not None:
-        typer.echo(f"wrote {path} ({len(page.records):,} records)", err=to_stderr)
+        from pipeline.job.text import counted
+
+        typer.echo(f"wrote {path} ({counted(len(page.records), 'record')})", err=to_stderr)
 
 
 GoldOption = Annotated[
