@@ -89,6 +89,17 @@ def test_at_a_4096_token_context_the_margins_are_whole_requests() -> None:
     assert cached.requests == (256 - 100) // 29 == 5
 
 
+def test_requests_as_long_as_a_4096_or_a_131072_token_context() -> None:
+    """A request filling its context holds all of it at its peak: 4,096 tokens are 256 blocks, 131,072
+    are 8,192; a long shared prefix held once leaves room for more of them."""
+    assert fit(300_000, 3000, 1096).requests == 18_750 // 256 == 73
+    assert fit(300_000, 3000, 1096, shared=2900, caching=True).requests == (18_750 - 181) // 75 == 247
+    assert fit(300_000, 120_000, 11_072).requests == 18_750 // 8192 == 2
+    long_prefix = fit(300_000, 120_000, 11_072, shared=100_000, caching=True)
+    assert (long_prefix.shared_blocks, long_prefix.own_blocks) == (6250, 8192 - 6250)
+    assert long_prefix.requests == (18_750 - 6250) // 1942 == 6
+
+
 def test_the_blocks_are_the_servers_own_size() -> None:
     """vLLM's CPU build uses blocks of 128: a prefix of 3,094 tokens is 24 full blocks (3,072 tokens)."""
     cpu = fit(23_296, 3269, 706, shared=3094, caching=True, block_size=128)
