@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Protocol
+from dataclasses import dataclass
 
 import anyio
 import structlog
@@ -65,9 +65,10 @@ def save_snapshot(context: RunContext, run_id: int, stats: RunStats, status: str
     return None
 
 
-class OpenRun(Protocol):
-    """A run whose parts are open, as :class:`pipeline.run.runner.JobRun` hands itself on: what its
-    execution reads and drives."""
+@dataclass(frozen=True, slots=True)
+class OpenRun:
+    """A run whose parts are open (:func:`pipeline.run.runner.opened_run` opens them, as one value):
+    what its execution reads and drives. ``context`` is the one it runs with (its servers')."""
 
     context: RunContext
     options: RunOptions

@@ -31,10 +31,9 @@ import structlog
 from pipeline.errors import DatabaseError, FatalRunError
 from pipeline.extraction.calibration import LEARNED_WINDOW
 from pipeline.extraction.context import RunContext
-from pipeline.extraction.documents import DocumentExtractor
 from pipeline.job.spec import JobSpec
 from pipeline.quality.drift import BASELINE_RUNS, Drift, ProfiledRun, describe_runs, judge_last
-from pipeline.run.execution import RunExecution, save_snapshot
+from pipeline.run.execution import OpenRun, RunExecution, save_snapshot
 from pipeline.run.extractors import record_extractor
 from pipeline.run.fleet import open_fleet
 from pipeline.run.notices import stale_kept, warn_if_timeout_is_short
@@ -110,17 +109,9 @@ def runner_for(spec: JobSpec, *, local: bool = False) -> Runner:
 
 
 class JobRun:
-    """One run of a job, from its lock to its summary. It owns what it opens, in this order, and closes
-    it in reverse: the database connection and the source reader, the router over the job's servers,
-    the run's live stats, the chunks earlier runs kept, the store writer and the extractor. The parts
-    it hands on take its context (:class:`RunContext`), never the spec alone."""
-
-    connection: Database
-    reader: SourceReader
-    router: Router
-    stats: RunStats
-    writer: StoreWriter
-    extractor: DocumentExtractor
+    """One run of a job, from its lock to its summary. It opens the database connection and the source
+    reader, counts what is pending, and only then the run's parts, as one value (:func:`opened_run`),
+    closed in reverse. The parts it hands on take its context (:class:`RunContext`), never the spec alone."""
 
     def __init__(self, context: RunContext, options: RunOptions) -> None:
         self.context = context
@@ -129,22 +120,20 @@ class JobRun:
 
     async def run(self) -> RunSummary:
         with RunLock(self.context.database):
-            async with _opened_source(self.context, self.options) as (self.connection, self.reader):
-                selected = await self.reader.count_metadata()
+            async with _opened_source(self.context, self.options) as (connection, reader):
+                selected = await reader.count_metadata()
                 if selected == 0:  # only now is the content phase worth waiting for
-                    selected = await self.reader.count_content()
+                    selected = await reader.count_content()
                 if selected == 0:
-                    return await self._nothing_to_do()
-                pending = self.options.capped(selected)
+                    return await self._nothing_to_do(connection, reader)
                 warn_if_timeout_is_short(self.context)
-                async with self._servers():
-                    await warn_before_start(self.context, self.router, pending, self._commands.check())
-                    self.stats = self._new_stats(pending, selected)
-                    status, fatal, drift = await self._extract()
-                numbers = self.stats.end()
+                opening = opened_run(self.context, self.options, connection, reader, selected)
+                async with opening as run:
+                    status, fatal, drift = await _recorded(run)
+                numbers = run.stats.end()
                 log.info(
                     "run ended",
-                    run_id=self.writer.run_id,
+                    run_id=run.writer.run_id,
                     status=str(status),
                     done=numbers.done,
                     failed=numbers.failed,
@@ -154,8 +143,8 @@ class JobRun:
                 )
                 if fatal is not None:
                     raise fatal
-                kept = await stale_kept(self.reader, self._commands.run("--redo-stale"))
-                return self._summary(self.writer.run_id, status, numbers, kept, drift=drift)
+                kept = await stale_kept(reader, self._commands.run("--redo-stale"))
+                return self._summary(run.writer.run_id, status, numbers, kept, drift=drift)
 
     def _summary(
         self,
@@ -181,12 +170,12 @@ class JobRun:
             source_records=source_records,
         )
 
-    async def _nothing_to_do(self) -> RunSummary:
+    async def _nothing_to_do(self, connection: Database, reader: SourceReader) -> RunSummary:
         """A quiet night: no server is asked, but the run is kept (a row with nothing done, so ``report``
         says so and judges no earlier run again) and the metrics textfile is written, so its age says
         the nightly run ran."""
         spec = self.context.spec
-        records = await anyio.to_thread.run_sync(count_records, self.connection, spec)
+        records = await anyio.to_thread.run_sync(count_records, connection, spec)
         textfile = self.options.metrics_textfile
         if textfile is not None:
             await write_textfile_once(RunStats(pending_at_start=0, concurrency=0), spec.name, textfile)
@@ -194,138 +183,143 @@ class JobRun:
         start = RunStart(
             self.context.version.job_hash, spec.model, urls, None, RunNumbers(), self.options.variant_options
         )
-        writer = StoreWriter(self.connection, self.context)
+        writer = StoreWriter(connection, self.context)
         run_id = await writer.record_nothing_to_do(start, f"nothing pending of {records:,} source records")
         log.info("nothing to do", job=spec.name, variant=spec.variant, run_id=run_id)
-        kept = await stale_kept(self.reader, self._commands.run("--redo-stale"))
+        kept = await stale_kept(reader, self._commands.run("--redo-stale"))
         return self._summary(run_id, RunStatus.NOTHING_TO_DO, RunNumbers(), kept, source_records=records)
 
-    @asynccontextmanager
-    async def _servers(self) -> AsyncIterator[None]:
-        """The router over the job's servers (the local one started first, if the job runs there):
-        the context becomes the one the run runs with."""
-        context = self.context
-        knees = (
-            await anyio.to_thread.run_sync(known_knees, self.connection, context.spec) if context.auto else {}
-        )
-        fleet = open_fleet(context, local=self.options.local_server, sleep=self.options.sleep, knees=knees)
-        async with fleet as (self.context, self.router):
-            yield
 
-    def _new_stats(self, pending: int, selected: int) -> RunStats:
-        """``pending``: what the run sets out to do; ``selected``: what its options select, --limit aside."""
-        router = self.router
-        stats = RunStats(
-            pending_at_start=pending,
-            backlog_at_start=selected,
-            concurrency=router.most_in_flight,
-            abort_after_failures=self.context.spec.retry.abort_after_consecutive_failures,
-        )
-        stats.endpoint_numbers = lambda: {
-            e.name: {**e.stats.as_dict(e), "failures_in_a_row": e.health.failures_in_a_row}
-            for e in router.endpoints
-        }
-        return stats
-
-    async def _extract(self) -> tuple[RunStatus, FatalRunError | None, tuple[Drift, ...]]:
-        """The writer, then the extractor (a bad ``chunking:`` is a ConfigError before the run has a
-        row), starting from what the variant's latest answers took, then the run."""
-        context = self.context
-        self.writer = StoreWriter(self.connection, context)
-        answered = await self.writer.recent_answers(LEARNED_WINDOW)
-        kept = await ChunkStore.open(self.connection, context) if context.spec.chunking else None
+@asynccontextmanager
+async def opened_run(
+    context: RunContext, options: RunOptions, connection: Database, reader: SourceReader, selected: int
+) -> AsyncIterator[OpenRun]:
+    """The run's parts, opened in this order and closed in reverse: the router over the job's servers
+    (the local one started first, if the job runs there; its context is the one the run runs with), the
+    run's live stats, the store writer, the chunks earlier runs kept and the extractor (a bad
+    ``chunking:`` is a ConfigError before the run has a row). ``selected``: what the options select,
+    --limit aside."""
+    knees = await anyio.to_thread.run_sync(known_knees, connection, context.spec) if context.auto else {}
+    fleet = open_fleet(context, local=options.local_server, sleep=options.sleep, knees=knees)
+    async with fleet as (running, router):
+        pending = options.capped(selected)
+        await warn_before_start(running, router, pending, RunCommands.of(running.spec, options).check())
+        stats = _new_stats(running, router, pending, selected)
+        writer = StoreWriter(connection, running)
+        answered = await writer.recent_answers(LEARNED_WINDOW)  # what its answers start from
+        kept = await ChunkStore.open(connection, running) if running.spec.chunking else None
         try:
-            self.extractor = record_extractor(context, self.options, self.router, self.stats, kept, answered)
-            return await self._recorded()
+            extractor = record_extractor(running, options, router, stats, kept, answered)
+            yield OpenRun(running, options, reader, router, stats, writer, extractor)
         finally:
             if kept is not None:
                 await kept.aclose()
 
-    async def _recorded(self) -> tuple[RunStatus, FatalRunError | None, tuple[Drift, ...]]:
-        """The run with its row in the runs table, finished whatever ended it."""
-        await self._begin()
-        execution = RunExecution(self)
-        try:
-            status, fatal = await self._with_read_copies(execution)
-        except anyio.get_cancelled_exc_class():
-            # The caller cancelled the run: what finished is committed (the writer drains first); the row
-            # says so, or the next run would take it for one killed without a trace.
-            with anyio.CancelScope(shield=True):
-                await self._finish(RunStatus.INTERRUPTED, CANCELLED, quiet=True)
+
+def _new_stats(context: RunContext, router: Router, pending: int, selected: int) -> RunStats:
+    """``pending``: what the run sets out to do; ``selected``: what its options select, --limit aside."""
+    stats = RunStats(
+        pending_at_start=pending,
+        backlog_at_start=selected,
+        concurrency=router.most_in_flight,
+        abort_after_failures=context.spec.retry.abort_after_consecutive_failures,
+    )
+    stats.endpoint_numbers = lambda: {
+        e.name: {**e.stats.as_dict(e), "failures_in_a_row": e.health.failures_in_a_row}
+        for e in router.endpoints
+    }
+    return stats
+
+
+async def _recorded(run: OpenRun) -> tuple[RunStatus, FatalRunError | None, tuple[Drift, ...]]:
+    """The run with its row in the runs table, finished whatever ended it."""
+    await _begin(run)
+    execution = RunExecution(run)
+    try:
+        status, fatal = await _with_read_copies(run, execution)
+    except anyio.get_cancelled_exc_class():
+        # The caller cancelled the run: what finished is committed (the writer drains first); the row
+        # says so, or the next run would take it for one killed without a trace.
+        with anyio.CancelScope(shield=True):
+            await _finish(run, RunStatus.INTERRUPTED, CANCELLED, quiet=True)
+        raise
+    await _finish(run, status, str(fatal) if fatal else None, quiet=fatal is not None)
+    execution.series.sample()
+    return status, fatal, await _profile_and_drift(run, execution.series)
+
+
+async def _begin(run: OpenRun) -> None:
+    spec, router, numbers = run.context.spec, run.router, run.stats.now()
+    urls = ", ".join(endpoint.config.base_url for endpoint in router.endpoints)
+    start = RunStart(run.context.version.job_hash, spec.model, urls, router.most_in_flight, numbers)
+    run_id = await run.writer.begin_run(dataclasses.replace(start, options=run.options.variant_options))
+    log.info(
+        "run started",
+        job=spec.name,
+        variant=spec.variant,
+        run_id=run_id,
+        pending=numbers.pending_at_start,
+        endpoints=[endpoint.name for endpoint in router.endpoints],
+        concurrency=[endpoint.config.concurrency or "auto" for endpoint in router.endpoints],
+    )
+
+
+async def _finish(run: OpenRun, status: RunStatus, message: str | None, *, quiet: bool) -> None:
+    """The run's row and snapshot at its end. ``quiet``: the run is ending on an error of its own
+    already (a full disk that also refuses this last update), which stays the one the caller sees."""
+    found = {e.config.knee_key: e.found_knee for e in run.router.endpoints if e.found_knee is not None}
+    try:
+        # Its numbers once the workers stopped: every request sent, the cancelled ones too.
+        await run.writer.finish_run(str(status), run.stats.end(), message, found)
+    except DatabaseError as error:
+        if not quiet:
             raise
-        await self._finish(status, str(fatal) if fatal else None, quiet=fatal is not None)
-        execution.series.sample()
-        return status, fatal, await self._profile_and_drift(execution.series)
+        log.warning("the run's row was not updated at its end", status=str(status), error=str(error))
+    run_id = run.writer.run_id
+    unsaved = await anyio.to_thread.run_sync(save_snapshot, run.context, run_id, run.stats, str(status))
+    if unsaved is not None:
+        log.warning("the progress snapshot was not written", error=str(unsaved))
 
-    async def _begin(self) -> None:
-        spec, router, numbers = self.context.spec, self.router, self.stats.now()
-        urls = ", ".join(endpoint.config.base_url for endpoint in router.endpoints)
-        start = RunStart(self.context.version.job_hash, spec.model, urls, router.most_in_flight, numbers)
-        run_id = await self.writer.begin_run(dataclasses.replace(start, options=self.options.variant_options))
-        log.info(
-            "run started",
-            job=spec.name,
-            variant=spec.variant,
-            run_id=run_id,
-            pending=numbers.pending_at_start,
-            endpoints=[endpoint.name for endpoint in router.endpoints],
-            concurrency=[endpoint.config.concurrency or "auto" for endpoint in router.endpoints],
-        )
 
-    async def _finish(self, status: RunStatus, message: str | None, *, quiet: bool) -> None:
-        """The run's row and snapshot at its end. ``quiet``: the run is ending on an error of its own
-        already (a full disk that also refuses this last update), which stays the one the caller sees."""
-        found = {e.config.knee_key: e.found_knee for e in self.router.endpoints if e.found_knee is not None}
-        try:
-            # Its numbers once the workers stopped: every request sent, the cancelled ones too.
-            await self.writer.finish_run(str(status), self.stats.end(), message, found)
-        except DatabaseError as error:
-            if not quiet:
-                raise
-            log.warning("the run's row was not updated at its end", status=str(status), error=str(error))
-        run_id = self.writer.run_id
-        unsaved = await anyio.to_thread.run_sync(save_snapshot, self.context, run_id, self.stats, str(status))
-        if unsaved is not None:
-            log.warning("the progress snapshot was not written", error=str(unsaved))
+async def _with_read_copies(run: OpenRun, execution: RunExecution) -> tuple[RunStatus, FatalRunError | None]:
+    """Execute the run while keeping a read copy for readers; remove it when the run ends, so readers
+    open the database again."""
+    database = run.context.database
+    await anyio.to_thread.run_sync(remove_copies, database)  # a killed run's, if any
+    cursor = await anyio.to_thread.run_sync(run.writer.connection.cursor)
+    try:
+        # Real time (not options.sleep, the retry waits tests make instant): a copy every few seconds.
+        return await execution.execute(ReadCopies(cursor, run.context, run.writer.run_id))
+    finally:
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(cursor.close)
+            await anyio.to_thread.run_sync(remove_copies, database)
 
-    async def _with_read_copies(self, execution: RunExecution) -> tuple[RunStatus, FatalRunError | None]:
-        """Execute the run while keeping a read copy for readers; remove it when the run ends, so readers
-        open the database again."""
-        database = self.context.database
-        await anyio.to_thread.run_sync(remove_copies, database)  # a killed run's, if any
-        cursor = await anyio.to_thread.run_sync(self.connection.cursor)
-        try:
-            # Real time (not options.sleep, the retry waits tests make instant): a copy every few seconds.
-            return await execution.execute(ReadCopies(cursor, self.context, self.writer.run_id))
-        finally:
-            with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(cursor.close)
-                await anyio.to_thread.run_sync(remove_copies, database)
 
-    async def _profile_and_drift(self, series: RunSeries) -> tuple[Drift, ...]:
-        """Keep the run's series and profile, and say what drifted against the runs before it. The
-        results are committed already: a failure here is a warning, not the run's end."""
-        writer = self.writer
-        try:
-            await writer.save_series(series.points)
-            if self.stats.numbers.finished == 0:  # a run that finished no record: no profile
-                return ()
-            await writer.profile_run()
-            runs = await writer.recent_runs(BASELINE_RUNS + 1)
-        except DatabaseError as error:
-            log.warning("the run's profile was not kept: no drift check", error=str(error))
+async def _profile_and_drift(run: OpenRun, series: RunSeries) -> tuple[Drift, ...]:
+    """Keep the run's series and profile, and say what drifted against the runs before it. The
+    results are committed already: a failure here is a warning, not the run's end."""
+    writer = run.writer
+    try:
+        await writer.save_series(series.points)
+        if run.stats.numbers.finished == 0:  # a run that finished no record: no profile
             return ()
-        verdict = judge_last([ProfiledRun.of(run) for run in runs])
-        if verdict.drift:
-            said = log.warning if verdict.fails else log.info
-            said(
-                "the run drifted: numbers moved beyond their usual run-to-run variation"
-                if verdict.fails
-                else "the run improved: numbers moved for the better beyond their usual variation",
-                drift=[entry.describe() for entry in verdict.drift],
-                against=describe_runs(verdict.baseline),
-            )
-        return verdict.drift
+        await writer.profile_run()
+        runs = await writer.recent_runs(BASELINE_RUNS + 1)
+    except DatabaseError as error:
+        log.warning("the run's profile was not kept: no drift check", error=str(error))
+        return ()
+    verdict = judge_last([ProfiledRun.of(row) for row in runs])
+    if verdict.drift:
+        said = log.warning if verdict.fails else log.info
+        said(
+            "the run drifted: numbers moved beyond their usual run-to-run variation"
+            if verdict.fails
+            else "the run improved: numbers moved for the better beyond their usual variation",
+            drift=[entry.describe() for entry in verdict.drift],
+            against=describe_runs(verdict.baseline),
+        )
+    return verdict.drift
 
 
 @asynccontextmanager

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import signal
 from pathlib import Path
@@ -15,8 +16,9 @@ import pytest
 from structlog.testing import capture_logs
 
 from pipeline.errors import ConfigError, FatalRunError
+from pipeline.extraction.context import RunContext
 from pipeline.reports.status import job_status
-from pipeline.run.runner import CANCELLED, RunStatus, run_job
+from pipeline.run.runner import CANCELLED, RunStatus, _opened_source, opened_run, run_job
 from pipeline.servers.endpoint import Endpoint
 from pipeline.servers.knee_search import KneeMemory
 from pipeline.source.reader import SourceReader
@@ -511,3 +513,19 @@ async def test_a_retry_of_failures_starts_from_what_the_earlier_runs_answers_too
     )
     assert [failure_class for failure_class, _ in messages] == ["too_long", "too_long"]
     assert all(need in message for _, message in messages), messages
+
+
+async def test_a_run_s_parts_open_as_one_value_with_the_context_it_runs_with(tmp_path: Path) -> None:
+    """One value, built once its servers are up and from their context (the one the run runs with),
+    no part of it assigned later."""
+    spec = make_job(tmp_path, records=3)
+    async with serving(ScriptedServer([respond(good_completion())])) as server:
+        context = RunContext.of(served(spec, server))
+        async with (
+            _opened_source(context, options()) as (connection, reader),
+            opened_run(context, options(), connection, reader, selected=3) as run,
+        ):
+            assert [endpoint.config.base_url for endpoint in run.router.endpoints] == [server.url]
+            assert run.writer.spec is run.context.spec and run.stats.numbers.pending_at_start == 3
+            with pytest.raises(dataclasses.FrozenInstanceError):
+                run.stats = run.stats  # type: ignore[misc]  # frozen: the test is that it refuses
