@@ -9,7 +9,8 @@ What is scored, per field path (see :func:`~pipeline.quality.fields.scored_paths
 * lists of scalars: precision, recall and F1 of one-to-one matching, micro (TP/FP/FN pooled over
   records) and macro (the mean of each record's P/R/F1);
 * lists of objects (``requirements``): the same, an object matching when all its scalar sub-fields
-  match; and each sub-field as a list of values (``requirements[].text``), to see which part differs;
+  match (a sub-field a reference object leaves out is unknown, and matches whatever the candidate's
+  holds); and each sub-field as a list of values (``requirements[].text``), to see which part differs;
 * a nested object (``salary``): each sub-field as a field of its own (``salary.minimum``).
 
 A field's headline ``agreement`` is its accuracy (scalars) or its micro F1 (lists): records with both
@@ -41,7 +42,15 @@ from typing import Any, TypedDict
 from pipeline.errors import ConfigError
 from pipeline.quality.fields import FieldKind, FieldSpec, ScoredPath, raw_values_at, select_paths, top_field
 from pipeline.quality.judgments import JUDGED_WRONG
-from pipeline.quality.matching import Matcher, MatchSettings, Scores, list_scores, object_key, value_key
+from pipeline.quality.matching import (
+    UNKNOWN,
+    Matcher,
+    MatchSettings,
+    Scores,
+    list_scores,
+    object_key,
+    value_key,
+)
 from pipeline.quality.scores import (
     COLUMNS,
     LIST_KINDS,
@@ -187,9 +196,14 @@ class _Scorer:
             matched = matcher.matches(value_key(path.kind, reference), value_key(path.kind, candidate))
             return tally.add_scalar(record, reference == candidate, matched)
         if path.kind is FieldKind.OBJECT_LIST:
-            reference_objects = [object_key(path.subfields, item) for item in _as_list(reference)]
+            reference_objects = [
+                object_key(path.subfields, item, partial=True) for item in _as_list(reference)
+            ]
             candidate_objects = [object_key(path.subfields, item) for item in _as_list(candidate)]
-            count = matcher.count_matches(reference_objects, candidate_objects, matcher.object_score)
+            partial = any(UNKNOWN in key for key in reference_objects)
+            count = matcher.count_matches(
+                reference_objects, candidate_objects, matcher.object_score, partial=partial
+            )
             return tally.add_list(record, count, len(reference_objects), len(candidate_objects))
         reference_items = [value_key(path.item_kind, item) for item in _as_list(reference)]
         candidate_items = [value_key(path.item_kind, item) for item in _as_list(candidate)]

@@ -28,6 +28,9 @@ ABSOLUTE_TOLERANCE = 1e-9
 # keeps True, 1 and "1" apart (True == 1 in Python) and says which values may match approximately.
 Key = tuple[str, Any]
 ObjectKey = tuple[Key, ...]  # an object in a list: the keys of its scalar sub-fields, in schema order
+#: A sub-field a reference object leaves out (a gold requirement given by its text alone, as a value
+#: marked missing is exported): unknown, so whatever the candidate's object holds there matches.
+UNKNOWN: Key = ("unknown", None)
 K = TypeVar("K", bound=Hashable)
 
 
@@ -131,9 +134,15 @@ def value_key(kind: FieldKind | None, value: Any) -> Key:
     return ("json", orjson.dumps(value, option=orjson.OPT_SORT_KEYS, default=repr))
 
 
-def object_key(subfields: Sequence[FieldSpec], item: Any) -> ObjectKey:
+def object_key(subfields: Sequence[FieldSpec], item: Any, *, partial: bool = False) -> ObjectKey:
+    """An object's scalar sub-fields as keys; ``partial`` (a reference's object): one it leaves out is
+    :data:`UNKNOWN` (else null, as a candidate's answer leaving it out says)."""
     values: Mapping[str, Any] = item if isinstance(item, Mapping) else {}
-    return tuple(value_key(sub.kind, values.get(sub.name)) for sub in subfields if sub.kind in SCALAR_KINDS)
+    return tuple(
+        UNKNOWN if partial and sub.name not in values else value_key(sub.kind, values.get(sub.name))
+        for sub in subfields
+        if sub.kind in SCALAR_KINDS
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,14 +165,23 @@ class Matcher:
         return self.score(a, b) >= self.settings.threshold
 
     def object_score(self, a: ObjectKey, b: ObjectKey) -> float:
-        """Two objects are as alike as their least alike scalar sub-field."""
-        return min((self.score(x, y) for x, y in zip(a, b, strict=True)), default=100.0)
+        """Two objects are as alike as their least alike scalar sub-field (one unknown is alike)."""
+        return min(
+            (100.0 if UNKNOWN in (x, y) else self.score(x, y) for x, y in zip(a, b, strict=True)),
+            default=100.0,
+        )
 
     def count_matches(
-        self, reference: Sequence[K], candidate: Sequence[K], score: Callable[[K, K], float]
+        self,
+        reference: Sequence[K],
+        candidate: Sequence[K],
+        score: Callable[[K, K], float],
+        *,
+        partial: bool = False,
     ) -> int:
-        """:func:`count_matches` with these settings (``score`` only when values can match approximately)."""
-        approximate = score if self.settings.approximate else None
+        """:func:`count_matches` with these settings (``score`` only when values can match approximately,
+        or ``partial``: some reference object leaves a sub-field unknown, so keys that differ can match)."""
+        approximate = score if self.settings.approximate or partial else None
         return count_matches(reference, candidate, approximate, self.settings.threshold)
 
 

@@ -470,3 +470,19 @@ def test_format_table() -> None:
     assert format_table(many).endswith(
         "12 only in the reference (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, …); 0 only in the candidate"
     )
+
+
+def test_a_reference_object_leaving_a_sub_field_out_matches_whatever_the_candidate_holds_there() -> None:
+    dbt = {"name": "dbt", "kind": "tool", "required": True, "weight": None}
+    git = {"name": "git", "kind": "tool", "required": False, "weight": 0.5}
+    # A gold requirement given by its name alone (a value marked missing on the judging page).
+    report = agree({"1": {"parts": [{"name": "dbt"}]}}, {"1": {"parts": [dbt, git]}})
+    parts = next(score for score in report.fields if score.path == "parts")
+    assert (parts.true_positives, parts.false_positives, parts.false_negatives) == (1, 1, 0)
+    # Given, even as null, a sub-field is compared: a null kind is not "tool".
+    report = agree({"1": {"parts": [{"name": "dbt", "kind": None}]}}, {"1": {"parts": [dbt]}})
+    parts = next(score for score in report.fields if score.path == "parts")
+    assert (parts.true_positives, parts.false_positives, parts.false_negatives) == (0, 1, 1)
+    # A candidate's object leaving one out says null there, as before: no wildcard on that side.
+    report = agree({"1": {"parts": [dbt]}}, {"1": {"parts": [{"name": "dbt"}]}})
+    assert next(score for score in report.fields if score.path == "parts").true_positives == 0
