@@ -282,12 +282,13 @@ def test_local_flag_and_local_endpoint_use_the_local_runner(
 
     import pipeline.cli as cli
     import pipeline.run.runner as runner_module
+    from pipeline.job.spec import JobSpec
     from pipeline.run.runner import RunStatus, RunSummary
 
-    calls: list[str] = []
+    calls: list[str | None] = []
 
-    async def fake_local(spec: object, options: object) -> RunSummary:
-        calls.append(spec.endpoint.base_url)  # type: ignore[attr-defined]
+    async def fake_local(spec: JobSpec, options: object) -> RunSummary:
+        calls.append(spec.endpoint.base_url)
         return RunSummary(None, RunStatus.NOTHING_TO_DO, tmp_path / "x.duckdb", "results", "failures")
 
     monkeypatch.setattr(runner_module, "run_job_locally", fake_local)  # what runner_for picks

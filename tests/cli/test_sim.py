@@ -6,7 +6,7 @@ import socket
 import httpx2
 import pytest
 import typer.main
-from typer.core import TyperCommand, TyperOption
+from typer.core import TyperCommand, TyperGroup, TyperOption
 
 import pipeline.cli as cli
 from pipeline.cli.sim import cannot_listen, sim_config
@@ -17,7 +17,10 @@ from tests.support.processes import run_pipeline, sim_server
 
 
 def sim_command() -> TyperCommand:
-    command: TyperCommand = typer.main.get_command(cli.app).commands["sim"]  # type: ignore[attr-defined]
+    group = typer.main.get_command(cli.app)
+    assert isinstance(group, TyperGroup)  # the app has many commands
+    command = group.commands["sim"]
+    assert isinstance(command, TyperCommand)
     return command
 
 

@@ -49,7 +49,8 @@ def test_ok() -> None:
 
 
 def test_ok_inside_a_markdown_fence() -> None:
-    assert parse_reply(reply(f"```json\n{GOOD}\n```"), Item).title == "Data Engineer"  # type: ignore[attr-defined]
+    item = parse_reply(reply(f"```json\n{GOOD}\n```"), Item)
+    assert isinstance(item, Item) and item.title == "Data Engineer"
 
 
 def test_complete_json_with_length_finish_is_accepted() -> None:
@@ -138,7 +139,8 @@ def test_reasoning_that_is_not_a_whole_valid_answer_stays_a_truncated_reply(
 
 def test_content_wins_over_json_in_the_reasoning() -> None:
     other = orjson.dumps({**GOOD_ITEM, "title": "Thinking about it"}).decode()
-    assert parse_reply(reply(GOOD, reasoning=other), Item).title == "Data Engineer"  # type: ignore[attr-defined]
+    item = parse_reply(reply(GOOD, reasoning=other), Item)
+    assert isinstance(item, Item) and item.title == "Data Engineer"
     assert answer_in_reasoning(reply(GOOD, reasoning=other), Item) is None
 
 

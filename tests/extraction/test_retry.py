@@ -44,7 +44,7 @@ async def run_script(policy: RetryPolicy, script: Sequence[PipelineError | str])
 
 
 def policy(sleep: FakeSleep, jitter: float = 0.0, **limits: float) -> RetryPolicy:
-    return RetryPolicy(RetrySpec(**limits), sleep=sleep, jitter=lambda: jitter)  # type: ignore[arg-type]
+    return RetryPolicy(RetrySpec.model_validate(limits), sleep=sleep, jitter=lambda: jitter)
 
 
 def loop(message: str = "repetition loop") -> RepetitionLoopError:

@@ -8,7 +8,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -58,9 +58,9 @@ def local_server() -> Iterator[str]:
     wait_gone(int(events["starting local server"]["pid"]))
 
 
-def _events_until_ready(stream: object) -> dict[str, dict[str, Any]]:
+def _events_until_ready(stream: Iterable[str]) -> dict[str, dict[str, Any]]:
     events: dict[str, dict[str, Any]] = {}
-    for raw in stream:  # type: ignore[attr-defined]
+    for raw in stream:
         event = json.loads(raw)
         events[event["event"]] = event
         if event["event"] == "local server ready":

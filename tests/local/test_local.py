@@ -75,7 +75,8 @@ async def test_starts_waits_for_health_and_stops_the_group(tmp_path: Path) -> No
         assert server.model == "tiny"
         async with httpx2.AsyncClient() as client:
             assert (await client.get(f"{server.base_url}/models")).json()["data"][0]["id"] == "tiny"
-        pid = server._process.pid  # type: ignore[union-attr]
+        assert server._process is not None
+        pid = server._process.pid
     assert not alive(pid)
     with pytest.raises(httpx2.ConnectError):
         httpx2.get(f"http://127.0.0.1:{launch.port}/health")

@@ -6,20 +6,23 @@ from __future__ import annotations
 import pytest
 
 from pipeline.quality.drift import Drift
-from pipeline.quality.drift_numbers import RUN, Change, change_of, judge, share
+from pipeline.quality.drift_numbers import RUN, Change, Measure, change_of, judge, share
+
+
+def known_share(found: float, records: float) -> Measure:
+    measure = share(found, records)
+    assert measure is not None  # records > 0: a share is known
+    return measure
 
 
 def test_the_threshold_has_a_floor_and_grows_with_the_spread() -> None:
-    big = share(6000, 10000)
-    assert big is not None
-    before, threshold, drifted = judge(big, [share(6000, 10000)] * 4)  # type: ignore[list-item]
+    big = known_share(6000, 10000)
+    before, threshold, drifted = judge(big, [known_share(6000, 10000)] * 4)
     assert (before, threshold, drifted) == (0.6, 0.05, False)  # 4 sampling errors (0.028) < the floor
-    small = share(60, 100)
-    assert small is not None
-    _, allowed, _ = judge(small, [share(600, 1000)] * 4)  # type: ignore[list-item]
+    _, allowed, _ = judge(known_share(60, 100), [known_share(600, 1000)] * 4)
     assert allowed > 0.2  # 100 records say less than 10,000
-    spread = [share(k, 10000) for k in (5000, 6000, 7000, 6500)]
-    _, wider, _ = judge(big, spread)  # type: ignore[arg-type]
+    spread = [known_share(k, 10000) for k in (5000, 6000, 7000, 6500)]
+    _, wider, _ = judge(big, spread)
     assert wider > 0.25  # 4 x 1.4826 x their median absolute deviation (0.05)
 
 

@@ -61,7 +61,8 @@ def test_a_model_that_says_nothing_the_people_do_not_weighs_nothing() -> None:
 
 def test_too_few_records_judged_by_both_give_no_estimate_and_say_so() -> None:
     y, k = arrays([1], [2])
-    combined = ppi_ratio((y, k), (y, k), arrays([1, 1], [2, 2]), 0.95)  # type: ignore[arg-type]
+    f_all, g_all = arrays([1, 1], [2, 2])
+    combined = ppi_ratio((y, k), (y, k), (f_all, g_all), 0.95)
     assert combined.value is None and combined.ci is None and combined.model_alone == 0.5
     assert combined.no_interval is NoInterval.FEW_RECORDS
     assert combined.to_json()["ci_note"] == "few_records"

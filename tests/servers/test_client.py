@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import re
 import socket
 import threading
@@ -36,6 +37,7 @@ from pipeline.servers.client import (
     retry_after_seconds,
 )
 from pipeline.servers.http import KEEPALIVE_EXPIRY_S
+from pipeline.servers.replies import Reply
 from pipeline.sim import Faults, SimConfig, SimServer
 from pipeline.sim.http import serve
 from tests.support.fakes import (
@@ -51,6 +53,7 @@ from tests.support.fakes import (
     respond,
     serving,
 )
+from tests.support.http import aiohttp_transport
 from tests.support.jobs import write_job
 
 pytestmark = pytest.mark.anyio
@@ -61,18 +64,14 @@ REQUEST = ChatRequest(
 )
 
 
-def settings(**overrides: object) -> ClientSettings:
-    values: dict[str, object] = {
-        "base_url": "http://testserver/v1",
-        "model": "test-model",
-        "concurrency": 256,
-        "request_timeout_s": 900.0,
-    }
-    values.update(overrides)
-    return ClientSettings(**values)  # type: ignore[arg-type]
+def settings(**overrides: Any) -> ClientSettings:
+    plain = ClientSettings(
+        base_url="http://testserver/v1", model="test-model", concurrency=256, request_timeout_s=900.0
+    )
+    return dataclasses.replace(plain, **overrides)
 
 
-async def call(handler: Handler, **overrides: object) -> object:
+async def call(handler: Handler, **overrides: Any) -> Reply:
     """One completion from ``handler`` served on 127.0.0.1, through the production client."""
     async with serving(handler) as server, LLMClient(settings(base_url=server.url, **overrides)) as client:
         return await client.complete(REQUEST)
@@ -108,11 +107,11 @@ async def test_reply_fields_and_both_reasoning_names() -> None:
     for field in ("reasoning", "reasoning_content"):
         body = completion('{"a": 1}', reasoning="thinking...", reasoning_field=field, completion_tokens=55)
         reply = await call(ScriptedServer([respond(body)]))
-        assert reply.content == '{"a": 1}'  # type: ignore[attr-defined]
-        assert reply.reasoning == "thinking..."  # type: ignore[attr-defined]
-        assert reply.completion_tokens == 55  # type: ignore[attr-defined]
-        assert reply.reasoning_tokens == 10  # type: ignore[attr-defined]
-        assert reply.finish_reason == "stop"  # type: ignore[attr-defined]
+        assert reply.content == '{"a": 1}'
+        assert reply.reasoning == "thinking..."
+        assert reply.completion_tokens == 55
+        assert reply.reasoning_tokens == 10
+        assert reply.finish_reason == "stop"
 
 
 @pytest.mark.parametrize("status", [408, 409, 425, 429, 500, 502, 503, 504])
@@ -490,11 +489,11 @@ def test_the_preflight_takes_what_it_says_when_the_name_lookup_never_answers(
     answer = threading.Event()
     real_lookup = socket.getaddrinfo
 
-    def lookup(host: object, *args: Any, **kwargs: Any) -> Any:
+    def lookup(host: bytes | str | None, *args: Any, **kwargs: Any) -> Any:
         if host == "gpu-box.invalid":
             answer.wait(20)
             raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
-        return real_lookup(host, *args, **kwargs)  # type: ignore[arg-type]
+        return real_lookup(host, *args, **kwargs)
 
     monkeypatch.setattr(socket, "getaddrinfo", lookup)
 
@@ -580,7 +579,10 @@ async def test_client_has_no_sdk_retries_and_a_pool_for_the_concurrency(
         reply = await client.complete(REQUEST)
         assert reply.finish_reason == "stop"
         assert client._openai.max_retries == 0
-        connector = client._http._transport.client.connector  # type: ignore[attr-defined]
+        session = aiohttp_transport(client._http).client
+        assert isinstance(session, aiohttp.ClientSession)  # the one session the client made
+        connector = session.connector
+        assert isinstance(connector, aiohttp.TCPConnector)
         assert connector.limit >= 300 and connector.limit_per_host == 0
         assert connector._keepalive_timeout == KEEPALIVE_EXPIRY_S < 5.0  # below vLLM's 5 s keep-alive
     # Per request: a read timeout as long as the job's, and no total (aiohttp's session default is

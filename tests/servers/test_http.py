@@ -15,7 +15,7 @@ from pipeline.servers.http import (
     text_if_ok,
 )
 from tests.support.fakes import good_completion, respond
-from tests.support.http import routed_to
+from tests.support.http import aiohttp_transport, routed_to
 
 pytestmark = pytest.mark.anyio
 
@@ -23,7 +23,9 @@ pytestmark = pytest.mark.anyio
 def test_a_small_client_times_out_as_a_whole_and_drops_idle_connections_before_vllm() -> None:
     client = http_client(timeout_s=5.0)
     assert client.timeout == httpx2.Timeout(5.0)
-    pool = client._transport._pool  # type: ignore[attr-defined]
+    transport = client._transport
+    assert isinstance(transport, httpx2.AsyncHTTPTransport)  # httpx's own stack
+    pool = transport._pool
     assert pool._keepalive_expiry == KEEPALIVE_EXPIRY_S < 5.0  # vLLM (uvicorn) closes them at 5 s
     assert (pool._max_connections, pool._max_keepalive_connections) == (100, 20)  # httpx's own
     assert not client.follow_redirects and client.trust_env
@@ -34,11 +36,10 @@ def test_the_pool_holds_the_concurrency_with_long_reads_over_aiohttp() -> None:
     assert client.timeout == httpx2.Timeout(
         connect=CONNECT_TIMEOUT_S, read=600.0, write=CONNECT_TIMEOUT_S, pool=600.0
     )
-    transport = client._transport
-    assert type(transport).__name__ == "AiohttpTransport"
-    assert transport.limits.max_connections == 300 + POOL_HEADROOM  # type: ignore[attr-defined]
-    assert transport.limits.max_keepalive_connections == 300  # type: ignore[attr-defined]
-    assert transport.limits.keepalive_expiry == KEEPALIVE_EXPIRY_S  # type: ignore[attr-defined]
+    transport = aiohttp_transport(client)
+    assert transport.limits.max_connections == 300 + POOL_HEADROOM
+    assert transport.limits.max_keepalive_connections == 300
+    assert transport.limits.keepalive_expiry == KEEPALIVE_EXPIRY_S
 
 
 async def test_text_if_ok_is_the_body_of_a_200_and_none_otherwise() -> None:

@@ -335,11 +335,13 @@ async def test_preflight_starts_without_a_silent_endpoint_and_not_without_all(
         await make_router([wrong, fine], clock).check_servers()
 
 
-async def test_a_limit_change_applies_at_once_and_wakes_waiters(make_endpoint: MakeEndpoint) -> None:
+async def test_a_limit_change_applies_at_once_and_wakes_waiters(
+    make_endpoint: MakeEndpoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
     clock = Clock()
     auto = await make_endpoint(FakeServer(), None, clock)
     assert auto.controller is not None and auto.limit == 8
-    auto.controller.update = lambda **_: LimitChange(8, 16, "throughput rose")  # type: ignore[method-assign]
+    monkeypatch.setattr(auto.controller, "update", lambda **_: LimitChange(8, 16, "throughput rose"))
     router = make_router([auto], clock)
     router._adapt()
     assert auto.limit == 16

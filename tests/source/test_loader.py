@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 import duckdb
@@ -9,7 +10,7 @@ import pytest
 from pipeline.errors import ConfigError
 from pipeline.job.spec import JobSpec, load_job
 from pipeline.source.db import open_database
-from pipeline.source.loader import load_file
+from pipeline.source.loader import LoadReport, load_file
 from pipeline.store.opening import prepare_database
 from tests.support.datasets import ADZUNA
 from tests.support.jobs import table_rows, write_job
@@ -25,10 +26,17 @@ def write_jsonl(path: Path, rows: list[dict[str, object]]) -> Path:
     return path
 
 
-def load(spec: JobSpec, path: Path, **kwargs: object) -> object:
+def load(
+    spec: JobSpec,
+    path: Path,
+    *,
+    table: str | None = None,
+    rename: Mapping[str, str] | None = None,
+    replace: bool = False,
+) -> LoadReport:
     connection = open_database(spec.database)
     try:
-        return load_file(connection, spec, path, **kwargs)  # type: ignore[arg-type]
+        return load_file(connection, spec, path, table=table, rename=rename, replace=replace)
     finally:
         connection.close()
 
@@ -39,10 +47,10 @@ ROWS = [{"id": i, "title": f"T{i}", "description": f"D{i}", "extra": i * 2} for 
 def test_jsonl_then_again_skips_known_ids(spec: JobSpec, tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "a.jsonl", ROWS[:3])
     report = load(spec, path)
-    assert (report.inserted, report.rows_in_file, report.table) == (3, 3, "postings")  # type: ignore[attr-defined]
+    assert (report.inserted, report.rows_in_file, report.table) == (3, 3, "postings")
     bigger = write_jsonl(tmp_path / "b.jsonl", ROWS)
     report = load(spec, bigger)
-    assert (report.inserted, report.skipped) == (2, 3)  # type: ignore[attr-defined]
+    assert (report.inserted, report.skipped) == (2, 3)
     assert table_rows(spec.database, "SELECT count(*), count(DISTINCT id) FROM postings") == [(5, 5)]
 
 
@@ -81,7 +89,7 @@ def test_a_newer_export_inserts_new_updates_changed_and_leaves_identical_rows(
         ROWS[4],  # new
     ]
     report = load(spec, write_jsonl(tmp_path / "tuesday.jsonl", tuesday))
-    counts = (report.inserted, report.updated, report.unchanged, report.removed)  # type: ignore[attr-defined]
+    counts = (report.inserted, report.updated, report.unchanged, report.removed)
     assert counts == (1, 2, 2, 0)
     assert table_rows(spec.database, "SELECT id, description, extra FROM postings ORDER BY id") == [
         (0, "D0", 0),
@@ -91,14 +99,14 @@ def test_a_newer_export_inserts_new_updates_changed_and_leaves_identical_rows(
         (4, "D4", 8),
     ]
     again = load(spec, write_jsonl(tmp_path / "again.jsonl", tuesday))
-    assert (again.inserted, again.updated, again.unchanged) == (0, 0, 5)  # type: ignore[attr-defined]
+    assert (again.inserted, again.updated, again.unchanged) == (0, 0, 5)
 
 
 def test_a_file_without_some_columns_updates_only_those_it_has(spec: JobSpec, tmp_path: Path) -> None:
     load(spec, write_jsonl(tmp_path / "a.jsonl", ROWS[:2]))
     slim = [{"id": 0, "title": "T0", "description": "new"}, {"id": 1, "title": "T1", "description": "D1"}]
     report = load(spec, write_jsonl(tmp_path / "b.jsonl", slim))
-    assert (report.updated, report.unchanged) == (1, 1)  # type: ignore[attr-defined]
+    assert (report.updated, report.unchanged) == (1, 1)
     assert table_rows(spec.database, "SELECT id, description, extra FROM postings ORDER BY id") == [
         (0, "new", 0),
         (1, "D1", 2),
@@ -109,7 +117,7 @@ def test_replace_counts_what_changed_and_what_it_removed(spec: JobSpec, tmp_path
     load(spec, write_jsonl(tmp_path / "a.jsonl", ROWS[:4]))
     newer = [ROWS[0], {**ROWS[1], "title": "changed"}, ROWS[4]]
     report = load(spec, write_jsonl(tmp_path / "b.jsonl", newer), replace=True)
-    counts = (report.inserted, report.updated, report.unchanged, report.removed)  # type: ignore[attr-defined]
+    counts = (report.inserted, report.updated, report.unchanged, report.removed)
     assert counts == (1, 1, 1, 2)
     assert table_rows(spec.database, "SELECT id FROM postings ORDER BY id") == [(0,), (1,), (4,)]
 
@@ -195,13 +203,13 @@ def test_replace_keeps_the_tables_text_ids_as_text(spec: JobSpec, tmp_path: Path
     load(spec, write_jsonl(tmp_path / "text.jsonl", [{"id": "a7", "title": "T", "description": "D"}]))
     numeric = write_jsonl(tmp_path / "n.jsonl", [{"id": 7, "title": "T", "description": "D"}])
     report = load(spec, numeric, replace=True)
-    assert (report.inserted, report.removed) == (1, 1)  # type: ignore[attr-defined]
+    assert (report.inserted, report.removed) == (1, 1)
     assert table_rows(spec.database, "SELECT id FROM postings") == [("7",)]
 
 
 @pytest.mark.skipif(not ADZUNA.is_file(), reason="../shared datasets not present")
 def test_real_adzuna_csv_with_renames(spec: JobSpec) -> None:
     report = load(spec, ADZUNA, rename={"FullDescription": "description"})
-    assert report.inserted == 2499  # type: ignore[attr-defined]
+    assert report.inserted == 2499
     rows = table_rows(spec.database, "SELECT count(*), min(length(description)) > 0 FROM postings")
     assert rows == [(2499, True)]

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.job.spec import JobSpec
 from pipeline.reports.export import ExportFormat, export_results
 from pipeline.reports.failures import failure_report
 from pipeline.reports.status import job_status
@@ -20,13 +21,13 @@ pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture
-def previous(tmp_path: Path):  # type: ignore[no-untyped-def]
+def previous(tmp_path: Path) -> JobSpec:
     spec = make_job(tmp_path, records=10)
     write_previous_database(spec.database, done=range(0, 6), failed=range(6, 8))
     return spec
 
 
-def test_status_reads_an_old_database_and_calls_its_results_unknown(previous) -> None:  # type: ignore[no-untyped-def]
+def test_status_reads_an_old_database_and_calls_its_results_unknown(previous: JobSpec) -> None:
     report = job_status(previous)
     assert (report.done, report.pending, report.failed) == (6, 2, {"schema_invalid": 2})
     assert report.stale == {
@@ -40,7 +41,9 @@ def test_status_reads_an_old_database_and_calls_its_results_unknown(previous) ->
     assert table_rows(previous.database, "SELECT variant, done FROM runs") == [("main", 6)]
 
 
-async def test_a_plain_run_does_only_the_new_records_and_redo_stale_replaces_the_old(previous) -> None:  # type: ignore[no-untyped-def]
+async def test_a_plain_run_does_only_the_new_records_and_redo_stale_replaces_the_old(
+    previous: JobSpec,
+) -> None:
     server = ScriptedServer([respond(good_completion())])
     summary = await run_served(previous, server)
     assert (summary.done, len(server.bodies)) == (2, 2)
@@ -56,7 +59,7 @@ async def test_a_plain_run_does_only_the_new_records_and_redo_stale_replaces_the
     assert job_status(previous).stale["total"] == 0
 
 
-def test_failures_and_export_read_an_old_database(previous, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_failures_and_export_read_an_old_database(previous: JobSpec, tmp_path: Path) -> None:
     assert failure_report(previous).total == 2
     report = export_results(previous, tmp_path / "out.jsonl", ExportFormat.JSONL, history=True)
     assert (report.rows, report.history_rows) == (6, 0)

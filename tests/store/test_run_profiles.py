@@ -48,7 +48,8 @@ def test_a_run_keeps_the_profile_of_what_it_wrote(tmp_path: Path) -> None:
     assert (skills["fill_rate"], skills["mean_length"]) == (1.0, 2.0)
     assert skills["grounded"] == {"found": 18, "values": 18, "share": 1.0}
     assert title["fill_rate"] == 1.0 and title["distinct"] == 9
-    assert run["series"] and run["series"][-1]["done"] == 9  # type: ignore[index]
+    series = run["series"]
+    assert isinstance(series, list) and series[-1]["done"] == 9
 
 
 def test_profiles_are_per_variant_and_in_run_order(tmp_path: Path) -> None:

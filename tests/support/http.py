@@ -7,6 +7,7 @@ from contextlib import contextmanager
 
 import httpx2
 import pytest
+from openai._vendor.httpx_aiohttp import AiohttpTransport
 
 from pipeline.servers import http
 
@@ -26,3 +27,10 @@ def routed_to(handler: Handler) -> Iterator[list[httpx2.Request]]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(http, "routed_transport", httpx2.MockTransport(answer))
         yield seen
+
+
+def aiohttp_transport(client: httpx2.AsyncClient) -> AiohttpTransport:
+    """The transport of a client made with a concurrency (the LLM client's pool): the SDK's aiohttp one."""
+    transport = client._transport
+    assert isinstance(transport, AiohttpTransport), type(transport)
+    return transport

@@ -117,4 +117,7 @@ def blind_judgment_rows(database: Path) -> list[tuple[str, str, str, str, str, s
             "SELECT CAST(record_id AS VARCHAR), variant, field, value, verdict, judge, "
             "coalesce(blind_between, '') FROM judgments ORDER BY created_at, rowid"
         ).fetchall()
-    return [tuple(str(value) for value in row) for row in rows]  # type: ignore[misc]
+    return [
+        (str(record), str(variant), str(field), str(value), str(verdict), str(judge), str(blind))
+        for record, variant, field, value, verdict, judge, blind in rows
+    ]

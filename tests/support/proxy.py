@@ -51,7 +51,7 @@ def round_robin_proxy(upstreams: list[str]) -> Iterator[str]:
     loop.run_until_complete(runner.setup())
     site = web.TCPSite(runner, "127.0.0.1", 0)
     loop.run_until_complete(site.start())
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    port = runner.addresses[0][1]  # (host, port) of the one socket the site listens on
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
     try:
