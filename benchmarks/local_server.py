@@ -16,14 +16,14 @@ import time
 from pathlib import Path
 
 import anyio
+from support import REPO
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO))  # this checkout's pipeline, whichever one the venv installed
 
-from pipeline.job.spec import load_job  # noqa: E402
-from pipeline.local import LocalServer, LocalServerOptions, vllm_launch  # noqa: E402
-from pipeline.run.progress import LogProgress  # noqa: E402
-from pipeline.run.runner import RunOptions, run_job_locally  # noqa: E402
+from pipeline.job.spec import load_job
+from pipeline.local import LocalServer, LocalServerOptions, vllm_launch
+from pipeline.run.progress import LogProgress
+from pipeline.run.runner import RunOptions, run_job_locally
 
 
 async def start_once(cache: Path) -> tuple[float, float]:

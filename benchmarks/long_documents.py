@@ -36,18 +36,18 @@ from typing import Any
 import anyio
 import duckdb
 import orjson
+from support import REPO
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO))  # this checkout's pipeline, whichever one the venv installed
 
-from pipeline.bench.skillspan import is_skipped, read_conll  # noqa: E402
-from pipeline.errors import FailureClass  # noqa: E402
-from pipeline.job.spec import JobSpec, load_job  # noqa: E402
-from pipeline.local import LocalServerOptions  # noqa: E402
-from pipeline.quality.matching import list_scores  # noqa: E402
-from pipeline.reports.evaluation import EvalSettings, evaluate  # noqa: E402
-from pipeline.run.progress import LogProgress  # noqa: E402
-from pipeline.run.runner import RunOptions, run_job_locally  # noqa: E402
+from pipeline.bench.skillspan import is_skipped, read_conll
+from pipeline.errors import FailureClass
+from pipeline.job.spec import JobSpec, load_job
+from pipeline.local import LocalServerOptions
+from pipeline.quality.matching import list_scores
+from pipeline.reports.evaluation import EvalSettings, evaluate
+from pipeline.run.progress import LogProgress
+from pipeline.run.runner import RunOptions, run_job_locally
 
 DATASET = REPO.parent / "shared" / "datasets" / "skillspan"
 FILES = ("skillspan_house_dev.conll", "skillspan_tech_dev.conll")
@@ -181,7 +181,8 @@ def _spent(outcome: Outcome, spec: JobSpec) -> None:
             "SELECT sum(attempts), sum(prompt_tokens), sum(completion_tokens) FROM runs"
         ).fetchone()
         failures = connection.execute("SELECT failure_class, count(*) FROM failures GROUP BY 1").fetchall()
-        outcome.done = int(connection.execute("SELECT count(*) FROM results").fetchone()[0])  # type: ignore[index]
+        [(done,)] = connection.execute("SELECT count(*) FROM results").fetchall()
+        outcome.done = int(done)
         results = connection.execute("SELECT extracted, chunks FROM results").fetchall()
     for extracted, chunks in results:
         added = orjson.loads(chunks)["added"] if chunks else {}

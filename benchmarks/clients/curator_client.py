@@ -28,7 +28,7 @@ def run(folder: Path, base_url: str, concurrency: int, out: Path) -> None:
     fields = prompt["fields"]
     JobPosting = job_posting_model()
 
-    class Extract(curator.LLM):  # type: ignore[misc]
+    class Extract(curator.LLM):  # type: ignore[misc]  # curator is loaded at run time, so its class is Any here
         def prompt(self, row: dict[str, Any]) -> list[dict[str, str]]:
             return messages_for(prompt, {name: row[name] for name in fields})
 

@@ -32,7 +32,7 @@ async def run(folder: Path, base_url: str, concurrency: int, out: Path) -> None:
             try:
                 response = await client.chat.completions.create(
                     model=body["model"],
-                    messages=messages_for(prompt, record["fields"]),  # type: ignore[arg-type]
+                    messages=messages_for(prompt, record["fields"]),  # type: ignore[arg-type]  # plain dicts: the SDK types each role's message as a TypedDict
                     max_tokens=body["max_tokens"],
                     temperature=body["temperature"],
                     reasoning_effort=body["reasoning_effort"],
