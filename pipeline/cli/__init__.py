@@ -16,10 +16,10 @@ its types under ``TYPE_CHECKING``. ``tests/test_imports.py`` holds what ``--help
 
 # Importing a command's module registers it; this order is the order of `pipeline --help`.
 # isort: off
-from pipeline.cli import load, run, status  # noqa: F401
-from pipeline.cli import quality, results, sim, servers  # noqa: F401
-from pipeline.cli import judge  # noqa: F401
-from pipeline.cli import check  # noqa: F401
+from pipeline.cli import load, run, status  # noqa: F401  (importing it registers its commands)
+from pipeline.cli import quality, results, sim, servers  # noqa: F401  (importing it registers its commands)
+from pipeline.cli import judge  # noqa: F401  (importing it registers its commands)
+from pipeline.cli import check  # noqa: F401  (importing it registers its commands)
 
 # isort: on
 from pipeline.cli.common import app

@@ -105,7 +105,7 @@ LogLevelOption = Annotated[str, typer.Option(help=f"One of {', '.join(LOG_LEVELS
 def event_loop_options() -> dict[str, Any]:
     """uvloop where it is installed: the event loop is the client's hot path at thousands of req/s."""
     try:
-        import uvloop  # noqa: F401
+        import uvloop  # noqa: F401  (only to learn it is installed: anyio imports it itself)
     except ImportError:
         return {}
     return {"use_uvloop": True}

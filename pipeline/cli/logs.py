@@ -44,6 +44,6 @@ def configure_logging(*, json_lines: bool, level: str = "info", stream: TextIO |
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelNamesMapping()[level.upper()]),
-        logger_factory=structlog.PrintLoggerFactory(file=stream or _CurrentStderr()),  # type: ignore[arg-type]
+        logger_factory=structlog.PrintLoggerFactory(file=stream or _CurrentStderr()),  # type: ignore[arg-type]  # it wants a TextIO; it calls only write and flush
         cache_logger_on_first_use=False,
     )

@@ -248,7 +248,7 @@ def compare(
     """Compare two variants on the records both extracted: agreement per field (A as the reference) with 95% intervals, tokens and latency per record, failures, grounding, and the records that differ most.
 
     Failures are counted over the records both variants attempted. Temperature 0 on vLLM is not deterministic: with a re-run of A (`pipeline run JOB --variant A --rerun`), each field's A-vs-B agreement is set beside A-vs-rerun, and the fields beyond that noise are flagged.
-    """  # noqa: E501
+    """  # noqa: E501  (Typer keeps a docstring's line breaks: one paragraph, one line)
     from pipeline.quality.bootstrap import Bootstrap
     from pipeline.reports import CompareSettings, Sample, compare_page, compare_variants, format_compare
 
@@ -293,7 +293,7 @@ def review(
     """Write one self-contained HTML page to check extractions by eye: each record's text, each variant's extraction or failure, its grounded values highlighted in the text.
 
     Shows the records of the sample that the variant (of two: either) has a result or a failure for.
-    """  # noqa: E501
+    """  # noqa: E501  (Typer keeps a docstring's line breaks: one paragraph, one line)
     from pipeline.reports import Sample, review_page
 
     if variant is not None and variants is not None:

@@ -180,7 +180,7 @@ def report(
     database: DatabaseOption = None,
     variant: VariantOption = None,
 ) -> None:
-    """The last runs side by side: fill rate and grounded share per field, tokens, latency, failures and speed, with their trends, and what moved in the newest run beyond its usual run-to-run variation, which way, and against which runs."""  # noqa: E501
+    """The last runs side by side: fill rate and grounded share per field, tokens, latency, failures and speed, with their trends, and what moved in the newest run beyond its usual run-to-run variation, which way, and against which runs."""  # noqa: E501  (Typer keeps a docstring's line breaks: one paragraph, one line)
     import orjson
 
     from pipeline.reports.pages import runs_page

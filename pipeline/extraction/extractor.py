@@ -168,7 +168,7 @@ class Extractor:
                     )
         except RecordError as error:
             return self._failed(record, state, error)
-        raise AssertionError("the retry loop ends with a result or an error")  # pragma: no cover
+        raise AssertionError("the retry loop ends with a result or an error")
 
     def _grounding(self, value: BaseModel, record: SourceRecord) -> str | None:
         if self._grounder is None:

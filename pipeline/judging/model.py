@@ -315,7 +315,7 @@ class _Judging:
                     asking.after_bad_answer(error)
                     raise
                 return tuple(verdicts_of(verdicts, len(task.values)))
-        raise AssertionError("the retry loop ends with verdicts or an error")  # pragma: no cover
+        raise AssertionError("the retry loop ends with verdicts or an error")
 
     async def _send(self, asking: Asking) -> Reply:
         """One attempt; a server that refuses ``response_format`` is asked again without it, at no cost

@@ -14,7 +14,7 @@ import random
 import re
 import string
 from collections.abc import Callable, Iterator
-from re import _parser  # type: ignore[attr-defined]  # the stdlib's own regex parser
+from re import _parser  # type: ignore[attr-defined]  # the stdlib's own regex parser: private, so typeshed leaves it out
 from typing import Any
 
 # Characters a class, a negated class or "." draws from: mostly letters, as a model's text is.

@@ -255,7 +255,7 @@ def _judgment(row: Sequence[object]) -> Judgment:
         verdict=JudgmentVerdict(str(verdict)),
         judge=str(judge),
         result_key=str(result_key),
-        judged_at=judged_at,  # type: ignore[arg-type]
+        judged_at=judged_at if isinstance(judged_at, dt.datetime) else None,  # a TIMESTAMP column
         judgment_id=str(judgment_id),
         stale=bool(stale),
         blind_between=str(blind or ""),

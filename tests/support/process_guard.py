@@ -58,7 +58,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # test happens to ask first (the OpenAI client does, for its request headers).
     platform.processor()
     # subprocess holds its own reference to fork_exec; multiprocessing looks it up on the module.
-    subprocess._fork_exec = _watched(subprocess._fork_exec, lambda args: args[0])  # type: ignore[attr-defined]
+    subprocess._fork_exec = _watched(subprocess._fork_exec, lambda args: args[0])  # type: ignore[attr-defined]  # private: typeshed leaves it out
     _posixsubprocess.fork_exec = _watched(_posixsubprocess.fork_exec, lambda args: args[0])
     os.posix_spawn = _watched(os.posix_spawn, lambda args: args[1])
     os.posix_spawnp = _watched(os.posix_spawnp, lambda args: args[1])

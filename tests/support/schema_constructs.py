@@ -120,20 +120,20 @@ class EveryConstruct(BaseModel):
     unknown_format: Annotated[str, Field(json_schema_extra={"format": "x-house-style"})]
     # patterns and lengths
     code: Annotated[str, Field(pattern=r"^[A-Z]{3}-\d{2,4}$")]
-    sized: constr(min_length=5, max_length=8, pattern=r"^[a-z]+$")  # type: ignore[valid-type]
+    sized: constr(min_length=5, max_length=8, pattern=r"^[a-z]+$")  # type: ignore[valid-type]  # the con*() call form, as older schemas write it
     short: Annotated[str, StringConstraints(max_length=3)]
     long: Annotated[str, Field(min_length=80)]
     lookahead: Annotated[str, Field(pattern=r"^(?=.*\d)[a-z0-9]{6,10}$")]
     # numbers
     count: int
     ratio: float
-    bounded: conint(ge=3, le=7, multiple_of=2)  # type: ignore[valid-type]
-    open_interval: confloat(gt=0, lt=1)  # type: ignore[valid-type]
+    bounded: conint(ge=3, le=7, multiple_of=2)  # type: ignore[valid-type]  # the con*() call form, as older schemas write it
+    open_interval: confloat(gt=0, lt=1)  # type: ignore[valid-type]  # the con*() call form, as older schemas write it
     stepped: Annotated[float, Field(multiple_of=0.25, gt=1)]
     score: Annotated[int, Field(ge=10, le=20)]
     negative: Annotated[int, Field(lt=0)]
     money: Decimal
-    price: condecimal(max_digits=6, decimal_places=2, ge=0)  # type: ignore[valid-type]
+    price: condecimal(max_digits=6, decimal_places=2, ge=0)  # type: ignore[valid-type]  # the con*() call form, as older schemas write it
     size: ByteSize
     # enums and literals
     colour: Colour
@@ -148,7 +148,7 @@ class EveryConstruct(BaseModel):
     pet: Annotated[Cat | Dog, Field(discriminator="kind")]
     # arrays
     tags: list[str]
-    few: conlist(int, min_length=2, max_length=4)  # type: ignore[valid-type]
+    few: conlist(int, min_length=2, max_length=4)  # type: ignore[valid-type]  # the con*() call form, as older schemas write it
     unique: set[int]
     frozen: frozenset[str]
     point: tuple[float, float]

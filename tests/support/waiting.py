@@ -15,6 +15,5 @@ async def until(condition: Callable[[], bool], *, timeout_s: float = TIMEOUT_S, 
     (``every_s`` 0), or every ``every_s`` for what another thread or process does. A condition that
     never holds fails the test with ``TimeoutError`` after ``timeout_s``."""
     with anyio.fail_after(timeout_s):
-        # Polling is the point: the condition is another part's state, with no event to wait on.
-        while not condition():  # noqa: ASYNC110
+        while not condition():  # noqa: ASYNC110  (polling is the point: no event says the condition holds)
             await anyio.sleep(every_s)
