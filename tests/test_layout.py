@@ -1,11 +1,16 @@
 """Tests mirror the packages: pipeline/<package>/<module>.py has tests/<package>/test_<module>.py, or is
 listed in TESTED_ELSEWHERE with the test files that test it. So the README's claim stays true as modules
-come and go: a new module needs its own test file or a line here saying where it is tested."""
+come and go: a new module needs its own test file or a line here saying where it is tested. And every
+inline lint ignore names its rule and says why (ruff's RUF100 and mypy's warn_unused_ignores fail one
+that is not needed)."""
 
 from __future__ import annotations
 
 import re
+import tokenize
 from pathlib import Path
+
+import pytest
 
 from tests.support.processes import REPO
 
@@ -91,3 +96,71 @@ def test_the_test_files_named_exist() -> None:
         named = re.findall(r"tests/[\w/]+\.py", where)
         assert named, f"{module}: no test file named in {where!r}"
         assert all(Path(REPO / path).is_file() for path in named), f"{module}: {where!r}"
+
+
+# ---- inline lint ignores: each names its rule and says why, as structlog's do
+
+_NOQA = re.compile(r"#\s*noqa\b(?P<after>.*)", re.IGNORECASE)
+_TYPE_IGNORE = re.compile(r"#\s*type:\s*ignore\b(?P<after>.*)")
+_NOQA_CODES = re.compile(r":\s*[A-Z]+[0-9]+(?:\s*,\s*[A-Z]+[0-9]+)*(?P<why>.*)")
+_TYPE_CODES = re.compile(r"\[[a-z-]+(?:\s*,\s*[a-z-]+)*\](?P<why>.*)")
+_CHECKED = ("pipeline", "tests", "benchmarks", "schemas")
+
+
+def ignore_problem(comment: str) -> str | None:
+    """What is wrong with the inline ignore in ``comment`` (None: nothing, or no ignore there). The
+    reason follows the code, in parentheses or as a comment: ``# noqa: F401  (why)``,
+    ``# type: ignore[misc]  # why``."""
+    for pattern, codes, form in (
+        (_NOQA, _NOQA_CODES, "# noqa: CODE  (why)"),
+        (_TYPE_IGNORE, _TYPE_CODES, "# type: ignore[code]  # why"),
+    ):
+        found = pattern.search(comment)
+        if found is None:
+            continue
+        coded = codes.match(found["after"])
+        if coded is None:
+            return f"no rule code: write {form}"
+        if len(re.findall(r"[A-Za-z]{2,}", coded["why"])) < 2:
+            return f"no reason after the code: write {form}"
+    return None
+
+
+def inline_ignores() -> list[tuple[str, str]]:
+    """(file:line, comment) of every comment of the checked folders that holds an inline ignore."""
+    found = []
+    for folder in _CHECKED:
+        for path in sorted((REPO / folder).rglob("*.py")):
+            with tokenize.open(path) as source:
+                for token in tokenize.generate_tokens(source.readline):
+                    if token.type == tokenize.COMMENT and (
+                        _NOQA.search(token.string) or _TYPE_IGNORE.search(token.string)
+                    ):
+                        where = f"{path.relative_to(REPO).as_posix()}:{token.start[0]}"
+                        found.append((where, token.string))
+    return found
+
+
+@pytest.mark.parametrize(
+    ("comment", "problem"),
+    [
+        ("# noqa: F401  (importing it registers its commands)", None),
+        ("# type: ignore[misc]  # curator is loaded at run time", None),
+        ("# type: ignore[arg-type, misc]  # two codes, one reason", None),
+        ("# the order of --help", None),
+        ("# noqa", "no rule code: write # noqa: CODE  (why)"),
+        ("# noqa: E501", "no reason after the code: write # noqa: CODE  (why)"),
+        ("# type: ignore", "no rule code: write # type: ignore[code]  # why"),
+        ("# type: ignore[index]", "no reason after the code: write # type: ignore[code]  # why"),
+        ("# why first  # type: ignore[index]", "no reason after the code: write # type: ignore[code]  # why"),
+    ],
+)
+def test_an_ignore_is_judged_by_its_code_and_reason(comment: str, problem: str | None) -> None:
+    assert ignore_problem(comment) == problem
+
+
+def test_every_inline_ignore_names_its_rule_and_says_why() -> None:
+    ignores = inline_ignores()
+    assert any(where.startswith("pipeline/cli/__init__.py:") for where, _ in ignores)  # the scan sees them
+    wrong = [f"{where}: {problem}" for where, comment in ignores if (problem := ignore_problem(comment))]
+    assert not wrong, "\n".join(wrong)
