@@ -107,7 +107,7 @@ def test_every_command_exits_2_on_a_bad_job_with_one_line(tmp_path: Path, comman
         (["run", "{job}", "--class", "bogus"], "--class 'bogus'"),
         (["load", "{job}", "--job", "{job}", "--rename", "x"], "--rename 'x': expected FILE_COLUMN=NAME"),
         (["eval", "{job}", "--gold", "{job}", "--judged"], "--judged measures against judgments"),
-        (["judge", "{job}", "--judge-model", "m"], "--judge-model goes with --model"),
+        (["judge", "{job}", "--endpoint", "http://127.0.0.1:9/v1"], "--endpoint is the judge model's server"),
         (["review", "{job}", "--html", "x.html", "--variant", "a", "--variants", "a,b"], "not both"),
         (["status", "{job}", "--database", "{folder}/missing/x.duckdb"], "does not exist"),
         (["check", "{local}"], "the job's endpoint is local"),
