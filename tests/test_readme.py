@@ -60,12 +60,6 @@ SUBSTITUTIONS: list[tuple[str, str, str]] = [
         "to exist, no more",
     ),
     (
-        r"^(pipeline judge .*) --model\b",
-        r"\1 --by-model",
-        "issue 32 renamed judge's flag (--model is a model name in every command): the README's line "
-        "says --by-model once its judging section is updated, and this no longer matches",
-    ),
-    (
         r"^pipeline judge (?!.*--(?:by-|judge-)?model)([^#]*?)(\s*#.*)?$",
         r"timeout --preserve-status --signal INT 20 pipeline judge \1 --port 0\2",
         "the judging page serves until Ctrl-C: it is started (its sample read, its URL printed) and "
