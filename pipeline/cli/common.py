@@ -58,6 +58,34 @@ app = typer.Typer(
 )
 
 
+def version_line() -> str:
+    """What ``pipeline --version`` prints: the installed package's version and the Python it runs on."""
+    from importlib.metadata import PackageNotFoundError, version  # only when asked: it is not light
+
+    try:
+        installed = version("pipeline")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        installed = "(not installed)"
+    python = ".".join(str(part) for part in sys.version_info[:3])
+    return f"pipeline {installed} (Python {python}, {sys.executable})"
+
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        typer.echo(version_line())
+        raise typer.Exit
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
+    """Options of `pipeline` itself, before the command."""
+
+
 class Display(StrEnum):
     AUTO = "auto"
     BAR = "bar"

@@ -4,6 +4,8 @@ one line and exits 2 before anything is sent (in process: no server, no subproce
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -143,3 +145,35 @@ def test_bench_of_a_job_on_the_local_server_asks_for_local_instead_of_connecting
         f"error: {job}: the job's endpoint is local: give --local to sweep the bundled server, "
         "or --endpoint URL"
     )
+
+
+def test_version_names_the_installed_package_and_the_python_it_runs_on() -> None:
+    from importlib.metadata import version
+
+    result = cli_run("--version")
+    assert result.exit_code == 0, result.output
+    python = ".".join(str(part) for part in sys.version_info[:3])
+    assert result.output.strip() == f"pipeline {version('pipeline')} (Python {python}, {sys.executable})"
+
+
+VERSION_IN_A_FRESH_INTERPRETER = """
+import sys
+from pipeline.cli import main
+sys.argv = ["pipeline", "--version"]
+try:
+    main()
+except SystemExit as ended:
+    print("exit", ended.code)
+print(*sorted(name for name in ("duckdb", "openai", "httpx2", "rapidfuzz") if name in sys.modules))
+"""
+
+
+@pytest.mark.process
+def test_version_in_a_fresh_interpreter_loads_nothing_a_command_needs() -> None:
+    """`pipeline --version` in a cron line or a bug report: the version at once, and exit 0."""
+    done = subprocess.run(
+        [sys.executable, "-c", VERSION_IN_A_FRESH_INTERPRETER], capture_output=True, text=True, timeout=60
+    )
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("pipeline ") and "(Python " in lines[0], done.stderr
+    assert lines[1:] == ["exit 0", ""]
