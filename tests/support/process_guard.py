@@ -12,6 +12,7 @@ against that test: unmarked, it fails with the command it started.
 from __future__ import annotations
 
 import _posixsubprocess
+import contextlib
 import os
 import platform
 import subprocess
@@ -57,6 +58,11 @@ def pytest_configure(config: pytest.Config) -> None:
     # `platform` runs `uname -p` once and caches it: asked now, it is not counted against whichever
     # test happens to ask first (the OpenAI client does, for its request headers).
     platform.processor()
+    # matplotlib (the bench extra's PNG) builds its font cache on first use by running `fc-list`: with
+    # an empty cache folder (a new machine, a new CI runner) that would be counted against whichever
+    # test first draws a chart. Built now, once, it is not.
+    with contextlib.suppress(ImportError):
+        import matplotlib.font_manager  # noqa: F401  (importing it builds the font cache)
     # subprocess holds its own reference to fork_exec; multiprocessing looks it up on the module.
     subprocess._fork_exec = _watched(subprocess._fork_exec, lambda args: args[0])  # type: ignore[attr-defined]  # private: typeshed leaves it out
     _posixsubprocess.fork_exec = _watched(_posixsubprocess.fork_exec, lambda args: args[0])
