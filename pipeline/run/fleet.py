@@ -120,6 +120,7 @@ async def _read_servers(context: RunContext, endpoints: list[Endpoint]) -> None:
                 f"concurrency auto starts where this job's requests fit in the KV cache: {level}",
                 endpoint=endpoint.name,
                 kv_tokens=fit.kv_tokens,
+                held=fit.held,  # the request it counts: the fixed part and max_tokens, until replies come
             )
 
     with anyio.move_on_after(FIT_BUDGET_S):
