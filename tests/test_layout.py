@@ -32,6 +32,10 @@ TESTED_ELSEWHERE: dict[str, str] = {
     "extraction/outcomes.py": "tests/extraction/test_extractor.py: the outcome each record ends in",
     "job/examples.py": "tests/job/test_variants.py: few-shot examples, checked when the job loads",
     "job/judge.py": "tests/job/test_judge_section.py: the job's judge: section",
+    "job/text.py": (
+        "tests/job/test_spec.py, tests/job/test_variants.py, tests/cli/test_bad_input.py: a job file's "
+        "interpolation and its errors in one line"
+    ),
     "local/convert.py": "tests/local/test_local.py: the GGUF file turned into a vLLM folder",
     "local/model.py": "tests/local/test_local.py: the bundled model, found and converted once",
     "local/server.py": "tests/local/test_local.py: start, health and stop, with stand-in server processes",

@@ -212,8 +212,8 @@ def login_name() -> str:
 
 
 def _import(spec: JobSpec, path: Path, judge: str, variant: str | None) -> None:
-    from pipeline.job.text import counted
     from pipeline.judging.exchange import import_judgments
+    from pipeline.wording import counted
 
     imported = read_or_exit(lambda: import_judgments(spec, path, judge=judge, variant=variant))
     merged = imported.merged
@@ -228,8 +228,8 @@ def _export(
     spec: JobSpec, path: Path, judges: tuple[str, ...] | None, variants: tuple[str, ...] | None
 ) -> None:
     from pipeline.job.commands import Asked
-    from pipeline.job.text import counted
     from pipeline.judging.exchange import export_gold
+    from pipeline.wording import counted
 
     export = read_or_exit(lambda: export_gold(spec, path, judges=judges, variants=variants))
     left = export.judged_records - export.records
@@ -249,8 +249,8 @@ def _judge_by_model(
     spec: JobSpec, variants: tuple[str, ...], sample: Sample, model: str | None, endpoint: str | None
 ) -> None:
     from pipeline.job.commands import Asked
-    from pipeline.job.text import counted
     from pipeline.judging.model import judge_sample_by_model
+    from pipeline.wording import counted
 
     configure_logging(json_lines=not sys.stderr.isatty(), level="warning")
     said_at = time.monotonic()
@@ -280,7 +280,7 @@ def _judge_by_model(
 
 
 def _counts(judging: ModelJudging) -> str:
-    from pipeline.job.text import counted
+    from pipeline.wording import counted
 
     share = f", {judging.correct_share:.1%} correct" if judging.correct_share is not None else ""
     skipped = f"; {judging.skipped:,} judged before" if judging.skipped else ""
@@ -291,9 +291,9 @@ def _counts(judging: ModelJudging) -> str:
 def _serve(spec: JobSpec, options: SessionOptions, port: int) -> None:
     import asyncio
 
-    from pipeline.job.text import counted
     from pipeline.judging.journal import journal_path
     from pipeline.judging.server import serve_judging
+    from pipeline.wording import counted
 
     configure_logging(json_lines=not sys.stderr.isatty(), level="warning")
 

@@ -63,7 +63,7 @@ def _write_page(page: ReviewPage | None, path: Path | None, *, to_stderr: bool =
 
 def _say_written(path: Path, page: ReviewPage | None, *, to_stderr: bool = False) -> None:
     if page is not None:
-        from pipeline.job.text import counted
+        from pipeline.wording import counted
 
         typer.echo(f"wrote {path} ({counted(len(page.records), 'record')})", err=to_stderr)
 

@@ -1,7 +1,7 @@
 """Turning a job file's text into values and its errors into one line: ``${VAR}`` interpolation,
 pydantic's validation errors as ``key 'a.b': message`` with a "did you mean" for typo'd keys, and what
-a schema module raised on import, with the file and line at fault; and a count said with its noun in
-the form it takes (:func:`counted`: ``1 record``, ``2 records``), for every command's output."""
+a schema module raised on import, with the file and line at fault. (A count said with its noun, for
+every command's output, is :func:`pipeline.wording.counted`.)"""
 
 from __future__ import annotations
 
@@ -137,13 +137,3 @@ def _deepest_own_frame(exc: BaseException) -> str | None:
 
 def one_line(text: str) -> str:
     return " ".join(text.split())
-
-
-def counted(number: float, noun: str, plural: str | None = None) -> str:
-    """``number`` with ``noun`` in the form it takes: ``1 record``, ``0 records``, ``1,234 values``,
-    ``2.5 values`` (several people splitting a value); ``plural`` for a noun that does not take an s
-    (``counted(2, "person", "people")``). Every count a report or a command prints goes through it."""
-    whole = float(number).is_integer()
-    shown = f"{int(number):,}" if whole else f"{number:,.1f}"
-    one = whole and abs(int(number)) == 1
-    return f"{shown} {noun if one else plural or noun + 's'}"

@@ -33,7 +33,6 @@ from dataclasses import dataclass
 
 from pipeline.errors import ConfigError
 from pipeline.job.spec import JobSpec
-from pipeline.job.text import counted
 from pipeline.judging.gold_records import typed_missing
 from pipeline.judging.state import Action, JudgeState, without
 from pipeline.quality.agreement import id_order
@@ -53,6 +52,7 @@ from pipeline.reports.review import ViewBuilder, prompt_fields
 from pipeline.reports.review_page import VariantView
 from pipeline.store.judgments import current_result_keys, read_judgments
 from pipeline.store.read_copy import ReadCopy
+from pipeline.wording import counted
 
 ANSWER_IDS = ("1", "2")
 MAX_MISSING_CHARS = 2000

@@ -14,7 +14,6 @@ from typing import Any, TypeVar
 
 from pipeline.errors import ConfigError
 from pipeline.job.spec import JobSpec
-from pipeline.job.text import counted
 from pipeline.quality.agreement import measure_agreement
 from pipeline.quality.bootstrap import Bootstrap
 from pipeline.quality.fields import grounded_paths, schema_fields
@@ -42,6 +41,7 @@ from pipeline.reports.review import ViewBuilder, page, review_records
 from pipeline.reports.review_page import ReviewPage, ScoreRow, VariantView
 from pipeline.reports.shared import GroundingSummary, grounding_lines, grounding_summary, ids_text
 from pipeline.store.read_copy import ReadCopy
+from pipeline.wording import counted
 
 GOLD_VIEW = "gold"
 V = TypeVar("V")

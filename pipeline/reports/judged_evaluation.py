@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from pipeline.errors import ConfigError
 from pipeline.job.commands import Asked
 from pipeline.job.spec import JobSpec
-from pipeline.job.text import counted
 from pipeline.quality.bootstrap import Bootstrap
 from pipeline.quality.fields import grounded_paths, schema_fields
 from pipeline.quality.judged_scores import (
@@ -49,6 +48,7 @@ from pipeline.reports.review import ViewBuilder, page, prompt_fields, review_rec
 from pipeline.reports.review_page import ReviewPage, ScoreRow
 from pipeline.store.judgments import read_judgments
 from pipeline.store.read_copy import ReadCopy
+from pipeline.wording import counted
 
 
 @dataclass(frozen=True, slots=True)

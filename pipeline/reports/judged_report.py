@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline.job.text import counted
 from pipeline.quality.judged_scores import (
     MISSES_NOT_MARKED,
     OVERALL,
@@ -24,6 +23,7 @@ from pipeline.reports.evaluation import page_interval
 from pipeline.reports.paired_evaluation import VERDICT_RULE, aligned, detect_lines, difference_cells, with_ci
 from pipeline.reports.review_page import ReviewPage, ScoreRow
 from pipeline.store.read_copy import ReadCopy
+from pipeline.wording import counted
 
 #: The margin the report says how many judged records would give (± this on the overall precision).
 MARGIN = 0.05

@@ -18,7 +18,6 @@ from typing import Any
 
 from pipeline.job.commands import Asked
 from pipeline.job.spec import JobSpec
-from pipeline.job.text import counted
 from pipeline.quality.fields import grounded_paths
 from pipeline.quality.gold import read_gold
 from pipeline.quality.intervals import Difference, PairedComparison, Verdict, paired_differences
@@ -43,6 +42,7 @@ from pipeline.reports.review import (
     variant_agreement,
 )
 from pipeline.reports.review_page import ReviewPage, ScoreRow
+from pipeline.wording import counted
 
 
 @dataclass(frozen=True, slots=True)

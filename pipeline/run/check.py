@@ -78,7 +78,8 @@ class EndpointReport:
     prefix_caching: bool | None = None
     answer_in_reasoning: bool | None = None
     reasoning_effort_honored: bool | None = None
-    throughput_tok_s: float = 0.0  # expected at the job's concurrency, for the backlog
+    throughput_tok_s: float = 0.0  # expected at the job's concurrency, for the backlog (the model's)
+    speed: float = 1.0  # a simulator's --speed (its seconds are this many of the model's), else 1
     tokens_per_record: float | None = None
     checks: list[Check] = field(default_factory=list)
     unreachable: bool = False  # the server could not be read: its one line is the fail that says why
@@ -171,7 +172,8 @@ async def check_job(
     tokens = next((r.tokens_per_record for r in reports if r.tokens_per_record is not None), None)
     eta = backlog_eta_s(pending, tokens, throughputs)
     if not all(report.unreachable for report in reports):
-        reports[-1].checks.append(backlog_check(pending, tokens, throughputs))
+        speeds = [r.speed for r in reports]
+        reports[-1].checks.append(backlog_check(pending, tokens, throughputs, speeds))
     return CheckReport(reports, pending, eta, copy)
 
 
@@ -249,6 +251,7 @@ def _fill(
     report.answer_in_reasoning = any(p.lands == "reasoning" for p in probes) if probes else None
     report.reasoning_effort_honored = honored(efforts)
     report.tokens_per_record = answer
+    report.speed = reading.time_scale
     level = _level(config, report.requests_that_fit)
     predicted = _predict(report, level, reading.time_scale, probes)
     longest = max(((p.prompt_tokens, p.completion_tokens) for p in probes), default=(None, None))
@@ -262,7 +265,7 @@ def _fill(
         effort_check(
             spec.reasoning_effort, honored(efforts), efforts, max(reasoning, default=None), spec.max_tokens
         ),
-        timeout_check(level, predicted, spec.request_timeout_s, reading.running),
+        timeout_check(level, predicted, spec.request_timeout_s, reading.running, reading.time_scale),
     ]
 
 

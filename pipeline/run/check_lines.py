@@ -15,6 +15,7 @@ from typing import Literal
 
 from pipeline.servers.cache_counters import reachable_hit_rate
 from pipeline.servers.capacity import RequestFit
+from pipeline.wording import counted, duration, model_time
 
 Status = Literal["ok", "warn", "fail", "unknown"]
 #: The widest status word: the lines' names start in one column.
@@ -41,15 +42,6 @@ class Check:
 
     def line(self) -> str:
         return f"{self.status:<{STATUS_WIDTH}}  {self.name}: {self.message}"
-
-
-def duration(seconds: float) -> str:
-    """``42 s``, ``4.2 min``, ``32 h``: as a person reads a wait."""
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 5400:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.0f} h" if seconds >= 36000 else f"{seconds / 3600:.1f} h"
 
 
 def context_check(
@@ -101,7 +93,7 @@ def kv_check(
         return Check(
             "kv_cache",
             "ok",
-            f"{kv_tokens:,} tokens: about {count:,} requests fit ({held}); auto starts there",
+            f"{kv_tokens:,} tokens: about {counted(count, 'request')} fit ({held}); auto starts there",
         )
     if count < concurrency:
         return Check(
@@ -111,7 +103,9 @@ def kv_check(
             f"collapse past ~{count:,}; use `concurrency: auto` or <= {count:,}",
         )
     return Check(
-        "kv_cache", "ok", f"{kv_tokens:,} tokens: about {count:,} requests fit ({held}), c={concurrency}"
+        "kv_cache",
+        "ok",
+        f"{kv_tokens:,} tokens: about {counted(count, 'request')} fit ({held}), c={concurrency}",
     )
 
 
@@ -138,7 +132,8 @@ def prefix_check(
         )
     cost = ""
     if shared_tokens is not None and pending:
-        cost = f" ({shared_tokens:,} x {pending:,} records = {shared_tokens * pending:,} tokens of prefill)"
+        total = f"{shared_tokens * pending:,} tokens of prefill"
+        cost = f" ({shared_tokens:,} x {counted(pending, 'record')} = {total})"
     return Check(
         "prefix_caching",
         "warn",
@@ -152,12 +147,16 @@ def answer_check(probes: int, in_reasoning: int, truncated: int, empty: int) -> 
     if probes == 0:
         return Check("answer", "unknown", "no probe answered")
     if empty == probes:
-        return Check("answer", "fail", f"none of {probes} probes got an answer (content and reasoning empty)")
+        return Check(
+            "answer",
+            "fail",
+            f"none of {counted(probes, 'probe')} got an answer (content and reasoning empty)",
+        )
     notes = []
     if in_reasoning:
         notes.append(
-            f"{in_reasoning} of {probes} probes put the JSON in `reasoning` with content null (vLLM issue "
-            "23694): the run recovers it from there"
+            f"{in_reasoning} of {counted(probes, 'probe')} put the JSON in `reasoning` with content null "
+            "(vLLM issue 23694): the run recovers it from there"
         )
     if truncated:
         notes.append(
@@ -165,7 +164,7 @@ def answer_check(probes: int, in_reasoning: int, truncated: int, empty: int) -> 
         )
     if notes:
         return Check("answer", "warn", "; ".join(notes))
-    return Check("answer", "ok", f"in content ({probes} of {probes} probes)")
+    return Check("answer", "ok", f"in content ({probes} of {counted(probes, 'probe')})")
 
 
 def effort_check(
@@ -220,13 +219,18 @@ def format_check(sent: bool, refused: bool) -> Check:
 
 
 def timeout_check(
-    concurrency: int, predicted_s: float | None, timeout_s: float, busy: float | None = None
+    concurrency: int,
+    predicted_s: float | None,
+    timeout_s: float,
+    busy: float | None = None,
+    speed: float = 1.0,
 ) -> Check:
     """The probes' latency scaled to the job's concurrency against ``request_timeout_s``; ``busy``: the
-    requests the server was running besides the probes (their latency was not a reply's alone)."""
+    requests the server was running besides the probes (their latency was not a reply's alone);
+    ``speed``: a simulator's --speed (the latency is the model's time, said with the wall time)."""
     if predicted_s is None:
         return Check("timeout", "unknown", f"request_timeout_s {timeout_s:g}: no probe latency to compare")
-    said = f"at c={concurrency} a reply takes ~{duration(predicted_s)}"
+    said = f"at c={concurrency} a reply takes {model_time(predicted_s, speed)}"
     if busy:
         said += f" (measured beside {busy:.0f} other requests: an overestimate)"
     safer = f"{_round_up(predicted_s * 2):g}"
@@ -245,23 +249,33 @@ def timeout_check(
     return Check("timeout", "ok", f"{said}; request_timeout_s {timeout_s:g}")
 
 
-def backlog_check(pending: int | None, tokens_per_record: float | None, throughputs: list[float]) -> Check:
+def backlog_check(
+    pending: int | None,
+    tokens_per_record: float | None,
+    throughputs: list[float],
+    speeds: list[float] | None = None,
+) -> Check:
     """The ETA of the backlog: pending records x tokens per record / the expected throughput, here and
-    (with one server) on two."""
+    (with one server) on two. ``speeds``: each server's --speed if it is a simulator (1 otherwise): the
+    throughputs are the model's, and so is the ETA, said with the wall time the simulators take."""
     if pending is None:
         return Check("backlog", "unknown", "a run holds the job's database and has written no read copy yet")
     if pending == 0:
         return Check("backlog", "ok", "nothing pending")
     total = sum(throughputs)
+    records = counted(pending, "record")
     if tokens_per_record is None or total <= 0:
-        return Check("backlog", "unknown", f"{pending:,} records pending; how fast: no throughput measured")
+        return Check("backlog", "unknown", f"{records} pending; how fast: no throughput measured")
     eta = pending * tokens_per_record / total
+    wall = sum(
+        rate * speed for rate, speed in zip(throughputs, speeds or [1.0] * len(throughputs), strict=True)
+    )
     on_two = f", ~{duration(eta / 2)} on two" if len(throughputs) == 1 else ""
     return Check(
         "backlog",
         "ok",
-        f"{pending:,} records x ~{tokens_per_record:,.0f} output tokens / ~{total:,.0f} tok/s: "
-        f"~{duration(eta)} here{on_two}",
+        f"{records} x ~{tokens_per_record:,.0f} output tokens / ~{total:,.0f} tok/s: "
+        f"{model_time(eta, wall / total, ' here')}{on_two}",
     )
 
 

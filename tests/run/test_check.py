@@ -19,7 +19,7 @@ from structlog.testing import capture_logs
 from pipeline.job.commands import command
 from pipeline.job.spec import JobSpec
 from pipeline.run.check import CheckReport, check_job
-from pipeline.run.check_lines import duration, timeout_check
+from pipeline.run.check_lines import backlog_check, timeout_check
 from pipeline.servers.capacity import RequestFit
 from tests.support.fakes import (
     GOOD_ITEM,
@@ -67,6 +67,7 @@ class FakeVllm:
     refuse_format: bool = False
     hang: bool = False
     reasoning: dict[str, int] = field(default_factory=lambda: {"low": 20, "medium": 200})
+    speed: float | None = None  # the simulator's --speed, as `pipeline sim` says it in /metrics
     bodies: list[dict[str, object]] = field(default_factory=list)
 
     def __call__(self, request: httpx2.Request) -> Answer:
@@ -98,7 +99,7 @@ class FakeVllm:
             "# TYPE vllm:cache_config_info gauge\n"
             f'vllm:cache_config_info{{block_size="{self.block_size}",enable_prefix_caching="{self.prefix_caching}",'
             f'num_gpu_blocks="{self.blocks}"}} 1.0\n'
-        )
+        ) + (f"pipeline_sim:speed {self.speed}\n" if self.speed is not None else "")
 
 
 async def checked(tmp_path: Path, server: FakeVllm, **job: object) -> CheckReport:
@@ -333,7 +334,6 @@ def test_a_timeout_shorter_than_the_predicted_reply_fails_and_a_close_one_warns(
     assert timeout_check(256, 60.0, 900.0).status == "ok"
     busy = timeout_check(256, 60.0, 900.0, busy=40)
     assert "measured beside 40 other requests: an overestimate" in busy.message
-    assert duration(42) == "42 s" and duration(115_200) == "32 h" and duration(7200) == "2.0 h"
 
 
 async def test_the_runs_preflight_warns_at_start_and_does_not_stop_it(tmp_path: Path) -> None:
@@ -374,3 +374,31 @@ async def test_a_server_that_gives_no_context_is_sent_no_preflight_reads(tmp_pat
 
     summary = await run_served(spec, recorded)
     assert summary.done == 2 and "/metrics" not in paths and "/tokenize" not in paths
+
+
+async def test_against_a_simulator_the_times_are_the_models_and_the_wall_time_is_said(tmp_path: Path) -> None:
+    """A simulator at --speed 50 finishes in seconds a backlog its model would take minutes for: the
+    reply time and the ETA are named as model time, with the wall time beside them."""
+    report = await checked(tmp_path, FakeVllm(speed=50))
+    assert report.endpoints[0].speed == 50
+    for name in ("timeout", "backlog"):
+        assert (
+            "of model time" in line(report, name)[1] and "wall time at --speed 50)" in line(report, name)[1]
+        )
+    real = await checked(tmp_path, FakeVllm())
+    assert not any("model time" in line(real, name)[1] for name in ("timeout", "backlog"))
+
+
+def test_the_backlogs_eta_is_the_models_and_its_wall_time_each_servers_own() -> None:
+    one = backlog_check(2499, 400, [1000.0], [50.0])
+    assert one.message == (
+        "2,499 records x ~400 output tokens / ~1,000 tok/s: ~16.7 min of model time here "
+        "(20 s wall time at --speed 50), ~8.3 min on two"
+    )
+    # A real server at 1,000 tok/s and a simulator at --speed 3 doing 1,000 of the model's: 4,000 a
+    # second of wall time in all, twice the model's.
+    mixed = backlog_check(2499, 400, [1000.0, 1000.0], [1.0, 3.0])
+    assert mixed.message.endswith("~8.3 min of model time here (4.2 min wall time at --speed 2)")
+    assert backlog_check(1, 400, [10.0]).message == (
+        "1 record x ~400 output tokens / ~10 tok/s: ~40 s here, ~20 s on two"
+    )
