@@ -1,10 +1,15 @@
 """Progress of a run: a live bar on a terminal, periodic structured log lines otherwise (the JSON
-snapshot beside the database that ``pipeline status`` reads is :mod:`pipeline.store.snapshot`)."""
+snapshot beside the database that ``pipeline status`` reads is :mod:`pipeline.store.snapshot`).
+
+Both say one line (:func:`progress_text`): first what a person looks for (done, failed, in flight,
+records/min, ETA), then the rest, short. A log line carries it as ``said``, which a terminal's log shows
+alone (:mod:`pipeline.cli.logs`); the JSON log keeps every field of the record instead, those same
+numbers first."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Protocol
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
 
 import anyio
 import structlog
@@ -13,6 +18,7 @@ from rich.progress import BarColumn, Progress, ProgressColumn, Task, TextColumn
 from rich.text import Text
 
 from pipeline.run.stats import RunStats
+from pipeline.wording import number
 
 log = structlog.get_logger("pipeline.run.progress")
 
@@ -33,22 +39,41 @@ def format_duration(seconds: float | None) -> str:
     return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
 
 
+#: What a person looks for first in a progress line, in this order: the log record's fields start with them.
+FIRST = ("done", "failed", "in_flight", "records_per_min", "eta_s")
+
+
+def progress_text(stats: RunStats) -> str:
+    """``done 290 · failed 10 · in flight 256 · 300.0 rec/min · ETA 2:20``, then the rest, each only
+    when it says something: the output rate, timeouts, the prefix cache, servers out of the rotation,
+    a server failing records."""
+    n = stats.now()
+    return (
+        f"done {number(n.done)} · failed {number(n.failed)} · in flight {number(stats.in_flight)} · "
+        f"{n.records_per_min:,.1f} rec/min · ETA {format_duration(n.eta_s)} · "
+        f"{n.output_tokens_per_s:,.0f} tok/s"
+        + (f" · timeouts {number(n.timeouts)}" if n.timeouts else "")
+        + stats.cache_words(n)
+        + _servers_words(stats.endpoint_numbers())
+        + (f" · {failing}" if (failing := stats.server_failing()) else "")
+    )
+
+
+def _servers_words(endpoints: Mapping[str, Mapping[str, Any]]) -> str:
+    """`` · servers up 2 of 3`` with several; with one, only when it is out (gone or stalled)."""
+    up = sum(1 for numbers in endpoints.values() if numbers.get("up"))
+    if len(endpoints) > 1:
+        return f" · servers up {up} of {len(endpoints)}"
+    return " · server held (gone or stalled)" if endpoints and not up else ""
+
+
 class _StatsColumn(ProgressColumn):
     def __init__(self, stats: RunStats) -> None:
         super().__init__()
         self._stats = stats
 
     def render(self, task: Task) -> Text:
-        s = self._stats
-        n = s.now()
-        return Text(
-            f"done {n.done:,} · failed {n.failed:,} · in flight {s.in_flight} · "
-            f"{n.records_per_min:,.1f} rec/min · {n.output_tokens_per_s:,.0f} tok/s · "
-            f"ETA {format_duration(n.eta_s)}"
-            + (f" · timeouts {n.timeouts}" if n.timeouts else "")
-            + s.cache_words(n)
-            + (f" · {failing}" if (failing := s.server_failing()) else "")
-        )
+        return Text(progress_text(self._stats))
 
 
 class LiveProgress:
@@ -90,7 +115,8 @@ class LiveProgress:
 
 
 class LogProgress:
-    """One ``progress`` log line every ``interval_s`` (cron, systemd, CI: no terminal)."""
+    """One ``progress`` log line every ``interval_s`` (cron, systemd, CI: no terminal): the record of
+    :meth:`RunStats.snapshot`, :data:`FIRST` first, and the line a person reads as ``said``."""
 
     def __init__(
         self, interval_s: float = 30.0, sleep: Callable[[float], Awaitable[None]] = anyio.sleep
@@ -101,7 +127,13 @@ class LogProgress:
     async def run(self, stats: RunStats) -> None:
         while True:
             await self._sleep(self._interval_s)
-            log.info("progress", **stats.snapshot())
+            _log_progress(stats)
 
     def close(self, stats: RunStats) -> None:
-        log.info("progress", **stats.snapshot())
+        _log_progress(stats)
+
+
+def _log_progress(stats: RunStats) -> None:
+    snapshot = stats.snapshot()
+    first = {name: snapshot[name] for name in FIRST}
+    log.info("progress", said=progress_text(stats), **(first | snapshot))

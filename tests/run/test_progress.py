@@ -6,11 +6,12 @@ from pathlib import Path
 
 import anyio
 import pytest
+import structlog
 from rich.console import Console
 from structlog.testing import capture_logs
 
 from pipeline.cli.logs import configure_logging
-from pipeline.run.progress import LiveProgress, LogProgress, format_duration
+from pipeline.run.progress import FIRST, LiveProgress, LogProgress, format_duration, progress_text
 from pipeline.run.stats import RunStats
 from pipeline.store.snapshot import read_snapshot, write_snapshot
 
@@ -85,8 +86,6 @@ def test_format_duration() -> None:
 def test_json_log_lines() -> None:
     stream = io.StringIO()
     configure_logging(json_lines=True, level="info", stream=stream)
-    import structlog
-
     structlog.get_logger("t").info("hello", record_id=3)
     structlog.get_logger("t").debug("hidden")
     event = json.loads(stream.getvalue())
@@ -142,3 +141,62 @@ def test_a_healthy_run_says_nothing_of_failures() -> None:
     out = io.StringIO()
     LiveProgress(Console(file=out, force_terminal=True, width=400)).close(stats)
     assert "server failing" not in out.getvalue()
+
+
+def crowded_stats() -> RunStats:
+    """A busy run with what made a log line ~900 characters: three endpoints' numbers, one of them out,
+    a low prefix-cache warning said, timeouts."""
+    stats = busy_stats()
+    endpoint = {
+        "base_url": "http://gpu-box:8000/v1",
+        "up": True,
+        "limit": 256,
+        "in_flight": 85,
+        "requests": 900,
+    }
+    endpoint |= {"answers": 880, "output_tokens": 190_000, "timeouts": 2, "outages": 0, "preemptions": 0}
+    endpoint |= {"prefix_cache_hits": 10, "prefix_cache_queries": 1000, "failures_in_a_row": 0}
+    names = ("gpu-a:8000", "gpu-b:8000", "gpu-c:8000")
+    stats.endpoint_numbers = lambda: {name: {**endpoint, "up": name != "gpu-c:8000"} for name in names}
+    stats.cache_warnings.said.append(
+        "gpu-a:8000: prefix-cache hit rate 1% where the job's shared prefix allows 90%: is caching on?"
+    )
+    return stats
+
+
+def test_the_progress_line_says_first_what_a_person_looks_for_and_is_short() -> None:
+    line = progress_text(crowded_stats())
+    assert line.startswith("done 290 · failed 10 · in flight 256 · 300.0 rec/min · ETA 2:20 · ")
+    assert "timeouts 2" in line and "servers up 2 of 3" in line
+    assert len(line) < 160, line
+
+
+def test_a_terminals_log_line_is_the_progress_line_alone() -> None:
+    stream = io.StringIO()
+    configure_logging(json_lines=False, level="info", stream=stream)
+    try:
+        LogProgress().close(crowded_stats())
+    finally:
+        structlog.reset_defaults()
+    [shown] = stream.getvalue().splitlines()
+    assert "progress: done 290 · failed 10 · in flight 256 · 300.0 rec/min · ETA 2:20" in shown
+    assert "endpoints" not in shown and "base_url" not in shown and "prefix_cache_warnings" not in shown
+    assert len(shown) < 220, shown
+
+
+def test_the_json_log_keeps_every_field_with_what_a_person_looks_for_first() -> None:
+    stats = crowded_stats()
+    stream = io.StringIO()
+    configure_logging(json_lines=True, level="info", stream=stream)
+    try:
+        LogProgress().close(stats)
+    finally:
+        structlog.reset_defaults()
+    record = json.loads(stream.getvalue())
+    assert (
+        list(record)[: len(FIRST)]
+        == list(FIRST)
+        == ["done", "failed", "in_flight", "records_per_min", "eta_s"]
+    )
+    assert set(stats.snapshot()) <= set(record) and "said" not in record
+    assert record["endpoints"]["gpu-c:8000"]["up"] is False and record["prefix_cache_warnings"]
