@@ -1,4 +1,7 @@
-"""The sweep's numbers: one row per concurrency, the knee, plain-word diagnostics, CSV/JSON/PNG."""
+"""The sweep's numbers: one row per concurrency, the knee, plain-word diagnostics, CSV/JSON/PNG.
+
+Against a simulator at ``--speed S`` every time and rate is the model's (the speed undone), named so:
+the table's ``model s`` beside ``wall s`` (this machine's clock), and a line that says which is which."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import orjson
 
 from pipeline.bench.load import RequestResult
 from pipeline.bench.observer import ServerObservation
+from pipeline.wording import counted, duration
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,7 +23,7 @@ class LevelSummary:
     concurrency: int
     requests: int
     errors: int
-    wall_s: float
+    model_s: float  # the level's time in the server's seconds: the model's (a simulator's speed undone)
     aggregate_tok_s: float
     per_seq_tok_s: float
     ttft_p50_s: float | None
@@ -32,6 +36,10 @@ class LevelSummary:
     prefix_hit_rate: float | None
     client_cpu_share: float = 0.0  # CPU seconds of the bench process per wall second
     scaling: float = 1.0  # filled in once c=1 (or the smallest level) is known
+    wall_s: float = 0.0  # the level's time on this machine's clock
+    speed: float = 1.0  # a simulator's --speed (its seconds per wall second); 1: a real server
+    server_cpu_share: float | None = None  # a simulator on this machine: its CPU seconds per wall second
+    machine_cpu_share: float | None = None  # ... and the share of this machine's CPUs busy meanwhile
 
 
 def _percentile(values: list[float], fraction: float) -> float | None:
@@ -48,22 +56,24 @@ def summarize(
     server: ServerObservation,
     *,
     client_cpu_s: float = 0.0,
+    server_cpu: tuple[float | None, float | None] = (None, None),
 ) -> LevelSummary:
-    """One row. Times are in the server's seconds: against the simulator, its speed is undone."""
+    """One row. Times are in the server's seconds: against the simulator, its speed is undone.
+    ``server_cpu``: a simulator on this machine's CPU share and the machine's (:mod:`.server_cpu`)."""
     scale = server.time_scale
     cpu_share = client_cpu_s / wall_s if wall_s > 0 else 0.0
+    model_s = wall_s * scale
     ok = [r for r in results if r.error is None]
     decode_rates = [
         r.output_tokens / (r.latency_s - (r.ttft_s or 0.0)) for r in ok if r.latency_s > (r.ttft_s or 0)
     ]
     ttfts = [r.ttft_s * scale for r in ok if r.ttft_s is not None]
-    wall_s *= scale
     return LevelSummary(
         concurrency=concurrency,
         requests=len(results),
         errors=len(results) - len(ok),
-        wall_s=wall_s,
-        aggregate_tok_s=sum(r.output_tokens for r in ok) / wall_s if wall_s > 0 else 0.0,
+        model_s=model_s,
+        aggregate_tok_s=sum(r.output_tokens for r in ok) / model_s if model_s > 0 else 0.0,
         per_seq_tok_s=statistics.median(decode_rates) / scale if decode_rates else 0.0,
         ttft_p50_s=_percentile(ttfts, 0.50),
         ttft_p99_s=_percentile(ttfts, 0.99),
@@ -74,6 +84,10 @@ def summarize(
         kv_usage_max=server.peak("vllm:kv_cache_usage_perc"),
         prefix_hit_rate=server.prefix_hit_rate,
         client_cpu_share=cpu_share,
+        wall_s=wall_s,
+        speed=scale,
+        server_cpu_share=server_cpu[0],
+        machine_cpu_share=server_cpu[1],
     )
 
 
@@ -113,40 +127,68 @@ def queued(level: LevelSummary) -> bool:
 
 def diagnose(levels: list[LevelSummary], timeout_s: float, max_tokens: int) -> list[str]:
     """What the server's behaviour says, in plain words."""
-    notes = []
-    for level in levels:
-        c = level.concurrency
-        if queued(level):
-            notes.append(
-                f"c={c}: the server ran at most {level.max_running:.0f} requests and queued up to "
-                f"{level.max_waiting:.0f}: the server's --max-num-seqs is below your concurrency"
-            )
-        if level.starved_by_reasoning:
-            notes.append(
-                f"c={c}: {level.starved_by_reasoning} requests ended with finish_reason=length before any "
-                f"answer, still reasoning: reasoning is eating the token budget (max_tokens={max_tokens}); "
-                "raise it or lower reasoning_effort"
-            )
-        if level.latency_max_s >= 0.8 * timeout_s:
-            notes.append(
-                f"c={c}: requests took up to {level.latency_max_s:.0f} s against a {timeout_s:.0f} s client "
-                f"timeout: raise the timeout to >= {2 * level.latency_max_s:.0f} s"
-            )
-    busy = [level.concurrency for level in levels if level.client_cpu_share >= CLIENT_BUSY_SHARE]
-    if busy:
+    notes = [note for level in levels for note in _level_notes(level, timeout_s, max_tokens)]
+    dips = _dips(levels)
+    return notes + _cpu_notes(levels) + list(dips.values()) + _non_monotonic(levels, explained=set(dips))
+
+
+def _level_notes(level: LevelSummary, timeout_s: float, max_tokens: int) -> list[str]:
+    c, notes = level.concurrency, []
+    if queued(level):
         notes.append(
-            f"c={','.join(map(str, busy))}: this benchmark client kept a CPU core busy: those rows measure "
-            "the client, not the server (against the simulator, lower its --speed)"
+            f"c={c}: the server ran at most {level.max_running:.0f} requests and queued up to "
+            f"{level.max_waiting:.0f}: the server's --max-num-seqs is below your concurrency"
         )
-    notes.extend(_dips(levels))
+    if level.starved_by_reasoning:
+        notes.append(
+            f"c={c}: {counted(level.starved_by_reasoning, 'request')} ended with finish_reason=length before "
+            f"any answer, still reasoning: reasoning is eating the token budget (max_tokens={max_tokens}); "
+            "raise it or lower reasoning_effort"
+        )
+    if level.latency_max_s >= 0.8 * timeout_s:
+        notes.append(
+            f"c={c}: requests took up to {level.latency_max_s:.0f} s against a {timeout_s:.0f} s client "
+            f"timeout: raise the timeout to >= {2 * level.latency_max_s:.0f} s"
+        )
     return notes
 
 
+#: A process's CPU seconds per wall second from which it kept a core busy (the client, a simulator).
 CLIENT_BUSY_SHARE = 0.8
+#: The share of this machine's CPUs busy from which a simulator on it cannot keep the model's time.
+MACHINE_BUSY_SHARE = 0.9
 
 
-def _dips(levels: list[LevelSummary]) -> list[str]:
+def _cpu_notes(levels: list[LevelSummary]) -> list[str]:
+    """The rows that measure a CPU rather than the server: this client's, a simulator's on this
+    machine, or the machine's, busy with other work besides."""
+
+    def at(busy: list[LevelSummary]) -> str:
+        return "c=" + ",".join(str(level.concurrency) for level in busy)
+
     notes = []
+    if busy := [level for level in levels if level.client_cpu_share >= CLIENT_BUSY_SHARE]:
+        notes.append(
+            f"{at(busy)}: this benchmark client kept a CPU core busy: those rows measure the client, not "
+            "the server (against the simulator, lower its --speed)"
+        )
+    if busy := [level for level in levels if (level.server_cpu_share or 0) >= CLIENT_BUSY_SHARE]:
+        notes.append(
+            f"{at(busy)}: the simulator kept a CPU core of this machine busy: those rows measure its CPU, "
+            "not the model it simulates (lower its --speed)"
+        )
+    if busy := [level for level in levels if (level.machine_cpu_share or 0) >= MACHINE_BUSY_SHARE]:
+        most = max(level.machine_cpu_share or 0 for level in busy)
+        notes.append(
+            f"{at(busy)}: this machine's CPUs were up to {most:.0%} busy with the simulator on them: its "
+            "replies came late by the machine's load, not the model's; sweep again on a quiet machine"
+        )
+    return notes
+
+
+def _dips(levels: list[LevelSummary]) -> dict[int, str]:
+    """Each level whose throughput dips below its neighbours' at a non-power-of-two concurrency."""
+    notes = {}
     for before, level, after in zip(levels, levels[1:], levels[2:], strict=False):
         c = level.concurrency
         if c & (c - 1) == 0:
@@ -156,7 +198,7 @@ def _dips(levels: list[LevelSummary]) -> list[str]:
             (c - before.concurrency) / span
         )
         if level.aggregate_tok_s < 0.9 * expected:
-            notes.append(
+            notes[c] = (
                 f"c={c}: throughput dips ({level.aggregate_tok_s:.0f} tok/s, neighbours suggest "
                 f"{expected:.0f}) at a non-power-of-two concurrency: check the server's CUDA-graph "
                 "capture sizes (--cuda-graph-sizes)"
@@ -164,15 +206,77 @@ def _dips(levels: list[LevelSummary]) -> list[str]:
     return notes
 
 
-COLUMNS = (
-    *("c", "agg tok/s", "per-seq", "wall s", "scale", "TTFT p50", "TTFT p99"),
-    *("err", "running", "waiting", "KV %", "prefix %"),
-)
+#: A level's throughput this far below a lower level's, before the best, bends the curve back.
+NON_MONOTONIC_DROP = 0.05
 
 
-def format_table(rows: list[list[str]]) -> str:
+def _non_monotonic(levels: list[LevelSummary], explained: set[int]) -> list[str]:
+    """Below its best, a server's throughput grows with concurrency: a level that falls under a lower
+    one's (by more than :data:`NON_MONOTONIC_DROP`) and a best found above it say the curve is noise
+    (a busy machine, a server shared with other work) as much as the server. The ``explained`` levels
+    (a CUDA-graph size's dip) have their own note."""
+    knee = find_knee(levels)
+    if knee is None:
+        return []
+    falls, top = [], None
+    for level in sorted(levels, key=lambda level: level.concurrency):
+        if level.concurrency >= knee.best:
+            break
+        fell = top is not None and level.aggregate_tok_s < top.aggregate_tok_s * (1 - NON_MONOTONIC_DROP)
+        if fell and top is not None and level.concurrency not in explained:
+            falls.append(f"c={level.concurrency} below c={top.concurrency} "
+                         f"({level.aggregate_tok_s:,.0f} vs {top.aggregate_tok_s:,.0f} tok/s)")  # fmt: skip
+        if top is None or level.aggregate_tok_s > top.aggregate_tok_s:
+            top = level
+    if not falls:
+        return []
+    return [
+        f"the curve is not monotonic: {'; '.join(falls)}, then its best at c={knee.best}: the knee is "
+        "uncertain; sweep again (more --rounds, a quiet machine, a server no one else uses)"
+    ]
+
+
+def sweep_lines(levels: list[LevelSummary], simulator_pid: int | None) -> list[str]:
+    """What the table's times are and what was checked: against a simulator, the model's time (its
+    --speed undone) beside this machine's, and whether its CPU was watched; how long the sweep took."""
+    if not levels:
+        return []
+    speed, wall_s = levels[-1].speed, sum(level.wall_s for level in levels)
+    took = f"swept {counted(len(levels), 'level')} in {duration(wall_s)} wall time"
+    if speed == 1:
+        lines = [took]
+    else:
+        model_s = sum(level.model_s for level in levels)
+        lines = [
+            f"{took} ({duration(model_s)} of model time at --speed {speed:g})",
+            f"the server is a simulator at --speed {speed:g}: times and rates are the model's (model s), "
+            "wall s is this machine's clock",
+        ]
+    if simulator_pid is not None:
+        lines.append(
+            f"the simulator runs on this machine (pid {simulator_pid}): its CPU and the machine's were "
+            "checked at each level, as this client's (sim CPU: % of one core; host CPU: % of all)"
+        )
+    elif speed != 1:
+        lines.append("the simulator is not a process on this machine: its CPU is not checked")
+    return lines
+
+
+def table_columns(levels: list[LevelSummary]) -> list[str]:
+    """The table's columns: ``model s`` beside ``wall s`` against a simulator, its CPU and the
+    machine's when they were read."""
+    simulated = any(level.speed != 1 for level in levels)
+    watched = any(level.server_cpu_share is not None for level in levels)
+    return [
+        *("c", "agg tok/s", "per-seq", *(["model s"] if simulated else []), "wall s", "scale"),
+        *("TTFT p50", "TTFT p99", "err", "running", "waiting", "KV %", "prefix %"),
+        *(["sim CPU %", "host CPU %"] if watched else []),
+    ]
+
+
+def format_table(rows: list[list[str]], columns: list[str]) -> str:
     """Fixed-width text, first column left-aligned: reads the same in a terminal, a log or a file."""
-    header = [*COLUMNS, ""]
+    header = [*columns, ""]
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
 
     def line(cells: list[str]) -> str:
@@ -187,7 +291,14 @@ def _fmt(value: float | None, spec: str = ".1f") -> str:
     return "-" if value is None else format(value, spec)
 
 
+def _percent(share: float | None) -> str:
+    return _fmt(None if share is None else 100 * share)
+
+
 def table_rows(levels: list[LevelSummary], knee: SweepKnee | None) -> list[list[str]]:
+    """One row a level, in :func:`table_columns`' order."""
+    simulated = any(level.speed != 1 for level in levels)
+    watched = any(level.server_cpu_share is not None for level in levels)
     rows = []
     for level in levels:
         mark = ""
@@ -195,21 +306,15 @@ def table_rows(levels: list[LevelSummary], knee: SweepKnee | None) -> list[list[
             mark = "<- best"
         elif knee and level.concurrency == knee.regresses_at:
             mark = "<- regresses"
+        times = [_fmt(level.model_s)] if simulated else []
+        cpu = [_percent(level.server_cpu_share), _percent(level.machine_cpu_share)] if watched else []
         rows.append(
             [
-                str(level.concurrency),
-                _fmt(level.aggregate_tok_s),
-                _fmt(level.per_seq_tok_s),
-                _fmt(level.wall_s),
-                _fmt(level.scaling, ".2f") + "x",
-                _fmt(level.ttft_p50_s, ".2f"),
-                _fmt(level.ttft_p99_s, ".2f"),
-                str(level.errors),
-                _fmt(level.max_running, ".0f"),
-                _fmt(level.max_waiting, ".0f"),
-                _fmt(None if level.kv_usage_max is None else 100 * level.kv_usage_max),
-                _fmt(None if level.prefix_hit_rate is None else 100 * level.prefix_hit_rate),
-                mark,
+                *(f"{level.concurrency:,}", f"{level.aggregate_tok_s:,.1f}", _fmt(level.per_seq_tok_s)),
+                *(*times, _fmt(level.wall_s), _fmt(level.scaling, ".2f") + "x"),
+                *(_fmt(level.ttft_p50_s, ".2f"), _fmt(level.ttft_p99_s, ".2f"), f"{level.errors:,}"),
+                *(_fmt(level.max_running, ".0f"), _fmt(level.max_waiting, ".0f")),
+                *(_percent(level.kv_usage_max), _percent(level.prefix_hit_rate), *cpu, mark),
             ]
         )
     return rows

@@ -187,10 +187,12 @@ def _with_job(options: BenchOptions, job: Path, records: int, local: bool) -> Be
 async def _bench(options: BenchOptions, local: bool) -> SweepResult:
     from pipeline.bench import LevelSummary, run_sweep
     from pipeline.local import LocalServer, LocalServerOptions, vllm_launch
+    from pipeline.wording import counted
 
     def progress(level: LevelSummary) -> None:
         typer.echo(
-            f"c={level.concurrency}: {level.aggregate_tok_s:,.1f} tok/s aggregate, {level.errors} errors",
+            f"c={level.concurrency:,}: {level.aggregate_tok_s:,.1f} tok/s aggregate, "
+            f"{counted(level.errors, 'error')}",
             err=True,
         )
 
@@ -210,10 +212,12 @@ def _seed_knee(job: Path, options: BenchOptions, result: SweepResult) -> None:
 
 
 def _print_bench(result: SweepResult, out: Path) -> None:
-    from pipeline.bench import format_table, table_rows, write_outputs
+    from pipeline.bench import format_table, table_columns, table_rows, write_outputs
     from pipeline.bench.report import PLOT_HINT, plotting_available
 
-    typer.echo(format_table(table_rows(result.levels, result.knee)))
+    typer.echo(format_table(table_rows(result.levels, result.knee), table_columns(result.levels)))
+    for line in result.lines():
+        typer.echo(line)
     if result.knee is not None:
         regress = f"; regresses at c={result.knee.regresses_at}" if result.knee.regresses_at else ""
         typer.echo(f"knee: best aggregate at c={result.knee.best}{regress}")

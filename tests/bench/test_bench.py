@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,16 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
-from pipeline.bench import BenchOptions, format_table, parse_metrics, run_sweep, table_rows, write_outputs
+from pipeline.bench import (
+    BenchOptions,
+    format_table,
+    parse_metrics,
+    run_sweep,
+    sweep_lines,
+    table_columns,
+    table_rows,
+    write_outputs,
+)
 from pipeline.bench.observer import ServerObservation
 from pipeline.bench.report import LevelSummary, diagnose, find_knee, summarize, with_scaling
 from pipeline.cli import app
@@ -50,7 +60,7 @@ def level(concurrency: int, aggregate: float, **overrides: Any) -> LevelSummary:
         "concurrency": concurrency,
         "requests": 3 * concurrency,
         "errors": 0,
-        "wall_s": 60.0,
+        "model_s": 60.0,
         "aggregate_tok_s": aggregate,
         "per_seq_tok_s": aggregate / concurrency,
         "ttft_p50_s": 0.5,
@@ -61,6 +71,7 @@ def level(concurrency: int, aggregate: float, **overrides: Any) -> LevelSummary:
         "max_waiting": 0.0,
         "kv_usage_max": 0.05,
         "prefix_hit_rate": 0.9,
+        "wall_s": 60.0,
     }
     return LevelSummary(**{**values, **overrides})
 
@@ -127,7 +138,9 @@ def test_a_dip_at_a_non_power_of_two_points_at_cuda_graph_sizes() -> None:
     notes = diagnose(levels, timeout_s=900, max_tokens=400)
     assert len(notes) == 1 and notes[0].startswith("c=5:") and "CUDA-graph" in notes[0]
     dip_at_power_of_two = [level(4, 87.6), level(8, 60.0), level(16, 173)]
-    assert diagnose(dip_at_power_of_two, timeout_s=900, max_tokens=400) == []
+    # Not a CUDA-graph size's: a fall and a rise the curve is flagged for (below).
+    [note] = diagnose(dip_at_power_of_two, timeout_s=900, max_tokens=400)
+    assert "CUDA-graph" not in note and note.startswith("the curve is not monotonic: c=8 below c=4")
 
 
 def test_a_busy_client_is_reported_instead_of_blamed_on_the_server() -> None:
@@ -143,7 +156,7 @@ def test_scaling_is_relative_to_the_first_level() -> None:
 
 def test_table_and_files(tmp_path: Path) -> None:
     rows = table_rows(with_scaling(CLEAN), find_knee(CLEAN))
-    text = format_table(rows)
+    text = format_table(rows, table_columns(CLEAN))
     lines = text.splitlines()
     assert lines[0].split()[:3] == ["c", "agg", "tok/s"]
     assert lines[5].split()[0] == "256" and lines[5].endswith("<- best")
@@ -156,6 +169,66 @@ def test_table_and_files(tmp_path: Path) -> None:
     assert png_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def simulated(concurrency: int, aggregate: float, **overrides: Any) -> LevelSummary:
+    """A level against a simulator at --speed 50 on this machine: 10 s of wall time, 500 of the model's."""
+    values = {"model_s": 500.0, "wall_s": 10.0, "speed": 50.0, "server_cpu_share": 0.3}
+    return level(concurrency, aggregate, **{**values, "machine_cpu_share": 0.4, **overrides})
+
+
+def test_against_a_simulator_the_table_names_model_time_and_wall_time() -> None:
+    """At --speed 50 a sweep's seconds are the model's: the table says so, beside this machine's."""
+    levels = [simulated(1, 33.5), simulated(16, 300.0)]
+    columns = table_columns(levels)
+    assert columns[3:5] == ["model s", "wall s"] and columns[-2:] == ["sim CPU %", "host CPU %"]
+    header, first, _ = format_table(table_rows(levels, find_knee(levels)), columns).splitlines()
+    assert header.split()[:8] == ["c", "agg", "tok/s", "per-seq", "model", "s", "wall", "s"]
+    assert first.split()[3:5] == ["500.0", "10.0"] and first.split()[-2:] == ["30.0", "40.0"]
+    assert sweep_lines(levels, 4242) == [
+        "swept 2 levels in 20 s wall time (16.7 min of model time at --speed 50)",
+        "the server is a simulator at --speed 50: times and rates are the model's (model s), wall s is "
+        "this machine's clock",
+        "the simulator runs on this machine (pid 4242): its CPU and the machine's were checked at each "
+        "level, as this client's (sim CPU: % of one core; host CPU: % of all)",
+    ]
+    assert (
+        sweep_lines(levels, None)[-1]
+        == "the simulator is not a process on this machine: its CPU is not checked"
+    )
+
+
+def test_against_a_real_server_wall_time_is_the_one_time() -> None:
+    assert "model s" not in table_columns(CLEAN) and "sim CPU %" not in table_columns(CLEAN)
+    assert sweep_lines(CLEAN, None) == ["swept 6 levels in 6.0 min wall time"]
+    assert sweep_lines([CLEAN[0]], None) == ["swept 1 level in 60 s wall time"]
+
+
+def test_a_busy_simulator_or_a_busy_machine_is_said_instead_of_blamed_on_the_model() -> None:
+    levels = [simulated(1, 33.5), simulated(16, 300.0, server_cpu_share=0.95), simulated(32, 310.0)]
+    levels[2] = dataclasses.replace(levels[2], machine_cpu_share=0.97)
+    notes = diagnose(levels, timeout_s=900, max_tokens=400)
+    assert notes[0].startswith("c=16: the simulator kept a CPU core of this machine busy")
+    assert notes[1].startswith("c=32: this machine's CPUs were up to 97% busy with the simulator on them")
+    assert diagnose([simulated(1, 33.5), simulated(16, 300.0)], timeout_s=900, max_tokens=400) == []
+
+
+def test_a_curve_that_falls_and_rises_again_before_its_best_is_flagged() -> None:
+    """The sweep on a loaded machine: c=32 below c=16, then a best at c=320."""
+    levels = [level(8, 200), level(16, 455), level(32, 410), level(64, 450), level(320, 700), level(512, 690)]
+    notes = diagnose(levels, timeout_s=900, max_tokens=400)
+    assert notes == [
+        "the curve is not monotonic: c=32 below c=16 (410 vs 455 tok/s), then its best at c=320: the knee "
+        "is uncertain; sweep again (more --rounds, a quiet machine, a server no one else uses)"
+    ]
+    two = [level(8, 300), level(16, 250), level(32, 240), level(64, 700)]
+    assert (
+        "c=16 below c=8 (250 vs 300 tok/s); c=32 below c=8 (240 vs 300 tok/s), then"
+        in diagnose(two, 900, 400)[0]
+    )
+    # Within 5% of a lower level is noise, not a fall; past the best, a fall is the knee's regression.
+    assert diagnose([level(8, 200), level(16, 455), level(32, 440), level(64, 700)], 900, 400) == []
+    assert diagnose(CLEAN, timeout_s=900, max_tokens=400) == []
+
+
 def test_summarize_reads_times_in_the_servers_seconds() -> None:
     from pipeline.bench.load import RequestResult
 
@@ -163,8 +236,9 @@ def test_summarize_reads_times_in_the_servers_seconds() -> None:
     results.append(RequestResult(0.0, None, 2.0, 0, None, False, False, error="HTTP 500"))
     results.append(RequestResult(0.0, 0.1, 0.2, 32, "length", True, False))
     server = ServerObservation(available=True, last={"pipeline_sim:speed": 10.0})
-    summary = summarize(2, results, wall_s=3.0, server=server, client_cpu_s=0.3)
-    assert summary.wall_s == pytest.approx(30.0)
+    summary = summarize(2, results, wall_s=3.0, server=server, client_cpu_s=0.3, server_cpu=(0.5, 0.25))
+    assert summary.model_s == pytest.approx(30.0) and (summary.wall_s, summary.speed) == (3.0, 10.0)
+    assert (summary.server_cpu_share, summary.machine_cpu_share) == (0.5, 0.25)
     assert summary.aggregate_tok_s == pytest.approx((4 * 40 + 32) / 30.0)
     assert summary.per_seq_tok_s == pytest.approx(4.0)  # 40 tokens over 1 s, at 10x: 4 tok/s
     assert summary.ttft_p50_s == pytest.approx(1.0)
@@ -263,6 +337,12 @@ def test_cli_prints_the_table_the_knee_and_writes_files(tmp_path: Path) -> None:
     lines = result.stdout.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("c "))
     assert lines[header + 1].split()[0] == "1" and lines[header + 2].split()[0] == "4"
+    assert "model s  wall s" in lines[header] and lines[header].endswith("sim CPU %  host CPU %")
+    assert "of model time at --speed 20)" in lines[header + 3]
+    assert "the server is a simulator at --speed 20: times and rates are the model's" in result.stdout
+    assert re.search(
+        r"the simulator runs on this machine \(pid \d+\): its CPU and the machine's", result.stdout
+    )
     assert "knee: best aggregate at c=4" in result.stdout
     assert {path.name for path in tmp_path.iterdir()} == {"bench.csv", "bench.json", "bench.png"}
 
