@@ -60,17 +60,19 @@ def failures(
 
 
 def _failures_text(report: FailureReport, asked: list[FailureClass], retry_command: str) -> str:
+    from pipeline.wording import counted
+
     where = f"{report.database} (table {report.table})"
     if not report.classes:
         of_classes = f" of class {', '.join(asked)}" if asked else ""
         return f"no failures{of_classes} in {where}"
-    lines = [f"{_count(report.total, 'failure')} in {where}"]
+    lines = [f"{counted(report.total, 'failure')} in {where}"]
     for summary in report.classes:
         lines += ["", f"{summary.failure_class}: {summary.count:,}"]
         if summary.advice:
             lines.append(f"  what to do: {summary.advice}")
         for example in summary.examples:
-            attempts = _count(example.attempts, "attempt") if example.attempts is not None else "?"
+            attempts = counted(example.attempts, "attempt") if example.attempts is not None else "?"
             lines.append(f"  id {example.record_id} ({attempts}): {example.message}")
             if example.raw_output:
                 lines.append(f"      output: {example.raw_output}")
@@ -149,16 +151,14 @@ def export_command(
 
 
 def _export_text(report: ExportReport) -> str:
-    text = f"exported {_count(report.rows, 'result')} to {report.out} ({report.format})"
+    from pipeline.wording import counted
+
+    text = f"exported {counted(report.rows, 'result')} to {report.out} ({report.format})"
     if report.failures_out is not None:
-        text += f", {_count(report.failure_rows or 0, 'failure')} to {report.failures_out}"
+        text += f", {counted(report.failure_rows or 0, 'failure')} to {report.failures_out}"
     if report.history_out is not None:
-        text += f", {_count(report.history_rows or 0, 'replaced result')} to {report.history_out}"
+        text += f", {counted(report.history_rows or 0, 'replaced result')} to {report.history_out}"
     return text
-
-
-def _count(number: int, noun: str) -> str:
-    return f"{number:,} {noun}{'' if number == 1 else 's'}"
 
 
 @app.command()

@@ -262,6 +262,7 @@ def _print_summary(summary: RunSummary, given: Asked, made: VariantOptions) -> N
     from pipeline.quality.drift import against as drift_baseline
     from pipeline.run.progress import format_duration
     from pipeline.run.runner import RunStatus
+    from pipeline.wording import number
 
     asked = replace(given, variant=None if summary.variant == MAIN_VARIANT else summary.variant)
     making = made.words_of_making()
@@ -275,8 +276,8 @@ def _print_summary(summary: RunSummary, given: Asked, made: VariantOptions) -> N
         return
     numbers = summary.numbers
     typer.echo(
-        f"run {summary.run_id} {summary.status}: {numbers.done:,} done, {numbers.failed:,} failed "
-        f"of {numbers.pending_at_start:,} in {format_duration(numbers.elapsed_s)} "
+        f"run {summary.run_id} {summary.status}: {number(numbers.done)} done, {number(numbers.failed)} "
+        f"failed of {number(numbers.pending_at_start)} in {format_duration(numbers.elapsed_s)} "
         f"({numbers.records_per_min:,.1f} records/min, {numbers.output_tokens_per_s:,.0f} output tok/s)"
     )
     typer.echo(f"results:  table {summary.results_table} in {summary.database}")
@@ -311,13 +312,15 @@ def _look_command(summary: RunSummary) -> str:
 def _print_stale_kept(summary: RunSummary, asked: Asked, making: tuple[str, ...]) -> None:
     if not summary.stale_kept:
         return
+    from pipeline.wording import counted, number
+
     total = summary.stale_kept.get("total", 0)
     causes = ", ".join(
-        f"{cause} {count:,}" for cause, count in summary.stale_kept.items() if cause != "total"
+        f"{cause} {number(count)}" for cause, count in summary.stale_kept.items() if cause != "total"
     )
     status = asked.command("status", *making)
     which = f"; `{status}` says which model made them" if summary.stale_kept.get("model") else ""
     typer.echo(
-        f"stale:    {total:,} results were made by an older version of the job ({causes}); "
+        f"stale:    {counted(total, 'result')} made by an older version of the job ({causes}); "
         f"kept as they are: `{asked.command('run', '--redo-stale', *making)}` redoes them{which}"
     )

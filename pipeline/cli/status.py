@@ -184,25 +184,30 @@ def _endpoint_lines(endpoints: object) -> str:
     for name, numbers in endpoints.items():
         state = "up" if numbers.get("up") else "held (gone or stalled)"
         lines.append(
-            f"\n  {name}: {state}, limit {numbers.get('limit')}, in flight {numbers.get('in_flight')}, "
-            f"{numbers.get('answers')} answers, {numbers.get('outages')} outages"
+            f"\n  {name}: {state}, limit {_figure(numbers.get('limit'))}, "
+            f"in flight {_figure(numbers.get('in_flight'))}, {_counted(numbers.get('answers'), 'answer')}, "
+            f"{_counted(numbers.get('outages'), 'outage')}"
         )
     return "".join(lines)
 
 
 def _stale_lines(report: JobStatus, asked: _Asked) -> list[str]:
+    from pipeline.wording import counted, number
+
     lines = []
     if report.stale.get("total"):
         causes = ", ".join(
-            f"{cause} {count}" for cause, count in report.stale.items() if count and cause != "total"
+            f"{cause} {number(count)}" for cause, count in report.stale.items() if count and cause != "total"
         )
         redo = asked.command("run", "--redo-stale", *asked.making)
         also = f" and takes the {report.pending:,} pending too" if report.pending else ""  # it is a run too
-        kept = f"{report.stale['total']} ({causes}; a plain run keeps them"
+        kept = f"{number(report.stale['total'])} ({causes}; a plain run keeps them"
         lines.append(f"stale:    {kept}, `{redo}` redoes them{also})")
     lines += _model_lines(report, asked)
     if report.orphaned:
-        lines.append(f"orphaned: {report.orphaned} results whose record is no longer in the source")
+        lines.append(
+            f"orphaned: {counted(report.orphaned, 'result')} whose record is no longer in the source"
+        )
     for path, share in report.grounding.items():
         lines.append(
             f"grounded: {path}: {share['found']:,.0f} of {share['values']:,.0f} values found in the text "
@@ -223,6 +228,7 @@ def _model_lines(report: JobStatus, asked: _Asked) -> list[str]:
     """Which model made the results stale for the model, against which the status judged them, and
     the two ways on: judge them as the run that made them, or redo them."""
     from pipeline.servers.config import LOCAL_MODEL
+    from pipeline.wording import counted
 
     judged = " or ".join(report.models)
     made = asked.made
@@ -233,7 +239,7 @@ def _model_lines(report: JobStatus, asked: _Asked) -> list[str]:
         bundled = " (the bundled model of --local)" if model == LOCAL_MODEL else ""
         same = asked.judging_as_made_by(model)
         lines += [
-            f"model:    {count} results made by {model}{bundled}, not by {judged} ({against})",
+            f"model:    {counted(count, 'result')} made by {model}{bundled}, not by {judged} ({against})",
             f"          `{asked.command('status', *same)}` counts them as current; "
             f"`{asked.command('run', '--redo-stale', 'model', *asked.making)}` redoes them with {judged}",
         ]
@@ -246,8 +252,9 @@ def _live_text(report: JobStatus) -> str:
     return (
         f"{report.database} is held by a running `pipeline run` "
         f"(pid {live.get('pid')}, run {live.get('run_id')}){_as_of(live)}:\n"
-        f"  done {live.get('done')}, failed {live.get('failed')}, in flight {live.get('in_flight')}, "
-        f"remaining {live.get('remaining')}\n  " + _live_rates(live)
+        f"  done {_figure(live.get('done'))}, failed {_figure(live.get('failed'))}, "
+        f"in flight {_figure(live.get('in_flight'))}, remaining {_figure(live.get('remaining'))}\n  "
+        + _live_rates(live)
     ) + "".join(f"\n{line}" for line in _server_cache_lines(report))
 
 
@@ -257,7 +264,7 @@ def _live_beside_copy(report: JobStatus) -> str:
     live = report.live or {}
     return (
         f"held by a running `pipeline run` (pid {live.get('pid')}, run {live.get('run_id')}){_as_of(live)}: "
-        f"in flight {live.get('in_flight')}, " + _live_rates(live)
+        f"in flight {_figure(live.get('in_flight'))}, " + _live_rates(live)
     )
 
 
@@ -272,8 +279,21 @@ def _live_rates(live: dict[str, Any]) -> str:
     )
 
 
-def _figure(value: object, digits: str) -> str:
-    return f"{value:,{digits}}" if isinstance(value, int | float) else str(value)
+def _figure(value: object, digits: str = "") -> str:
+    """A number that may be missing (an older run's snapshot, a source not read): a count as every
+    count is said, a rate to ``digits``, else as it is."""
+    from pipeline.wording import number
+
+    if isinstance(value, int):
+        return number(value)
+    return f"{value:,{digits}}" if isinstance(value, float) else str(value)
+
+
+def _counted(value: object, noun: str) -> str:
+    """A count of the snapshot with its noun (missing: the noun's plural after the value as read)."""
+    from pipeline.wording import counted
+
+    return counted(value, noun) if isinstance(value, int | float) else f"{value} {noun}s"
 
 
 def _as_of(live: dict[str, Any]) -> str:
@@ -284,36 +304,42 @@ def _as_of(live: dict[str, Any]) -> str:
 
 
 def _source_lines(report: JobStatus, asked: _Asked) -> list[str]:
+    from pipeline.wording import number
+
     if report.source_problem is None:
         failures = asked.command("failures")
-        kept = f" ({report.redo_failed} of them kept after a redo failed: `{failures}` says why)"
+        kept = f" ({number(report.redo_failed)} of them kept after a redo failed: `{failures}` says why)"
         kept = kept if report.redo_failed else ""
-        return [f"records:  {report.source_records}", f"done:     {report.done}{kept}"]
+        return [f"records:  {_figure(report.source_records)}", f"done:     {_figure(report.done)}{kept}"]
     return [
         f"source:   {report.source_problem}",
-        f"results:  {report.results} stored (which are done or stale, and what is pending, needs the source)",
+        f"results:  {number(report.results)} stored (which are done or stale, and what is pending, needs "
+        "the source)",
     ]
 
 
 def _pending_lines(report: JobStatus) -> list[str]:
     """What a plain run would take, and why; with the done and failed, each record once."""
+    from pipeline.wording import counted, number
+
     if report.source_problem is not None:
         return []
-    retried = ", ".join(f"{name} {count}" for name, count in report.pending_retried.items())
+    retried = ", ".join(f"{name} {number(count)}" for name, count in report.pending_retried.items())
     to_retry = sum(report.pending_retried.values())
     parts = [
         *(
-            [f"{report.pending_new} new"]
+            [f"{number(report.pending_new)} new"]
             if report.pending_new and report.pending_new != report.pending
             else []
         ),
-        *([f"{to_retry} failure{'' if to_retry == 1 else 's'} to retry: {retried}"] if retried else []),
-        *([f"{report.content_changed} with changed content"] if report.content_changed else []),
+        *([f"{counted(to_retry, 'failure')} to retry: {retried}"] if retried else []),
+        *([f"{number(report.content_changed)} with changed content"] if report.content_changed else []),
     ]
-    lines = [f"pending:  {report.pending}" + (f" ({'; '.join(parts)})" if parts else "")]
+    lines = [f"pending:  {_figure(report.pending)}" + (f" ({'; '.join(parts)})" if parts else "")]
     if report.not_taken:
         lines.append(
-            f"not taken: {report.not_taken} records without a current result of the variant this re-runs"
+            f"not taken: {counted(report.not_taken, 'record')} without a current result of the variant this "
+            "re-runs"
         )
     return lines
 
@@ -321,8 +347,10 @@ def _pending_lines(report: JobStatus) -> list[str]:
 def _status_text(report: JobStatus, asked: _Asked) -> str:
     if report.read_copy is None and report.live is not None:  # no copy yet: the live numbers only
         return _live_text(report)
+    from pipeline.wording import number
+
     failed_total = sum(report.failed.values())
-    failed_detail = ", ".join(f"{name} {count}" for name, count in report.failed.items())
+    failed_detail = ", ".join(f"{name} {number(count)}" for name, count in report.failed.items())
     lines: list[str] = [
         f"database: {report.database}" + (f" (variant {report.variant})" if report.variant != "main" else ""),
         *(
@@ -331,7 +359,7 @@ def _status_text(report: JobStatus, asked: _Asked) -> str:
             else []
         ),
         *_source_lines(report, asked),
-        f"failed:   {failed_total}" + (f" ({failed_detail})" if failed_detail else ""),
+        f"failed:   {number(failed_total)}" + (f" ({failed_detail})" if failed_detail else ""),
         *_recovered_lines(report),
         *_pending_lines(report),
         *_stale_lines(report, asked),
@@ -345,11 +373,13 @@ def _status_text(report: JobStatus, asked: _Asked) -> str:
 
 def _recovered_lines(report: JobStatus) -> list[str]:
     """Answers taken from the reasoning field: done, but the server's parser put them there."""
+    from pipeline.wording import counted
+
     count = report.answers_from_reasoning
     if not count:
         return []
     return [
-        f"note:     {count:,} answer{'' if count == 1 else 's'} recovered from reasoning (the server put the "
+        f"note:     {counted(count, 'answer')} recovered from reasoning (the server put the "
         "JSON in the reasoning field, content null: gpt-oss under structured output, vLLM issue 23694; "
         "the results' answer_from_reasoning column marks them)"
     ]

@@ -38,6 +38,7 @@ from pipeline.quality.drift_numbers import (
     measure_of,
     measures,
 )
+from pipeline.wording import counted
 
 BASELINE_RUNS = 10
 SMALL_RUN = 0.25  # a run under this share of the usual size is not judged
@@ -198,7 +199,7 @@ class NotJudged:
     status: str | None = None  # the run's status in the runs table, when it kept no profile
 
     def describe(self) -> str:
-        size, usual = _records(self.records), f"{self.usual:,.0f}"
+        size, usual = counted(self.records, "record"), f"{self.usual:,.0f}"
         when = _when(self.started_at)
         if self.reason is Reason.NOTHING_TO_DO:
             return (
@@ -232,10 +233,6 @@ class NotJudged:
             "status": self.status,
             "message": self.describe(),
         }
-
-
-def _records(count: int) -> str:
-    return f"{count:,} record{'' if count == 1 else 's'}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,6 +33,7 @@ from pipeline.quality.scores import (
     has_spread,
     interval_json,
 )
+from pipeline.wording import counted
 
 if TYPE_CHECKING:
     from pipeline.quality.bootstrap import Array
@@ -186,7 +187,7 @@ class Difference:
             return "not scored"
         needed = ""
         if self.verdict is Verdict.NONE and self.records_needed:
-            needed = f"; ~{self.records_needed:,} records would detect a difference this size"
+            needed = f"; ~{counted(self.records_needed, 'record')} would detect a difference this size"
         return f"{self.value:+.3f}{self.interval_text()} {self.verdict}{needed}"
 
 
@@ -197,7 +198,7 @@ SHOWN_ZERO = 0.0005
 
 #: How the interval of a paired difference is made, in words (reports print it).
 DIFFERENCE_RULE = (
-    "intervals of a difference: simultaneous over the {count} differences shown ({level:.1%} each, so "
+    "intervals of a difference: simultaneous over the {differences} shown ({level:.1%} each, so "
     "all cover together at {family:.0%}), ± z standard errors, the larger of the paired bootstrap's and "
     "a sign-flip randomization's (which stays honest when only a few records differ)"
 )
@@ -269,7 +270,9 @@ def paired_differences(a: AgreementReport, b: AgreementReport, bootstrap: Bootst
         swapped_b.micro["f1"] - swapped_a.micro["f1"],
     )
     micro = difference("f1", micro_a, micro_b, spread, records, level)
-    rule = DIFFERENCE_RULE.format(count=count, level=level, family=bootstrap.confidence)
+    rule = DIFFERENCE_RULE.format(
+        differences=counted(count, "difference"), level=level, family=bootstrap.confidence
+    )
     return PairedComparison(fields, micro, rule)
 
 

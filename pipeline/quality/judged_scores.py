@@ -33,6 +33,7 @@ from pipeline.quality.bootstrap import Bootstrap, ratio, two_sided_z
 from pipeline.quality.intervals import DIFFERENCE_RULE, Difference, difference
 from pipeline.quality.judgments import Judgment, JudgmentVerdict
 from pipeline.quality.scores import Interval, has_spread, interval_json
+from pipeline.wording import counted
 
 if TYPE_CHECKING:
     from pipeline.quality.bootstrap import Array
@@ -295,7 +296,9 @@ def paired_precision(a: Tally, b: Tally, bootstrap: Bootstrap) -> JudgedComparis
         values = [scores.field(path).precision.value for scores in (scores_a, scores_b)]
         differences[path] = difference("precision", values[0], values[1], spread, len(records), level)
     overall = differences.pop(OVERALL)
-    rule = DIFFERENCE_RULE.format(count=count, level=level, family=bootstrap.confidence)
+    rule = DIFFERENCE_RULE.format(
+        differences=counted(count, "difference"), level=level, family=bootstrap.confidence
+    )
     return JudgedComparison(len(records), scores_a, scores_b, differences, overall, rule)
 
 

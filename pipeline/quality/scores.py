@@ -12,6 +12,7 @@ from typing import Any
 
 from pipeline.quality.fields import FieldKind
 from pipeline.quality.matching import MatchSettings, Scores
+from pipeline.wording import counted, number
 
 LIST_KINDS = frozenset({FieldKind.LIST, FieldKind.OBJECT_LIST})
 
@@ -299,11 +300,11 @@ def format_table(report: AgreementReport) -> str:
             *lines,
             _micro_line(report),
             f"macro {_with_interval(report.macro, report.macro_ci)}  (mean of each field's F1 or accuracy, "
-            f"{report.macro_fields} field{'' if report.macro_fields == 1 else 's'})",
+            f"{counted(report.macro_fields, 'field')})",
             *_bootstrap_line(report),
             report.settings.describe(),
-            f"records: {report.records_scored} on both sides; "
-            f"{len(missing_candidate)} only in the reference{_ids(missing_candidate)}; "
-            f"{len(missing_reference)} only in the candidate{_ids(missing_reference)}",
+            f"records: {number(report.records_scored)} on both sides; "
+            f"{number(len(missing_candidate))} only in the reference{_ids(missing_candidate)}; "
+            f"{number(len(missing_reference))} only in the candidate{_ids(missing_reference)}",
         ]
     )

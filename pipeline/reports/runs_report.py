@@ -37,6 +37,7 @@ from pipeline.store.numbers import RunNumbers
 from pipeline.store.opening import open_job_output
 from pipeline.store.read_copy import ReadCopy, read_copy_of
 from pipeline.store.run_profiles import newest_run, stored_runs
+from pipeline.wording import counted, number
 
 # Runs read to judge the last: enough for BASELINE_RUNS earlier ones when retries are among them.
 _JUDGED_RUNS = 2 * BASELINE_RUNS + 1
@@ -171,7 +172,7 @@ def _cell(value: Any, digits: int = 2) -> str:
         return "-"
     if isinstance(value, float):
         return f"{value:,.{digits}f}" if abs(value) < 1000 else f"{value:,.0f}"
-    return f"{value:,}" if isinstance(value, int) else str(value)
+    return number(value) if isinstance(value, int) else str(value)
 
 
 def sparkline(values: Sequence[float | None], *, share: bool = False) -> str:
@@ -231,9 +232,9 @@ def format_runs_report(report: RunsReport) -> str:
         share = label.endswith((": fill", ": grounded")) or label in ("failure rate", "prefix-cache hit rate")
         table.append([label, *(_cell(value) for value in values), sparkline(numbers, share=share)])
     widths = [max(len(row[column]) for row in table) for column in range(len(header))]
+    runs = "run" if len(report.runs) == 1 else counted(len(report.runs), "run")
     lines = [
-        f"{report.job}, variant {report.variant}: the last {len(report.runs)} runs with a profile, "
-        "oldest first",
+        f"{report.job}, variant {report.variant}: the last {runs} with a profile, oldest first",
         "",
         *(
             "  ".join(

@@ -42,6 +42,7 @@ from pipeline.store.tables import (
     chunks_table,
     history_table,
 )
+from pipeline.wording import counted
 
 log = structlog.get_logger("pipeline.store.writer")
 
@@ -111,7 +112,7 @@ class StoreWriter:
         recovered = numbers.answers_from_reasoning
         if recovered:
             log.warning(
-                f"{recovered:,} answer{'' if recovered == 1 else 's'} recovered from reasoning: the server "
+                f"{counted(recovered, 'answer')} recovered from reasoning: the server "
                 "put the JSON in the reasoning field with content null (gpt-oss under structured output, "
                 "vLLM issue 23694); taken, and marked in the results' answer_from_reasoning column",
                 answers_from_reasoning=recovered,

@@ -208,7 +208,7 @@ def test_status_text_and_json(tmp_path: Path, sim_url: str) -> None:
     plain = run_pipeline("run", str(edited), "--limit", "1")
     assert plain.returncode == 0
     assert (
-        "stale:    15 results were made by an older version of the job (prompt 15); kept as they are: "
+        "stale:    15 results made by an older version of the job (prompt 15); kept as they are: "
         f"`{PROGRAM} run {edited} --redo-stale` redoes them"
     ) in plain.stdout
     redo = run_pipeline("run", str(edited), "--redo-stale", "prompt")

@@ -101,6 +101,7 @@ def test_a_run_of_the_usual_size_is_judged_and_only_the_last_runs_are_shown() ->
     assert [(entry.field, entry.measure) for entry in report.drift] == [("skills", "mean_length")]
     assert report.not_judged is None and report.to_json()["not_judged"] is None
     lines = format_runs_report(report).splitlines()
+    assert lines[0] == "linkedin, variant main: the last 3 runs with a profile, oldest first"
     heading = (
         "drift in run 12 (2026-11-12 02:00 UTC) against runs 2-11 (2026-11-02 02:00 to 2026-11-11 02:00 UTC):"
     )
@@ -114,6 +115,9 @@ def test_a_run_of_the_usual_size_is_judged_and_only_the_last_runs_are_shown() ->
 def test_the_first_run_has_nothing_to_compare_with() -> None:
     report = judged_runs("linkedin", "main", [stored_run(1, 400, skills=9.0)], 10)
     assert report.drift == () and not report.fails
+    assert format_runs_report(report).splitlines()[0] == (
+        "linkedin, variant main: the last run with a profile, oldest first"  # not "the last 1 runs"
+    )
     assert format_runs_report(report).splitlines()[-1] == (
         "drift: run 1 (2026-11-01 02:00 UTC) is the first with a profile; nothing to compare it with yet"
     )
@@ -149,6 +153,7 @@ def test_an_improvement_is_reported_as_one_and_fails_nothing() -> None:
     }
     assert not report.fails and report.to_json()["fails"] is False
     lines = format_runs_report(report).splitlines()
+    assert lines[0] == "linkedin, variant main: the last 6 runs with a profile, oldest first"
     heading = (
         "no drift for the worse in run 6 (2026-11-06 02:00 UTC) against runs 1-5 "
         "(2026-11-01 02:00 to 2026-11-05 02:00 UTC); better than usual:"
