@@ -128,3 +128,14 @@ def test_during_a_run_the_counts_are_the_copys_and_say_as_of_when(tmp_path: Path
     assert not re.search(r"\b(done|failed|remaining) (11|9|1)\b|\b(11|9) (done|failed)\b", text.stdout)
     assert report["done"] == 5 and report["read_copy"]["run_id"] == 1
     assert not {"done", "failed", "remaining"} & set(report["live"]) and report["eta_s"] == 90
+
+
+def test_counts_are_said_with_their_thousands_separated(tmp_path: Path) -> None:
+    """As every command says a count: `records: 2,499`, where status printed `records: 2499`."""
+    job = write_job(tmp_path)
+    make_source(tmp_path / "test.duckdb", 2499)
+    text = run_pipeline("status", str(job))
+    assert text.returncode == 0, text.stderr
+    lines = text.stdout.splitlines()
+    assert lines[1:5] == ["records:  2,499", "done:     0", "failed:   0", "pending:  2,499"]
+    assert orjson.loads(run_pipeline("status", str(job), "--json").stdout)["pending"] == 2499  # a number
