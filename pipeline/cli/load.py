@@ -62,10 +62,12 @@ def load(
 
 def _load_text(report: LoadReport, file: Path, spec: JobSpec, replace: bool) -> str:
     from pipeline.job.commands import Asked
+    from pipeline.wording import counted
 
     database = spec.database
     text = (
-        f"loaded {report.rows_in_file:,} records from {file} into table {report.table} of {database}: "
+        f"loaded {counted(report.rows_in_file, 'record')} from {file} into table {report.table} of "
+        f"{database}: "
         f"{report.inserted:,} new, {report.updated:,} updated, {report.unchanged:,} unchanged"
     )
     if replace and report.removed:

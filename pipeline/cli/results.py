@@ -185,6 +185,7 @@ def report(
 
     from pipeline.reports.pages import runs_page
     from pipeline.reports.runs_report import format_runs_report, runs_report
+    from pipeline.wording import counted
 
     spec = load_job_or_exit(job, database, variant)
     found = read_or_exit(lambda: runs_report(spec, runs) if html is None else runs_page(spec, html, runs))
@@ -192,6 +193,6 @@ def report(
     data = found.to_json()
     typer.echo(orjson.dumps(data, default=str).decode() if as_json else format_runs_report(found))
     if html is not None:
-        typer.echo(f"wrote {html} ({len(found.runs)} runs)", err=as_json)
+        typer.echo(f"wrote {html} ({counted(len(found.runs), 'run')})", err=as_json)
     if fail_on_drift and found.fails:
         raise typer.Exit(exit_code_for(Ending.DRIFTED))

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pipeline.job.spec import JobSpec
 from pipeline.source.db import Database, quote
 from pipeline.store.tables import chunks_table
+from pipeline.wording import counted
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +42,7 @@ class ChunkingStatus:
                 text += f" (passes: {self.passes} applies to split records only)"
             return text + self._unfinished()
         whole = f" ({self.whole:,} sent whole)" if self.whole else ""
-        text = f"{self.records:,} records from {self.chunks:,} chunks{whole}"
+        text = f"{counted(self.records, 'record')} from {counted(self.chunks, 'chunk')}{whole}"
         passes = sorted(self.added_by_pass.items())
         if passes:
             first = passes[0][1]
@@ -55,8 +56,8 @@ class ChunkingStatus:
     def _unfinished(self) -> str:
         if not self.unfinished:
             return ""
-        records = "record" if self.unfinished == 1 else "records"
-        return f"; {self.kept:,} chunks kept for {self.unfinished:,} {records} not finished yet"
+        unfinished = counted(self.unfinished, "record")
+        return f"; {counted(self.kept, 'chunk')} kept for {unfinished} not finished yet"
 
 
 def chunking_status(connection: Database, spec: JobSpec) -> ChunkingStatus | None:

@@ -22,6 +22,7 @@ from pipeline.quality.intervals import NoiseFloor, noise_floor
 from pipeline.quality.scores import TOO_SMALL, has_spread, interval_json
 from pipeline.reports.reading import Sample, StoredResult
 from pipeline.reports.review import variant_agreement
+from pipeline.wording import counted
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,13 +93,15 @@ def noise_lines(noise: NoiseReport | None, hint: str) -> list[str]:
     beyond = [path for path, floor in noise.floors.items() if floor.beyond_noise]
     level = next(iter(noise.floors.values())).gap.level if noise.floors else 0.95
     return [
-        f"noise floor: {noise.reference} against its re-run {noise.rerun}, over the {noise.records:,} "
-        "records A, B and the re-run all extracted (agreement: F1 for lists, accuracy otherwise)",
+        f"noise floor: {noise.reference} against its re-run {noise.rerun}, over the "
+        f"{counted(noise.records, 'record')} A, B and the re-run all extracted (agreement: F1 for lists, "
+        "accuracy otherwise)",
         *(
             "  " + "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
             for row in rows
         ),
-        f"gap intervals: simultaneous over the {len(noise.floors)} fields ({level:.1%} each), ± z standard "
+        f"gap intervals: simultaneous over the {counted(len(noise.floors), 'field')} ({level:.1%} each), "
+        "± z standard "
         "errors of the paired bootstrap or of swapping B's and the re-run's answers at random, the larger",
         "beyond the noise (the gap's interval is above 0): " + (", ".join(beyond) if beyond else "no field"),
     ]

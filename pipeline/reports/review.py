@@ -30,6 +30,7 @@ from pipeline.reports.reading import (
 from pipeline.reports.review_page import ReviewPage, ReviewRecord, ScoreRow, VariantView
 from pipeline.reports.shared import schema_extraction
 from pipeline.store.read_copy import ReadCopy
+from pipeline.wording import counted
 
 #: The threshold the run grounds with (:meth:`pipeline.quality.grounding.Grounder.for_schema`).
 GROUNDING_FUZZY_THRESHOLD = 90.0
@@ -85,8 +86,8 @@ class ViewBuilder:
         if not self.regrounded:
             return []
         return [
-            f"grounding of {self.regrounded:,} results located again in the text shown (stored without "
-            "grounding, or the record's text changed since it was extracted)"
+            f"grounding of {counted(self.regrounded, 'result')} located again in the text shown (stored "
+            "without grounding, or the record's text changed since it was extracted)"
         ]
 
 

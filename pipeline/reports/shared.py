@@ -12,6 +12,7 @@ import orjson
 from pipeline.quality.agreement import id_order
 from pipeline.quality.found_share import FoundShare, found_shares
 from pipeline.reports.reading import StoredResult
+from pipeline.wording import counted, number
 
 SHOWN_IDS = 10
 VALUE_CHARS = 100
@@ -30,7 +31,7 @@ class GroundingShare:
     def describe(self) -> str:
         counts = self.counts
         share = "" if counts.share is None else f" ({counts.share:.0%})"
-        return f"{counts.found:,} of {counts.values:,} values found in the text{share}"
+        return f"{number(counts.found)} of {counted(counts.values, 'value')} found in the text{share}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +54,7 @@ def grounding_summary(paths: Sequence[str], results: Iterable[StoredResult]) -> 
 def grounding_lines(summary: GroundingSummary, indent: str = "  ") -> list[str]:
     lines = [f"{indent}{share.path}: {share.describe()}" for share in summary.shares]
     if summary.without_grounding:
-        lines.append(f"{indent}({summary.without_grounding:,} results were stored without grounding)")
+        lines.append(f"{indent}({counted(summary.without_grounding, 'result')} stored without grounding)")
     return lines
 
 

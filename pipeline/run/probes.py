@@ -20,6 +20,7 @@ from pipeline.job.spec import JobSpec
 from pipeline.run.check_lines import Check
 from pipeline.servers.client import ChatRequest, LLMClient
 from pipeline.servers.replies import Reply
+from pipeline.wording import counted
 
 #: Records whose prompts are counted (``/tokenize``: nothing generated) for the KV cache's fit: behind a
 #: long shared prefix a record's own part is a small share of its prompt, which three probes' mean
@@ -61,10 +62,10 @@ class Measured:
     @property
     def basis(self) -> str:
         """What the KV cache's line counts a request by."""
-        answers = f"as {len(self.probes)} probes measured"
+        answers = f"as {counted(len(self.probes), 'probe')} measured"
         if self.counted_prompt is None:
             return answers
-        return f"answers {answers}, prompts as counted over {self.counted} records"
+        return f"answers {answers}, prompts as counted over {counted(self.counted, 'record')}"
 
 
 async def counted_prompt(client: LLMClient, requests: Sequence[ChatRequest]) -> float | None:

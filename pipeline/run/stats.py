@@ -20,6 +20,7 @@ from pipeline.extraction.outcomes import Stored
 from pipeline.run.server_cache import CacheWarnings, cache_totals, progress_words, run_cache_numbers
 from pipeline.servers.replies import Reply
 from pipeline.store.numbers import RunNumbers
+from pipeline.wording import counted
 
 #: Upper bounds (seconds) of the request latency histogram: one busy gpt-oss request takes minutes.
 LATENCY_BUCKETS_S: tuple[float, ...] = (0.5, 1, 2.5, 5, 10, 30, 60, 120, 180, 240, 300, 450, 600, 900, 1800)
@@ -165,7 +166,7 @@ class RunStats:
         failing = {name: count for name, count in counts.items() if count > 0}
         if not failing:
             return None
-        of = f"of {most} records in a row failed on the server side"
+        of = f"of {counted(most, 'record')} in a row failed on the server side"
         if len(counts) == 1:
             said = f"{next(iter(failing.values()))} {of} before the run stops"
         else:

@@ -16,6 +16,7 @@ import structlog
 
 from pipeline.errors import StalledRunError
 from pipeline.run.stats import RunStats
+from pipeline.wording import counted
 
 log = structlog.get_logger("pipeline.run.watchdog")
 
@@ -68,8 +69,9 @@ class StallWatchdog:
             log.error("stalled: aborting the run, finished records are saved", **details)
             self._on_abort(
                 StalledRunError(
-                    f"stalled: {stats.in_flight} requests in flight and no answer for {quiet_s:.0f} s "
-                    f"(operations.stall_abort_s = {self._abort_after_s:g}); run again to resume"
+                    f"stalled: {counted(stats.in_flight, 'request')} in flight and no answer for "
+                    f"{quiet_s:.0f} s (operations.stall_abort_s = {self._abort_after_s:g}); run again to "
+                    "resume"
                 )
             )
             return True

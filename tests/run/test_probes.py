@@ -30,6 +30,8 @@ def test_a_prompt_is_as_counted_over_the_sample_else_as_the_probes_said() -> Non
     alone = Measured(probes, counted_prompt=None, counted=50)
     assert (alone.prompt, alone.basis) == (3200, "as 2 probes measured")
     assert Measured([], None, 0).prompt is None and Measured([], None, 0).answer is None
+    one = Measured([probe(3000, 300)], counted_prompt=3100.0, counted=1)  # `check --probes 1` of one record
+    assert one.basis == "answers as 1 probe measured, prompts as counted over 1 record"
 
 
 async def count_with(server: ScriptedServer, texts: list[str]) -> float | None:

@@ -82,7 +82,7 @@ def test_aborts_after_stall_abort_s_with_a_clear_message() -> None:
         assert dog.check()
     assert len(aborts) == 1
     assert str(aborts[0]) == (
-        "stalled: 1 requests in flight and no answer for 900 s (operations.stall_abort_s = 900); "
+        "stalled: 1 request in flight and no answer for 900 s (operations.stall_abort_s = 900); "
         "run again to resume"
     )
     assert any(entry["log_level"] == "error" for entry in logs)
