@@ -55,8 +55,16 @@ from pipeline.reports.shared import (
 )
 from pipeline.reports.variants import last_run_options
 from pipeline.store.read_copy import ReadCopy
+from pipeline.wording import counted
 
-FAILURES_BASE = "over the {n:,} records both variants attempted (each has a result or a failure for them)"
+FAILURES_BASE = "over the {records} both variants attempted (each has a result or a failure for them)"
+
+
+def failures_base(attempted: int) -> str:
+    """What compare's failure counts are over: :data:`FAILURES_BASE` with its count said."""
+    return FAILURES_BASE.format(records=counted(attempted, "record"))
+
+
 #: What the page takes of the report's JSON: everything but the matching rules and the disagreements
 #: (the page's cards are the records, most differing first).
 PAGE_KEYS = (
@@ -141,7 +149,7 @@ class CompareReport:
             "read_copy": self.read_copy.to_json() if self.read_copy else None,
             "matching": agreement["matching"],
             "variants": {summary.name: summary.to_json() for summary in self.variants},
-            "failures_over": {"records": self.attempted, "rule": FAILURES_BASE.format(n=self.attempted)},
+            "failures_over": {"records": self.attempted, "rule": failures_base(self.attempted)},
             "disagreements": [
                 {
                     "id": record.record_id,
@@ -250,7 +258,7 @@ def _review_records(
     views = {name: builder.views(results[name], failures[name], texts) for name in names}
     agreement = variant_agreement(spec, results[names[0]], results[names[1]])
     notes = [
-        f"the {len(texts):,} records both variants attempted (a result or a failure each)",
+        f"the {counted(len(texts), 'record')} both variants attempted (a result or a failure each)",
         DISAGREEMENT_NOTE.format(a=names[0], b=names[1]),
         *builder.note(),
     ]
@@ -306,12 +314,12 @@ def _title(report: CompareReport) -> str:
     scope = f" ({report.sample.describe()})" if report.sample else ""
     return (
         f"{report.candidate} compared with {report.reference} (the reference) over the "
-        f"{report.agreement.records_scored:,} records both extracted{scope}"
+        f"{counted(report.agreement.records_scored, 'record')} both extracted{scope}"
     )
 
 
 def _means_over(report: CompareReport) -> str:
-    return f"means per record over the {report.agreement.records_scored:,} records both extracted"
+    return f"means per record over the {counted(report.agreement.records_scored, 'record')} both extracted"
 
 
 def _number(value: float | None, digits: int = 1) -> str:
@@ -344,7 +352,7 @@ def _variant_lines(report: CompareReport) -> list[str]:
 
 
 def _failure_lines(report: CompareReport) -> list[str]:
-    lines = [f"failures, {FAILURES_BASE.format(n=report.attempted)}:"]
+    lines = [f"failures, {failures_base(report.attempted)}:"]
     for summary in report.variants:
         counts = ", ".join(f"{name} {count:,}" for name, count in summary.failures.items())
         lines.append(
@@ -363,7 +371,9 @@ def _grounding_lines(report: CompareReport) -> list[str]:
         lines.append(f"  {share.path}: {per_variant}")
     for name, grounding in shares:
         if grounding.without_grounding:
-            lines.append(f"  ({name}: {grounding.without_grounding:,} results were stored without grounding)")
+            lines.append(
+                f"  ({name}: {counted(grounding.without_grounding, 'result')} stored without grounding)"
+            )
     return lines
 
 
