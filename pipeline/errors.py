@@ -68,7 +68,7 @@ class FailureClass(StrEnum):
     PERMANENT = "permanent"
 
 
-#: Exit codes of the ``pipeline`` command, for cron and systemd (README "Running it nightly"), each
+#: Exit codes of the ``pipeline`` command, for cron and systemd (docs/running.md, "Exit codes"), each
 #: given by :func:`exit_code_for` and by nothing else.
 EXIT_FAILURES = 1  # completed, but some records failed (see `pipeline failures`)
 EXIT_CONFIG = 2  # the job, an input or the model name is wrong: nothing was sent

@@ -1,6 +1,6 @@
 """Exit codes in one place: :func:`pipeline.errors.exit_code_for` gives every code, of a fatal error or
-of an :class:`~pipeline.errors.Ending`, and the README's list ("Running it nightly") names exactly the
-codes it gives, each once."""
+of an :class:`~pipeline.errors.Ending`, and the docs' list (the section "Exit codes" of docs/running.md)
+names exactly the codes it gives, each once."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from pipeline.errors import (
     exit_code_for,
 )
 from pipeline.run.options import RunStatus, RunSummary
-from tests.support.processes import REPO
+from tests.support.docs import section
 
 #: One error of each kind the mapping tells apart, and a plain fatal one.
 ERRORS: tuple[FatalRunError, ...] = (
@@ -35,10 +35,8 @@ ERRORS: tuple[FatalRunError, ...] = (
 
 
 def readme_exit_codes() -> dict[int, str]:
-    """The README's list: each ``**N** meaning`` of the paragraph that starts with "Exit codes:"."""
-    readme = (REPO / "README.md").read_text()
-    section = readme.split("## Running it nightly", 1)[1]
-    paragraph = section.split("Exit codes:", 1)[1].split("\n\n", 1)[0]
+    """The docs' list: each ``**N** meaning`` of the paragraph that starts with "Exit codes:"."""
+    paragraph = section("Exit codes").text.split("Exit codes:", 1)[1].split("\n\n", 1)[0]
     listed = re.findall(r"\*\*(\d+)\*\*\s+([^·(]+)", paragraph)
     codes = [int(code) for code, _ in listed]
     assert len(codes) == len(set(codes)), f"a code listed twice: {codes}"

@@ -1,8 +1,8 @@
 """Tests mirror the packages: pipeline/<package>/<module>.py has tests/<package>/test_<module>.py, or is
-listed in TESTED_ELSEWHERE with the test files that test it. So the README's claim stays true as modules
-come and go: a new module needs its own test file or a line here saying where it is tested. And every
-inline lint ignore names its rule and says why (ruff's RUF100 and mypy's warn_unused_ignores fail one
-that is not needed)."""
+listed in TESTED_ELSEWHERE with the test files that test it. So what docs/architecture.md says stays
+true as modules come and go: a new module needs its own test file or a line here saying where it is
+tested. And every inline lint ignore names its rule and says why (ruff's RUF100 and mypy's
+warn_unused_ignores fail one that is not needed)."""
 
 from __future__ import annotations
 

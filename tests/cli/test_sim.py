@@ -54,7 +54,7 @@ def test_a_profile_serves_the_model_it_imitates_unless_model_says_otherwise(prof
 
 @pytest.mark.process
 def test_pipeline_sim_with_the_gpt_oss_profile_serves_what_the_jobs_ask_for() -> None:
-    """The README's `pipeline sim --profile gpt-oss-120b` beside `pipeline run jobs/linkedin.yaml`,
+    """The docs' `pipeline sim --profile gpt-oss-120b` beside `pipeline run jobs/linkedin.yaml`,
     whose model is openai/gpt-oss-120b: the run's preflight finds that name in /v1/models."""
     with sim_server("--profile", "gpt-oss-120b", "--speed", "50") as url:
         models = httpx2.get(f"{url}/models", timeout=10).json()["data"]
@@ -91,7 +91,7 @@ def test_kv_tokens_is_the_option_kv_cache_tokens_still_works() -> None:
 
 @pytest.mark.process
 def test_a_second_sim_on_the_same_port_is_one_line_and_exit_2() -> None:
-    """The README's Commands block, started twice: the second says the port is taken, no traceback."""
+    """The README's simulator, started twice: the second says the port is taken, no traceback."""
     with sim_server() as url:
         port = int(url.removesuffix("/v1").rsplit(":", 1)[1])
         second = run_pipeline("sim", "--port", str(port), timeout=60)

@@ -111,7 +111,7 @@ def test_runs_with_ordinary_noise_flag_nothing_and_an_emptied_field_is_flagged_a
 
 def test_a_one_record_retry_after_ordinary_nights_is_not_judged(tmp_path: Path) -> None:
     """Issue 22: `--only-failed` of one record flagged `benefits mean_length 2.42 -> 4.00`, and the
-    README's cron line (`report --fail-on-drift`) mailed after every small retry."""
+    cron line of docs/running.md (`report --fail-on-drift`) mailed after every small retry."""
     job, port = postings_job(tmp_path, 4 * RECORDS_PER_RUN)
     broken = nightly(job, port, "--fault-schema-invalid", "1", seed=0, run_args=("--limit", "1"))
     assert "run 1 completed_with_failures: 0 done, 1 failed of 1" in broken
@@ -139,8 +139,8 @@ def test_a_one_record_retry_after_ordinary_nights_is_not_judged(tmp_path: Path) 
 
 
 def test_a_quiet_night_after_a_drift_writes_the_metrics_and_does_not_alert_again(tmp_path: Path) -> None:
-    """Issue 29: a night with nothing to do wrote no `--metrics-textfile` (the README's staleness alert
-    fired) and `report --fail-on-drift` mailed the last drift again."""
+    """Issue 29: a night with nothing to do wrote no `--metrics-textfile` (the staleness alert of
+    docs/running.md fired) and `report --fail-on-drift` mailed the last drift again."""
     job, port = postings_job(tmp_path, 5 * RECORDS_PER_RUN)
     for night in range(1, 5):
         assert "drift:" not in nightly(job, port, seed=night)

@@ -191,7 +191,7 @@ def refuse(request: httpx2.Request) -> httpx2.Response:
 
 async def test_nothing_to_do_contacts_no_server_and_is_kept_as_a_quiet_run(tmp_path: Path) -> None:
     """Issue 29: a quiet night left no trace, so `report --fail-on-drift` judged the night before again
-    and the metrics textfile aged past the README's alert."""
+    and the metrics textfile aged past the alert of docs/running.md."""
     spec = make_job(tmp_path, records=3)
     await run_served(spec, ScriptedServer([respond(good_completion())]))
     textfile = tmp_path / "pipeline.prom"
