@@ -48,6 +48,7 @@ test: lint
 # The inner loop, minutes not half an hour: lint and the tests that start no process (no simulator, no
 # `pipeline` subprocess, no browser; tests/support/process_guard.py keeps the `process` marker true).
 check: lint
+	$(BIN)/mkdocs build --strict --quiet
 	$(BIN)/pytest -m "not process"
 
 # make check on each of $(PYTHONS), each in a venv of its own under .venvs/ (named by its version).
@@ -71,4 +72,4 @@ dry-run: $(CORE_INSTALLED)
 	  --model openai/gpt-oss-120b --database data/dry-run.duckdb
 
 clean:
-	rm -rf $(VENV) .venvs data/*.duckdb data/*.duckdb.wal data/*.progress.json
+	rm -rf $(VENV) .venvs data/*.duckdb data/*.duckdb.wal data/*.duckdb.lock data/*.duckdb.progress.json build/site
