@@ -193,6 +193,10 @@ def cannot_listen(host: str, port: int, error: OSError) -> ConfigError:
     (a simulator started twice), one only root may take, a host that is not this machine's."""
     # asyncio words a refused bind at length around the C library's reason: that reason is enough.
     reason = os.strerror(error.errno) if error.errno and error.errno > 0 else error.strerror or str(error)
+    if not error.errno and str(error).startswith("could not bind on any address"):
+        # Python 3.13's asyncio skips each address this machine does not have (EADDRNOTAVAIL) and then
+        # says only that none was left: that skipped reason is the one.
+        reason = os.strerror(errno.EADDRNOTAVAIL)
     if error.errno == errno.EADDRINUSE:
         return ConfigError(
             f"--port {port}: {host}:{port} is already in use (a `pipeline sim` started before?); "

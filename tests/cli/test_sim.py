@@ -130,6 +130,14 @@ def test_a_host_that_is_not_this_machine_names_the_option_and_the_reason(host: s
     assert reason in line
 
 
+def test_an_address_python_3_13_skipped_is_named_as_not_this_machines() -> None:
+    """3.13's asyncio drops each address that raised EADDRNOTAVAIL and raises without an errno."""
+    skipped = OSError("could not bind on any address out of [('192.0.2.1', 0)]")
+    assert str(cannot_listen("192.0.2.1", 0, skipped)) == (
+        "--host 192.0.2.1: cannot listen on 192.0.2.1:0 (Cannot assign requested address)"
+    )
+
+
 def test_a_port_only_root_may_take_names_the_port() -> None:
     refused = cannot_listen("127.0.0.1", 80, OSError(errno.EACCES, "error while attempting to bind"))
     assert str(refused) == (
