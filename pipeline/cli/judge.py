@@ -36,6 +36,7 @@ from pipeline.cli.common import (
 from pipeline.cli.logs import configure_logging
 from pipeline.defaults import DEFAULT_JUDGING_PORT
 from pipeline.errors import ConfigError, Ending, exit_code_for
+from pipeline.wording import counted
 
 if TYPE_CHECKING:  # judging loads when the command runs (see pipeline.cli)
     from pipeline.job.spec import JobSpec
@@ -213,7 +214,6 @@ def login_name() -> str:
 
 def _import(spec: JobSpec, path: Path, judge: str, variant: str | None) -> None:
     from pipeline.judging.exchange import import_judgments
-    from pipeline.wording import counted
 
     imported = read_or_exit(lambda: import_judgments(spec, path, judge=judge, variant=variant))
     merged = imported.merged
@@ -229,7 +229,6 @@ def _export(
 ) -> None:
     from pipeline.job.commands import Asked
     from pipeline.judging.exchange import export_gold
-    from pipeline.wording import counted
 
     export = read_or_exit(lambda: export_gold(spec, path, judges=judges, variants=variants))
     left = export.judged_records - export.records
@@ -250,7 +249,6 @@ def _judge_by_model(
 ) -> None:
     from pipeline.job.commands import Asked
     from pipeline.judging.model import judge_sample_by_model
-    from pipeline.wording import counted
 
     configure_logging(json_lines=not sys.stderr.isatty(), level="warning")
     said_at = time.monotonic()
@@ -280,8 +278,6 @@ def _judge_by_model(
 
 
 def _counts(judging: ModelJudging) -> str:
-    from pipeline.wording import counted
-
     share = f", {judging.correct_share:.1%} correct" if judging.correct_share is not None else ""
     skipped = f"; {judging.skipped:,} judged before" if judging.skipped else ""
     values = counted(judging.values, "value")
@@ -293,7 +289,6 @@ def _serve(spec: JobSpec, options: SessionOptions, port: int) -> None:
 
     from pipeline.judging.journal import journal_path
     from pipeline.judging.server import serve_judging
-    from pipeline.wording import counted
 
     configure_logging(json_lines=not sys.stderr.isatty(), level="warning")
 

@@ -16,6 +16,7 @@ from pipeline.cli.common import (
     saying_a_new_database,
 )
 from pipeline.errors import ConfigError
+from pipeline.wording import counted
 
 if TYPE_CHECKING:  # what the load needs loads when it runs (see pipeline.cli)
     from pipeline.job.spec import JobSpec
@@ -62,7 +63,6 @@ def load(
 
 def _load_text(report: LoadReport, file: Path, spec: JobSpec, replace: bool) -> str:
     from pipeline.job.commands import Asked
-    from pipeline.wording import counted
 
     database = spec.database
     text = (

@@ -25,6 +25,7 @@ from pipeline.cli.common import (
 )
 from pipeline.defaults import DEFAULT_BOOTSTRAP_SEED, DEFAULT_RESAMPLES, DEFAULT_REVIEW_SAMPLE, DEFAULT_SHOWN
 from pipeline.errors import ConfigError
+from pipeline.wording import counted
 
 if TYPE_CHECKING:  # the measuring loads when a command runs (see pipeline.cli)
     from pipeline.job.spec import JobSpec
@@ -63,8 +64,6 @@ def _write_page(page: ReviewPage | None, path: Path | None, *, to_stderr: bool =
 
 def _say_written(path: Path, page: ReviewPage | None, *, to_stderr: bool = False) -> None:
     if page is not None:
-        from pipeline.wording import counted
-
         typer.echo(f"wrote {path} ({counted(len(page.records), 'record')})", err=to_stderr)
 
 

@@ -21,6 +21,7 @@ from pipeline.cli.common import (
 )
 from pipeline.defaults import DEFAULT_RUNS, FORMAT_BY_EXTENSION
 from pipeline.errors import Ending, FailureClass, exit_code_for
+from pipeline.wording import counted
 
 if TYPE_CHECKING:  # the reading loads when a command runs (see pipeline.cli)
     from pipeline.reports.export import ExportReport
@@ -60,8 +61,6 @@ def failures(
 
 
 def _failures_text(report: FailureReport, asked: list[FailureClass], retry_command: str) -> str:
-    from pipeline.wording import counted
-
     where = f"{report.database} (table {report.table})"
     if not report.classes:
         of_classes = f" of class {', '.join(asked)}" if asked else ""
@@ -151,8 +150,6 @@ def export_command(
 
 
 def _export_text(report: ExportReport) -> str:
-    from pipeline.wording import counted
-
     text = f"exported {counted(report.rows, 'result')} to {report.out} ({report.format})"
     if report.failures_out is not None:
         text += f", {counted(report.failure_rows or 0, 'failure')} to {report.failures_out}"
@@ -185,7 +182,6 @@ def report(
 
     from pipeline.reports.pages import runs_page
     from pipeline.reports.runs_report import format_runs_report, runs_report
-    from pipeline.wording import counted
 
     spec = load_job_or_exit(job, database, variant)
     found = read_or_exit(lambda: runs_report(spec, runs) if html is None else runs_page(spec, html, runs))

@@ -32,6 +32,7 @@ from pipeline.cli.common import (
 )
 from pipeline.defaults import class_names
 from pipeline.errors import PERMANENT_FAILURE_CLASSES, ConfigError, FailureClass
+from pipeline.wording import counted, number
 
 if TYPE_CHECKING:  # the run loads when the command runs (see pipeline.cli)
     from pipeline.job.commands import Asked
@@ -262,7 +263,6 @@ def _print_summary(summary: RunSummary, given: Asked, made: VariantOptions) -> N
     from pipeline.quality.drift import against as drift_baseline
     from pipeline.run.progress import format_duration
     from pipeline.run.runner import RunStatus
-    from pipeline.wording import number
 
     asked = replace(given, variant=None if summary.variant == MAIN_VARIANT else summary.variant)
     making = made.words_of_making()
@@ -312,7 +312,6 @@ def _look_command(summary: RunSummary) -> str:
 def _print_stale_kept(summary: RunSummary, asked: Asked, making: tuple[str, ...]) -> None:
     if not summary.stale_kept:
         return
-    from pipeline.wording import counted, number
 
     total = summary.stale_kept.get("total", 0)
     causes = ", ".join(

@@ -22,6 +22,7 @@ from pipeline.cli.common import (
 )
 from pipeline.cli.logs import configure_logging
 from pipeline.errors import ConfigError
+from pipeline.wording import counted
 
 # The local server (HTTP clients) and the bench's modules (prometheus parser, matplotlib) load when their
 # command runs (see pipeline.cli).
@@ -187,7 +188,6 @@ def _with_job(options: BenchOptions, job: Path, records: int, local: bool) -> Be
 async def _bench(options: BenchOptions, local: bool) -> SweepResult:
     from pipeline.bench import LevelSummary, run_sweep
     from pipeline.local import LocalServer, LocalServerOptions, vllm_launch
-    from pipeline.wording import counted
 
     def progress(level: LevelSummary) -> None:
         typer.echo(

@@ -24,6 +24,7 @@ from pipeline.cli.common import (
     say_kept_options,
     say_read_copy,
 )
+from pipeline.wording import counted, number
 
 if TYPE_CHECKING:  # the reading loads when the command runs (see pipeline.cli)
     from pipeline.job.commands import Asked, Verb
@@ -192,8 +193,6 @@ def _endpoint_lines(endpoints: object) -> str:
 
 
 def _stale_lines(report: JobStatus, asked: _Asked) -> list[str]:
-    from pipeline.wording import counted, number
-
     lines = []
     if report.stale.get("total"):
         causes = ", ".join(
@@ -228,7 +227,6 @@ def _model_lines(report: JobStatus, asked: _Asked) -> list[str]:
     """Which model made the results stale for the model, against which the status judged them, and
     the two ways on: judge them as the run that made them, or redo them."""
     from pipeline.servers.config import LOCAL_MODEL
-    from pipeline.wording import counted
 
     judged = " or ".join(report.models)
     made = asked.made
@@ -282,8 +280,6 @@ def _live_rates(live: dict[str, Any]) -> str:
 def _figure(value: object, digits: str = "") -> str:
     """A number that may be missing (an older run's snapshot, a source not read): a count as every
     count is said, a rate to ``digits``, else as it is."""
-    from pipeline.wording import number
-
     if isinstance(value, int):
         return number(value)
     return f"{value:,{digits}}" if isinstance(value, float) else str(value)
@@ -291,8 +287,6 @@ def _figure(value: object, digits: str = "") -> str:
 
 def _counted(value: object, noun: str) -> str:
     """A count of the snapshot with its noun (missing: the noun's plural after the value as read)."""
-    from pipeline.wording import counted
-
     return counted(value, noun) if isinstance(value, int | float) else f"{value} {noun}s"
 
 
@@ -304,8 +298,6 @@ def _as_of(live: dict[str, Any]) -> str:
 
 
 def _source_lines(report: JobStatus, asked: _Asked) -> list[str]:
-    from pipeline.wording import number
-
     if report.source_problem is None:
         failures = asked.command("failures")
         kept = f" ({number(report.redo_failed)} of them kept after a redo failed: `{failures}` says why)"
@@ -320,8 +312,6 @@ def _source_lines(report: JobStatus, asked: _Asked) -> list[str]:
 
 def _pending_lines(report: JobStatus) -> list[str]:
     """What a plain run would take, and why; with the done and failed, each record once."""
-    from pipeline.wording import counted, number
-
     if report.source_problem is not None:
         return []
     retried = ", ".join(f"{name} {number(count)}" for name, count in report.pending_retried.items())
@@ -347,7 +337,6 @@ def _pending_lines(report: JobStatus) -> list[str]:
 def _status_text(report: JobStatus, asked: _Asked) -> str:
     if report.read_copy is None and report.live is not None:  # no copy yet: the live numbers only
         return _live_text(report)
-    from pipeline.wording import number
 
     failed_total = sum(report.failed.values())
     failed_detail = ", ".join(f"{name} {number(count)}" for name, count in report.failed.items())
@@ -373,8 +362,6 @@ def _status_text(report: JobStatus, asked: _Asked) -> str:
 
 def _recovered_lines(report: JobStatus) -> list[str]:
     """Answers taken from the reasoning field: done, but the server's parser put them there."""
-    from pipeline.wording import counted
-
     count = report.answers_from_reasoning
     if not count:
         return []
@@ -397,8 +384,9 @@ def _last_run_lines(report: JobStatus) -> list[str]:
     why = run.get("message") or (ABANDONED if run["status"] == "abandoned" else None)
     return [
         f"last run: #{run['run_id']} {run['status']}, started {run['started_at']:%Y-%m-%d %H:%M:%S %Z}, "
-        f"{numbers.done:,} done, {numbers.failed:,} failed, {numbers.attempts:,} requests sent{speed}"
-        + (f", {n:,} answers from reasoning" if (n := numbers.answers_from_reasoning) else ""),
+        f"{number(numbers.done)} done, {number(numbers.failed)} failed, "
+        f"{counted(numbers.attempts, 'request')} sent{speed}"
+        + (f", {counted(n, 'answer')} from reasoning" if (n := numbers.answers_from_reasoning) else ""),
         *([f"why:      {why}"] if why else []),
         *_quiet_lines(report),
     ]

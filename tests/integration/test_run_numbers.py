@@ -29,7 +29,7 @@ SUMMARY = re.compile(
     r"\(([\d,.]+) records/min, [\d,]+ output tok/s\)"
 )
 LAST_RUN = re.compile(
-    r"last run: #(\d+) (\w+), started [^,]+, ([\d,]+) done, ([\d,]+) failed, ([\d,]+) requests sent"
+    r"last run: #(\d+) (\w+), started [^,]+, ([\d,]+) done, ([\d,]+) failed, ([\d,]+) requests? sent"
     r"(?:, ([\d,.]+) records/min)?"
 )
 QUICK_RETRIES = {"backoff_initial_s": 0.01, "backoff_max_s": 0.05, "reasks": 1}
