@@ -258,7 +258,7 @@ def sweep_lines(levels: list[LevelSummary], simulator_pid: int | None) -> list[s
             "checked at each level, as this client's (sim CPU: % of one core; host CPU: % of all)"
         )
     elif speed != 1:
-        lines.append("the simulator is not a process on this machine: its CPU is not checked")
+        lines.append("the simulator was not found listening on this machine (/proc): its CPU is not checked")
     return lines
 
 

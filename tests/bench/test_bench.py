@@ -192,7 +192,7 @@ def test_against_a_simulator_the_table_names_model_time_and_wall_time() -> None:
     ]
     assert (
         sweep_lines(levels, None)[-1]
-        == "the simulator is not a process on this machine: its CPU is not checked"
+        == "the simulator was not found listening on this machine (/proc): its CPU is not checked"
     )
 
 
