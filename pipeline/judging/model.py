@@ -55,6 +55,7 @@ from pipeline.reports.reading import Sample
 from pipeline.servers.client import ClientSettings, LLMClient
 from pipeline.servers.config import LOCAL_ENDPOINT
 from pipeline.servers.replies import Reply
+from pipeline.wording import counted
 
 log = structlog.get_logger("pipeline.judging.model")
 
@@ -347,7 +348,7 @@ class _Judging:
         self._failed_in_row += 1
         every = self._failed_in_row == self._tally.sent
         if self._stopped is None and (every or self._failed_in_row >= self._abort_after):
-            in_row = "every record" if every else f"{self._failed_in_row} records in a row"
+            in_row = "every record" if every else f"{counted(self._failed_in_row, 'record')} in a row"
             self._stopped = FatalRunError(
                 f"the model judge stopped: {in_row} could not be judged ({failure.failure_class}: {said}); "
                 "judgments written so far are kept, and judging again resumes"

@@ -10,6 +10,7 @@ from pipeline.errors import ConfigError, DatabaseError, DatabaseFailure, SourceM
 from pipeline.job.commands import Asked
 from pipeline.job.spec import JobSpec
 from pipeline.source.db import Database, quote, statement_kinds
+from pipeline.wording import counted
 
 
 def source_relation(spec: JobSpec) -> str:
@@ -91,7 +92,8 @@ def check_ids(connection: Database, relation: str, id_column: str, where: str) -
     column = quote(id_column)
     nulls = connection.scalar(f"SELECT count(*) FROM {relation} WHERE {column} IS NULL")
     if nulls:
-        raise ConfigError(f"{where}: {nulls} records have a NULL id in column {id_column}")
+        have = "has" if nulls == 1 else "have"
+        raise ConfigError(f"{where}: {counted(nulls, 'record')} {have} a NULL id in column {id_column}")
     duplicates = connection.rows(f"SELECT {column} FROM {relation} GROUP BY ALL HAVING count(*) > 1 LIMIT 5")
     if duplicates:
         shown = ", ".join(repr(duplicate[0]) for duplicate in duplicates)

@@ -340,7 +340,7 @@ def test_a_bad_max_model_len_is_one_line_naming_the_key(
         ),
         (
             "INSERT INTO postings VALUES (NULL, 'no id', 'a record without an id')",
-            "1 records have a NULL id in column id",
+            "1 record has a NULL id in column id",
         ),
         (
             "ALTER TABLE postings RENAME COLUMN id TO posting_id",
@@ -424,7 +424,7 @@ def test_invalid_utf8_names_the_file_and_line_and_loads_nothing(
         ),
         (
             [{"id": None, "title": "a", "description": "b"}, {"id": 8, "title": "c", "description": "d"}],
-            "1 records have a NULL id in column id",
+            "1 record has a NULL id in column id",
         ),
         (
             [{"posting_id": 9, "title": "a", "description": "b"}],
@@ -688,7 +688,7 @@ def files_in(folder: Path) -> set[str]:
 INPUT_FAILURES: dict[str, tuple[list[dict[str, Any]] | None, str]] = {
     "no such file": (None, "no such file"),
     "duplicate ids": ([{"id": 1, "title": "a", "description": "d"}] * 2, "ids are not unique in column id"),
-    "NULL ids": ([{"id": None, "title": "a", "description": "d"}], "have a NULL id in column id"),
+    "NULL ids": ([{"id": None, "title": "a", "description": "d"}], "has a NULL id in column id"),
     "a missing column": ([{"id": 1, "title": "a"}], "no column ['description']"),
 }
 

@@ -163,7 +163,7 @@ def test_a_rename_of_a_column_the_file_does_not_have_names_what_was_typed(
         ),
         (
             [{"id": None, "title": "x", "description": "y"}, {"id": 2, "title": "x", "description": "y"}],
-            "1 records have a NULL id in column id",
+            "1 record has a NULL id in column id",
         ),
     ],
 )

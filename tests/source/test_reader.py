@@ -19,7 +19,11 @@ from tests.support.jobs import make_job
         ("CREATE TABLE postings AS SELECT 1 AS id, 'x' AS title", r"no column \['description'\]"),
         (
             "CREATE TABLE postings AS SELECT NULL::INT AS id, 'x' AS title, 'y' AS description",
-            "1 records have a NULL id in column id",
+            "1 record has a NULL id in column id",
+        ),
+        (
+            "CREATE TABLE postings AS SELECT NULL::INT AS id, 'x' AS title, 'y' AS description FROM range(2)",
+            "2 records have a NULL id in column id",
         ),
         (
             "CREATE TABLE postings AS SELECT 5 AS id, 'x' AS title, 'y' AS description FROM range(2)",
