@@ -38,8 +38,9 @@ from pathlib import Path
 import duckdb
 from support import MODEL, PIPELINE, REPO, child_env, print_rows, simulator, write_job
 
-from pipeline.bench.closed_loop import JobResult, Scenario, Workload, run_jobs
+from pipeline.bench.closed_loop import Scenario, Workload
 from pipeline.bench.datasets import build_postings
+from pipeline.bench.shared_server import Job, JobResult, run_jobs
 from pipeline.sim.profiles import REFERENCE_OUTPUT_TOKENS, REFERENCE_PROMPT_TOKENS
 
 
@@ -159,11 +160,11 @@ def main() -> None:
         return
     started = time.perf_counter()
     server = scenario(args.kv_requests)
-    (one,) = run_jobs(server, [(2 * args.records, None)])
+    (one,) = run_jobs(server, [Job(2 * args.records)])
     capped = replace(server, duration_s=args.cap * one.duration_s)
-    pair = run_jobs(capped, [(args.records, None), (args.records, None)])
-    alone_each = run_jobs(replace(capped, fit_start=False), [(args.records, None), (args.records, None)])
-    fixed = run_jobs(capped, [(args.records, args.fixed), (args.records, args.fixed)])
+    pair = run_jobs(capped, [Job(args.records), Job(args.records)])
+    alone_each = run_jobs(replace(capped, fit_start=False), [Job(args.records), Job(args.records)])
+    fixed = run_jobs(capped, [Job(args.records, args.fixed), Job(args.records, args.fixed)])
     alone = one.records_per_s
     rows = [
         row(f"one auto job of {2 * args.records:,}", [one], alone),

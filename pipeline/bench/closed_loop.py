@@ -30,12 +30,13 @@ from __future__ import annotations
 import asyncio
 import bisect
 import random
-import selectors
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Protocol
 
+from pipeline.bench.step_server import SERVERS, StepServer
+from pipeline.bench.virtual_clock import VirtualClockLoop
 from pipeline.servers.capacity import RequestFit
 from pipeline.servers.knee_search import DEFAULT_TUNING, KneeMemory, ServerLoad, Tuning
 from pipeline.servers.limits import AdaptiveLimit, LimitChange
@@ -45,49 +46,38 @@ from pipeline.sim.profiles import PROFILES, REFERENCE_OUTPUT_TOKENS, REFERENCE_P
 
 #: The collapse past the KV cache: decoding at (cache / demanded) ** THRASH of its speed (the 49B's fall).
 THRASH = KV_THRASH
+#: The server models a scenario may run on: the simulator's engine, and a second one written apart from it.
+SERVER_MODELS = ("sim", "steps")
 
 
-class _VirtualSelector(selectors.BaseSelector):
-    """A real selector polled without blocking; where the loop would block, virtual time moves on."""
+class ServerNumbers(Protocol):
+    """What the closed loop reads of a server model's numbers (its /metrics, and the run's peaks)."""
 
-    def __init__(self) -> None:
-        self._real = selectors.DefaultSelector()
-        self.now = 0.0
-
-    def register(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
-        return self._real.register(fileobj, events, data)
-
-    def unregister(self, fileobj: Any) -> selectors.SelectorKey:
-        return self._real.unregister(fileobj)
-
-    def modify(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
-        return self._real.modify(fileobj, events, data)
-
-    def get_map(self) -> Mapping[Any, selectors.SelectorKey]:
-        return self._real.get_map()
-
-    def close(self) -> None:
-        self._real.close()
-
-    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
-        ready = self._real.select(0)
-        if ready or timeout == 0:
-            return ready
-        if timeout is None:
-            raise RuntimeError("virtual clock: nothing is scheduled, the simulation would wait forever")
-        self.now += timeout
-        return []
+    @property
+    def running(self) -> int: ...
+    @property
+    def waiting(self) -> int: ...
+    @property
+    def kv_usage(self) -> float: ...
+    @property
+    def preemptions(self) -> int: ...
+    @property
+    def peak_running(self) -> int: ...
+    @property
+    def peak_waiting(self) -> int: ...
 
 
-class VirtualClockLoop(asyncio.SelectorEventLoop):
-    """An event loop on virtual time: ``asyncio.sleep(300)`` returns at once, 300 s later by its clock."""
+class ServerModel(Protocol):
+    """A server the closed loop drives: the simulator's :class:`~pipeline.sim.engine.Engine` or the
+    :class:`~pipeline.bench.step_server.StepServer`."""
 
-    def __init__(self) -> None:
-        self._virtual = _VirtualSelector()
-        super().__init__(self._virtual)
+    speed: float
+    kv_cache_tokens: int
 
-    def time(self) -> float:
-        return self._virtual.now
+    @property
+    def metrics(self) -> ServerNumbers: ...
+    def now(self) -> float: ...
+    async def generate(self, sequence: Sequence, /) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,11 +124,15 @@ class Scenario:
     # before any reply at the shared prefix (the prompt's fixed part) and an answer of max_tokens
     fit_start: bool = False
     max_tokens: int = 2048
+    # The server model (SERVER_MODELS): "sim", the simulator's engine (with ``thrash``), or "steps", the
+    # second model (pipeline/bench/step_server.py: its own batching and its own collapse past the cache)
+    server: str = "sim"
 
     @property
     def label(self) -> str:
         overrides = [f"max-num-seqs {self.max_num_seqs}"] if self.max_num_seqs else []
         overrides += [f"KV {self.kv_cache_tokens:,} tokens"] if self.kv_cache_tokens else []
+        overrides += [f"{self.server} model"] if self.server != "sim" else []
         return self.profile + (f" ({', '.join(overrides)})" if overrides else "")
 
 
@@ -182,11 +176,11 @@ class LoadResult:
 
 
 @dataclass(slots=True)
-class _Run:
+class LoadRun:
     """The mutable state of one run while it goes."""
 
     scenario: Scenario
-    engine: Engine
+    engine: ServerModel
     controller: AdaptiveLimit | None
     fixed: int
     rng: random.Random
@@ -258,14 +252,30 @@ def start_fit(scenario: Scenario, kv_tokens: int) -> RequestFit:
     return RequestFit(kv_tokens, prompt_tokens=prefix, answer_tokens=scenario.max_tokens)
 
 
-def _prepare(scenario: Scenario, fixed: int | None, clock: Callable[[], float]) -> _Run:
-    """The engine (``clock`` is the client's) and, for ``auto``, the controller."""
-    engine = _engine(scenario, clock)
-    controller = _controller(scenario, fixed, engine.kv_cache_tokens, clock)
-    return _Run(scenario, engine, controller, fixed or 0, random.Random(scenario.workload.seed))
+def prepare(
+    scenario: Scenario, fixed: int | None, server: ServerModel, clock: Callable[[], float], *, seed: int = 0
+) -> LoadRun:
+    """One client of ``server`` (``clock`` is the client's) and, for ``auto``, its controller, started as
+    a run starts it: at the fit (``fit_start``), at its share when other clients' requests run there."""
+    limit = new_limit(scenario, fixed, clock)
+    if limit is not None and scenario.fit_start:
+        numbers = server.metrics
+        load = ServerLoad(numbers.running, numbers.waiting, numbers.kv_usage, numbers.preemptions)
+        limit.start_at_fit(start_fit(scenario, server.kv_cache_tokens), load if scenario.metrics else None)
+    return LoadRun(scenario, server, limit, fixed or 0, random.Random(scenario.workload.seed + seed))
 
 
-def _engine(scenario: Scenario, clock: Callable[[], float]) -> Engine:
+def server_model(scenario: Scenario, clock: Callable[[], float]) -> ServerModel:
+    if scenario.server == "steps":
+        return StepServer(
+            SERVERS[scenario.profile],
+            speed=scenario.speed,
+            max_num_seqs=scenario.max_num_seqs,
+            kv_cache_tokens=scenario.kv_cache_tokens,
+            clock=clock,
+        )
+    if scenario.server != "sim":
+        raise ValueError(f"server model {scenario.server!r}: one of {', '.join(SERVER_MODELS)}")
     return Engine(
         PROFILES[scenario.profile],
         thrash=scenario.thrash,
@@ -276,27 +286,24 @@ def _engine(scenario: Scenario, clock: Callable[[], float]) -> Engine:
     )
 
 
-def _controller(
-    scenario: Scenario, fixed: int | None, kv_tokens: int, clock: Callable[[], float]
-) -> AdaptiveLimit | None:
-    controller = None
-    if fixed is None:
-        controller = AdaptiveLimit(
-            maximum=scenario.maximum,
-            minimum=scenario.minimum,
-            timeout_s=scenario.timeout_s,
-            initial=scenario.initial,
-            known_knee=scenario.known_knee,
-            clock=clock,
-            tuning=scenario.tuning,
-            fit=start_fit(scenario, kv_tokens) if scenario.fit_start else None,
-        )
-    return controller
+def new_limit(scenario: Scenario, fixed: int | None, clock: Callable[[], float]) -> AdaptiveLimit | None:
+    """For ``auto`` (``fixed`` None), the scenario's controller; else None."""
+    if fixed is not None:
+        return None
+    return AdaptiveLimit(
+        maximum=scenario.maximum,
+        minimum=scenario.minimum,
+        timeout_s=scenario.timeout_s,
+        initial=scenario.initial,
+        known_knee=scenario.known_knee,
+        clock=clock,
+        tuning=scenario.tuning,
+    )
 
 
 async def _drive(scenario: Scenario, fixed: int | None, clock: Callable[[], float]) -> LoadResult:
     """Keep the limit's worth of requests in flight until the scenario's time is up."""
-    run = _prepare(scenario, fixed, clock)
+    run = prepare(scenario, fixed, server_model(scenario, clock), clock)
     engine, controller = run.engine, run.controller
     started = engine.now()
     run.trace.append((started, run.limit))
@@ -320,7 +327,7 @@ async def _drive(scenario: Scenario, fixed: int | None, clock: Callable[[], floa
     return _result(run, started, fixed)
 
 
-def _result(run: _Run, started: float, fixed: int | None) -> LoadResult:
+def _result(run: LoadRun, started: float, fixed: int | None) -> LoadResult:
     samples = run.samples or [(0, 0)]
     return LoadResult(
         concurrency="auto" if fixed is None else str(fixed),
@@ -348,88 +355,3 @@ def run_load(scenario: Scenario, concurrency: int | None = None) -> LoadResult:
     with asyncio.Runner(loop_factory=VirtualClockLoop) as runner:
         loop = runner.get_loop()
         return runner.run(_drive(scenario, concurrency, loop.time))
-
-
-@dataclass(frozen=True, slots=True)
-class JobResult:
-    """One job of several on one server: its time to its last reply, in the profile's seconds."""
-
-    concurrency: str  # "auto" or the fixed level
-    records: int
-    answered: int
-    duration_s: float
-    finished: bool  # False: still going at the scenario's duration
-    timeouts: int
-    peak_limit: int
-    changes: tuple[tuple[float, LimitChange], ...]
-
-    @property
-    def records_per_s(self) -> float:
-        return self.answered / self.duration_s
-
-
-def run_jobs(scenario: Scenario, jobs: list[tuple[int, int | None]]) -> list[JobResult]:
-    """Several jobs on one server at once, each (records, fixed concurrency or None for ``auto``) with
-    its own client, scrapes and controller, until each has every record answered (a timed-out request
-    is sent again) or the scenario's duration is up; on the virtual clock."""
-    with asyncio.Runner(loop_factory=VirtualClockLoop) as runner:
-        loop = runner.get_loop()
-        return runner.run(_drive_jobs(scenario, jobs, loop.time))
-
-
-async def _drive_jobs(
-    scenario: Scenario, jobs: list[tuple[int, int | None]], clock: Callable[[], float]
-) -> list[JobResult]:
-    engine = _engine(scenario, clock)
-    runs = [
-        _Run(
-            scenario,
-            engine,
-            _controller(scenario, fixed, engine.kv_cache_tokens, clock),
-            fixed or 0,
-            random.Random(scenario.workload.seed + index),
-            left=records,
-        )
-        for index, (records, fixed) in enumerate(jobs)
-    ]
-    started = engine.now()
-    times = await asyncio.gather(*(_job(run, started + scenario.duration_s) for run in runs))
-    return [
-        JobResult(
-            "auto" if fixed is None else str(fixed),
-            records,
-            len(run.replies),
-            at - started,
-            run.left == 0 and run.in_flight == 0,
-            run.timeouts,
-            max(limit for _, limit in run.trace),
-            tuple((at - started, change) for at, change in run.changes),
-        )
-        for (records, fixed), run, at in zip(jobs, runs, times, strict=True)
-    ]
-
-
-async def _job(run: _Run, end_s: float) -> float:
-    """One job's client: the limit's worth of its records in flight until all are answered."""
-    run.trace.append((run.engine.now(), run.limit))
-    helpers = [asyncio.create_task(run.scrape())]
-    if run.controller is not None:
-        helpers.append(asyncio.create_task(run.adapt(run.controller)))
-    requests: set[asyncio.Task[None]] = set()
-    delay = (end_s - run.engine.now()) / run.engine.speed
-    end = asyncio.get_running_loop().call_later(delay, run.wake.set)
-    while (run.left or run.in_flight) and run.engine.now() < end_s - 1e-9:
-        while run.in_flight < run.limit and run.left:
-            run.left -= 1
-            run.in_flight += 1
-            task = asyncio.create_task(run.request())
-            requests.add(task)
-            task.add_done_callback(requests.discard)
-        run.wake.clear()
-        await run.wake.wait()
-    finished = run.engine.now()
-    end.cancel()
-    for task in [*helpers, *requests]:
-        task.cancel()
-    await asyncio.gather(*helpers, *requests, return_exceptions=True)
-    return finished

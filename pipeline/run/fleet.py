@@ -20,6 +20,8 @@ from pipeline.servers.endpoint import Endpoint
 from pipeline.servers.http import http_client
 from pipeline.servers.knee_search import KneeMemory
 from pipeline.servers.router import Router
+from pipeline.servers.scrape import server_load
+from pipeline.servers.sharing import others_in_flight
 
 if TYPE_CHECKING:
     from pipeline.local import LocalServerOptions
@@ -113,11 +115,16 @@ async def _read_servers(context: RunContext, endpoints: list[Endpoint]) -> None:
         fit = RequestFit.of_reading(reading, answer_tokens=spec.max_tokens)
         if endpoint.controller is None or fit is None:
             return
-        level = endpoint.controller.start_at_fit(fit)
+        load = server_load(dict(reading.values)) if reading.metrics else None  # other jobs' requests
+        level = endpoint.controller.start_at_fit(fit, load)
         if level is not None:
             endpoint.limit = level
+            others = others_in_flight(load, 0) if load is not None else None
+            beside = (
+                f" (its share: {others:.0f} other requests there)" if others and level < fit.requests else ""
+            )
             log.info(
-                f"concurrency auto starts where this job's requests fit in the KV cache: {level}",
+                f"concurrency auto starts where this job's requests fit in the KV cache{beside}: {level}",
                 endpoint=endpoint.name,
                 kv_tokens=fit.kv_tokens,
                 held=fit.held,  # the request it counts: the fixed part and max_tokens, until replies come

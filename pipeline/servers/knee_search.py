@@ -262,13 +262,12 @@ class KneeSearch:
         descent = max(smallest, math.log(tuning.descent))
         return cls(level, smallest, largest, descent, reach_up=smallest, reach_down=smallest)
 
-    def shared(self, share: int) -> None:
-        """The job's share of a server other jobs use fell to ``share``: no level did worse (no bound), the
-        best level is no more than the share, and the search steps small from there."""
-        if share < self.best:
-            self.best, self.best_tp, self.best_error = share, None, math.inf
-            self.lo = self.lo if self.lo is not None and self.lo < share else None
-        self.hi = None if self.hi is not None and self.hi <= share else self.hi
+    def restart_at(self, level: int) -> None:
+        """The server changed under the search (other jobs came or went): it starts again at ``level`` in
+        small steps, with nothing measured (what was measured before is not comparable)."""
+        self.best, self.best_tp, self.best_error = level, None, math.inf
+        self.lo = self.hi = None
+        self.seen = {}
         self.reach_up = self.reach_down = self.smallest
         self.held = 0
 

@@ -75,7 +75,8 @@ from dataclasses import dataclass
 
 from pipeline.servers.capacity import RequestFit
 from pipeline.servers.knee_search import DEFAULT_TUNING, KneeMemory, KneeSearch, ServerLoad, Tuning, Window
-from pipeline.servers.sharing import ServerShare
+from pipeline.servers.sharing import ServerShare, joining_share
+from pipeline.servers.signals import Signal, latency_signal, preemption_signal, queue_signal
 
 DEFAULT_INITIAL = 8
 
@@ -126,25 +127,36 @@ class AdaptiveLimit:
         # From nothing in flight a short window will do: the opening level is small, or known to be good.
         self._window = Window(self._limit, clock(), grew=True, precision=first, share=tuning.window_share)
         self._server = ServerShare()  # the fit, and this job's share of a server others use
+        self._alone: int | None = None  # the best level measured before a share cut it: to go back to
+        self._shared: int | None = None  # the share the limit was last set to
         if fit is not None and known_knee is None:
             self.start_at_fit(fit)
 
-    def start_at_fit(self, fit: RequestFit) -> int | None:
+    def start_at_fit(self, fit: RequestFit, load: ServerLoad | None = None) -> int | None:
         """Before the first request: start at the number of this job's requests that fit in the KV cache
         (small steps from there, no ramp) when that is below the maximum, and keep ``fit`` for the job's
-        share of the server; not after an earlier run's knee, nor once anything was measured. Returns the
-        new start level, or None when the start stays."""
+        share of the server; not after an earlier run's knee, nor once anything was measured. ``load``:
+        the server's /metrics now; other jobs' requests there start this job at its share as it joins
+        them (:func:`~pipeline.servers.sharing.joining_share`), even from an earlier run's knee. Returns
+        the new start level, or None when the start stays."""
         self._server.fit = fit
-        level = fit.requests
-        if not self._opening or self._measured or self._window.replies or not level:
+        if self._measured or self._window.replies:
             return None
-        if level >= self.maximum:  # the KV cache does not bound this job here: the ramp finds the knee
+        share = joining_share(fit.requests, load) if load is not None else None
+        # At or above the maximum the KV cache does not bound this job: the ramp finds the knee.
+        level = fit.requests if self._opening and 0 < fit.requests < self.maximum else None
+        if share is not None:
+            self._alone = None if self._opening else self._knee.best  # an earlier run's knee, for later
+            level = self._shared = min(level or self._limit, share)
+        if level is None:
             return None
         self._limit = max(self.minimum, level)
         self._knee = KneeSearch.at_fit(self._limit, self._tuning)
         self._opening = False
         precision = self._precision_for(self._knee.reach_up)
-        self._window = Window(self._limit, self._clock(), grew=True, precision=precision)
+        # Requests sent together from nothing at the fit are admitted a few a step, and wait meanwhile:
+        # only later ones tell the level.
+        self._window = Window(self._limit, self._clock(), grew=True, precision=precision, lockstep=True)
         return self._limit
 
     @property
@@ -212,7 +224,7 @@ class AdaptiveLimit:
         if signal is None:
             if not window.complete(now, self._tuning):
                 return self._jump_on_room(now, window, in_flight)
-            signal = self._latency_signal(window)
+            signal = latency_signal(window, self._limit, self.timeout_s, self._tuning)
             if signal is None and not window.full(self._tuning.full_share):
                 return self._set(now, self._limit, "")  # the client's supply ran short: measure again
         self._ceiling_left -= 1
@@ -222,56 +234,53 @@ class AdaptiveLimit:
 
     def _share_cut(self, now: float, in_flight: int) -> LimitChange | None:
         """Other jobs' requests on the server: this job's share (the fit less theirs) is a ceiling the
-        limit drops to at once when it is well above (a scrape's counts move by a few)."""
-        settled = self._server.counted(in_flight)
-        if settled is None or self._limit <= settled[0] + max(2, self._tuning.min_step * self._limit):
+        limit drops to at once when it is well above (a scrape's counts move by a few), and follows up
+        as it grows while it holds the limit (the others gave way); when they are gone, the limit goes
+        back to the level this job measured alone, else to its fit."""
+        server = self._server
+        settled = server.counted(in_flight)
+        if server.released:
+            return self._alone_again(now)
+        if settled is None:
             return None
         share, others = settled
-        self._knee.shared(share)  # not a level that did worse: the share moves with the others' requests
+        slack = max(2, self._tuning.min_step * self._limit)
+        if self._limit > share + slack:
+            if self._shared is None:  # the first cut: the level this job measured alone, if it did
+                self._alone = self._knee.best if self._measured else None
+            action = "down to"
+        elif self._shared is not None and share > max(self._shared, self._limit) + slack:
+            action = "up to"  # the others gave way: a job held to its share takes what they leave
+        else:
+            return None
+        self._shared = share
+        self._knee.restart_at(min(self._knee.best, share) if action == "down to" else share)
         self._at_knee = self._opening = False
-        fit = self._server.fit.requests if self._server.fit is not None else share
+        fit = server.fit.requests if server.fit is not None else share
         reason = f"{others:.0f} other requests on a server where {fit} fit: this job's share is {share}"
-        return self._set(now, share, f"{reason}: down to {share}")
+        return self._set(now, share, f"{reason}: {action} {share}")
+
+    def _alone_again(self, now: float) -> LimitChange | None:
+        """The other jobs' requests are gone: back to the level this job measured alone (else to its fit),
+        searched from there (what was measured beside them tells nothing of the server alone)."""
+        server = self._server
+        server.released = False
+        fit = server.fit.requests if server.fit is not None else None
+        level = min(self._alone or fit or self._limit, self._cap())
+        self._alone = self._shared = None
+        self._knee.restart_at(level)
+        self._at_knee = False
+        return self._set(now, level, f"no other job's requests on the server any more: back to {level}")
 
     def _cap(self) -> int:
         """The highest level the search may try now: the maximum, a server signal's ceiling, the share."""
         return min(level for level in (self.maximum, self._ceiling, self._server.share) if level is not None)
 
-    def _server_signal(self, window: Window) -> tuple[int, str, bool] | None:
+    def _server_signal(self, window: Window) -> Signal | None:
         """A queue (and the level the server runs, True), or preemptions (False), or None."""
-        tuning, limit, scrapes = self._tuning, self._limit, window.scrapes
-        if len(scrapes) < tuning.min_scrapes and not (
-            window.grew and scrapes and _flooded(scrapes[-1], tuning)
-        ):
-            return None
-        waiting = window.mean([load.waiting for load in scrapes])
-        queued = sum(1 for load in scrapes if (load.waiting or 0) > 0)
-        running = window.mean([load.running for load in scrapes])
-        tolerated = tuning.queue_share * (running or 0.0)  # a short queue keeps a full server busy
-        if waiting is not None and queued >= tuning.waiting_share * len(scrapes) and waiting > tolerated:
-            runs = f", {running:.0f} running" if running is not None else ""
-            scraped = f"mean of {len(scrapes)} scrapes" if len(scrapes) > 1 else "one scrape"
-            mine = self._server.own_part(scrapes[-1], limit)  # another job's requests queue there too
-            level = limit - max(1, round(waiting * mine))
-            if len(scrapes) < tuning.min_scrapes:  # flooded: the server may still be filling up
-                level = min(level, round((scrapes[-1].running or level) * mine))
-            return level, f"the server queues at {limit}: {waiting:.0f} waiting{runs} ({scraped})", True
-        # Preemptions count after the transient: a step up admits its requests at once, and a few are
-        # preempted until the batch settles, at a level that runs without any.
-        settled = scrapes[window.settled_scrape :] if window.started_at is not None else []
-        counter = [load.preemptions_total for load in settled if load.preemptions_total is not None]
-        preempted = counter[-1] - counter[0] if len(counter) >= 2 else 0.0
-        expected = max(len(window.replies), limit)  # replies in a turnover at least
-        if preempted >= 3 and preempted > tuning.preemption_rate * expected:
-            kv = window.mean([load.kv_usage for load in scrapes])
-            full = f", KV cache {kv:.0%} used" if kv is not None else ""
-            replies = len(window.replies)
-            return (
-                limit - max(1, round(limit * tuning.min_step)),
-                f"the server preempted {preempted:.0f} requests in {replies} replies at {limit}{full}",
-                False,
-            )
-        return None
+        limit, tuning = self._limit, self._tuning
+        own_part = self._server.own_part  # another job's requests queue there too
+        return queue_signal(window, limit, tuning, own_part) or preemption_signal(window, limit, tuning)
 
     def _jump_on_room(self, now: float, window: Window, in_flight: int | None) -> LimitChange | None:
         """The opening: while a scrape since the last change shows the server running everything sent,
@@ -300,19 +309,6 @@ class AdaptiveLimit:
             f"(room for ~{wall}): jumping to {target}"
         )
         return self._set(now, target, reason)
-
-    def _latency_signal(self, window: Window) -> tuple[int, str, bool] | None:
-        allowed, p90 = self._tuning.latency_share * self.timeout_s, window.p90_latency
-        if p90 <= allowed:
-            return None
-        timeouts = sum(seconds >= self.timeout_s for _, seconds in window.replies)
-        timed_out = f", {timeouts} of {len(window.replies)} replies timed out" if timeouts else ""
-        return (
-            math.floor(self._limit * 0.8 * allowed / p90),
-            f"p90 latency {p90:.0f} s at {self._limit} is above {self._tuning.latency_share:.0%} "
-            f"of the {self.timeout_s:.0f} s timeout{timed_out}",
-            False,
-        )
 
     def _back_off(self, now: float, level: int, reason: str, runs: bool) -> LimitChange | None:
         """A server or latency signal: a probe there failed, and nothing above ``level`` for a while.
@@ -428,8 +424,3 @@ class AdaptiveLimit:
             lockstep = share >= 0.5
             self._window = Window(self._limit, now, self._limit > old, precision, share, lockstep=lockstep)
         return None if self._limit == old else LimitChange(old, self._limit, reason)
-
-
-def _flooded(load: ServerLoad, tuning: Tuning) -> bool:
-    """One scrape is enough after a step up that the server queues a good part of: no blip does that."""
-    return (load.waiting or 0.0) > tuning.flood_share * max(load.running or 0.0, 1.0)

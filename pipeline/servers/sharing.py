@@ -65,6 +65,17 @@ def server_share(fit: int, own_in_flight: int, load: ServerLoad) -> int | None:
     return max(1, math.floor(share))
 
 
+def joining_share(fit: int, load: ServerLoad) -> int | None:
+    """Where a job starts on a server where ``fit`` of its requests fit and other jobs' requests already
+    run (``load``, read before its first request): what they leave, and at least half the fit (the most
+    a job holding more than all the others together keeps), so that they see it and give way; None when
+    no other job's request is there."""
+    others = others_in_flight(load, 0)
+    if others is None or others < max(NOISE, NOISE_SHARE * fit):
+        return None
+    return max(1, min(fit, max(fit - math.ceil(others), math.ceil(fit / 2))))
+
+
 def settled_share(
     fit: int, own_now: int, scrapes: Sequence[tuple[ServerLoad, int]]
 ) -> tuple[int, float] | None:
@@ -84,6 +95,14 @@ def settled_share(
     return max(found)
 
 
+def alone(fit: int, own_now: int, scrapes: Sequence[tuple[ServerLoad, int]]) -> bool:
+    """Whether none of the last :data:`SCRAPES` scrapes shows another job's requests."""
+    recent = scrapes[-SCRAPES:]
+    return len(recent) == SCRAPES and all(
+        server_share(fit, max(own_then, own_now), load) is None for load, own_then in recent
+    )
+
+
 @dataclass(slots=True)
 class ServerShare:
     """One job's view of a server others may use: the fit, its own in flight, the last scrapes, its share."""
@@ -92,6 +111,7 @@ class ServerShare:
     refined: bool = False  # the fit was counted again at a window's replies
     replied_tokens: tuple[int, int, int] = (0, 0, 0)  # replies, their prompt and answer tokens, until then
     share: int | None = None  # None: no other job's requests there (or nothing known)
+    released: bool = False  # the others' requests were there and are gone (until the limit takes it)
     in_flight: int = 0  # this job's in flight at the last count
     own_peak: int = 0  # the most since the last scrape: the server counted at some moment since
     scrapes: list[tuple[ServerLoad, int]] = field(default_factory=list)  # with this job's in flight
@@ -107,8 +127,14 @@ class ServerShare:
         return self._settle(max(own, in_flight))
 
     def _settle(self, own: int) -> tuple[int, float] | None:
-        settled = settled_share(self.fit.requests, own, self.scrapes) if self.fit is not None else None
-        self.share = settled[0] if settled is not None else None
+        """The share while every recent scrape shows others; kept while some do, gone once none does."""
+        if self.fit is None:
+            return None
+        settled = settled_share(self.fit.requests, own, self.scrapes)
+        if settled is not None:
+            self.share = settled[0]
+        elif self.share is not None and alone(self.fit.requests, own, self.scrapes):
+            self.share, self.released = None, True
         return settled
 
     def own_part(self, load: ServerLoad, limit: int) -> float:

@@ -136,12 +136,14 @@ def test_a_limit_draining_after_a_cut_is_no_other_job() -> None:
         assert limiter.share is None
 
 
-def test_a_queue_beside_another_jobs_requests_backs_off_only_this_jobs_part() -> None:
-    """Both jobs started at the fit: the server runs 60 of their 154 and queues the rest. Each takes its
-    half of the queue as its own, not all of it (which would send both to the minimum)."""
+def test_a_queue_beside_another_jobs_requests_sends_this_job_to_its_half_not_to_nothing() -> None:
+    """Both jobs started at the fit: the server runs 60 of their 128 and queues the rest. Each takes half
+    the fit (the others' 64 are there), not the whole queue as its own (which would send both to the
+    minimum); the queue's part is this job's in proportion (tests/servers/test_signals.py)."""
     clock = FakeClock()
     limiter = AdaptiveLimit(maximum=512, timeout_s=900, clock=clock, fit=FIT_64)
     limiter.update(in_flight=64)
-    limiter.on_server_load(load(60, waiting=68))
+    for _ in range(2):  # two scrapes, the server no longer taking any in
+        limiter.on_server_load(load(60, waiting=68))
     change = limiter.update(in_flight=64)
-    assert change is not None and change.new == 30 and "queues" in change.reason
+    assert change is not None and change.new == 32 and "this job's share is 32" in change.reason

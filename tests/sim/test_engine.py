@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from pipeline.bench.closed_loop import VirtualClockLoop
+from pipeline.bench.virtual_clock import VirtualClockLoop
 from pipeline.sim.blocks import BLOCK_SIZE
 from pipeline.sim.engine import KV_THRASH, Engine, Sequence
 from pipeline.sim.profiles import PROFILES, REFERENCE_OUTPUT_TOKENS, REFERENCE_PROMPT_TOKENS, Profile

@@ -1,0 +1,92 @@
+"""Several `auto` jobs on one server, each with its own client and controller, on both server models (the
+simulator's engine and the second, written apart from it), on a virtual clock: a server whose KV cache
+holds 64 of the jobs' requests and that collapses past it."""
+
+from __future__ import annotations
+
+import itertools
+from functools import cache
+
+import pytest
+
+from pipeline.bench.closed_loop import SERVER_MODELS, Scenario
+from pipeline.bench.shared_server import Job, JobResult, run_jobs
+
+FIT = 64
+RECORDS = 1200
+
+
+def server(model: str) -> Scenario:
+    return Scenario(
+        "gpt-oss-120b",
+        20_000,
+        kv_cache_tokens=FIT * 1900,
+        max_num_seqs=512,
+        fit_start=True,
+        speed=10,
+        server=model,
+    )
+
+
+@cache
+def alone(model: str) -> JobResult:
+    (job,) = run_jobs(server(model), [Job(RECORDS)])
+    assert job.finished
+    return job
+
+
+def latency_s(model: str) -> float:
+    """A reply's latency alone at the fit, by Little's law."""
+    return FIT * alone(model).duration_s / RECORDS
+
+
+def together(jobs: list[JobResult]) -> float:
+    """Both jobs' records per second over the time from the first start to the last end."""
+    return sum(job.answered for job in jobs) / (max(j.ended_s for j in jobs) - min(j.started_s for j in jobs))
+
+
+def time_past_the_fit(jobs: list[JobResult], start_s: float, end_s: float) -> float:
+    """How long between ``start_s`` and ``end_s`` the jobs' limits added up to well past the fit (15%)."""
+    moments = sorted({start_s, end_s, *(at for job in jobs for at, _ in job.trace if start_s < at < end_s)})
+    over = [
+        (later - at)
+        for at, later in itertools.pairwise(moments)
+        if sum(job.limit_at(at) for job in jobs) > 1.15 * FIT
+    ]
+    return sum(over)
+
+
+@pytest.mark.parametrize("model", SERVER_MODELS)
+def test_two_jobs_started_together_finish_together_and_as_fast_as_one_of_both(model: str) -> None:
+    first, second = run_jobs(server(model), [Job(RECORDS // 2), Job(RECORDS // 2)])
+    assert first.finished and second.finished
+    slower, faster = max(first.duration_s, second.duration_s), min(first.duration_s, second.duration_s)
+    assert slower <= 1.25 * faster
+    assert together([first, second]) >= 0.9 * alone(model).records_per_s
+    # Past the fit only until each job's scrapes show the other: well under a reply's latency.
+    assert time_past_the_fit([first, second], 0.0, faster) <= 0.5 * latency_s(model)
+
+
+@pytest.mark.parametrize("model", SERVER_MODELS)
+def test_a_job_left_alone_takes_the_server_back_within_a_few_reply_latencies(model: str) -> None:
+    long, short = run_jobs(server(model), [Job(3 * RECORDS // 4), Job(RECORDS // 4)])
+    assert short.ended_s < long.ended_s
+    back = long.reached(round(0.9 * FIT), short.ended_s)
+    assert back is not None and back - short.ended_s <= 3 * latency_s(model)
+    assert "no other job's requests on the server any more" in " ".join(c.reason for _, c in long.changes)
+
+
+@pytest.mark.parametrize("model", SERVER_MODELS)
+def test_a_job_that_starts_while_another_runs_gets_its_share_without_the_server_collapsing(
+    model: str,
+) -> None:
+    late = alone(model).duration_s / 4
+    first, second = run_jobs(server(model), [Job(RECORDS // 2), Job(RECORDS // 2, start_s=late)])
+    assert first.finished and second.finished
+    half = second.reached(round(0.4 * FIT), late)
+    assert half is not None and half - late <= 5 * latency_s(model)
+    both = min(first.ended_s, second.ended_s)
+    assert time_past_the_fit([first, second], late, both) <= 0.5 * latency_s(model)
+    served = sum(job.answered_between(late + latency_s(model), both) for job in (first, second))
+    assert served / (both - late - latency_s(model)) >= 0.9 * alone(model).records_per_s  # no collapse
+    assert together([first, second]) >= 0.9 * alone(model).records_per_s
