@@ -38,6 +38,7 @@ from typing import Protocol
 from pipeline.bench.step_server import SERVERS, StepServer
 from pipeline.bench.virtual_clock import VirtualClockLoop
 from pipeline.servers.capacity import RequestFit
+from pipeline.servers.client_load import ClientLoad, ClientMeter
 from pipeline.servers.knee_search import DEFAULT_TUNING, KneeMemory, ServerLoad, Tuning
 from pipeline.servers.limits import AdaptiveLimit, LimitChange
 from pipeline.servers.router import METRICS_EVERY_S, TICK_S
@@ -127,6 +128,10 @@ class Scenario:
     # The server model (SERVER_MODELS): "sim", the simulator's engine (with ``thrash``), or "steps", the
     # second model (pipeline/bench/step_server.py: its own batching and its own collapse past the cache)
     server: str = "sim"
+    # The client's CPU seconds per reply (reading, parsing, validating) on its one event-loop thread, in
+    # its own seconds: past 1 / client_cpu_s replies a second the client is the bottleneck (a loaded
+    # machine), and its timers fire late. 0: a client with CPU to spare.
+    client_cpu_s: float = 0.0
 
     @property
     def label(self) -> str:
@@ -153,6 +158,7 @@ class LoadResult:
     changes: tuple[tuple[float, LimitChange], ...]
     knee_at: float | None  # when the controller first found its knee
     learned: KneeMemory | None  # what auto leaves the next run
+    client_bound: ClientLoad | None = None  # the client's load when it was the bottleneck, if it was
 
     def throughput(self, start_s: float = 0.0, end_s: float | None = None) -> float:
         """Delivered output tok/s between two moments of the run."""
@@ -193,6 +199,15 @@ class LoadRun:
     trace: list[tuple[float, int]] = field(default_factory=list)
     changes: list[tuple[float, LimitChange]] = field(default_factory=list)
     knee_at: float | None = None
+    core: asyncio.Lock = field(default_factory=asyncio.Lock)  # the client's one event-loop thread
+    busy_s: float = 0.0  # its CPU seconds so far
+
+    async def on_core(self, cpu_s: float) -> None:
+        """Wait for the event loop's thread, then keep it busy for ``cpu_s`` (the client's seconds)."""
+        async with self.core:
+            if cpu_s > 0:
+                await asyncio.sleep(cpu_s)
+                self.busy_s += cpu_s
 
     @property
     def limit(self) -> int:
@@ -209,6 +224,7 @@ class LoadRun:
             if self.controller is not None:
                 self.controller.on_timeout()
         else:
+            await self.on_core(self.scenario.client_cpu_s)  # read and handled when the loop gets to it
             now = self.engine.now()
             self.replies.append((now, sequence.output_tokens))
             if self.controller is not None:  # in the client's seconds, as it measures them
@@ -233,8 +249,17 @@ class LoadRun:
                 self.controller.on_server_load(load)
 
     async def adapt(self, controller: AdaptiveLimit) -> None:
+        """The router's ticks: its timers late by the loop's lag, the client's load with each scrape."""
+        loop, every = asyncio.get_running_loop(), self.scenario.update_every_s
+        meter, ticks = ClientMeter(loop.time, lambda: self.busy_s), 0
         while True:
-            await asyncio.sleep(self.scenario.update_every_s)
+            asleep = loop.time()
+            await asyncio.sleep(every)
+            await self.on_core(0.0)
+            meter.lagged(loop.time() - asleep - every)
+            ticks += 1
+            if ticks % max(1, round(self.scenario.scrape_every_s / every)) == 0:
+                controller.on_client_load(meter.read())
             change = controller.update(in_flight=self.in_flight)
             now = self.engine.now()
             if controller.at_knee and self.knee_at is None:
@@ -343,6 +368,7 @@ def _result(run: LoadRun, started: float, fixed: int | None) -> LoadResult:
         changes=tuple((at - started, change) for at, change in run.changes),
         knee_at=None if run.knee_at is None else run.knee_at - started,
         learned=run.controller.learned if run.controller is not None else None,
+        client_bound=run.controller.client_bound if run.controller is not None else None,
     )
 
 

@@ -143,3 +143,18 @@ def _known_knee(config: EndpointConfig, knees: Mapping[str, KneeMemory]) -> Knee
         found = "the knee an earlier run found" if known.bracketed else "the best level an earlier run saw"
         log.info(f"concurrency auto starts at {found}", endpoint=config.name, level=known.level)
     return known
+
+
+def knees_to_store(router: Router) -> dict[str, KneeMemory]:
+    """What `concurrency: auto` learned of each server in this run, for the next run to start from; a
+    knee found while the client was the bottleneck is the client's, not the server's: not stored, and
+    said (the knee an earlier run stored stays)."""
+    for endpoint in router.endpoints:
+        bound = endpoint.controller.client_bound if endpoint.controller is not None else None
+        if bound is not None:
+            log.warning(
+                "concurrency auto: the knee found is not stored as the server's: the client was the "
+                f"bottleneck ({bound.words}); the next run starts where an earlier one left",
+                endpoint=endpoint.name,
+            )
+    return {e.config.knee_key: e.found_knee for e in router.endpoints if e.found_knee is not None}

@@ -35,7 +35,7 @@ from pipeline.job.spec import JobSpec
 from pipeline.quality.drift import BASELINE_RUNS, Drift, ProfiledRun, describe_runs, judge_last
 from pipeline.run.execution import OpenRun, RunExecution, save_snapshot
 from pipeline.run.extractors import record_extractor
-from pipeline.run.fleet import open_fleet
+from pipeline.run.fleet import knees_to_store, open_fleet
 from pipeline.run.notices import stale_kept, warn_if_timeout_is_short
 from pipeline.run.options import RunCommands, RunOptions, RunStatus, RunSummary
 from pipeline.run.preflight import warn_before_start
@@ -267,7 +267,7 @@ async def _begin(run: OpenRun) -> None:
 async def _finish(run: OpenRun, status: RunStatus, message: str | None, *, quiet: bool) -> None:
     """The run's row and snapshot at its end. ``quiet``: the run is ending on an error of its own
     already (a full disk that also refuses this last update), which stays the one the caller sees."""
-    found = {e.config.knee_key: e.found_knee for e in run.router.endpoints if e.found_knee is not None}
+    found = knees_to_store(run.router)
     try:
         # Its numbers once the workers stopped: every request sent, the cancelled ones too.
         await run.writer.finish_run(str(status), run.stats.end(), message, found)

@@ -19,6 +19,8 @@ import math
 from dataclasses import dataclass, field
 from typing import TypeGuard
 
+from pipeline.servers.client_load import ClientLoad
+
 
 @dataclass(frozen=True, slots=True)
 class ServerLoad:
@@ -87,6 +89,13 @@ class Window:
     in_flight: list[int] = field(default_factory=list)
     scrapes: list[ServerLoad] = field(default_factory=list)
     settled_scrape: int = 0  # the first scrape after the transient
+    clients: list[ClientLoad] = field(default_factory=list)  # the client's own load, a reading a scrape
+
+    @property
+    def client_bound(self) -> ClientLoad | None:
+        """The client's load over the window when it was the bottleneck (its mean reading), else None."""
+        load = ClientLoad.mean(self.clients)
+        return load if load is not None and load.bound else None
 
     def reply(self, now: float, latency_s: float, tokens: int, ok: bool) -> None:
         if now - latency_s < self.changed_at - 1e-9:
@@ -166,10 +175,13 @@ class KneeMemory:
     bracketed: bool  # the nearest worse levels on both sides were a step away
     worse_below: int | None = None  # the nearest level below ``level`` that did worse
     worse_above: int | None = None  # the nearest level above it that did worse: overloaded, or slower
+    tokens_per_s: float | None = None  # what ``level`` delivered then: a next run slower there looks again
 
-    def as_json(self) -> dict[str, int | bool]:
+    def as_json(self) -> dict[str, int | bool | float]:
         bounds = {"worse_below": self.worse_below, "worse_above": self.worse_above}
-        known = {name: level for name, level in bounds.items() if level is not None}
+        known: dict[str, int | bool | float] = {k: level for k, level in bounds.items() if level is not None}
+        if self.tokens_per_s is not None:
+            known["tokens_per_s"] = round(self.tokens_per_s, 1)
         return {"level": self.level, "bracketed": self.bracketed, **known}
 
     @classmethod
@@ -179,12 +191,15 @@ class KneeMemory:
             return cls(value, bracketed=True)
         if not isinstance(value, dict) or not _level(level := value.get("level")):
             return None
-        below, above = value.get("worse_below"), value.get("worse_above")
+        below, above, speed = value.get("worse_below"), value.get("worse_above"), value.get("tokens_per_s")
         return cls(
             level,
             value.get("bracketed") is True,
             below if _level(below) and below < level else None,
             above if _level(above) and above > level else None,
+            float(speed)
+            if isinstance(speed, int | float) and not isinstance(speed, bool) and speed > 0
+            else None,
         )
 
 
@@ -228,6 +243,7 @@ class KneeSearch:
     heading_up: bool = True  # the side to try first: where the last paid step went
     reprobe_up: bool = True
     seen: dict[int, float] = field(default_factory=dict)  # the last throughput measured at each level
+    remembered: float | None = None  # what an earlier run's knee delivered, until measured again here
 
     @classmethod
     def starting(cls, level: int, tuning: Tuning, memory: KneeMemory | None) -> KneeSearch:
@@ -252,6 +268,7 @@ class KneeSearch:
             # cliff, and a knee found a step too high costs the whole run.
             held=tuning.hold_latencies - tuning.confirm_latencies,
             reprobe_up=False,
+            remembered=memory.tokens_per_s,
         )
 
     @classmethod
@@ -272,15 +289,28 @@ class KneeSearch:
         self.held = 0
 
     def measured_best(self, throughput: float, error: float, tuning: Tuning) -> str:
-        """A window at the best level: refresh its throughput; a large shift restarts the search."""
+        """A window at the best level: refresh its throughput; a large shift restarts the search, and so
+        does an earlier run's knee found slower than that run measured it (beyond the window's noise)."""
         previous, self.best_tp, self.best_error = self.best_tp, throughput, error
         self.seen[self.best] = throughput
+        remembered, self.remembered = self.remembered, None
+        if remembered is not None and throughput < remembered * (1 - max(tuning.noise, 2 * error)):
+            words = f"{self.best}, the knee an earlier run stored, gives {throughput:.0f} tok/s where it gave"
+            # Around it in steps of a descent: the knee was here once, far above may be a collapse.
+            return self._search_again(throughput, f"{words} {remembered:.0f}: searching again", self.descent)
         if previous is not None and previous > 0 and abs(throughput / previous - 1) > tuning.shift:
-            self.lo = self.hi = None
-            self.seen = {self.best: throughput}
-            self.reach_up, self.reach_down, self.held = self.largest, self.descent, 0
-            return f"{change_words(previous, throughput)} at {self.best}: the server changed, searching again"
+            words = (
+                f"{change_words(previous, throughput)} at {self.best}: the server changed, searching again"
+            )
+            return self._search_again(throughput, words, self.largest)
         return f"{self.best} gives {throughput:.0f} tok/s" + self._overtaken(tuning)
+
+    def _search_again(self, throughput: float, words: str, reach_up: float) -> str:
+        """Nothing known around the best level any more: steps of ``reach_up`` up, a descent down."""
+        self.lo = self.hi = None
+        self.seen = {self.best: throughput}
+        self.reach_up, self.reach_down, self.held = reach_up, self.descent, 0
+        return words
 
     def _overtaken(self, tuning: Tuning) -> str:
         """The best level measured again did worse than a bound did when it was probed (the earlier

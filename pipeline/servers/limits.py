@@ -74,9 +74,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pipeline.servers.capacity import RequestFit
+from pipeline.servers.client_load import ClientLoad
 from pipeline.servers.knee_search import DEFAULT_TUNING, KneeMemory, KneeSearch, ServerLoad, Tuning, Window
 from pipeline.servers.sharing import ServerShare, joining_share
-from pipeline.servers.signals import Signal, latency_signal, preemption_signal, queue_signal
+from pipeline.servers.signals import Signal, aim_up, latency_signal, preemption_signal, queue_signal
 
 DEFAULT_INITIAL = 8
 
@@ -127,6 +128,7 @@ class AdaptiveLimit:
         # From nothing in flight a short window will do: the opening level is small, or known to be good.
         self._window = Window(self._limit, clock(), grew=True, precision=first, share=tuning.window_share)
         self._server = ServerShare()  # the fit, and this job's share of a server others use
+        self._client_bound: ClientLoad | None = None  # the client was the bottleneck: its load then
         self._alone: int | None = None  # the best level measured before a share cut it: to go back to
         self._shared: int | None = None  # the share the limit was last set to
         if fit is not None and known_knee is None:
@@ -187,12 +189,17 @@ class AdaptiveLimit:
     def learned(self) -> KneeMemory | None:
         """What this run measured, for the next one to start from (None before anything was): the knee
         once bracketed, else the best level so far and the nearest levels that did worse."""
-        if not self._measured:
+        if not self._measured or self._client_bound is not None:  # the client's knee is not the server's
             return None
         knee = self._knee
         if self._bracket is not None and self._bracket.level == knee.best:
             return self._bracket
-        return KneeMemory(knee.best, self._at_knee, worse_below=knee.lo, worse_above=knee.hi)
+        return KneeMemory(knee.best, self._at_knee, knee.lo, knee.hi, knee.best_tp)
+
+    @property
+    def client_bound(self) -> ClientLoad | None:
+        """The client's load when it was the bottleneck in a window of this run (None: never)."""
+        return self._client_bound
 
     def on_finished(self, *, latency_s: float, output_tokens: int, prompt_tokens: int, ok: bool) -> None:
         """Every reply; ``ok`` False (an error status, a reset) delivered no tokens. ``prompt_tokens``: the
@@ -204,6 +211,10 @@ class AdaptiveLimit:
     def on_timeout(self) -> None:
         """A request the client gave up on: a reply that took the whole timeout and delivered nothing."""
         self._window.reply(self._clock(), self.timeout_s, 0, ok=False)
+
+    def on_client_load(self, load: ClientLoad) -> None:
+        """The client's own load over the last interval (:mod:`~pipeline.servers.client_load`)."""
+        self._window.clients.append(load)
 
     def on_server_load(self, load: ServerLoad) -> None:
         self._window.scrape(load)
@@ -227,6 +238,9 @@ class AdaptiveLimit:
             signal = latency_signal(window, self._limit, self.timeout_s, self._tuning)
             if signal is None and not window.full(self._tuning.full_share):
                 return self._set(now, self._limit, "")  # the client's supply ran short: measure again
+            if signal is None and window.client_bound is not None:  # the client's speed: judge nothing
+                self._client_bound = window.client_bound
+                return self._set(now, self._limit, "")
         self._ceiling_left -= 1
         if self._ceiling_left <= 0:
             self._ceiling = None
@@ -343,7 +357,7 @@ class AdaptiveLimit:
         if knee.best == limit:
             self._best_at = now
         if limit == knee.best:  # the window saw the best level's KV cache: a step up starts there
-            words += self._aim_up(window)
+            words += aim_up(knee, window, self._load, self._tuning)
         refit = self._refit()
         if refit is not None:
             fit_words = self._server.fit.words if self._server.fit is not None else ""
@@ -352,7 +366,7 @@ class AdaptiveLimit:
         target = knee.next_probe(cap, self.minimum)
         self._at_knee = target is None
         if target is None:
-            self._bracket = KneeMemory(knee.best, True, worse_below=knee.lo, worse_above=knee.hi)
+            self._bracket = KneeMemory(knee.best, True, knee.lo, knee.hi, knee.best_tp)
             held = (now - self._decided_at) / window.mean_latency
             target = knee.reprobe(cap, self.minimum, held, tuning.hold_latencies) or knee.best
             action = f"re-probing {target}, a step from the knee at {knee.best}"
@@ -377,30 +391,6 @@ class AdaptiveLimit:
             self._cap(), max(self.minimum, fit.requests), math.ceil(self._limit * self._tuning.descent)
         )
         return level if abs(math.log(level / self._limit)) >= self._knee.smallest else None
-
-    def _aim_up(self, window: Window) -> str:
-        """What ``/metrics`` say about the next step up from the best level (the window's). Near a full KV
-        cache: one step to where it would be full, then small ones. With room (nothing waiting): faster
-        steps while they pay well, but no further than the KV wall (``kv_fill`` of the cache at the KV
-        each running request uses now), and first to a ``descent`` below it: a peak of throughput may
-        lie below the wall, and it costs less to look from there."""
-        tuning, knee, load = self._tuning, self._knee, self._load
-        kv = window.mean([scrape.kv_usage for scrape in window.scrapes])
-        if kv is not None and kv >= tuning.kv_high:  # collapse is near: approach it in small steps
-            running = window.mean([scrape.running for scrape in window.scrapes]) or 0.0
-            full = running / kv
-            knee.reach_up = max(knee.smallest, min(knee.reach_up, math.log(full / knee.best)))
-            return f" (KV cache {kv:.0%} used: full at ~{full:.0f})"
-        if load is None or not load.running or not load.kv_usage or load.waiting is None or load.waiting > 0:
-            return ""
-        if knee.reach_up >= knee.largest:
-            knee.reach_up = max(knee.reach_up, math.log(tuning.sprint))
-        wall = tuning.kv_fill * load.running / load.kv_usage
-        aim = wall / tuning.descent if knee.best * tuning.descent**2 <= wall else wall
-        if math.log(aim / knee.best) >= knee.reach_up:
-            return ""
-        knee.reach_up = max(knee.smallest, math.log(aim / knee.best))
-        return f" (KV cache {load.kv_usage:.0%} used by {load.running:.0f} requests: room for ~{wall:.0f})"
 
     def _precision_for(self, log_step: float) -> float:
         """A window judges a step: a doubling must gain 23%, measured to 5% (as are larger ones); a 4%

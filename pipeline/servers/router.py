@@ -3,7 +3,8 @@ limit; an endpoint that goes away is held (probed in the background until it ans
 others go on, and the run gives up only when every endpoint has been gone for ``give_up_after_s``.
 
 In the background it also moves the limits of ``concurrency: auto`` endpoints (every ``TICK_S``, with
-their server's ``/metrics`` every ``METRICS_EVERY_S``), and takes a stalled endpoint out of the
+their server's ``/metrics`` and the client's own load, its event loop's lag at these ticks and its CPU
+share, every ``METRICS_EVERY_S``), and takes a stalled endpoint out of the
 rotation when another one is up: its requests in flight are cancelled and sent elsewhere at no cost.
 """
 
@@ -17,6 +18,7 @@ import structlog
 from anyio.abc import TaskGroup, TaskStatus
 
 from pipeline.errors import EndpointUnreachableError, FatalRunError, ServerDownError, first_error
+from pipeline.servers.client_load import ClientLoad, ClientMeter
 from pipeline.servers.endpoint import Endpoint
 from pipeline.servers.http import SMALL_REQUEST_TIMEOUT_S, http_client
 
@@ -140,17 +142,25 @@ class Router:
                 if not endpoint.health.up:
                     tasks.start_soon(self._probe_until_up, endpoint)
             task_status.started()
-            ticks = 0
+            ticks, meter = 0, ClientMeter(self._clock)
             while True:
+                asleep = self._clock()
                 await anyio.sleep(TICK_S)
+                meter.lagged(self._clock() - asleep - TICK_S)  # how late the loop woke: its lag
                 ticks += 1
                 self._adapt()
                 self._watch_stalls()
                 if ticks % int(METRICS_EVERY_S / TICK_S) == 0:
                     counters = ticks % int(COUNTERS_EVERY_S / TICK_S) == 0
+                    self._client_load(meter.read())
                     for endpoint in self.endpoints:
                         if endpoint.metrics_available and (endpoint.controller is not None or counters):
                             tasks.start_soon(endpoint.read_server_load, http)
+
+    def _client_load(self, load: ClientLoad) -> None:
+        for endpoint in self.endpoints:
+            if endpoint.controller is not None:
+                endpoint.controller.on_client_load(load)
 
     def _adapt(self) -> None:
         for endpoint in self.endpoints:

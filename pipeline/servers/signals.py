@@ -1,7 +1,8 @@
 """What the server says back to `concurrency: auto` (:mod:`pipeline.servers.limits`) besides throughput: a
 queue (the limit exceeds what the server runs), preemptions past a full KV cache (a thrash), and replies
 nearing the client's timeout. Each is a :data:`Signal`: the level to back off to, the reason in words,
-and whether that level is what the server runs (the search goes on there).
+and whether that level is what the server runs (the search goes on there). And what its KV cache says
+of the next step up (:func:`aim_up`).
 
 A queue is told apart from a server taking in requests sent together: it admits a few a step, as their
 prefills fit in a step's token budget (vLLM's chunked prefill), and the rest wait meanwhile; while the
@@ -14,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-from pipeline.servers.knee_search import ServerLoad, Tuning, Window
+from pipeline.servers.knee_search import KneeSearch, ServerLoad, Tuning, Window
 
 #: The level to back off to, why, and whether it is what the server runs.
 Signal = tuple[int, str, bool]
@@ -109,3 +110,27 @@ def latency_signal(window: Window, limit: int, timeout_s: float, tuning: Tuning)
         f"of the {timeout_s:.0f} s timeout{timed_out}",
         False,
     )
+
+
+def aim_up(knee: KneeSearch, window: Window, load: ServerLoad | None, tuning: Tuning) -> str:
+    """What ``/metrics`` say about the next step up from the best level (the window's). Near a full KV
+    cache: one step to where it would be full, then small ones. With room (nothing waiting): faster
+    steps while they pay well, but no further than the KV wall (``kv_fill`` of the cache at the KV
+    each running request uses now), and first to a ``descent`` below it: a peak of throughput may
+    lie below the wall, and it costs less to look from there."""
+    kv = window.mean([scrape.kv_usage for scrape in window.scrapes])
+    if kv is not None and kv >= tuning.kv_high:  # collapse is near: approach it in small steps
+        running = window.mean([scrape.running for scrape in window.scrapes]) or 0.0
+        full = running / kv
+        knee.reach_up = max(knee.smallest, min(knee.reach_up, math.log(full / knee.best)))
+        return f" (KV cache {kv:.0%} used: full at ~{full:.0f})"
+    if load is None or not load.running or not load.kv_usage or load.waiting is None or load.waiting > 0:
+        return ""
+    if knee.reach_up >= knee.largest:
+        knee.reach_up = max(knee.reach_up, math.log(tuning.sprint))
+    wall = tuning.kv_fill * load.running / load.kv_usage
+    aim = wall / tuning.descent if knee.best * tuning.descent**2 <= wall else wall
+    if math.log(aim / knee.best) >= knee.reach_up:
+        return ""
+    knee.reach_up = max(knee.smallest, math.log(aim / knee.best))
+    return f" (KV cache {load.kv_usage:.0%} used by {load.running:.0f} requests: room for ~{wall:.0f})"

@@ -438,7 +438,11 @@ def test_a_run_leaves_the_knee_as_last_bracketed_while_it_re_probes() -> None:
     while not changes or "re-probing" not in changes[-1].reason:
         changes += server.drive(controller, clock, 1.0)
     assert controller.limit != 64  # one bound forgotten while the probe lasts
-    assert controller.learned == KneeMemory(64, bracketed=True, worse_below=61, worse_above=67)
+    learned = controller.learned
+    assert learned is not None and learned.tokens_per_s == pytest.approx(1920.0)  # for a next run to compare
+    assert dataclasses.replace(learned, tokens_per_s=None) == KneeMemory(
+        64, True, worse_below=61, worse_above=67
+    )
 
 
 def test_the_opening_jumps_further_when_replies_leave_room_under_the_timeout() -> None:
@@ -505,3 +509,53 @@ def test_a_first_run_reaches_092_of_the_best_fixed_level_and_the_next_097(
     assert first.throughput() >= 0.92 * best, (first.throughput(), best)
     second = run_load(dataclasses.replace(scenario, known_knee=first.learned))
     assert second.throughput() >= 0.97 * best, (second.throughput(), best)
+
+
+@pytest.mark.parametrize("model", SERVER_MODELS)
+def test_a_knee_found_while_the_client_was_the_bottleneck_is_not_left_for_the_next_run(model: str) -> None:
+    """A client that needs 2 s of its one core per reply handles half the replies the server gives at
+    its knee: its timers fire late and its core is busy; the run leaves no knee, and says why."""
+    scenario = Scenario(
+        "gpt-oss-120b",
+        1850,
+        kv_cache_tokens=64 * 2300,
+        max_num_seqs=512,
+        workload=JOB,
+        fit_start=True,
+        server=model,
+    )
+    assert run_load(scenario).learned is not None  # with CPU to spare
+    starved = run_load(dataclasses.replace(scenario, client_cpu_s=2.0))
+    assert starved.learned is None and starved.client_bound is not None
+    assert "event-loop lag" in starved.client_bound.words
+
+
+def test_a_knee_slower_than_the_run_that_stored_it_is_searched_again() -> None:
+    """The knee an earlier run stored at 64 delivered 2,880 tok/s there; now 64 gives 1,920 (another
+    load on the server, a slower setting): the search looks around it again instead of holding."""
+    clock = FakeClock()
+    stored = KneeMemory(64, bracketed=True, worse_below=61, worse_above=67, tokens_per_s=2880.0)
+    controller = AdaptiveLimit(maximum=512, timeout_s=900.0, known_knee=stored, clock=clock)
+    changes = Server(lambda c: 30.0 * min(c, 80)).drive(controller, clock, 300)
+    assert changes[0].reason.startswith(
+        "64, the knee an earlier run stored, gives 1920 tok/s where it gave 2880: searching again"
+    )
+    assert controller.limit > 67  # past the bound the earlier run had found
+    assert controller.learned is not None and controller.learned.tokens_per_s is not None
+
+
+def test_a_knee_as_fast_as_the_run_that_stored_it_holds() -> None:
+    clock = FakeClock()
+    stored = KneeMemory(64, bracketed=True, worse_below=61, worse_above=67, tokens_per_s=1920.0)
+    controller = AdaptiveLimit(maximum=512, timeout_s=900.0, known_knee=stored, clock=clock)
+    changes = Server(lambda c: 30.0 * min(c, 64)).drive(controller, clock, 60)
+    assert changes and "searching again" not in changes[0].reason
+
+
+def test_a_stored_knee_keeps_what_it_delivered() -> None:
+    memory = KneeMemory(64, bracketed=True, worse_below=61, tokens_per_s=2880.04)
+    assert memory.as_json() == {"level": 64, "bracketed": True, "worse_below": 61, "tokens_per_s": 2880.0}
+    assert KneeMemory.from_json(memory.as_json()) == KneeMemory(64, True, 61, None, 2880.0)
+    assert KneeMemory.from_json({"level": 64, "bracketed": True, "tokens_per_s": "fast"}) == KneeMemory(
+        64, True
+    )
