@@ -19,10 +19,19 @@ others' in flight, or if more, its part of the fit in proportion to what it hold
 together at the fit scale down together to fill it, not each to nothing); and a job holding more than
 all the others together is held to half the fit (no less than the others), so a job that came second
 climbs to its half while the first gives way: two jobs meet at half the fit each, three or more never
-let one hold more than the rest together. The share bounds the search from above (a limit above it
+let one hold more than the rest together. A share is never below what the others count as a job
+(:func:`visible`: fewer in flight are taken for the noise between a scrape and a count, and a job the
+others cannot see would never be given way to). The share bounds the search from above (a limit above it
 drops to it at once, after :data:`SCRAPES` scrapes that show the others, each counted against this job's
-most in flight since the one before: a scrape lags the client's count); within it the search goes on as
-alone, and a queue on the server is this job's only in proportion to its part of the requests there.
+most in flight since the one before: a scrape lags the client's count), and a limit held to its share
+follows it up as the others give way; within it the search goes on as alone, and a queue on the server
+is this job's only in proportion to its part of the requests there. Beside others the fit is counted
+again at the replies' tokens after :data:`REFIT_REPLIES` of them (every job's share must be of the
+same fit). When :data:`SCRAPES` scrapes in a row show no other job's requests, the job goes back at once
+to the level it measured alone (else to its fit). A job that starts while others run starts at its share
+(:func:`joining_share`: what they leave, at least half the fit, so that they see it and give way) rather
+than at the fit; a third job does the same, and the two already there give way until none holds more
+than the rest together.
 Nothing is shared but the server's own counts: no file, no database, jobs of different machines and
 databases coordinate alike. A server without ``/metrics`` or its KV cache gives no share.
 """
@@ -42,6 +51,8 @@ NOISE = 3
 NOISE_SHARE = 0.05
 #: Scrapes that must all show other jobs' requests: one is a blip.
 SCRAPES = 2
+#: Replies after which a job beside others counts its fit again at their tokens (alone: its first window).
+REFIT_REPLIES = 8
 
 
 def others_in_flight(load: ServerLoad, own_in_flight: int) -> float | None:
@@ -55,14 +66,20 @@ def server_share(fit: int, own_in_flight: int, load: ServerLoad) -> int | None:
     """This job's share of a server whose KV cache holds ``fit`` of its requests (the module docstring
     says the rule); None when no other job's request is there (or the server does not say)."""
     others = others_in_flight(load, own_in_flight)
-    if others is None or others < max(NOISE, NOISE_SHARE * fit):
+    if others is None or others < visible(fit):
         return None  # a scrape and the client's count differ by the replies between them
     # What the others leave, and at least this job's part of the fit in proportion to what it holds
     # (jobs that started together at the fit scale down together, not each to nothing)
     share = max(fit - others, math.ceil(fit * own_in_flight / (own_in_flight + others)))
     if own_in_flight > others:  # give way: the others may climb to their half
         share = min(share, max(others, math.ceil(fit / 2)))
-    return max(1, math.floor(share))
+    # Never so few that the others take this job's requests for noise: they would never give way.
+    return max(1, math.floor(share), min(visible(fit), math.ceil(fit / 2)))
+
+
+def visible(fit: int) -> int:
+    """The fewest requests other jobs on a server where ``fit`` of theirs fit count as a job's."""
+    return math.ceil(max(NOISE, NOISE_SHARE * fit))
 
 
 def joining_share(fit: int, load: ServerLoad) -> int | None:
@@ -71,7 +88,7 @@ def joining_share(fit: int, load: ServerLoad) -> int | None:
     a job holding more than all the others together keeps), so that they see it and give way; None when
     no other job's request is there."""
     others = others_in_flight(load, 0)
-    if others is None or others < max(NOISE, NOISE_SHARE * fit):
+    if others is None or others < visible(fit):
         return None
     return max(1, min(fit, max(fit - math.ceil(others), math.ceil(fit / 2))))
 
@@ -127,10 +144,15 @@ class ServerShare:
         return self._settle(max(own, in_flight))
 
     def _settle(self, own: int) -> tuple[int, float] | None:
-        """The share while every recent scrape shows others; kept while some do, gone once none does."""
+        """The share while every recent scrape shows others; kept while some do, gone once none does.
+        Beside others the fit is counted again at the replies' tokens as soon as a few came (each job's
+        share must be of the same fit, and the first window may not come while shares move)."""
         if self.fit is None:
             return None
         settled = settled_share(self.fit.requests, own, self.scrapes)
+        if settled is not None and not self.refined and self.replied_tokens[0] >= REFIT_REPLIES:
+            self._measure_fit()
+            settled = settled_share(self.fit.requests, own, self.scrapes)
         if settled is not None:
             self.share = settled[0]
         elif self.share is not None and alone(self.fit.requests, own, self.scrapes):
@@ -152,10 +174,14 @@ class ServerShare:
 
     def refine(self) -> RequestFit | None:
         """Once: the fit at the mean prompt and answer of the replies so far (None without any)."""
-        replies, prompts, answers = self.replied_tokens
-        if self.fit is None or self.refined or not replies:
+        if self.fit is None or self.refined or not self.replied_tokens[0]:
             return None
-        self.refined = True
-        self.fit = self.fit.measured(prompts / replies, answers / replies)
+        self._measure_fit()
         self._settle(self.in_flight)
         return self.fit
+
+    def _measure_fit(self) -> None:
+        replies, prompts, answers = self.replied_tokens
+        if self.fit is not None and replies:
+            self.refined = True
+            self.fit = self.fit.measured(prompts / replies, answers / replies)

@@ -64,7 +64,7 @@ def test_others_are_what_the_server_runs_and_queues_beyond_this_jobs_own() -> No
         pytest.param(60, load(62), None, id="alone: a scrape's noise is no other job"),
         pytest.param(64, load(65, 0), None, id="one stray request is noise too"),
         pytest.param(64, load(64, 10), 32, id="first job holds all: gives way to half"),
-        pytest.param(1, load(64, 1), 1, id="second job: nothing left until the first gives way"),
+        pytest.param(1, load(64, 1), 4, id="second job: kept visible to the first until it gives way"),
         pytest.param(10, load(42), 32, id="second job: climbs into what the first left"),
         pytest.param(32, load(64), 32, id="met at half each: both stay"),
         pytest.param(21, load(63), 22, id="three at a third each: the fit less the others"),
@@ -147,3 +147,17 @@ def test_a_queue_beside_another_jobs_requests_sends_this_job_to_its_half_not_to_
         limiter.on_server_load(load(60, waiting=68))
     change = limiter.update(in_flight=64)
     assert change is not None and change.new == 32 and "this job's share is 32" in change.reason
+
+
+def test_beside_others_the_fit_is_counted_again_after_a_few_replies_not_at_the_first_window() -> None:
+    """Two jobs whose shares move keep resetting their windows: one that counted its fit at max_tokens
+    (41 of these) beside one that measured its replies (70) would take a share of the wrong fit."""
+    share = ServerShare(fit=RequestFit(128_000, prompt_tokens=1000, answer_tokens=2048))
+    for _ in range(8):
+        share.replied(1400, 400)
+    for _ in range(2):
+        share.scraped(load(70))  # another job's 40 beside this one's 30
+    settled = share.counted(30)
+    assert share.refined and share.fit is not None and share.fit.requests == 70
+    assert settled == (30, 40.0)  # what the others leave of 70 (of 41 it would be 18)
+    assert share.refine() is None  # counted once
