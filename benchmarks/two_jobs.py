@@ -17,11 +17,13 @@ time, against the job alone. Runs stop at ``--cap`` times the lone job's time. P
 nothing here is a pass/fail test.
 
 ``--processes`` measures from outside instead: `pipeline run` processes (each its own database) against
-one `pipeline sim` process with that KV cache (its engine queues past the cache rather than collapsing),
-one auto job of 2 x records alone, then two of records at once; times are the runs rows' ended_at -
-started_at.
+one `pipeline sim` process with that KV cache, one auto job of 2 x records alone, then two of records
+at once, then two with the second started a quarter of the lone job's time later, then (``--fixed``,
+0 for none) two at a fixed concurrency; a job's start and end are its runs row's started_at and
+ended_at, in seconds from its setup's start. ``--logs DIR`` keeps each job's log (its limit's changes
+and their reasons).
 
-    .venv/bin/python benchmarks/two_jobs.py --processes --records 1500     # ~3 minutes
+    .venv/bin/python benchmarks/two_jobs.py --processes --records 3000 --fixed 0     # ~5 minutes
 """
 
 from __future__ import annotations
@@ -84,59 +86,97 @@ def kv_simulator(kv_requests: int, speed: float) -> AbstractContextManager[str]:
 
 
 def start_job(folder: Path, url: str, records: int, concurrency: int | str) -> subprocess.Popen[str]:
+    """`pipeline run` of the job on a fresh database of ``records`` in ``folder``; its log in run.log."""
     folder.mkdir()
     build_postings(folder / "job.duckdb", records)
     job = write_job(
         folder, url, concurrency, stem="job", name=folder.name, max_concurrency=512, reasoning_effort="low"
     )
-    return subprocess.Popen(
-        [*PIPELINE, "run", str(job), "--progress", "log"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=child_env(),
-        cwd=REPO,
-    )
+    with (folder / "run.log").open("w") as log:
+        return subprocess.Popen(
+            [*PIPELINE, "run", str(job), "--progress", "log"],
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            text=True,
+            env=child_env(),
+            cwd=REPO,
+        )
 
 
-def finished(children: list[tuple[Path, subprocess.Popen[str]]]) -> list[tuple[int, float]]:
-    """Each job's records done and seconds, from its runs row, once its process ended."""
+def finished(
+    children: list[tuple[Path, subprocess.Popen[str]]], origin: float
+) -> list[tuple[int, float, float]]:
+    """Each job's records done, and when it started and ended (its runs row, in seconds from
+    ``origin``, an epoch), once its process ended."""
     found = []
     for folder, child in children:
-        _, stderr = child.communicate()
+        child.wait()
         if child.returncode != 0:
-            raise RuntimeError(f"pipeline run exited {child.returncode}: {stderr[-2000:]}")
+            tail = (folder / "run.log").read_text()[-2000:]
+            raise RuntimeError(f"pipeline run exited {child.returncode}: {tail}")
         with duckdb.connect(str(folder / "job.duckdb"), read_only=True) as connection:
             row = connection.execute(
-                "SELECT done, epoch(ended_at) - epoch(started_at) FROM runs ORDER BY run_id DESC LIMIT 1"
+                "SELECT done, epoch(started_at), epoch(ended_at) FROM runs ORDER BY run_id DESC LIMIT 1"
             ).fetchone()
         assert row is not None
-        found.append((int(row[0]), float(row[1])))
+        found.append((int(row[0]), float(row[1]) - origin, float(row[2]) - origin))
     return found
 
 
-def main_processes(records: int, kv_requests: int, speed: float, fixed: int) -> None:
+Jobs = list[tuple[str, int, int | str, float]]  # each job: its name, records, concurrency, start delay (s)
+
+
+def run_setup(folder: Path, url: str, jobs: Jobs) -> list[tuple[int, float, float]]:
+    """Start the jobs, each after its delay; what each did once all ended."""
+    origin = time.time()
+    children = []
+    for name, count, concurrency, delay in sorted(jobs, key=lambda job: job[3]):
+        time.sleep(max(0.0, origin + delay - time.time()))
+        children.append((folder / name, start_job(folder / name, url, count, concurrency)))
+    return finished(children, origin)
+
+
+def main_processes(records: int, kv_requests: int, speed: float, fixed: int, logs: Path | None) -> None:
+    """One auto job of 2 x records alone, then two of records together, then the second a quarter of the
+    lone job's time later, then (``fixed``) two at a fixed concurrency: each setup timed by its runs rows."""
     started = time.perf_counter()
-    rows = []
-    with tempfile.TemporaryDirectory() as place:
+    rows: list[tuple[object, ...]] = []
+    with tempfile.TemporaryDirectory() as place, kv_simulator(kv_requests, speed) as url:
         folder = Path(place)
-        setups: list[tuple[str, list[tuple[str, int, int | str]]]] = [
-            (f"one auto job of {2 * records:,}", [("alone", 2 * records, "auto")]),
-            (f"two auto jobs of {records:,}", [("a", records, "auto"), ("b", records, "auto")]),
-            (f"two jobs of {records:,} at c={fixed}", [("fa", records, fixed), ("fb", records, fixed)]),
+        alone = run_setup(folder, url, [("alone", 2 * records, "auto", 0.0)])
+        rate = alone[0][0] / (alone[0][2] - alone[0][1])
+        late = (alone[0][2] - alone[0][1]) / 4
+        setups: list[tuple[str, Jobs]] = [
+            (f"one auto job of {2 * records:,}", []),
+            (f"two auto jobs of {records:,}", [("a", records, "auto", 0.0), ("b", records, "auto", 0.0)]),
+            (
+                f"two auto jobs of {records:,}, the second {late:.0f} s later",
+                [("first", records, "auto", 0.0), ("second", records, "auto", late)],
+            ),
         ]
-        alone = None
-        with kv_simulator(kv_requests, speed) as url:
-            for label, jobs in setups:
-                children = [(folder / name, start_job(folder / name, url, n, c)) for name, n, c in jobs]
-                done = finished(children)
-                pair = sum(count for count, _ in done) / max(seconds for _, seconds in done)
-                alone = alone or pair
-                times = ", ".join(f"{seconds:.0f}" for _, seconds in done)
-                slower = max(s for _, s in done) / min(s for _, s in done)
-                rows.append((label, times, f"{slower:.2f}", f"{pair:.1f}", f"{pair / alone:.3f}"))
-                print(f"  {label}: {times} s", file=sys.stderr)
-    header = ("jobs", "each job's time (s)", "slower / faster", "records/s (both)", "against one job alone")
+        if fixed:
+            pair: Jobs = [("fa", records, fixed, 0.0), ("fb", records, fixed, 0.0)]
+            setups.append((f"two jobs of {records:,} at c={fixed}", pair))
+        for label, jobs in setups:
+            done = run_setup(folder, url, jobs) if jobs else alone
+            end = max(ended for _, _, ended in done) - min(begun for _, begun, _ in done)
+            together = sum(count for count, _, _ in done) / end  # from the first start to the last end
+            times = ", ".join(f"{begun:.0f}-{ended:.0f}" for _, begun, ended in done)
+            lengths = [ended - begun for _, begun, ended in done]
+            ratio = f"{max(lengths) / min(lengths):.2f}"
+            rows.append((label, times, ratio, f"{together:.1f}", f"{together / rate:.3f}"))
+            print(f"  {label}: {times} s", file=sys.stderr)
+            if logs is not None:
+                logs.mkdir(parents=True, exist_ok=True)
+                for name in [job[0] for job in jobs] or ["alone"]:
+                    (logs / f"{name}.log").write_text((folder / name / "run.log").read_text())
+    header = (
+        "jobs",
+        "each job's start-end (s)",
+        "longer / shorter",
+        "records/s (all)",
+        "against one job alone",
+    )
     print_rows(header, rows)
     print(
         f"\npipeline sim --speed {speed:g}, KV cache for {kv_requests}, "
@@ -154,9 +194,10 @@ def main() -> None:
     parser.add_argument("--cap", type=float, default=10.0, help="stop runs at this x the lone job's time")
     parser.add_argument("--processes", action="store_true", help="pipeline run against pipeline sim")
     parser.add_argument("--speed", type=float, default=60.0, help="--processes: the simulator's speed")
+    parser.add_argument("--logs", type=Path, default=None, help="--processes: keep each job's log here")
     args = parser.parse_args()
     if args.processes:
-        main_processes(args.records, args.kv_requests, args.speed, args.fixed)
+        main_processes(args.records, args.kv_requests, args.speed, args.fixed, args.logs)
         return
     started = time.perf_counter()
     server = scenario(args.kv_requests)

@@ -236,11 +236,11 @@ class AdaptiveLimit:
             if not window.complete(now, self._tuning):
                 return self._jump_on_room(now, window, in_flight)
             signal = latency_signal(window, self._limit, self.timeout_s, self._tuning)
-            if signal is None and not window.full(self._tuning.full_share):
-                return self._set(now, self._limit, "")  # the client's supply ran short: measure again
             if signal is None and window.client_bound is not None:  # the client's speed: judge nothing
                 self._client_bound = window.client_bound
                 return self._set(now, self._limit, "")
+            if signal is None and not window.full(self._tuning.full_share):
+                return self._set(now, self._limit, "")  # the client's supply ran short: measure again
         self._ceiling_left -= 1
         if self._ceiling_left <= 0:
             self._ceiling = None

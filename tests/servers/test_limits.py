@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import pytest
 
 from pipeline.bench.closed_loop import SERVER_MODELS, Scenario, Workload, run_load
+from pipeline.servers.client_load import ClientLoad
 from pipeline.servers.knee_search import DEFAULT_TUNING, KneeMemory, KneeSearch, ServerLoad
 from pipeline.servers.limits import AdaptiveLimit, LimitChange
 
@@ -559,3 +560,18 @@ def test_a_stored_knee_keeps_what_it_delivered() -> None:
     assert KneeMemory.from_json({"level": 64, "bracketed": True, "tokens_per_s": "fast"}) == KneeMemory(
         64, True
     )
+
+
+def test_a_client_too_starved_to_keep_its_limit_full_is_said_to_be_the_bottleneck() -> None:
+    """On a loaded machine the client could not keep 64 in flight: its supply, not the server, set the
+    replies, and its timers fired late; nothing is judged and nothing is left for the next run."""
+    clock = FakeClock()
+    controller = limiter(clock, initial=64)
+    clock.now += 10.0
+    for _ in range(200):
+        clock.now += 0.5
+        controller.on_finished(latency_s=10.0, output_tokens=TOKENS, prompt_tokens=PROMPT, ok=True)
+        controller.on_client_load(ClientLoad(lag_s=0.2, cpu_share=0.4))
+        assert controller.update(in_flight=40) is None
+    bound = controller.client_bound
+    assert controller.learned is None and bound is not None and bound.lag_s == pytest.approx(0.2)
