@@ -67,6 +67,7 @@ class Tuning:
     stale_latencies: float = 30.0  # a best level measured longer ago is measured again before a probe
     ceiling_windows: int = 12  # decisions a ceiling from a server signal lasts
     shift: float = 0.25  # throughput change at the held level that restarts the search
+    slower: float = 0.1  # an earlier run's knee this much slower than it was (and than the noise) is left
 
 
 DEFAULT_TUNING = Tuning()
@@ -244,6 +245,7 @@ class KneeSearch:
     reprobe_up: bool = True
     seen: dict[int, float] = field(default_factory=dict)  # the last throughput measured at each level
     remembered: float | None = None  # what an earlier run's knee delivered, until measured again here
+    at_fit_start: bool = False  # started where the job's requests fit (not at an earlier run's knee)
 
     @classmethod
     def starting(cls, level: int, tuning: Tuning, memory: KneeMemory | None) -> KneeSearch:
@@ -277,7 +279,9 @@ class KneeSearch:
         fit the server is not overcommitted; past it, it collapses), no bounds known."""
         smallest, largest = math.log1p(tuning.min_step), math.log(tuning.growth)
         descent = max(smallest, math.log(tuning.descent))
-        return cls(level, smallest, largest, descent, reach_up=smallest, reach_down=smallest)
+        return cls(
+            level, smallest, largest, descent, reach_up=smallest, reach_down=smallest, at_fit_start=True
+        )
 
     def restart_at(self, level: int) -> None:
         """The server changed under the search (other jobs came or went): it starts again at ``level`` in
@@ -293,8 +297,10 @@ class KneeSearch:
         does an earlier run's knee found slower than that run measured it (beyond the window's noise)."""
         previous, self.best_tp, self.best_error = self.best_tp, throughput, error
         self.seen[self.best] = throughput
-        remembered, self.remembered = self.remembered, None
-        if remembered is not None and throughput < remembered * (1 - max(tuning.noise, 2 * error)):
+        # Against an earlier run's, not the first window from nothing (its requests were sent together).
+        remembered = self.remembered if previous is not None else None
+        self.remembered = self.remembered if previous is None else None
+        if remembered is not None and throughput < remembered * (1 - max(tuning.slower, 3 * error)):
             words = f"{self.best}, the knee an earlier run stored, gives {throughput:.0f} tok/s where it gave"
             # Around it in steps of a descent: the knee was here once, far above may be a collapse.
             return self._search_again(throughput, f"{words} {remembered:.0f}: searching again", self.descent)

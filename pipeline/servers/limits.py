@@ -383,7 +383,7 @@ class AdaptiveLimit:
     def _refit(self) -> int | None:
         """Once, at the first window of a start at the fit: the fit at the replies' prompts and answers
         as the server counted them; the level to try when it is a step or more from the limit."""
-        fit = self._server.refine()
+        fit = self._server.refine() if self._knee.at_fit_start else None  # not from an earlier run's knee
         if fit is None:
             return None
         # Up no more than a descent at once: the fit is the KV cache's word, and a peak may lie below it.

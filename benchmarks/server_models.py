@@ -1,0 +1,85 @@
+"""`concurrency: auto` and two jobs sharing one server, on both server models the closed loop runs: the
+simulator's engine (pipeline/sim/, which the policy was tuned on) and a second one written apart from it
+from the seeds' curves (pipeline/bench/step_server.py: its own batching, and past its KV cache it spills
+and slows rather than preempting). A policy that meets its aims on one only is not done.
+
+    .venv/bin/python benchmarks/server_models.py                 # ~3 minutes on the virtual clock
+    .venv/bin/python benchmarks/server_models.py --cases kv64 --records 3000
+
+Per server (benchmarks/auto_first_run.py's cases) and model: the best of a fixed sweep, a first `auto`
+run (no knee stored: it starts where the job's requests fit) and a second (from the first's knee), each
+of ``--length`` reply latencies at the best level, as a share of the best fixed level's throughput; then
+two `auto` jobs of ``--records`` each started together against one job of twice as many alone (the
+pair's records over the later one's time, as a share of the lone job's rate) and each job's time.
+Prints a Markdown table; nothing here is a pass/fail test (tests/servers/test_limits.py and
+tests/bench/test_shared_server.py hold the aims).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import replace
+
+from auto_first_run import CASES, Case, closed_loop_scenario
+from support import print_rows
+
+from pipeline.bench.closed_loop import SERVER_MODELS, run_load
+from pipeline.bench.shared_server import Job, run_jobs
+
+DEFAULT_CASES = ("gpt-oss", "49b", "nano", "kv64", "49b-kv")
+
+
+def row(case: Case, model: str, length: float, records: int) -> tuple[object, ...]:
+    scenario = replace(closed_loop_scenario(case, length), server=model)
+    sweep = {level: run_load(scenario, level).throughput() for level in case.levels}
+    best = max(sweep.values())
+    first = run_load(scenario)
+    second = run_load(replace(scenario, known_knee=first.learned))
+    jobs = replace(scenario, duration_s=10**7, speed=10.0)  # to the last record; fewer ticks to run
+    (alone,) = run_jobs(jobs, [Job(2 * records)])
+    pair = run_jobs(replace(jobs, duration_s=10 * alone.duration_s), [Job(records), Job(records)])
+    together = sum(job.answered for job in pair) / max(job.ended_s for job in pair)
+    return (
+        case.label,
+        model,
+        f"{max(sweep, key=lambda level: sweep[level])} ({best:.0f} tok/s)",
+        f"{first.throughput() / best:.3f}",
+        f"{second.throughput() / best:.3f}",
+        f"{together / alone.records_per_s:.3f}",
+        ", ".join(f"{job.ended_s:,.0f}" for job in pair) + f" (alone: {alone.duration_s:,.0f})",
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--cases", default=",".join(DEFAULT_CASES), help="of auto_first_run.py's cases")
+    parser.add_argument("--length", type=float, default=30.0, help="auto runs' length in reply latencies")
+    parser.add_argument("--records", type=int, default=3000, help="records per job of the pair")
+    args = parser.parse_args()
+    chosen = args.cases.split(",")
+    cases = [case for case in CASES if case.name in chosen]
+    if not cases or len(cases) != len(chosen):
+        parser.error(f"--cases {args.cases!r}: choose from {', '.join(case.name for case in CASES)}")
+    started = time.perf_counter()
+    rows = [row(case, model, args.length, args.records) for case in cases for model in SERVER_MODELS]
+    header = (
+        "server",
+        "model",
+        "best fixed c",
+        "first auto run / best fixed",
+        "second auto run / best fixed",
+        f"two auto jobs of {args.records:,} / one of {2 * args.records:,}",
+        "the two jobs' times (model s)",
+    )
+    print_rows(header, rows)
+    print(
+        f"\nclosed loop, virtual clock, auto runs of ~{args.length:g} latencies, "
+        f"{time.perf_counter() - started:.0f} s wall"
+    )
+
+
+if __name__ == "__main__":
+    main()
