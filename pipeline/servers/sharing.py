@@ -27,11 +27,11 @@ most in flight since the one before: a scrape lags the client's count), and a li
 follows it up as the others give way; within it the search goes on as alone, and a queue on the server
 is this job's only in proportion to its part of the requests there. Beside others the fit is counted
 again at the replies' tokens after :data:`REFIT_REPLIES` of them (every job's share must be of the
-same fit). When :data:`SCRAPES` scrapes in a row show no other job's requests, the job goes back at once
-to the level it measured alone (else to its fit). A job that starts while others run starts at its share
-(:func:`joining_share`: what they leave, at least half the fit, so that they see it and give way) rather
-than at the fit; a third job does the same, and the two already there give way until none holds more
-than the rest together.
+same fit). When :data:`RELEASE_SCRAPES` scrapes in a row show no other job's requests, the job goes
+back at once to the level it measured alone (else to its fit). A job that starts while others run
+starts at its share (:func:`joining_share`: what they leave, at least half the fit, so that they see it
+and give way) rather than at the fit; a third job does the same, and the two already there give way
+until none holds more than the rest together.
 Nothing is shared but the server's own counts: no file, no database, jobs of different machines and
 databases coordinate alike. A server without ``/metrics`` or its KV cache gives no share.
 """
@@ -51,6 +51,9 @@ NOISE = 3
 NOISE_SHARE = 0.05
 #: Scrapes that must all show other jobs' requests: one is a blip.
 SCRAPES = 2
+#: Scrapes in a row that must show no other job's requests before a job takes the server back: this job's
+#: own count runs ahead of the server's right after its limit rose, hiding the others for a scrape or two.
+RELEASE_SCRAPES = 4
 #: Replies after which a job beside others counts its fit again at their tokens (alone: its first window).
 REFIT_REPLIES = 8
 
@@ -113,9 +116,9 @@ def settled_share(
 
 
 def alone(fit: int, own_now: int, scrapes: Sequence[tuple[ServerLoad, int]]) -> bool:
-    """Whether none of the last :data:`SCRAPES` scrapes shows another job's requests."""
-    recent = scrapes[-SCRAPES:]
-    return len(recent) == SCRAPES and all(
+    """Whether none of the last :data:`RELEASE_SCRAPES` scrapes shows another job's requests."""
+    recent = scrapes[-RELEASE_SCRAPES:]
+    return len(recent) == RELEASE_SCRAPES and all(
         server_share(fit, max(own_then, own_now), load) is None for load, own_then in recent
     )
 
@@ -134,7 +137,7 @@ class ServerShare:
     scrapes: list[tuple[ServerLoad, int]] = field(default_factory=list)  # with this job's in flight
 
     def scraped(self, load: ServerLoad) -> None:
-        self.scrapes = [*self.scrapes[1 - SCRAPES :], (load, self.own_peak)]
+        self.scrapes = [*self.scrapes[1 - max(SCRAPES, RELEASE_SCRAPES) :], (load, self.own_peak)]
         self.own_peak = self.in_flight
 
     def counted(self, in_flight: int) -> tuple[int, float] | None:
