@@ -68,7 +68,7 @@ def test_every_reader_answers_from_the_copy_while_a_run_holds_the_database(tmp_p
         assert run.finish() == 0
     assert not copy_path(database).exists()  # the run removed its copy: readers open the database again
     after = run_pipeline("status", str(job))
-    assert after.returncode == 0 and NOTE not in after.stderr and "done:     1300" in after.stdout
+    assert after.returncode == 0 and NOTE not in after.stderr and "done:     1,300" in after.stdout
 
 
 def check_readers(job: Path, database: Path, gold: Path, tmp_path: Path) -> None:
