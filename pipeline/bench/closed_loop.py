@@ -213,6 +213,17 @@ class LoadRun:
     def limit(self) -> int:
         return self.controller.limit if self.controller is not None else self.fixed
 
+    def top_up(self, requests: set[asyncio.Task[None]]) -> None:
+        """Send requests until the limit's worth are in flight or the job has no record left (without a
+        count, the time bounds the run); each is kept in ``requests`` until it ends."""
+        while self.in_flight < self.limit and self.left != 0:
+            if self.left is not None:
+                self.left -= 1
+            self.in_flight += 1
+            task = asyncio.create_task(self.request())
+            requests.add(task)
+            task.add_done_callback(requests.discard)
+
     async def request(self) -> None:
         sequence = self.scenario.workload.sequence(self.rng)
         started = self.engine.now()
@@ -338,11 +349,7 @@ async def _drive(scenario: Scenario, fixed: int | None, clock: Callable[[], floa
     requests: set[asyncio.Task[None]] = set()
     end = asyncio.get_running_loop().call_later(scenario.duration_s / engine.speed, run.wake.set)
     while engine.now() - started < scenario.duration_s - 1e-9:
-        while run.in_flight < run.limit:
-            run.in_flight += 1
-            task = asyncio.create_task(run.request())
-            requests.add(task)
-            task.add_done_callback(requests.discard)
+        run.top_up(requests)
         run.wake.clear()
         await run.wake.wait()
     end.cancel()

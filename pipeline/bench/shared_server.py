@@ -123,12 +123,7 @@ async def _send_all(run: LoadRun, end_s: float) -> float:
     delay = (end_s - run.engine.now()) / run.engine.speed
     end = asyncio.get_running_loop().call_later(delay, run.wake.set)
     while (run.left or run.in_flight) and run.engine.now() < end_s - 1e-9:
-        while run.in_flight < run.limit and run.left:
-            run.left -= 1
-            run.in_flight += 1
-            task = asyncio.create_task(run.request())
-            requests.add(task)
-            task.add_done_callback(requests.discard)
+        run.top_up(requests)
         run.wake.clear()
         await run.wake.wait()
     finished = run.engine.now()
