@@ -4,7 +4,6 @@ sends: its verdicts are random, but there is exactly one for every value."""
 
 from __future__ import annotations
 
-import subprocess
 from collections import Counter
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from pipeline.quality.judgments import values_to_judge
 from pipeline.reports.reading import Sample
 from tests.support.datasets import build_postings
 from tests.support.jobs import table_rows, write_job
-from tests.support.processes import REPO, pipeline_command, sim_metric, sim_server, subprocess_env
+from tests.support.processes import run_pipeline, sim_metric, sim_server
 
 pytestmark = pytest.mark.integration
 
@@ -41,28 +40,15 @@ def test_a_sample_of_a_real_runs_results_is_judged_value_by_value(tmp_path: Path
             max_tokens=2048,
             schema="schemas.linkedin:JobPosting",
         )
-        run = subprocess.run(
-            pipeline_command("run", str(job), "--sample", str(EXTRACTED)),
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env=subprocess_env(),
-            cwd=REPO,
-        )
+        run = run_pipeline("run", str(job), "--sample", str(EXTRACTED), timeout=300)
         assert run.returncode == 0, run.stderr[-2000:]
         spec = load_job(job)
         first = judge_sample_by_model(spec, ["main"], Sample(100))
         requests_before = sim_metric(url, "pipeline_sim:requests_total")
         second = judge_sample_by_model(spec, ["main"], Sample(EXTRACTED))
         requests = sim_metric(url, "pipeline_sim:requests_total") - requests_before
-        again = subprocess.run(  # the command: everything judged already, so nothing is sent
-            pipeline_command("judge", str(job), "--by-model", "--sample", str(EXTRACTED)),
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=subprocess_env(),
-            cwd=REPO,
-        )
+        # the command: everything judged already, so nothing is sent
+        again = run_pipeline("judge", str(job), "--by-model", "--sample", str(EXTRACTED))
         assert sim_metric(url, "pipeline_sim:requests_total") - requests_before == requests
     print(
         f"\njudged {second.values} values of {second.judged} records at c={CONCURRENCY} in "
@@ -112,32 +98,19 @@ def test_judge_model_and_endpoint_send_the_judging_to_another_server_than_the_jo
             max_tokens=2048,
             schema="schemas.linkedin:JobPosting",
         )
-        run = subprocess.run(
-            pipeline_command("run", str(job), "--sample", "20"),
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env=subprocess_env(),
-            cwd=REPO,
-        )
+        run = run_pipeline("run", str(job), "--sample", "20", timeout=300)
         assert run.returncode == 0, run.stderr[-2000:]
         sent_to_job = sim_metric(job_server, "pipeline_sim:requests_total")
-        judged = subprocess.run(
-            pipeline_command(
-                "judge",
-                str(job),
-                "--judge-model",
-                "judge-model",
-                "--endpoint",
-                judge_server,
-                "--sample",
-                "20",
-            ),
-            capture_output=True,
-            text=True,
+        judged = run_pipeline(
+            "judge",
+            str(job),
+            "--judge-model",
+            "judge-model",
+            "--endpoint",
+            judge_server,
+            "--sample",
+            "20",
             timeout=300,
-            env=subprocess_env(),
-            cwd=REPO,
         )
         assert judged.returncode == 0, judged.stderr[-2000:]
         assert sim_metric(job_server, "pipeline_sim:requests_total") == sent_to_job  # none to the job's
