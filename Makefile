@@ -53,6 +53,7 @@ check: lint
 
 # make check on each of $(PYTHONS), each in a venv of its own under .venvs/ (named by its version).
 check-pythons:
+	@test -n "$(strip $(PYTHONS))" || { echo "error: PYTHONS is empty: name at least one Python" >&2; exit 2; }
 	@for python in $(PYTHONS); do \
 	  version=$$($$python -c 'import platform; print(platform.python_version())' 2>/dev/null) \
 	    || { echo "error: PYTHONS: $$python is not a Python that runs here" >&2; exit 2; }; \

@@ -61,3 +61,28 @@ def test_check_is_the_lint_then_the_tests_that_start_no_process(tmp_path: Path) 
     assert shlex.split(commands[tests])[1:] == ["-m", "not process"]
     markers = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["markers"]
     assert any(marker.startswith("process:") for marker in markers)
+
+
+@pytest.mark.parametrize(
+    ("pythons", "said"),
+    [
+        ("", "error: PYTHONS is empty: name at least one Python"),
+        ("/nonexistent/python3", "error: PYTHONS: /nonexistent/python3 is not a Python that runs here"),
+    ],
+)
+def test_check_pythons_refuses_a_python_it_cannot_run_in_one_line(
+    tmp_path: Path, pythons: str, said: str
+) -> None:
+    """No Python to check is a mistake in the command, not a pass: one line and exit 2, nothing made."""
+    for name in ("Makefile", "pyproject.toml"):
+        shutil.copy(REPO / name, tmp_path / name)
+    done = subprocess.run(
+        ["make", "--no-print-directory", "check-pythons", f"PYTHONS={pythons}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr.splitlines()[0] == said
+    assert not (tmp_path / ".venvs").exists()
