@@ -39,9 +39,10 @@ from pipeline.bench.step_server import SERVERS, StepServer
 from pipeline.bench.virtual_clock import VirtualClockLoop
 from pipeline.servers.capacity import RequestFit
 from pipeline.servers.client_load import ClientLoad, ClientMeter
-from pipeline.servers.knee_search import DEFAULT_TUNING, KneeMemory, ServerLoad, Tuning
+from pipeline.servers.knee_search import KneeMemory
 from pipeline.servers.limits import AdaptiveLimit, LimitChange
 from pipeline.servers.router import METRICS_EVERY_S, TICK_S
+from pipeline.servers.window import DEFAULT_TUNING, ServerLoad, Tuning
 from pipeline.sim.engine import KV_THRASH, Engine, Sequence
 from pipeline.sim.profiles import PROFILES, REFERENCE_OUTPUT_TOKENS, REFERENCE_PROMPT_TOKENS
 

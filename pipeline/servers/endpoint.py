@@ -21,10 +21,11 @@ from pipeline.servers.cache_counters import ServerCounters, reachable_hit_rate
 from pipeline.servers.capacity import ServerReading
 from pipeline.servers.client import LLMClient
 from pipeline.servers.config import EndpointConfig
-from pipeline.servers.knee_search import KneeMemory, ServerLoad
+from pipeline.servers.knee_search import KneeMemory
 from pipeline.servers.limits import AdaptiveLimit, LimitChange
 from pipeline.servers.replies import Reply
 from pipeline.servers.scrape import metrics_url, parse_metrics, server_load
+from pipeline.servers.window import ServerLoad
 
 log = structlog.get_logger("pipeline.servers.endpoint")
 

@@ -1,16 +1,35 @@
-"""The search behind `concurrency: auto` (:mod:`pipeline.servers.limits`): what one measurement window
-saw, the state of the search for the knee, what a run leaves the next one, the controller's knobs and
-what a ``/metrics`` scrape says.
+"""The search behind `concurrency: auto` (:mod:`pipeline.servers.limits`): the state of the search for
+the knee, how a measured level is judged against the best, and what a run leaves the next one. What one
+window measured, the knobs and a scrape are in :mod:`pipeline.servers.window`.
 
-A window starts at the first reply to a request sent after the last change (earlier ones belong to the
-old limit: the transient). After a step of a ``descent`` or more it counts only replies to requests sent
-after that first reply: the requests sent with the step run in lockstep (their prefills together, their
-KV cache growing together) and tell little of the level in steady state. It lasts ``window_share`` of a
-turnover after a small step, a whole one after a doubling (the limit in replies, and the replies' mean
-latency in time, within ``min_window_s`` and ``max_window_s``: a fast server is not measured on a slow
-one's clock), and until the standard error of its rate is below what its comparison needs (``precision``
-for a small step, 5% for a doubling or more). It measures the delivery rate by Little's law,
-``in flight x tokens / latency``.
+The search, one decision per window, is built for a first run of one to two hours: the ramp must cost
+a few request latencies, not a fifth of the run (a real vLLM server's knee is at 64 to 512 in flight).
+
+1. Opening, on the server's word: while a ``/metrics`` scrape since the last change shows the server
+   running all that was sent, nothing waiting and its KV cache far from full, jump at once (``sprint``
+   x, more while the replies' latency leaves room under the timeout), without a window, up to a
+   ``descent`` below the top: the KV wall (``kv_fill`` of the cache at the KV each running request uses
+   now) or the maximum. The first window is there: below a peak of throughput that may lie below the wall.
+2. Ramp, by windows (servers without /metrics, or faster than the scrapes): from ``initial`` (8) a first
+   step to ``first_level``, then ``growth`` x while each step pays well (elasticity, the relative
+   throughput gain per relative concurrency step, >= ``ramp_elasticity``); a step that pays less halves
+   the next, and a long one looks inside first. Steps up aim at the KV wall (a ``descent`` below it
+   first), and near a full cache at where it would be full. With ``known_knee`` (an earlier run's), start
+   there: small steps around a bracketed knee, else on with the ramp within its bounds.
+3. Bracket: an increase pays when throughput rises by more than ``noise`` and by ``min_elasticity`` of
+   the step (+3% for +10%); a decrease pays when it costs under half that (a plateau) or gains (past
+   the peak). A step that does not pay bounds the knee and sends the limit back to the best level (a
+   collapse lasts one window); one that gained, only not enough, halves the bracket; else the search
+   goes on in ``min_step`` steps that double while they pay, never past a bracket's middle, until the
+   nearest worse levels on both sides are a step away. The best level measured again below what a bound
+   gave when probed hands over to it; measured again after ``stale_latencies``, or when less precise
+   than a comparison needs.
+4. Hold: after ``hold_latencies`` mean reply latencies, forget one side's bound (up, then down) and step
+   once, so a server that got faster or slower is followed; a shift of ``shift`` at the held level
+   restarts the search.
+
+Beside other jobs a level is judged at the server's level (this job's and theirs) by the server's
+throughput (:meth:`~pipeline.servers.window.Window.server_view`): the curve every job on it shares.
 """
 
 from __future__ import annotations
@@ -19,144 +38,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TypeGuard
 
-from pipeline.servers.client_load import ClientLoad
-
-
-@dataclass(frozen=True, slots=True)
-class ServerLoad:
-    """One ``/metrics`` scrape; a field is None when the server does not report it."""
-
-    running: float | None  # vllm:num_requests_running
-    waiting: float | None  # vllm:num_requests_waiting
-    kv_usage: float | None  # vllm:kv_cache_usage_perc, 0..1 (older vLLM: vllm:gpu_cache_usage_perc)
-    preemptions_total: float | None  # vllm:num_preemptions_total, a counter
-
-
-@dataclass(frozen=True, slots=True)
-class Tuning:
-    """The controller's knobs; the defaults are what the benchmark and the tests ran with."""
-
-    first_level: int = 128  # the ramp's first step goes this far (a real server's knee is at 64 to 512),
-    growth: float = 4.0  # then its factor per window while steps pay well, and at least that,
-    sprint: float = 4.0  # and while /metrics show room (nothing waiting, the KV cache far from full)
-    descent: float = 1.41  # the largest step down: below a level the curve is steeper than above
-    kv_fill: float = 0.9  # a jump aims no higher than this KV use, at the KV used per running request
-    min_step: float = 0.04  # the smallest relative step: the precision of the knee
-    min_elasticity: float = 0.3  # an increase must return >= 0.3% throughput per 1% of concurrency
-    ramp_elasticity: float = 0.35  # a step that returns this much is followed by a twice larger one
-    noise: float = 0.02  # relative throughput changes below this are noise (a real client's windows)
-    window_share: float = 0.25  # a window lasts this share of a turnover (the limit in replies and its
-    # mean latency in time) after a small step, a whole one after a doubling or more (the server needs
-    # a turnover to settle: a KV cache fills up as the new requests grow),
-    min_replies: int = 8  # at least this many replies,
-    min_window_s: float = 0.0  # bounded below
-    max_window_s: float = 15.0  # and above (a slow server's replies count is what makes it long),
-    precision: float = 0.01  # and until its rate's relative standard error is below this
-    ramp_precision: float = 0.05  # the precision a window needs for a step of a doubling or more
-    min_scrapes: int = 3  # /metrics scrapes before a server signal counts
-    waiting_share: float = 0.5  # share of scrapes with waiting > 0 that means "sustained",
-    full_share: float = 0.9  # a window counts while the requests in flight are at least this share of the
-    # limit (a sample a second: a refill in progress is not a gap)
-    queue_share: float = 0.05  # unless the mean number waiting is below this share of those running;
-    flood_share: float = 0.25  # one scrape suffices after a step up when this share of those running waits
-    kv_high: float = 0.9  # mean KV-cache use above which steps up are min_step only
-    preemption_rate: float = 1.0  # preemptions per reply above which the limit backs off: a thrash
-    latency_share: float = 0.5  # p90 latency above this share of the timeout backs off
-    hold_latencies: float = 10.0  # mean reply latencies held at the knee between two re-probes,
-    confirm_latencies: float = 3.0  # and before the first one, from a knee an earlier run found
-    stale_latencies: float = 30.0  # a best level measured longer ago is measured again before a probe
-    ceiling_windows: int = 12  # decisions a ceiling from a server signal lasts
-    shift: float = 0.25  # throughput change at the held level that restarts the search
-    slower: float = 0.1  # an earlier run's knee this much slower than it was (and than the noise) is left
-
-
-DEFAULT_TUNING = Tuning()
-
-
-@dataclass(slots=True)
-class Window:
-    """What one measurement window saw: replies after the transient, in-flight samples, scrapes."""
-
-    limit: int
-    changed_at: float
-    grew: bool  # after an increase, server signals count at once (an overload shows immediately)
-    precision: float  # the relative standard error its rate must reach
-    share: float = 1.0  # of a turnover it lasts at least (Tuning.window_share)
-    # After a large step the requests sent with it run in lockstep (their prefills together, their KV
-    # growing together), unlike any later: only replies to requests sent after the first reply count.
-    lockstep: bool = False
-    started_at: float | None = None
-    replies: list[tuple[float, float]] = field(default_factory=list)  # (tokens delivered, latency s)
-    in_flight: list[int] = field(default_factory=list)
-    scrapes: list[ServerLoad] = field(default_factory=list)
-    settled_scrape: int = 0  # the first scrape after the transient
-    clients: list[ClientLoad] = field(default_factory=list)  # the client's own load, a reading a scrape
-
-    @property
-    def client_bound(self) -> ClientLoad | None:
-        """The client's load over the window when it was the bottleneck (its mean reading), else None."""
-        load = ClientLoad.mean(self.clients)
-        return load if load is not None and load.bound else None
-
-    def reply(self, now: float, latency_s: float, tokens: int, ok: bool) -> None:
-        if now - latency_s < self.changed_at - 1e-9:
-            return  # sent under the old limit: its latency tells about that one
-        if self.started_at is None:
-            self.started_at = now  # the first reply to a request sent under this limit
-            self.settled_scrape = len(self.scrapes)
-        if self.lockstep and now - latency_s < self.started_at:
-            return
-        self.replies.append((tokens if ok else 0, latency_s))
-
-    def full(self, share: float) -> bool:
-        """Whether the limit was kept full (every sample at least ``share`` of it): else the window
-        measured the client's supply (a run's start or tail), not the level."""
-        return all(sample >= share * self.limit for sample in self.in_flight)
-
-    def sample(self, in_flight: int) -> None:
-        if self.started_at is not None:
-            self.in_flight.append(in_flight)
-
-    def scrape(self, load: ServerLoad) -> None:
-        if self.started_at is not None or self.grew:  # not while the old, higher limit drains
-            self.scrapes.append(load)
-
-    def complete(self, now: float, tuning: Tuning) -> bool:
-        if self.started_at is None or len(self.replies) < max(tuning.min_replies, self.share * self.limit):
-            return False
-        floor = self.share * self.mean_latency
-        floor = min(max(floor, tuning.min_window_s), tuning.max_window_s)
-        return now - self.started_at >= floor and self.error <= self.precision
-
-    @property
-    def mean_latency(self) -> float:
-        return sum(seconds for _, seconds in self.replies) / len(self.replies) if self.replies else math.inf
-
-    @property
-    def throughput(self) -> float:
-        """Little's law: requests in flight (the limit, kept full) x tokens per second of latency."""
-        latency = sum(seconds for _, seconds in self.replies)
-        return self.limit * sum(tokens for tokens, _ in self.replies) / latency if latency > 0 else 0.0
-
-    @property
-    def error(self) -> float:
-        """The relative standard error of tokens per second of latency (a ratio estimator)."""
-        count, tokens = len(self.replies), sum(tokens for tokens, _ in self.replies)
-        if count < 2 or tokens <= 0:
-            return math.inf if count < 2 else 0.0  # nothing delivered is exactly nothing
-        rate = tokens / sum(seconds for _, seconds in self.replies)
-        residuals = sum((delivered - rate * seconds) ** 2 for delivered, seconds in self.replies)
-        return math.sqrt(residuals / (count - 1) / count) / (tokens / count)
-
-    @property
-    def p90_latency(self) -> float:
-        ordered = sorted(seconds for _, seconds in self.replies)
-        return ordered[int(0.9 * (len(ordered) - 1))] if ordered else 0.0
-
-    @staticmethod
-    def mean(values: list[float | None]) -> float | None:
-        known = [value for value in values if value is not None]
-        return sum(known) / len(known) if known else None
+from pipeline.servers.window import Tuning
 
 
 def change_words(base: float, throughput: float) -> str:
@@ -204,22 +86,32 @@ class KneeMemory:
         )
 
 
-def _elasticity(base_level: int, base: float, level: int, throughput: float) -> float:
-    """The relative throughput change per relative concurrency change, from the base to a level."""
+def _elasticity(base_level: float, base: float, level: float, throughput: float) -> float:
+    """The relative throughput change per relative concurrency change, from the base to a level (none
+    between levels that are one)."""
+    if abs(math.log(level / base_level)) < SAME_LEVEL:
+        return 0.0
     if base > 0 < throughput:
         return math.log(throughput / base) / math.log(level / base_level)
     up = level > base_level  # from or to nothing: as steep as can be
     return (1.0 if throughput > base else -1.0) * (math.inf if up else -math.inf)
 
 
-def pays(base_level: int, base: float, level: int, throughput: float, tuning: Tuning) -> bool:
+def pays(base_level: float, base: float, level: float, throughput: float, tuning: Tuning) -> bool:
     """Whether ``level`` is better than the base: up, the extra concurrency must return enough
     throughput; down, giving concurrency back must cost next to nothing (a plateau) or gain (past the
-    peak)."""
+    peak). Beside other jobs the levels are the server's (this job's and theirs), which may not differ:
+    then only a gain pays."""
+    if abs(math.log(level / base_level)) < SAME_LEVEL:
+        return throughput >= base * (1 + tuning.noise)
     elasticity = _elasticity(base_level, base, level, throughput)
     if level > base_level:
         return throughput >= base * (1 + tuning.noise) and elasticity >= tuning.min_elasticity
     return throughput > 0 and elasticity < tuning.min_elasticity / 2
+
+
+#: Levels closer than this (in log) are one: beside other jobs, theirs may have moved against this one's.
+SAME_LEVEL = 0.005
 
 
 def _level(value: object) -> TypeGuard[int]:
@@ -246,6 +138,9 @@ class KneeSearch:
     seen: dict[int, float] = field(default_factory=dict)  # the last throughput measured at each level
     remembered: float | None = None  # what an earlier run's knee delivered, until measured again here
     at_fit_start: bool = False  # started where the job's requests fit (not at an earlier run's knee)
+    # Other jobs' requests on the server beside the best level's window: beside others a level is judged
+    # by the server's throughput at the server's level (theirs and this job's), the curve all jobs share.
+    best_others: float = 0.0
 
     @classmethod
     def starting(cls, level: int, tuning: Tuning, memory: KneeMemory | None) -> KneeSearch:
@@ -286,16 +181,18 @@ class KneeSearch:
     def restart_at(self, level: int) -> None:
         """The server changed under the search (other jobs came or went): it starts again at ``level`` in
         small steps, with nothing measured (what was measured before is not comparable)."""
-        self.best, self.best_tp, self.best_error = level, None, math.inf
+        self.best, self.best_tp, self.best_error, self.best_others = level, None, math.inf, 0.0
         self.lo = self.hi = None
         self.seen = {}
         self.reach_up = self.reach_down = self.smallest
         self.held = 0
 
-    def measured_best(self, throughput: float, error: float, tuning: Tuning) -> str:
+    def measured_best(self, throughput: float, error: float, tuning: Tuning, others: float = 0.0) -> str:
         """A window at the best level: refresh its throughput; a large shift restarts the search, and so
-        does an earlier run's knee found slower than that run measured it (beyond the window's noise)."""
+        does an earlier run's knee found slower than that run measured it (beyond the window's noise).
+        ``others``: other jobs' requests on the server meanwhile (``throughput`` is then the server's)."""
         previous, self.best_tp, self.best_error = self.best_tp, throughput, error
+        self.best_others = others
         self.seen[self.best] = throughput
         # Against an earlier run's, not the first window from nothing (its requests were sent together).
         remembered = self.remembered if previous is not None else None
@@ -324,7 +221,8 @@ class KneeSearch:
         for level in (self.hi, self.lo):
             if level is None or level not in self.seen:
                 continue
-            if not pays(self.best, self.best_tp or 0.0, level, self.seen[level], tuning):
+            others = self.best_others
+            if not pays(self.best + others, self.best_tp or 0.0, level + others, self.seen[level], tuning):
                 continue
             old, self.best, self.best_tp, self.best_error = self.best, level, self.seen[level], math.inf
             self.hi, self.lo = (None, self.lo) if level == self.hi else (self.hi, None)
@@ -334,11 +232,13 @@ class KneeSearch:
             return f"; {level} did better when probed: the best level now"
         return ""
 
-    def judge(self, level: int, throughput: float, error: float, tuning: Tuning) -> str:
-        """A window at a probe: move the best level there if it paid, else bound the knee by it."""
+    def judge(self, level: int, throughput: float, error: float, tuning: Tuning, others: float = 0.0) -> str:
+        """A window at a probe: move the best level there if it paid, else bound the knee by it.
+        ``others``: other jobs' requests on the server meanwhile (``throughput`` is then the server's)."""
         base, old, up = self.best_tp or 0.0, self.best, level > self.best
-        elasticity = _elasticity(old, base, level, throughput)
-        paid = pays(old, base, level, throughput, tuning)
+        server_levels = (old + self.best_others, base, level + others, throughput)
+        paid = pays(*server_levels, tuning)
+        elasticity = _elasticity(*server_levels)
         words = f"{change_words(base, throughput)} from {old} to {level}"
         self.seen[level] = throughput
         if not paid:
@@ -357,13 +257,13 @@ class KneeSearch:
             self.hi, self.reach_down = old, min(self.descent, 2 * self.reach_down)
             words += " (a plateau: as much for less)" if throughput < base else ""
         self.best, self.best_tp, self.best_error, self.heading_up = level, throughput, error, up
-        self.held = 0
+        self.best_others, self.held = others, 0
         return words
 
     def jumped(self, level: int, top: int) -> None:
         """The limit jumped to ``level`` on the server's word (it ran everything sent), unmeasured: the
         search goes on from there, up to ``top`` first (where the KV cache or the maximum ends it)."""
-        self.best, self.best_tp, self.best_error = level, None, math.inf
+        self.best, self.best_tp, self.best_error, self.best_others = level, None, math.inf, 0.0
         self.lo = self.hi = None
         self.reach_up = max(self.descent, math.log(top / level) - self.descent)  # to where the ramp aimed
         self.reach_down, self.heading_up = self.descent, True

@@ -13,33 +13,10 @@ in BBR) finds the knee. A window measures it by Little's law, ``in flight x toke
 ~0.1%; tokens per second of a window depend on where its edges cut the replies (each delivers at its
 end): ~0.4 sqrt(limit) / replies, 20% for a first window at c=8 whose requests all started together.
 
-A window (:class:`~pipeline.servers.knee_search.Window`) measures one level; the module says how long.
+A window (:class:`~pipeline.servers.window.Window`) measures one level; the module says how long.
 
-The search, one decision per window, is built for a first run of one to two hours: the ramp must cost
-a few request latencies, not a fifth of the run (a real vLLM server's knee is at 64 to 512 in flight).
-
-1. Opening, on the server's word: while a ``/metrics`` scrape since the last change shows the server
-   running all that was sent, nothing waiting and its KV cache far from full, jump at once (``sprint``
-   x, more while the replies' latency leaves room under the timeout), without a window, up to a
-   ``descent`` below the top: the KV wall (``kv_fill`` of the cache at the KV each running request uses
-   now) or the maximum. The first window is there: below a peak of throughput that may lie below the wall.
-2. Ramp, by windows (servers without /metrics, or faster than the scrapes): from ``initial`` (8) a first
-   step to ``first_level``, then ``growth`` x while each step pays well (elasticity, the relative
-   throughput gain per relative concurrency step, >= ``ramp_elasticity``); a step that pays less halves
-   the next, and a long one looks inside first. Steps up aim at the KV wall (a ``descent`` below it
-   first), and near a full cache at where it would be full. With ``known_knee`` (an earlier run's), start
-   there: small steps around a bracketed knee, else on with the ramp within its bounds.
-3. Bracket: an increase pays when throughput rises by more than ``noise`` and by ``min_elasticity`` of
-   the step (+3% for +10%); a decrease pays when it costs under half that (a plateau) or gains (past
-   the peak). A step that does not pay bounds the knee and sends the limit back to the best level (a
-   collapse lasts one window); one that gained, only not enough, halves the bracket; else the search
-   goes on in ``min_step`` steps that double while they pay, never past a bracket's middle, until the
-   nearest worse levels on both sides are a step away. The best level measured again below what a bound
-   gave when probed hands over to it; measured again after ``stale_latencies``, or when less precise
-   than a comparison needs.
-4. Hold: after ``hold_latencies`` mean reply latencies, forget one side's bound (up, then down) and step
-   once, so a server that got faster or slower is followed; a shift of ``shift`` at the held level
-   restarts the search.
+The search (:mod:`~pipeline.servers.knee_search` says how it steps: opening, ramp, bracket, hold) makes
+one decision per window.
 
 Server signals decide as soon as ``min_scrapes`` scrapes show them, one when a step up floods the queue
 (``flood_share`` of those running wait); they back off and set a ceiling for ``ceiling_windows``
@@ -62,8 +39,8 @@ With the server's KV cache known (``fit``, :class:`~pipeline.servers.capacity.Re
 from there in small steps, up first (below the fit a server is not overcommitted; past it, it
 collapses); at its first window the fit is counted again at the replies' prompt and answer tokens (the
 record's text and the answer as they are), and the limit moves there. The fit also gives the job's share
-of a server other jobs use (:func:`~pipeline.servers.sharing.server_share`): a ceiling the limit drops to
-at once.
+of a server other jobs use (:mod:`~pipeline.servers.sharing`): a ceiling the limit drops to at once, and
+beside other jobs each window is judged by the server's throughput at the server's level.
 """
 
 from __future__ import annotations
@@ -75,9 +52,10 @@ from dataclasses import dataclass
 
 from pipeline.servers.capacity import RequestFit
 from pipeline.servers.client_load import ClientLoad
-from pipeline.servers.knee_search import DEFAULT_TUNING, KneeMemory, KneeSearch, ServerLoad, Tuning, Window
-from pipeline.servers.sharing import ServerShare, joining_share
-from pipeline.servers.signals import Signal, aim_up, latency_signal, preemption_signal, queue_signal
+from pipeline.servers.knee_search import KneeMemory, KneeSearch
+from pipeline.servers.sharing import SHARE_MOVES, ServerShare, followed_up, joining_share
+from pipeline.servers.signals import Signal, aim_up, latency_signal, preemption_signal, queue_signal, room
+from pipeline.servers.window import DEFAULT_TUNING, ServerLoad, Tuning, Window
 
 DEFAULT_INITIAL = 8
 
@@ -192,6 +170,10 @@ class AdaptiveLimit:
         if not self._measured or self._client_bound is not None:  # the client's knee is not the server's
             return None
         knee = self._knee
+        if self._shared is not None:  # its share is not the server's knee: what it measured alone, else
+            if self._alone is not None:  # the server's best level (the others' and this job's), from
+                return KneeMemory(self._alone, bracketed=False)  # which a night alone searches on
+            return KneeMemory(round(knee.best + knee.best_others), bracketed=False) if knee.best_tp else None
         if self._bracket is not None and self._bracket.level == knee.best:
             return self._bracket
         return KneeMemory(knee.best, self._at_knee, knee.lo, knee.hi, knee.best_tp)
@@ -247,10 +229,10 @@ class AdaptiveLimit:
         return self._back_off(now, *signal) if signal is not None else self._decide(now, window)
 
     def _share_cut(self, now: float, in_flight: int) -> LimitChange | None:
-        """Other jobs' requests on the server: this job's share (the fit less theirs) is a ceiling the
-        limit drops to at once when it is well above (a scrape's counts move by a few), and follows up
-        as it grows while it holds the limit (the others gave way); when they are gone, the limit goes
-        back to the level this job measured alone, else to its fit."""
+        """Other jobs' requests on the server: this job's share (:func:`~pipeline.servers.sharing.
+        server_share`) is a ceiling the limit drops to at once when it is well above (a scrape's counts
+        move by a few); a limit its share held follows the others up as far as they hold; when they are
+        gone, the limit goes back to the level this job measured alone, else to the server's capacity."""
         server = self._server
         settled = server.counted(in_flight)
         if server.released:
@@ -258,29 +240,33 @@ class AdaptiveLimit:
         if settled is None:
             return None
         share, others = settled
-        slack = max(2, self._tuning.min_step * self._limit)
+        slack = max(2, SHARE_MOVES * self._limit)  # the others' count moves with every reply and scrape
+        level, action = share, "down to"
         if self._limit > share + slack:
             if self._shared is None:  # the first cut: the level this job measured alone, if it did
                 self._alone = self._knee.best if self._measured else None
-            action = "down to"
-        elif self._shared is not None and share > max(self._shared, self._limit) + slack:
-            action = "up to"  # the others gave way: a job held to its share takes what they leave
+        elif self._shared is not None and self._knee.best >= self._shared and share > self._limit + slack:
+            # The others gave way or grew: a job its share held follows. One whose search went below
+            # its share stays: the server did better with fewer there.
+            level, action = followed_up(share, others), "up to"
+            if level <= self._limit + slack:
+                return None
+            action = action if level == share else "up to what they hold,"
         else:
             return None
-        self._shared = share
-        self._knee.restart_at(min(self._knee.best, share) if action == "down to" else share)
+        self._shared = level
+        self._knee.restart_at(min(self._knee.best, level) if action == "down to" else level)
         self._at_knee = self._opening = False
-        fit = server.fit.requests if server.fit is not None else share
-        reason = f"{others:.0f} other requests on a server where {fit} fit: this job's share is {share}"
-        return self._set(now, share, f"{reason}: {action} {share}")
+        reason = f"{others:.0f} other requests on a server {server.holds_words}: this job's share is {share}"
+        return self._set(now, level, f"{reason}: {action} {level}")
 
     def _alone_again(self, now: float) -> LimitChange | None:
         """The other jobs' requests are gone: back to the level this job measured alone (else to its fit),
         searched from there (what was measured beside them tells nothing of the server alone)."""
         server = self._server
         server.released = False
-        fit = server.fit.requests if server.fit is not None else None
-        level = min(self._alone or fit or self._limit, self._cap())
+        self._ceiling = None  # the others' requests were behind a server signal then
+        level = min(self._alone or server.capacity or self._limit, self._cap())
         self._alone = self._shared = None
         self._knee.restart_at(level)
         self._at_knee = False
@@ -290,38 +276,36 @@ class AdaptiveLimit:
         """The highest level the search may try now: the maximum, a server signal's ceiling, the share."""
         return min(level for level in (self.maximum, self._ceiling, self._server.share) if level is not None)
 
+    def _floor(self) -> int:
+        """The lowest level the search may try now: the minimum, and beside other jobs the fewest they
+        still see as a job's (:func:`~pipeline.servers.sharing.least_share`)."""
+        least = self._server.least if self._server.share is not None else None
+        return max(self.minimum, min(least or 0, self.maximum))
+
     def _server_signal(self, window: Window) -> Signal | None:
         """A queue (and the level the server runs, True), or preemptions (False), or None."""
         limit, tuning = self._limit, self._tuning
         own_part = self._server.own_part  # another job's requests queue there too
-        return queue_signal(window, limit, tuning, own_part) or preemption_signal(window, limit, tuning)
+        signal = queue_signal(window, limit, tuning, own_part) or preemption_signal(window, limit, tuning)
+        least = self._server.least
+        if signal is None or least is None:
+            return signal
+        return None if limit <= least else (max(signal[0], least), *signal[1:])
 
     def _jump_on_room(self, now: float, window: Window, in_flight: int | None) -> LimitChange | None:
         """The opening: while a scrape since the last change shows the server running everything sent,
-        nothing waiting and its KV cache far from full, jump (``sprint``x, no further than the KV wall)
+        nothing waiting and its KV cache far from full, jump (:func:`~pipeline.servers.signals.room`)
         without waiting for a window; a step up that did worse, or a server signal, ends it."""
         if not self._opening or not window.scrapes or (in_flight is not None and in_flight < self._limit):
             return None
-        tuning, limit, load = self._tuning, self._limit, window.scrapes[-1]
-        if load.waiting is None or load.waiting > 0 or not load.running or not load.kv_usage:
+        jump = room(window, self._limit, self._cap(), self.timeout_s, self._tuning)
+        if jump is None:
             return None
-        if load.running < 0.9 * limit:
-            return None  # not all sent yet, or another client's requests: nothing to conclude
-        wall = math.floor(tuning.kv_fill * load.running / load.kv_usage)
-        cap = self._cap()
-        top = min(wall, cap)  # the first window measures below it: a peak of throughput may lie below
-        # A server that runs fewer than it admits queues the rest: their latency grows by the jump's factor,
-        # which must keep replies well within the timeout (sprint x while no reply tells the latency).
-        factor = max(tuning.sprint, tuning.latency_share * self.timeout_s / window.mean_latency)
-        target = min(math.floor(limit * factor), math.floor(top / tuning.descent))
-        if target < limit * tuning.descent:  # near the top: windows take it from here
+        target, top, reason = jump
+        if target < self._limit * self._tuning.descent:  # near the top: windows take it from here
             self._opening = False
             return None
         self._knee.jumped(target, top)
-        reason = (
-            f"the server runs all {load.running:.0f} with nothing waiting, KV cache {load.kv_usage:.0%} used "
-            f"(room for ~{wall}): jumping to {target}"
-        )
         return self._set(now, target, reason)
 
     def _back_off(self, now: float, level: int, reason: str, runs: bool) -> LimitChange | None:
@@ -348,10 +332,15 @@ class AdaptiveLimit:
     def _decide(self, now: float, window: Window) -> LimitChange | None:
         """A complete window and no signal: judge its throughput and pick the next level."""
         tuning, knee, limit = self._tuning, self._knee, self._limit
+        # Beside other jobs, the server's throughput at the server's level: the curve every job shares
+        # (this job's own would rise with its share of a server past its best level).
+        others, throughput = (
+            window.server_view() if self._server.share is not None else (0, window.throughput)
+        )
         if limit == knee.best:
-            words = knee.measured_best(window.throughput, window.error, tuning)
+            words = knee.measured_best(throughput, window.error, tuning, others)
         else:
-            words = knee.judge(limit, window.throughput, window.error, tuning)
+            words = knee.judge(limit, throughput, window.error, tuning, others)
         self._measured = True
         self._opening = self._opening and knee.hi is None
         if knee.best == limit:
@@ -362,13 +351,13 @@ class AdaptiveLimit:
         if refit is not None:
             fit_words = self._server.fit.words if self._server.fit is not None else ""
             return self._set(now, refit, f"{words}: {fit_words}: trying {refit}")
-        cap = self._cap()
-        target = knee.next_probe(cap, self.minimum)
+        cap, floor = self._cap(), self._floor()
+        target = knee.next_probe(cap, floor)
         self._at_knee = target is None
         if target is None:
             self._bracket = KneeMemory(knee.best, True, knee.lo, knee.hi, knee.best_tp)
             held = (now - self._decided_at) / window.mean_latency
-            target = knee.reprobe(cap, self.minimum, held, tuning.hold_latencies) or knee.best
+            target = knee.reprobe(cap, floor, held, tuning.hold_latencies) or knee.best
             action = f"re-probing {target}, a step from the knee at {knee.best}"
             action = action if target != knee.best else f"back to {knee.best}, the best level"
             return self._set(now, target, f"{words}: {action}")

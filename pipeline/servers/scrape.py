@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from pipeline.servers.knee_search import ServerLoad
+from pipeline.servers.window import ServerLoad
 
 RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"

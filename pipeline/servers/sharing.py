@@ -14,24 +14,29 @@ answer as they are.
 
 **Several jobs on one server** (several nightly jobs on one box, each with its own database): each job's
 `auto` reads the server's ``vllm:num_requests_running`` + ``vllm:num_requests_waiting`` at every scrape;
-what it does not have in flight itself is another job's, taken. Its share is what fits less the
-others' in flight, or if more, its part of the fit in proportion to what it holds (jobs that start
-together at the fit scale down together to fill it, not each to nothing); and a job holding more than
-all the others together is held to half the fit (no less than the others), so a job that came second
-climbs to its half while the first gives way: two jobs meet at half the fit each, three or more never
-let one hold more than the rest together. A share is never below what the others count as a job
-(:func:`visible`: fewer in flight are taken for the noise between a scrape and a count, and a job the
-others cannot see would never be given way to). The share bounds the search from above (a limit above it
-drops to it at once, after :data:`SCRAPES` scrapes that show the others, each counted against this job's
-most in flight since the one before: a scrape lags the client's count), and a limit held to its share
-follows it up as the others give way; within it the search goes on as alone, and a queue on the server
-is this job's only in proportion to its part of the requests there. Beside others the fit is counted
-again at the replies' tokens after :data:`REFIT_REPLIES` of them (every job's share must be of the
-same fit). When :data:`RELEASE_SCRAPES` scrapes in a row show no other job's requests, the job goes
-back at once to the level it measured alone (else to its fit). A job that starts while others run
-starts at its share (:func:`joining_share`: what they leave, at least half the fit, so that they see it
-and give way) rather than at the fit; a third job does the same, and the two already there give way
-until none holds more than the rest together.
+what it does not have in flight itself is another job's, taken. What they share is what the server
+holds at once: the fit, or fewer when it runs fewer and queues the rest (:class:`BatchCap`: its
+``--max-num-seqs``, or what its KV cache admits). A job's share is what the others leave of it, or if
+more its part in proportion to what it holds; a job holding more than all the others together is held
+to :data:`FAIR` more than they hold, so the job holding fewer sets the pace. The share is a ceiling (a
+limit above it drops to it at once, after :data:`SCRAPES` scrapes that show the others, each counted
+against this job's most in flight since the one before: a scrape lags the client's count, and a
+limit moves only when its share is :data:`SHARE_MOVES` away). Within it each job searches on as alone,
+but judges a level by the server's throughput at the server's level (its own and the others'), the one
+curve all share: its own throughput would rise with its part of a server past its best level, so every
+job would hold on to its share of the fit. A job its share held follows the others up as far as they
+hold, no further (two that followed each other past it would ratchet each other up to the fit); one
+whose search went below its share stays there. A share, and a server signal's back-off, is never below
+what the others count as a job (:func:`least_share`: fewer in flight are taken for the noise between a
+scrape and a count, and a job the others cannot see would never be given way to), and a queue is this
+job's only in proportion to its part of the requests there. Beside others the fit is counted again at
+the replies' tokens after :data:`REFIT_REPLIES` of them (every job's share must be of the same fit).
+When :data:`RELEASE_SCRAPES` scrapes in a row show no other job's requests, the job goes back at once
+to the level it measured alone (else to what the server holds). A job that starts while others run
+starts at its share (:func:`joining_share`: as many as they hold, as long as that leaves them half
+theirs); a third job does the same, and none holds more than the rest together for long. A run that
+ends beside others leaves the next night the level it measured alone, or the server's level it found
+with the others, not its share.
 Nothing is shared but the server's own counts: no file, no database, jobs of different machines and
 databases coordinate alike. A server without ``/metrics`` or its KV cache gives no share.
 """
@@ -43,12 +48,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from pipeline.servers.capacity import RequestFit
-from pipeline.servers.knee_search import ServerLoad
+from pipeline.servers.window import ServerLoad
 
 #: Requests on the server not in this job's count that are still this job's: those that finished or were
 #: sent between the scrape and the count. Fewer "others" than this (or this share of the fit) are none.
 NOISE = 3
 NOISE_SHARE = 0.05
+#: A job holding more than all the others together is held to this much more than they hold: the one that
+#: holds fewer sets the pace (each job's search is of the server's throughput, to which it is indifferent
+#: which job holds what), and the other follows it down and up.
+FAIR = 0.2
+#: A limit moves to its share only when that is this much away: each move starts the job's search again.
+SHARE_MOVES = 0.1
 #: Scrapes that must all show other jobs' requests: one is a blip.
 SCRAPES = 2
 #: Scrapes in a row that must show no other job's requests before a job takes the server back: this job's
@@ -74,10 +85,15 @@ def server_share(fit: int, own_in_flight: int, load: ServerLoad) -> int | None:
     # What the others leave, and at least this job's part of the fit in proportion to what it holds
     # (jobs that started together at the fit scale down together, not each to nothing)
     share = max(fit - others, math.ceil(fit * own_in_flight / (own_in_flight + others)))
-    if own_in_flight > others:  # give way: the others may climb to their half
-        share = min(share, max(others, math.ceil(fit / 2)))
-    # Never so few that the others take this job's requests for noise: they would never give way.
-    return max(1, math.floor(share), min(visible(fit), math.ceil(fit / 2)))
+    if own_in_flight > others:  # give way: no more than the others hold together, and a little
+        share = min(share, math.ceil(others * (1 + FAIR)))
+    return max(math.floor(share), least_share(fit))
+
+
+def least_share(fit: int) -> int:
+    """The fewest a job beside others holds on a server where ``fit`` of its requests fit: never so few
+    that the others take its requests for noise (they would never give way), nor more than half."""
+    return max(1, min(visible(fit), math.ceil(fit / 2)))
 
 
 def visible(fit: int) -> int:
@@ -87,13 +103,45 @@ def visible(fit: int) -> int:
 
 def joining_share(fit: int, load: ServerLoad) -> int | None:
     """Where a job starts on a server where ``fit`` of its requests fit and other jobs' requests already
-    run (``load``, read before its first request): what they leave, and at least half the fit (the most
-    a job holding more than all the others together keeps), so that they see it and give way; None when
-    no other job's request is there."""
+    run (``load``, read before its first request): what they leave of what the server holds (the fit, or
+    fewer when it queues the rest: :class:`BatchCap`), and at least half of that (the most a job holding
+    more than all the others together keeps), so that they see it and give way; None when no other
+    job's request is there."""
     others = others_in_flight(load, 0)
     if others is None or others < visible(fit):
         return None
-    return max(1, min(fit, max(fit - math.ceil(others), math.ceil(fit / 2))))
+    holds = BatchCap().seen(load).capacity(fit)
+    # As many as the others hold, as long as that leaves half theirs, else half theirs; never more than
+    # the server holds.
+    room = max(holds - math.ceil(others), math.ceil(others / 2))
+    return max(least_share(holds), min(holds, math.ceil(others), room))
+
+
+@dataclass(slots=True)
+class BatchCap:
+    """The most requests the server runs at once when it queues the rest (its ``--max-num-seqs``, or what
+    its KV cache admits): the most running any scrape showed, as long as a scrape showed requests waiting
+    beside that many running. Every job reads the same scrapes, so every job divides the same number;
+    requests waiting while the server admits a burst a few a step are no cap (it runs more later)."""
+
+    most_running: float = 0.0
+    queued_at_most: bool = False
+    last_running: float = 0.0  # the scrape before: more running now is a server still admitting
+
+    def seen(self, load: ServerLoad) -> BatchCap:
+        running, waiting = load.running or 0.0, load.waiting or 0.0
+        admitting, self.last_running = running > self.last_running + NOISE, running
+        if running > self.most_running + NOISE:
+            self.most_running, self.queued_at_most = running, False
+        if waiting >= 1 and not admitting and running >= self.most_running - NOISE:
+            self.most_running, self.queued_at_most = max(running, self.most_running), True
+        return self
+
+    def capacity(self, fit: int) -> int:
+        """What the jobs share: the fit, or the batch cap when the server runs fewer at once."""
+        if not self.queued_at_most or self.most_running < 1:
+            return fit
+        return max(1, min(fit, math.floor(self.most_running)))
 
 
 def settled_share(
@@ -115,12 +163,20 @@ def settled_share(
     return max(found)
 
 
-def alone(fit: int, own_now: int, scrapes: Sequence[tuple[ServerLoad, int]]) -> bool:
-    """Whether none of the last :data:`RELEASE_SCRAPES` scrapes shows another job's requests."""
+def alone(fit: int, scrapes: Sequence[tuple[ServerLoad, int]]) -> bool:
+    """Whether none of the last :data:`RELEASE_SCRAPES` scrapes shows another job's requests, each
+    against this job's in flight when it came (not now: a limit that just rose would hide the others)."""
     recent = scrapes[-RELEASE_SCRAPES:]
     return len(recent) == RELEASE_SCRAPES and all(
-        server_share(fit, max(own_then, own_now), load) is None for load, own_then in recent
+        server_share(fit, own_then, load) is None for load, own_then in recent
     )
+
+
+def followed_up(share: int, others: float) -> int:
+    """How far a job its share held follows it up as the others' requests grow: to what they hold, no
+    further (beyond, only its own search takes it, on the server's throughput: two jobs that each
+    followed the other past it would ratchet each other up to the fit)."""
+    return min(share, math.ceil(others))
 
 
 @dataclass(slots=True)
@@ -135,10 +191,34 @@ class ServerShare:
     in_flight: int = 0  # this job's in flight at the last count
     own_peak: int = 0  # the most since the last scrape: the server counted at some moment since
     scrapes: list[tuple[ServerLoad, int]] = field(default_factory=list)  # with this job's in flight
+    batch_cap: BatchCap = field(default_factory=BatchCap)
 
     def scraped(self, load: ServerLoad) -> None:
         self.scrapes = [*self.scrapes[1 - max(SCRAPES, RELEASE_SCRAPES) :], (load, self.own_peak)]
         self.own_peak = self.in_flight
+        self.batch_cap.seen(load)
+
+    @property
+    def holds_words(self) -> str:
+        """What the jobs share, in words: "where 80 fit" or "that runs 8 at once (80 fit)"."""
+        fit = self.fit.requests if self.fit is not None else None
+        capacity = self.capacity
+        if capacity is None or fit is None or capacity == fit:
+            return f"where {fit} fit"
+        return f"that runs {capacity} at once ({fit} fit)"
+
+    @property
+    def least(self) -> int | None:
+        """The fewest a server signal backs this job off to (None: the server's size is not known): a
+        queue beside others is theirs as much as this job's, and a job backed off below it would be
+        invisible to them; alone, the server runs at least its capacity anyway."""
+        capacity = self.capacity
+        return None if capacity is None else least_share(capacity)
+
+    @property
+    def capacity(self) -> int | None:
+        """What the jobs on the server share: the fit, or fewer when the server queues the rest."""
+        return None if self.fit is None else self.batch_cap.capacity(self.fit.requests)
 
     def counted(self, in_flight: int) -> tuple[int, float] | None:
         """This job's in flight now; its share and the others' requests, when others are there."""
@@ -150,15 +230,15 @@ class ServerShare:
         """The share while every recent scrape shows others; kept while some do, gone once none does.
         Beside others the fit is counted again at the replies' tokens as soon as a few came (each job's
         share must be of the same fit, and the first window may not come while shares move)."""
-        if self.fit is None:
+        if self.capacity is None:
             return None
-        settled = settled_share(self.fit.requests, own, self.scrapes)
+        settled = settled_share(self.capacity, own, self.scrapes)
         if settled is not None and not self.refined and self.replied_tokens[0] >= REFIT_REPLIES:
             self._measure_fit()
-            settled = settled_share(self.fit.requests, own, self.scrapes)
+            settled = settled_share(self.capacity, own, self.scrapes)
         if settled is not None:
             self.share = settled[0]
-        elif self.share is not None and alone(self.fit.requests, own, self.scrapes):
+        elif self.share is not None and alone(self.capacity, self.scrapes):
             self.share, self.released = None, True
         return settled
 

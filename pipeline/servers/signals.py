@@ -15,7 +15,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-from pipeline.servers.knee_search import KneeSearch, ServerLoad, Tuning, Window
+from pipeline.servers.knee_search import KneeSearch
+from pipeline.servers.window import ServerLoad, Tuning, Window
 
 #: The level to back off to, why, and whether it is what the server runs.
 Signal = tuple[int, str, bool]
@@ -68,7 +69,9 @@ def queue_signal(
     scraped = f"mean of {len(scrapes)} scrapes" if len(scrapes) > 1 else "one scrape"
     mine = own_part(scrapes[-1], limit)
     level = limit - max(1, round(waiting * mine))
-    if len(scrapes) < tuning.min_scrapes:  # flooded: what the server runs now
+    if mine < 1 and running:  # beside other jobs: this job's part of what it runs (the scrapes lag the
+        level = min(limit - 1, round(running * mine))  # others' moves, and their waiting with them)
+    elif len(scrapes) < tuning.min_scrapes:  # flooded: what the server runs now
         level = min(level, round((scrapes[-1].running or level) * mine))
     return level, f"the server queues at {limit}: {waiting:.0f} waiting{runs} ({scraped})", True
 
@@ -134,3 +137,29 @@ def aim_up(knee: KneeSearch, window: Window, load: ServerLoad | None, tuning: Tu
         return ""
     knee.reach_up = max(knee.smallest, math.log(aim / knee.best))
     return f" (KV cache {load.kv_usage:.0%} used by {load.running:.0f} requests: room for ~{wall:.0f})"
+
+
+def room(
+    window: Window, limit: int, cap: int, timeout_s: float, tuning: Tuning
+) -> tuple[int, int, str] | None:
+    """The opening's jump while the last scrape shows the server running everything sent (0.9 of the
+    limit at least), nothing waiting and its KV cache far from full: the level to jump to (``sprint`` x,
+    more while the replies' latency leaves room under the timeout), the top it aims below (the KV wall
+    at ``kv_fill`` of the cache at the KV each running request uses now, or ``cap``) and why; None when
+    the scrape does not show room."""
+    load = window.scrapes[-1]
+    if load.waiting is None or load.waiting > 0 or not load.running or not load.kv_usage:
+        return None
+    if load.running < 0.9 * limit:
+        return None  # not all sent yet, or another client's requests: nothing to conclude
+    wall = math.floor(tuning.kv_fill * load.running / load.kv_usage)
+    top = min(wall, cap)  # the first window measures below it: a peak of throughput may lie below
+    # A server that runs fewer than it admits queues the rest: their latency grows by the jump's factor,
+    # which must keep replies well within the timeout (sprint x while no reply tells the latency).
+    factor = max(tuning.sprint, tuning.latency_share * timeout_s / window.mean_latency)
+    target = min(math.floor(limit * factor), math.floor(top / tuning.descent))
+    reason = (
+        f"the server runs all {load.running:.0f} with nothing waiting, KV cache {load.kv_usage:.0%} used "
+        f"(room for ~{wall}): jumping to {target}"
+    )
+    return target, top, reason

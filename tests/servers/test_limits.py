@@ -11,8 +11,9 @@ import pytest
 
 from pipeline.bench.closed_loop import SERVER_MODELS, Scenario, Workload, run_load
 from pipeline.servers.client_load import ClientLoad
-from pipeline.servers.knee_search import DEFAULT_TUNING, KneeMemory, KneeSearch, ServerLoad
+from pipeline.servers.knee_search import KneeMemory, KneeSearch
 from pipeline.servers.limits import AdaptiveLimit, LimitChange
+from pipeline.servers.window import DEFAULT_TUNING, ServerLoad
 
 TOKENS = 400
 PROMPT = 1500  # a reply's prompt tokens: only a start at the fit counts them

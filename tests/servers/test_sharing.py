@@ -8,9 +8,17 @@ import math
 import pytest
 
 from pipeline.servers.capacity import RequestFit
-from pipeline.servers.knee_search import KneeMemory, ServerLoad
+from pipeline.servers.knee_search import KneeMemory
 from pipeline.servers.limits import AdaptiveLimit
-from pipeline.servers.sharing import ServerShare, others_in_flight, server_share
+from pipeline.servers.sharing import (
+    BatchCap,
+    ServerShare,
+    followed_up,
+    joining_share,
+    others_in_flight,
+    server_share,
+)
+from pipeline.servers.window import DEFAULT_TUNING, ServerLoad
 
 FIT_64 = RequestFit(64 * 2000, prompt_tokens=1600, answer_tokens=400)
 
@@ -63,24 +71,26 @@ def test_others_are_what_the_server_runs_and_queues_beyond_this_jobs_own() -> No
     [
         pytest.param(60, load(62), None, id="alone: a scrape's noise is no other job"),
         pytest.param(64, load(65, 0), None, id="one stray request is noise too"),
-        pytest.param(64, load(64, 10), 32, id="first job holds all: gives way to half"),
+        pytest.param(64, load(64, 10), 12, id="first job holds all: held to a little more than the other"),
         pytest.param(1, load(64, 1), 4, id="second job: kept visible to the first until it gives way"),
         pytest.param(10, load(42), 32, id="second job: climbs into what the first left"),
         pytest.param(32, load(64), 32, id="met at half each: both stay"),
         pytest.param(21, load(63), 22, id="three at a third each: the fit less the others"),
-        pytest.param(40, load(64), 32, id="a job holding more than the others together gives way"),
+        pytest.param(40, load(64), 29, id="a job holding more than the others together gives way"),
     ],
 )
 def test_the_share_of_a_server_other_jobs_use(own: int, server: ServerLoad, share: int | None) -> None:
     assert server_share(64, own, server) == share
 
 
-def test_two_jobs_following_the_rule_meet_at_half_the_fit() -> None:
-    first, second = 64, 4
-    for _ in range(20):  # each takes its share (the first cuts at once; the second climbs to it)
+def test_two_jobs_following_the_rule_meet_at_the_level_of_the_one_holding_fewer() -> None:
+    """The one holding more is cut to a little more than the other; the other follows up no further than
+    the first holds: they meet, and only their searches (of the server's throughput) move them on."""
+    first, second = 64, 20
+    for _ in range(20):
         first = min(first, server_share(64, first, load(first + second)) or first)
-        second = server_share(64, second, load(first + second)) or second
-    assert first == second == 32
+        second = followed_up(server_share(64, second, load(first + second)) or second, first)
+    assert first == second == 24
 
 
 def test_a_first_run_starts_where_the_requests_fit_and_counts_it_again_at_the_first_window() -> None:
@@ -120,8 +130,8 @@ def test_another_jobs_requests_drop_the_limit_to_this_jobs_share_within_two_scra
     assert limiter.update(in_flight=64) is None  # one scrape may be a blip
     limiter.on_server_load(load(95))
     change = limiter.update(in_flight=64)
-    assert change is not None and change.new == 32 and limiter.share == 32
-    assert "31 other requests" in change.reason and "share is 32" in change.reason
+    assert change is not None and change.new == 38 and limiter.share == 38  # 31 and a fifth
+    assert "31 other requests" in change.reason and "share is 38" in change.reason
 
 
 def test_a_limit_draining_after_a_cut_is_no_other_job() -> None:
@@ -138,15 +148,16 @@ def test_a_limit_draining_after_a_cut_is_no_other_job() -> None:
 
 def test_a_queue_beside_another_jobs_requests_sends_this_job_to_its_half_not_to_nothing() -> None:
     """Both jobs started at the fit: the server runs 60 of their 128 and queues the rest. Each takes half
-    the fit (the others' 64 are there), not the whole queue as its own (which would send both to the
-    minimum); the queue's part is this job's in proportion (tests/servers/test_signals.py)."""
+    of what it runs (the others' 64 are there), not the whole queue as its own (which would send both to
+    the minimum); the queue's part is this job's in proportion (tests/servers/test_signals.py)."""
     clock = FakeClock()
     limiter = AdaptiveLimit(maximum=512, timeout_s=900, clock=clock, fit=FIT_64)
     limiter.update(in_flight=64)
     for _ in range(2):  # two scrapes, the server no longer taking any in
         limiter.on_server_load(load(60, waiting=68))
     change = limiter.update(in_flight=64)
-    assert change is not None and change.new == 32 and "this job's share is 32" in change.reason
+    assert change is not None and change.new == 30 and "this job's share is 30" in change.reason
+    assert "a server that runs 60 at once (64 fit)" in change.reason
 
 
 def test_beside_others_the_fit_is_counted_again_after_a_few_replies_not_at_the_first_window() -> None:
@@ -161,3 +172,115 @@ def test_beside_others_the_fit_is_counted_again_after_a_few_replies_not_at_the_f
     assert share.refined and share.fit is not None and share.fit.requests == 70
     assert settled == (30, 40.0)  # what the others leave of 70 (of 41 it would be 18)
     assert share.refine() is None  # counted once
+
+
+def test_a_queue_at_a_steady_running_count_is_the_servers_batch_and_a_burst_being_admitted_is_not() -> None:
+    cap = BatchCap()
+    for running, waiting in ((40, 200), (100, 140), (160, 80)):  # taking a burst in, a few a step
+        cap.seen(load(running, waiting))
+    assert cap.capacity(500) == 500
+    cap.seen(load(160, 80))  # no longer rising, still queueing: it runs 160 at once
+    assert cap.capacity(500) == 160 and cap.capacity(100) == 100
+    cap.seen(load(158, 0))  # a cap stays while the server runs no more
+    assert cap.capacity(500) == 160
+    cap.seen(load(240, 0))  # it ran more after all: no cap
+    assert cap.capacity(500) == 500
+
+
+@pytest.mark.parametrize(
+    ("others", "start"),
+    [
+        pytest.param(64, 64, id="as many as the others hold, leaving them half the server"),
+        pytest.param(200, 100, id="the others hold the server: half theirs"),
+        pytest.param(150, 75, id="the others leave less than half theirs: half theirs"),
+        pytest.param(10, 10, id="the others hold few: as few, still visible to them"),
+        pytest.param(5, None, id="fewer than a job's: nobody there"),
+    ],
+)
+def test_a_job_joining_a_busy_server_starts_where_the_others_see_it(others: int, start: int | None) -> None:
+    assert joining_share(200, load(others)) == start
+
+
+def test_a_server_that_runs_fewer_than_fit_is_what_the_jobs_share() -> None:
+    """A 9B at --max-num-seqs 8 where 130 of the job's requests fit: two jobs share the 8 it runs."""
+    share = ServerShare(fit=RequestFit(130 * 2000, prompt_tokens=1600, answer_tokens=400))
+    for _ in range(3):
+        share.scraped(load(8, 250))  # both jobs' 130 at first, the server running 8
+    share.own_peak = 130
+    assert share.capacity == 8 and share.holds_words == "that runs 8 at once (130 fit)"
+    assert share.counted(130) == (5, 128.0)  # its part of the 8, in proportion to what it holds
+    assert share.least == 3  # the fewest the other still sees as a job
+
+
+def shared_limiter(clock: FakeClock, own: int, others: int) -> AdaptiveLimit:
+    """A job at the fit cut to its share beside another job's ``others``."""
+    limiter = AdaptiveLimit(maximum=512, timeout_s=900, clock=clock, fit=FIT_64)
+    limiter.update(in_flight=64)
+    for _ in range(2):
+        limiter.on_server_load(load(own + others))
+    limiter.on_server_load(load(own + others))
+    return limiter
+
+
+def test_a_job_its_share_held_follows_the_other_up_no_further_than_it_holds() -> None:
+    clock = FakeClock()
+    limiter = shared_limiter(clock, 64, 20)
+    cut = limiter.update(in_flight=64)
+    assert cut is not None and cut.new == 24  # a fifth more than the other's 20
+    limiter.update(in_flight=24)
+    for _ in range(3):  # the first still counts this job's 64 draining
+        limiter.on_server_load(load(24 + 30))  # the other's search took it to 30, leaving 34
+    up = limiter.update(in_flight=24)
+    assert up is not None and up.new == 30 and up.reason.endswith("share is 34: up to what they hold, 30")
+
+
+def test_a_job_whose_search_went_below_its_share_stays_there_when_the_other_gives_way() -> None:
+    """Its search found the server did better with fewer there: the others' room is no reason to fill it."""
+    clock = FakeClock()
+    limiter = shared_limiter(clock, 64, 20)
+    limiter.update(in_flight=64)
+    limiter._knee.best = 20  # what its search settled on, below the share of 24
+    limiter.update(in_flight=20)
+    for _ in range(3):
+        limiter.on_server_load(load(20 + 40))
+    assert limiter.update(in_flight=20) is None and limiter.limit == 24
+
+
+def test_a_server_signal_beside_others_backs_a_job_off_no_further_than_they_still_see_it() -> None:
+    """A server that runs 8 at once, another job's 30 queued: this job's part of what runs is 1, but at 1
+    the other would take it for noise and never give way; it holds 3."""
+    clock = FakeClock()
+    limiter = AdaptiveLimit(maximum=512, timeout_s=900, clock=clock, fit=RequestFit(8 * 2000, 1600, 400))
+    limiter.update(in_flight=8)
+    for _ in range(3):
+        limiter.on_server_load(load(8, 30))
+    change = limiter.update(in_flight=8)
+    assert change is not None and change.new == 3 and "share is 3" in change.reason
+    for _ in range(12):
+        clock.now += 5.0
+        limiter.on_finished(latency_s=1.0, output_tokens=100, prompt_tokens=1600, ok=True)
+        limiter.on_server_load(load(8, 30))
+        limiter.update(in_flight=3)
+    assert limiter.limit == 3
+
+
+def test_a_run_beside_others_leaves_the_servers_level_not_its_share_for_the_next_night() -> None:
+    clock = FakeClock()
+    limiter = shared_limiter(clock, 64, 60)
+    limiter.update(in_flight=64)
+    limiter._knee.measured_best(5000.0, 0.01, DEFAULT_TUNING, 60.0)
+    limiter._measured = True
+    learned = limiter.learned
+    assert learned == KneeMemory(limiter.limit + 60, bracketed=False)
+
+
+def test_a_limit_that_just_rose_does_not_hide_the_other_jobs_from_the_release() -> None:
+    """The last four scrapes showed the other job's 30 beside this one's 30; this one's count is 60 now
+    (its limit just rose): the others are still there."""
+    share = ServerShare(fit=FIT_64)
+    share.share = 30
+    for _ in range(4):
+        share.own_peak = 30
+        share.scraped(load(60))
+    share.counted(60)
+    assert share.share is not None and not share.released

@@ -3,8 +3,8 @@ still admitting what was sent together, with made-up /metrics."""
 
 from __future__ import annotations
 
-from pipeline.servers.knee_search import DEFAULT_TUNING, ServerLoad, Window
 from pipeline.servers.signals import admitting, queue_signal, steady
+from pipeline.servers.window import DEFAULT_TUNING, ServerLoad, Window
 
 
 def load(running: float, waiting: float) -> ServerLoad:
