@@ -109,6 +109,7 @@ class AdaptiveLimit:
         self._client_bound: ClientLoad | None = None  # the client was the bottleneck: its load then
         self._alone: int | None = None  # the best level measured before a share cut it: to go back to
         self._shared: int | None = None  # the share the limit was last set to
+        self._server_best: int | None = None  # beside others: the server's level at this job's best
         if fit is not None and known_knee is None:
             self.start_at_fit(fit)
 
@@ -170,10 +171,9 @@ class AdaptiveLimit:
         if not self._measured or self._client_bound is not None:  # the client's knee is not the server's
             return None
         knee = self._knee
-        if self._shared is not None:  # its share is not the server's knee: what it measured alone, else
-            if self._alone is not None:  # the server's best level (the others' and this job's), from
-                return KneeMemory(self._alone, bracketed=False)  # which a night alone searches on
-            return KneeMemory(round(knee.best + knee.best_others), bracketed=False) if knee.best_tp else None
+        if self._shared is not None:  # its share is not the server's knee: a night alone searches on
+            level = self._level_alone()  # from what it measured alone, or the server's best level
+            return KneeMemory(level, bracketed=False) if level is not None else None
         if self._bracket is not None and self._bracket.level == knee.best:
             return self._bracket
         return KneeMemory(knee.best, self._at_knee, knee.lo, knee.hi, knee.best_tp)
@@ -260,14 +260,19 @@ class AdaptiveLimit:
         reason = f"{others:.0f} other requests on a server {server.holds_words}: this job's share is {share}"
         return self._set(now, level, f"{reason}: {action} {level}")
 
+    def _level_alone(self) -> int | None:
+        """Beside others, the level for this job alone: the one it measured before they came, else the
+        server's best level found with them (theirs and this job's); None when neither was measured."""
+        return self._alone or self._server_best
+
     def _alone_again(self, now: float) -> LimitChange | None:
-        """The other jobs' requests are gone: back to the level this job measured alone (else to its fit),
-        searched from there (what was measured beside them tells nothing of the server alone)."""
+        """The other jobs' requests are gone: back to the level for this job alone (:meth:`_level_alone`,
+        else what the server holds), searched from there."""
         server = self._server
         server.released = False
         self._ceiling = None  # the others' requests were behind a server signal then
-        level = min(self._alone or server.capacity or self._limit, self._cap())
-        self._alone = self._shared = None
+        level = min(self._level_alone() or server.capacity or self._limit, self._cap())
+        self._alone = self._shared = self._server_best = None
         self._knee.restart_at(level)
         self._at_knee = False
         return self._set(now, level, f"no other job's requests on the server any more: back to {level}")
@@ -334,13 +339,14 @@ class AdaptiveLimit:
         tuning, knee, limit = self._tuning, self._knee, self._limit
         # Beside other jobs, the server's throughput at the server's level: the curve every job shares
         # (this job's own would rise with its share of a server past its best level).
-        others, throughput = (
-            window.server_view() if self._server.share is not None else (0, window.throughput)
-        )
+        shared = self._server.share is not None
+        others, throughput = window.server_view() if shared else (0, window.throughput)
         if limit == knee.best:
             words = knee.measured_best(throughput, window.error, tuning, others)
         else:
             words = knee.judge(limit, throughput, window.error, tuning, others)
+        if shared and knee.best == limit:
+            self._server_best = round(limit + others)
         self._measured = True
         self._opening = self._opening and knee.hi is None
         if knee.best == limit:

@@ -18,7 +18,7 @@ from pipeline.servers.sharing import (
     others_in_flight,
     server_share,
 )
-from pipeline.servers.window import DEFAULT_TUNING, ServerLoad
+from pipeline.servers.window import ServerLoad
 
 FIT_64 = RequestFit(64 * 2000, prompt_tokens=1600, answer_tokens=400)
 
@@ -265,13 +265,18 @@ def test_a_server_signal_beside_others_backs_a_job_off_no_further_than_they_stil
 
 
 def test_a_run_beside_others_leaves_the_servers_level_not_its_share_for_the_next_night() -> None:
+    """Cut to 34 beside another job's 60, it measured its level there: the server did best at 94 in flight,
+    from which a night alone searches on (its 34 would start that night at a third of the server)."""
     clock = FakeClock()
     limiter = shared_limiter(clock, 64, 60)
-    limiter.update(in_flight=64)
-    limiter._knee.measured_best(5000.0, 0.01, DEFAULT_TUNING, 60.0)
-    limiter._measured = True
-    learned = limiter.learned
-    assert learned == KneeMemory(limiter.limit + 60, bracketed=False)
+    cut = limiter.update(in_flight=64)
+    assert cut is not None and cut.new == 34
+    for _ in range(120):
+        clock.now += 1.0
+        limiter.on_finished(latency_s=10.0, output_tokens=400, prompt_tokens=1600, ok=True)
+        limiter.on_server_load(load(34 + 60))
+        limiter.update(in_flight=34)
+    assert limiter.learned == KneeMemory(94, bracketed=False)
 
 
 def test_a_limit_that_just_rose_does_not_hide_the_other_jobs_from_the_release() -> None:
