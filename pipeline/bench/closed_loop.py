@@ -354,10 +354,21 @@ async def _drive(scenario: Scenario, fixed: int | None, clock: Callable[[], floa
         run.wake.clear()
         await run.wake.wait()
     end.cancel()
-    for task in [*helpers, *requests]:
-        task.cancel()
-    await asyncio.gather(*helpers, *requests, return_exceptions=True)
+    await stop([*helpers, *requests])
     return _result(run, started, fixed)
+
+
+async def stop(tasks: list[asyncio.Task[None]]) -> None:
+    """Cancel a run's tasks and wait for them; one that had failed (the controller, a scrape) raises its
+    error here: a benchmark whose policy crashed must not print a table as if it had run."""
+    for task in tasks:
+        task.cancel()
+    outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+    failed = [
+        e for e in outcomes if isinstance(e, BaseException) and not isinstance(e, asyncio.CancelledError)
+    ]
+    if failed:
+        raise failed[0]
 
 
 def _result(run: LoadRun, started: float, fixed: int | None) -> LoadResult:

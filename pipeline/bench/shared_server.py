@@ -10,7 +10,7 @@ import bisect
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pipeline.bench.closed_loop import LoadRun, Scenario, ServerModel, prepare, server_model
+from pipeline.bench.closed_loop import LoadRun, Scenario, ServerModel, prepare, server_model, stop
 from pipeline.bench.virtual_clock import VirtualClockLoop
 from pipeline.servers.limits import LimitChange
 
@@ -128,7 +128,5 @@ async def _send_all(run: LoadRun, end_s: float) -> float:
         await run.wake.wait()
     finished = run.engine.now()
     end.cancel()
-    for task in [*helpers, *requests]:
-        task.cancel()
-    await asyncio.gather(*helpers, *requests, return_exceptions=True)
+    await stop([*helpers, *requests])
     return finished
