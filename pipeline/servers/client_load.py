@@ -4,8 +4,10 @@ one core allows) cannot send or read replies any faster, so more concurrency pay
 knee found then is the client's, not the server's.
 
 Two readings over each interval: the event loop's lag (how late a timer fires: callbacks queue behind
-the work of the loop's one thread), and the process's CPU share (CPU seconds per wall second; one event
-loop does not use more than a core). Either above its bound says the client was the bottleneck.
+the work of the loop's one thread), and that thread's CPU share (its CPU seconds per wall second: it does
+not use more than a core). Either above its bound says the client was the bottleneck. The meter is read
+on the loop's thread and counts that thread only: DuckDB's threads and the worker threads that write
+checkpoints use other cores, and do not slow the loop.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from dataclasses import dataclass
 
 #: A mean lag of timers above this says the event loop is behind (a healthy loop: a millisecond or two).
 LAG_S = 0.05
-#: CPU seconds per wall second above this: the process's one event-loop thread is busy all the time.
+#: The loop thread's CPU seconds per wall second above this: it is busy all the time.
 CPU_SHARE = 0.9
 
 
@@ -33,7 +35,7 @@ class ClientLoad:
 
     @property
     def words(self) -> str:
-        return f"event-loop lag {self.lag_s * 1000:.0f} ms, the process's CPU {self.cpu_share:.0%} of a core"
+        return f"event-loop lag {self.lag_s * 1000:.0f} ms, its thread's CPU {self.cpu_share:.0%} of a core"
 
     @staticmethod
     def mean(loads: list[ClientLoad]) -> ClientLoad | None:
@@ -50,7 +52,7 @@ class ClientMeter:
     the end of each interval (the mean lag and the CPU share since the last read)."""
 
     def __init__(
-        self, clock: Callable[[], float] = time.monotonic, cpu: Callable[[], float] = time.process_time
+        self, clock: Callable[[], float] = time.monotonic, cpu: Callable[[], float] = time.thread_time
     ) -> None:
         self._clock, self._cpu = clock, cpu
         self._since, self._cpu_since = clock(), cpu()

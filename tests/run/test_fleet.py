@@ -48,7 +48,7 @@ def test_a_knee_found_while_the_client_was_the_bottleneck_is_not_stored_and_the_
     assert warning["endpoint"] == "127.0.0.1:8001"
     assert warning["event"] == (
         "concurrency auto: the knee found is not stored as the server's: the client was the bottleneck "
-        "(event-loop lag 120 ms, the process's CPU 97% of a core); the next run starts where an earlier "
+        "(event-loop lag 120 ms, its thread's CPU 97% of a core); the next run starts where an earlier "
         "one left"
     )
 
