@@ -10,7 +10,8 @@ Per server (benchmarks/auto_first_run.py's cases) and model: the best of a fixed
 run (no knee stored: it starts where the job's requests fit) and a second (from the first's knee), each
 of ``--length`` reply latencies at the best level, as a share of the best fixed level's throughput; then
 two `auto` jobs of ``--records`` each started together against one job of twice as many alone (the
-pair's records over the later one's time, as a share of the lone job's rate) and each job's time.
+pair's records over the later one's time, as a share of the lone job's rate) and each job's time; and
+the same two with the second started a quarter of the lone job's time in.
 Prints a Markdown table; nothing here is a pass/fail test (tests/servers/test_limits.py and
 tests/bench/test_shared_server.py hold the aims).
 """
@@ -40,6 +41,9 @@ def row(case: Case, model: str, length: float, records: int) -> tuple[object, ..
     (alone,) = run_jobs(jobs, [Job(2 * records)])
     pair = run_jobs(replace(jobs, duration_s=10 * alone.duration_s), [Job(records), Job(records)])
     together = sum(job.answered for job in pair) / max(job.ended_s for job in pair)
+    quarter = [Job(records), Job(records, start_s=alone.duration_s / 4)]
+    late = run_jobs(replace(jobs, duration_s=10 * alone.duration_s), quarter)
+    joined = sum(job.answered for job in late) / max(job.ended_s for job in late)
     return (
         case.label,
         model,
@@ -48,6 +52,7 @@ def row(case: Case, model: str, length: float, records: int) -> tuple[object, ..
         f"{second.throughput() / best:.3f}",
         f"{together / alone.records_per_s:.3f}",
         ", ".join(f"{job.ended_s:,.0f}" for job in pair) + f" (alone: {alone.duration_s:,.0f})",
+        f"{joined / alone.records_per_s:.3f}",
     )
 
 
@@ -73,6 +78,7 @@ def main() -> None:
         "second auto run / best fixed",
         f"two auto jobs of {args.records:,} / one of {2 * args.records:,}",
         "the two jobs' times (model s)",
+        "the second started a quarter in / one alone",
     )
     print_rows(header, rows)
     print(
