@@ -245,7 +245,11 @@ class AdaptiveLimit:
         if self._limit > share + slack:
             if self._shared is None:  # the first cut: the level this job measured alone, if it did
                 self._alone = self._knee.best if self._measured else None
-        elif self._shared is not None and self._knee.best >= self._shared and share > self._limit + slack:
+        elif (
+            self._shared is not None
+            and self._limit >= self._knee.best >= self._shared
+            and share > self._limit + slack
+        ):
             # The others gave way or grew: a job its share held follows. One whose search went below
             # its share stays: the server did better with fewer there.
             level, action = followed_up(share, others), "up to"
@@ -256,6 +260,7 @@ class AdaptiveLimit:
             return None
         self._shared = level
         self._knee.restart_at(min(self._knee.best, level) if action == "down to" else level)
+        self._knee.heading_up = action != "down to"  # followed the others up: more paid for them
         self._at_knee = self._opening = False
         reason = f"{others:.0f} other requests on a server {server.holds_words}: this job's share is {share}"
         return self._set(now, level, f"{reason}: {action} {level}")
@@ -340,7 +345,10 @@ class AdaptiveLimit:
         # Beside other jobs, the server's throughput at the server's level: the curve every job shares
         # (this job's own would rise with its share of a server past its best level).
         shared = self._server.share is not None
-        others, throughput = window.server_view() if shared else (0, window.throughput)
+        others, throughput = window.server_view(self._load) if shared else (0, window.throughput)
+        # The smallest step is of the server's level: a step of this job's alone moves it too little
+        # beside others (4% of a half is 2%, whose gain is under the windows' noise) and never pays.
+        knee.smallest = min(knee.descent, math.log1p(tuning.min_step * (limit + others) / limit))
         if limit == knee.best:
             words = knee.measured_best(throughput, window.error, tuning, others)
         else:

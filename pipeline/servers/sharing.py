@@ -67,6 +67,8 @@ SCRAPES = 2
 RELEASE_SCRAPES = 4
 #: Replies after which a job beside others counts its fit again at their tokens (alone: its first window).
 REFIT_REPLIES = 8
+#: Scrapes a job beside others waits for those replies before it takes a share of the fit as first counted.
+FIT_SCRAPES = 10
 
 
 def others_in_flight(load: ServerLoad, own_in_flight: int) -> float | None:
@@ -111,10 +113,7 @@ def joining_share(fit: int, load: ServerLoad) -> int | None:
     if others is None or others < visible(fit):
         return None
     holds = BatchCap().seen(load).capacity(fit)
-    # As many as the others hold, as long as that leaves half theirs, else half theirs; never more than
-    # the server holds.
-    room = max(holds - math.ceil(others), math.ceil(others / 2))
-    return max(least_share(holds), min(holds, math.ceil(others), room))
+    return max(least_share(holds), min(holds, max(holds - math.ceil(others), math.ceil(holds / 2))))
 
 
 @dataclass(slots=True)
@@ -192,8 +191,10 @@ class ServerShare:
     own_peak: int = 0  # the most since the last scrape: the server counted at some moment since
     scrapes: list[tuple[ServerLoad, int]] = field(default_factory=list)  # with this job's in flight
     batch_cap: BatchCap = field(default_factory=BatchCap)
+    scrape_count: int = 0
 
     def scraped(self, load: ServerLoad) -> None:
+        self.scrape_count += 1
         self.scrapes = [*self.scrapes[1 - max(SCRAPES, RELEASE_SCRAPES) :], (load, self.own_peak)]
         self.own_peak = self.in_flight
         self.batch_cap.seen(load)
@@ -236,6 +237,9 @@ class ServerShare:
         if settled is not None and not self.refined and self.replied_tokens[0] >= REFIT_REPLIES:
             self._measure_fit()
             settled = settled_share(self.capacity, own, self.scrapes)
+        if settled is not None and not self.refined and self.scrape_count < FIT_SCRAPES:
+            return None  # a share of a fit counted at max_tokens may be a third of the others' (theirs
+            # measured): wait for this job's first replies, a few scrapes at most
         if settled is not None:
             self.share = settled[0]
         elif self.share is not None and alone(self.capacity, self.scrapes):

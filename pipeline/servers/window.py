@@ -136,11 +136,15 @@ class Window:
         latency = sum(seconds for _, seconds in self.replies)
         return self.limit * sum(tokens for tokens, _ in self.replies) / latency if latency > 0 else 0.0
 
-    def server_view(self) -> tuple[float, float]:
+    def server_view(self, latest: ServerLoad | None = None) -> tuple[float, float]:
         """Beside other jobs: their requests on the server over the window (the settled scrapes' running
         and waiting, less this job's limit, kept full) and the server's throughput: this job's, scaled by
-        the server's requests over its own (every request on one server decodes at one speed)."""
+        the server's requests over its own (every request on one server decodes at one speed). A window
+        shorter than the scrapes' interval has none of its own: the ``latest`` scrape stands for it (else
+        its throughput would be this job's alone, a fraction of the others')."""
         settled = [s for s in self.scrapes[self.settled_scrape :] if s.running is not None]
+        if not settled and latest is not None and latest.running is not None:
+            settled = [latest]
         if not settled or self.limit <= 0:
             return 0.0, self.throughput
         on_server = sum((s.running or 0.0) + (s.waiting or 0.0) for s in settled) / len(settled)

@@ -11,6 +11,7 @@ from pipeline.servers.capacity import RequestFit
 from pipeline.servers.knee_search import KneeMemory
 from pipeline.servers.limits import AdaptiveLimit
 from pipeline.servers.sharing import (
+    FIT_SCRAPES,
     BatchCap,
     ServerShare,
     followed_up,
@@ -35,6 +36,15 @@ def load(running: float, waiting: float = 0.0, kv: float | None = 0.5) -> Server
     return ServerLoad(running=running, waiting=waiting, kv_usage=kv, preemptions_total=0.0)
 
 
+def settled(limiter: AdaptiveLimit) -> AdaptiveLimit:
+    """A job a few scrapes into its run, alone so far: past the scrapes it waits for its first replies'
+    fit (:data:`~pipeline.servers.sharing.FIT_SCRAPES`) before it takes a share of the fit it began with."""
+    for _ in range(FIT_SCRAPES):
+        limiter.on_server_load(load(limiter.limit))
+        limiter.update(in_flight=limiter.limit)
+    return limiter
+
+
 def test_the_first_windows_replies_count_the_fit_again_at_their_mean_prompt_and_answer() -> None:
     share = ServerShare(fit=RequestFit(128_000, prompt_tokens=1000, answer_tokens=2048))  # max_tokens
     assert share.refine() is None  # no reply yet
@@ -51,7 +61,7 @@ def test_the_share_beside_other_jobs_is_taken_from_the_one_count_of_the_fit() ->
     """129 of these fit with the prefix's 62 full blocks held once (63 blocks each of their own): not the
     65 of a count without prefix caching, nor the 130 of one in tokens rather than blocks."""
     fit = RequestFit(131_072, 1500, 500, shared_prefix_tokens=1000, prefix_caching=True)
-    limiter = AdaptiveLimit(maximum=512, timeout_s=900, clock=FakeClock(), fit=fit)
+    limiter = settled(AdaptiveLimit(maximum=512, timeout_s=900, clock=FakeClock(), fit=fit))
     assert limiter.limit == fit.requests == 129
     limiter.update(in_flight=129)
     for _ in range(2):
@@ -95,7 +105,7 @@ def test_two_jobs_following_the_rule_meet_at_the_level_of_the_one_holding_fewer(
 
 def test_a_first_run_starts_where_the_requests_fit_and_counts_it_again_at_the_first_window() -> None:
     clock = FakeClock()
-    limiter = AdaptiveLimit(maximum=512, timeout_s=900, clock=clock, fit=FIT_64)
+    limiter = settled(AdaptiveLimit(maximum=512, timeout_s=900, clock=clock, fit=FIT_64))
     assert limiter.limit == 64
     # Replies shorter than counted at first (1,400 + 400 tokens): 70 fit. A window of them, then the move
     # (a descent at most).
@@ -124,7 +134,7 @@ def test_the_fit_does_not_move_an_earlier_runs_knee_nor_a_fit_above_the_maximum(
 
 def test_another_jobs_requests_drop_the_limit_to_this_jobs_share_within_two_scrapes() -> None:
     clock = FakeClock()
-    limiter = AdaptiveLimit(maximum=512, timeout_s=900, clock=clock, fit=FIT_64)
+    limiter = settled(AdaptiveLimit(maximum=512, timeout_s=900, clock=clock, fit=FIT_64))
     assert limiter.update(in_flight=64) is None
     limiter.on_server_load(load(94))  # 30 of another job's beside this one's 64
     assert limiter.update(in_flight=64) is None  # one scrape may be a blip
@@ -138,7 +148,7 @@ def test_a_limit_draining_after_a_cut_is_no_other_job() -> None:
     """The scrapes lag the client's count: 64 still on the server while this job's in flight fell to 40
     after its limit dropped is this job's own tail."""
     clock = FakeClock()
-    limiter = AdaptiveLimit(maximum=512, timeout_s=900, clock=clock, fit=FIT_64)
+    limiter = settled(AdaptiveLimit(maximum=512, timeout_s=900, clock=clock, fit=FIT_64))
     limiter.update(in_flight=64)
     for counted, in_flight in ((64, 56), (64, 48), (56, 40), (48, 32)):
         limiter.on_server_load(load(counted))  # what the server ran when asked, a moment ago
@@ -148,16 +158,16 @@ def test_a_limit_draining_after_a_cut_is_no_other_job() -> None:
 
 def test_a_queue_beside_another_jobs_requests_sends_this_job_to_its_half_not_to_nothing() -> None:
     """Both jobs started at the fit: the server runs 60 of their 128 and queues the rest. Each takes half
-    of what it runs (the others' 64 are there), not the whole queue as its own (which would send both to
-    the minimum); the queue's part is this job's in proportion (tests/servers/test_signals.py)."""
+    the fit (the others' 64 are there), not the whole queue as its own (which would send both to the
+    minimum); the queue's part is this job's in proportion (tests/servers/test_signals.py)."""
     clock = FakeClock()
-    limiter = AdaptiveLimit(maximum=512, timeout_s=900, clock=clock, fit=FIT_64)
+    limiter = settled(AdaptiveLimit(maximum=512, timeout_s=900, clock=clock, fit=FIT_64))
     limiter.update(in_flight=64)
     for _ in range(2):  # two scrapes, the server no longer taking any in
         limiter.on_server_load(load(60, waiting=68))
     change = limiter.update(in_flight=64)
-    assert change is not None and change.new == 30 and "this job's share is 30" in change.reason
-    assert "a server that runs 60 at once (64 fit)" in change.reason
+    # It ran this job's 64 alone a moment ago: 60 running now is no cap on what it holds.
+    assert change is not None and change.new == 32 and "this job's share is 32" in change.reason
 
 
 def test_beside_others_the_fit_is_counted_again_after_a_few_replies_not_at_the_first_window() -> None:
@@ -190,10 +200,10 @@ def test_a_queue_at_a_steady_running_count_is_the_servers_batch_and_a_burst_bein
 @pytest.mark.parametrize(
     ("others", "start"),
     [
-        pytest.param(64, 64, id="as many as the others hold, leaving them half the server"),
-        pytest.param(200, 100, id="the others hold the server: half theirs"),
-        pytest.param(150, 75, id="the others leave less than half theirs: half theirs"),
-        pytest.param(10, 10, id="the others hold few: as few, still visible to them"),
+        pytest.param(64, 136, id="what the others leave"),
+        pytest.param(200, 100, id="the others hold the server: half, so that they give way"),
+        pytest.param(150, 100, id="the others leave less than half: half"),
+        pytest.param(10, 190, id="the others hold few: the rest"),
         pytest.param(5, None, id="fewer than a job's: nobody there"),
     ],
 )
@@ -204,6 +214,7 @@ def test_a_job_joining_a_busy_server_starts_where_the_others_see_it(others: int,
 def test_a_server_that_runs_fewer_than_fit_is_what_the_jobs_share() -> None:
     """A 9B at --max-num-seqs 8 where 130 of the job's requests fit: two jobs share the 8 it runs."""
     share = ServerShare(fit=RequestFit(130 * 2000, prompt_tokens=1600, answer_tokens=400))
+    share.scrape_count = FIT_SCRAPES  # past its first scrapes
     for _ in range(3):
         share.scraped(load(8, 250))  # both jobs' 130 at first, the server running 8
     share.own_peak = 130
@@ -214,7 +225,7 @@ def test_a_server_that_runs_fewer_than_fit_is_what_the_jobs_share() -> None:
 
 def shared_limiter(clock: FakeClock, own: int, others: int) -> AdaptiveLimit:
     """A job at the fit cut to its share beside another job's ``others``."""
-    limiter = AdaptiveLimit(maximum=512, timeout_s=900, clock=clock, fit=FIT_64)
+    limiter = settled(AdaptiveLimit(maximum=512, timeout_s=900, clock=clock, fit=FIT_64))
     limiter.update(in_flight=64)
     for _ in range(2):
         limiter.on_server_load(load(own + others))
@@ -250,7 +261,9 @@ def test_a_server_signal_beside_others_backs_a_job_off_no_further_than_they_stil
     """A server that runs 8 at once, another job's 30 queued: this job's part of what runs is 1, but at 1
     the other would take it for noise and never give way; it holds 3."""
     clock = FakeClock()
-    limiter = AdaptiveLimit(maximum=512, timeout_s=900, clock=clock, fit=RequestFit(8 * 2000, 1600, 400))
+    limiter = settled(
+        AdaptiveLimit(maximum=512, timeout_s=900, clock=clock, fit=RequestFit(8 * 2000, 1600, 400))
+    )
     limiter.update(in_flight=8)
     for _ in range(3):
         limiter.on_server_load(load(8, 30))
@@ -277,6 +290,27 @@ def test_a_run_beside_others_leaves_the_servers_level_not_its_share_for_the_next
         limiter.on_server_load(load(34 + 60))
         limiter.update(in_flight=34)
     assert limiter.learned == KneeMemory(94, bracketed=False)
+    # Its steps are of the server's level (4% of it), not of its own (whose gain the windows' noise hides).
+    assert limiter._knee.smallest > 2 * math.log1p(0.04)
+
+
+def test_a_job_waits_for_its_first_replies_fit_a_few_scrapes_before_it_takes_a_share() -> None:
+    """Counted at max_tokens, 41 of its requests fit where the others' replies say 70: a share of 41 beside
+    their 35 would be 6. A few scrapes for its first replies (or, without any, the fit it has)."""
+    share = ServerShare(fit=RequestFit(128_000, prompt_tokens=1000, answer_tokens=2048))
+    share.own_peak = 30
+    for _ in range(3):
+        share.scraped(load(65))
+        assert share.counted(30) is None
+    for _ in range(8):
+        share.replied(1400, 400)
+    share.scraped(load(65))
+    assert share.counted(30) == (35, 35.0) and share.refined  # of the 70 its replies' tokens fit
+    late = ServerShare(fit=RequestFit(128_000, prompt_tokens=1000, answer_tokens=2048))
+    for _ in range(FIT_SCRAPES):
+        late.own_peak = 30
+        late.scraped(load(65))
+    assert late.counted(30) == (19, 35.0)  # no reply with tokens: its part of the 41 it has
 
 
 def test_a_limit_that_just_rose_does_not_hide_the_other_jobs_from_the_release() -> None:

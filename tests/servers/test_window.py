@@ -33,3 +33,12 @@ def test_beside_other_jobs_the_server_delivers_for_all_its_requests_at_this_jobs
 def test_alone_or_without_metrics_the_server_view_is_this_jobs() -> None:
     for window in (measured(50, [scrape(48)]), measured(50, [ServerLoad(None, None, None, None)])):
         assert window.server_view() == (0.0, window.throughput)
+
+
+def test_a_window_shorter_than_the_scrapes_interval_takes_the_latest_scrape_for_the_server() -> None:
+    """A fast server's window may end before a scrape comes: without one it would read this job's rate as
+    the server's (half of it beside an equal job) and take that for a collapse."""
+    window = measured(70, [])
+    assert window.server_view() == (0.0, window.throughput)
+    others, server = window.server_view(latest=scrape(140))
+    assert others == 70 and server == pytest.approx(2 * window.throughput)
