@@ -30,13 +30,16 @@ whose search went below its share stays there. A share, and a server signal's ba
 what the others count as a job (:func:`least_share`: fewer in flight are taken for the noise between a
 scrape and a count, and a job the others cannot see would never be given way to), and a queue is this
 job's only in proportion to its part of the requests there. Beside others the fit is counted again at
-the replies' tokens after :data:`REFIT_REPLIES` of them (every job's share must be of the same fit).
+the replies' tokens after :data:`REFIT_REPLIES` of them (every job's share must be of the same fit), and
+a job waits up to :data:`FIT_SCRAPES` scrapes for them before it takes a share of the fit it began with.
+A job's steps beside others are of the server's level (4% of its own, half the server, would move it
+2%, a gain under the windows' noise).
 When :data:`RELEASE_SCRAPES` scrapes in a row show no other job's requests, the job goes back at once
 to the level it measured alone (else to what the server holds). A job that starts while others run
-starts at its share (:func:`joining_share`: as many as they hold, as long as that leaves them half
-theirs); a third job does the same, and none holds more than the rest together for long. A run that
-ends beside others leaves the next night the level it measured alone, or the server's level it found
-with the others, not its share.
+starts at its share (:func:`joining_share`: what they leave, and at least half of what the server
+holds, so that they see it and give way); a third job does the same, and none holds more than the rest
+together for long. A run that ends beside others leaves the next night the level it measured alone, or
+the server's level it found with the others, not its share.
 Nothing is shared but the server's own counts: no file, no database, jobs of different machines and
 databases coordinate alike. A server without ``/metrics`` or its KV cache gives no share.
 """
@@ -112,7 +115,9 @@ def joining_share(fit: int, load: ServerLoad) -> int | None:
     others = others_in_flight(load, 0)
     if others is None or others < visible(fit):
         return None
-    holds = BatchCap().seen(load).capacity(fit)
+    # At least what it runs now: a fit counted at max_tokens (this job's replies not in yet) may be a
+    # third of what the others' replies say, and half of it would cut them to a fraction of the server.
+    holds = max(BatchCap().seen(load).capacity(fit), math.floor(load.running or 0))
     return max(least_share(holds), min(holds, max(holds - math.ceil(others), math.ceil(holds / 2))))
 
 

@@ -323,3 +323,10 @@ def test_a_limit_that_just_rose_does_not_hide_the_other_jobs_from_the_release() 
         share.scraped(load(60))
     share.counted(60)
     assert share.share is not None and not share.released
+
+
+def test_a_job_joining_takes_the_server_as_at_least_what_it_runs_now() -> None:
+    """Its fit counted at max_tokens says 70; the other job runs 231 there (its replies' fit, 206 and
+    more): half of 70 would cut that job to a fraction of the server, half of 231 lets both see the other."""
+    assert joining_share(70, load(231)) == 116
+    assert joining_share(70, load(60, waiting=171)) == 35  # it queues past 60: 70 it is
