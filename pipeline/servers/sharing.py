@@ -31,7 +31,8 @@ what the others count as a job (:func:`least_share`: fewer in flight are taken f
 scrape and a count, and a job the others cannot see would never be given way to), and a queue is this
 job's only in proportion to its part of the requests there. Beside others the fit is counted again at
 the replies' tokens after :data:`REFIT_REPLIES` of them (every job's share must be of the same fit), and
-a job waits up to :data:`FIT_SCRAPES` scrapes for them before it takes a share of the fit it began with.
+while the KV cache has room a job waits up to :data:`FIT_SCRAPES` scrapes for them before it takes a share
+of the fit it began with.
 A job's steps beside others are of the server's level (4% of its own, half the server, would move it
 2%, a gain under the windows' noise).
 When :data:`RELEASE_SCRAPES` scrapes in a row show no other job's requests, the job goes back at once
@@ -72,6 +73,8 @@ RELEASE_SCRAPES = 4
 REFIT_REPLIES = 8
 #: Scrapes a job beside others waits for those replies before it takes a share of the fit as first counted.
 FIT_SCRAPES = 10
+#: KV-cache use from which a server is full: a job takes its share at once, counted fit or not.
+KV_FULL = 0.9
 
 
 def others_in_flight(load: ServerLoad, own_in_flight: int) -> float | None:
@@ -242,7 +245,7 @@ class ServerShare:
         if settled is not None and not self.refined and self.replied_tokens[0] >= REFIT_REPLIES:
             self._measure_fit()
             settled = settled_share(self.capacity, own, self.scrapes)
-        if settled is not None and not self.refined and self.scrape_count < FIT_SCRAPES:
+        if settled is not None and not self.refined and self.scrape_count < FIT_SCRAPES and self._kv_room():
             return None  # a share of a fit counted at max_tokens may be a third of the others' (theirs
             # measured): wait for this job's first replies, a few scrapes at most
         if settled is not None:
@@ -250,6 +253,12 @@ class ServerShare:
         elif self.share is not None and alone(self.capacity, self.scrapes):
             self.share, self.released = None, True
         return settled
+
+    def _kv_room(self) -> bool:
+        """Whether the last scrape shows the KV cache with room (below :data:`KV_FULL`): the others hold
+        more than this job's fit as first counted, and the server takes them; a full one is overloaded."""
+        kv = self.scrapes[-1][0].kv_usage if self.scrapes else None
+        return kv is not None and kv < KV_FULL
 
     def own_part(self, load: ServerLoad, limit: int) -> float:
         """This job's part of what a scrape shows on the server: 1 alone, less beside other jobs."""

