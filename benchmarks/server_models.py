@@ -11,7 +11,8 @@ run (no knee stored: it starts where the job's requests fit) and a second (from 
 of ``--length`` reply latencies at the best level, as a share of the best fixed level's throughput; then
 two `auto` jobs of ``--records`` each started together against one job of twice as many alone (the
 pair's records over the later one's time, as a share of the lone job's rate) and each job's time; and
-the same two with the second started a quarter of the lone job's time in.
+the same two with the second started a quarter of the lone job's time in; and three jobs of two thirds as
+many started together (their longest time over their shortest).
 Prints a Markdown table; nothing here is a pass/fail test (tests/servers/test_limits.py and
 tests/bench/test_shared_server.py hold the aims).
 """
@@ -44,6 +45,9 @@ def row(case: Case, model: str, length: float, records: int) -> tuple[object, ..
     quarter = [Job(records), Job(records, start_s=alone.duration_s / 4)]
     late = run_jobs(replace(jobs, duration_s=10 * alone.duration_s), quarter)
     joined = sum(job.answered for job in late) / max(job.ended_s for job in late)
+    trio = run_jobs(replace(jobs, duration_s=10 * alone.duration_s), [Job(2 * records // 3)] * 3)
+    three = sum(job.answered for job in trio) / max(job.ended_s for job in trio)
+    spread = max(job.duration_s for job in trio) / min(job.duration_s for job in trio)
     return (
         case.label,
         model,
@@ -53,6 +57,7 @@ def row(case: Case, model: str, length: float, records: int) -> tuple[object, ..
         f"{together / alone.records_per_s:.3f}",
         ", ".join(f"{job.ended_s:,.0f}" for job in pair) + f" (alone: {alone.duration_s:,.0f})",
         f"{joined / alone.records_per_s:.3f}",
+        f"{three / alone.records_per_s:.3f} ({spread:.2f}x apart)",
     )
 
 
@@ -79,6 +84,7 @@ def main() -> None:
         f"two auto jobs of {args.records:,} / one of {2 * args.records:,}",
         "the two jobs' times (model s)",
         "the second started a quarter in / one alone",
+        "three jobs together / one alone",
     )
     print_rows(header, rows)
     print(
