@@ -105,7 +105,7 @@ class AdaptiveLimit:
         first = self._precision_for(self._knee.reach_up)  # what the first step needs: a ramp's or a small one
         # From nothing in flight a short window will do: the opening level is small, or known to be good.
         self._window = Window(self._limit, clock(), grew=True, precision=first, share=tuning.window_share)
-        self._server = ServerShare()  # the fit, and this job's share of a server others use
+        self._server = ServerShare(kv_full=tuning.kv_high)  # the fit, this job's share of a server others use
         self._client_bound: ClientLoad | None = None  # the client was the bottleneck: its load then
         self._alone: int | None = None  # the best level measured before a share cut it: to go back to
         self._shared: int | None = None  # the share the limit was last set to

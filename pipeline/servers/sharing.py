@@ -52,7 +52,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from pipeline.servers.capacity import RequestFit
-from pipeline.servers.window import ServerLoad
+from pipeline.servers.window import DEFAULT_TUNING, ServerLoad
 
 #: Requests on the server not in this job's count that are still this job's: those that finished or were
 #: sent between the scrape and the count. Fewer "others" than this (or this share of the fit) are none.
@@ -73,8 +73,6 @@ RELEASE_SCRAPES = 4
 REFIT_REPLIES = 8
 #: Scrapes a job beside others waits for those replies before it takes a share of the fit as first counted.
 FIT_SCRAPES = 10
-#: KV-cache use from which a server is full: a job takes its share at once, counted fit or not.
-KV_FULL = 0.9
 
 
 def others_in_flight(load: ServerLoad, own_in_flight: int) -> float | None:
@@ -200,6 +198,9 @@ class ServerShare:
     scrapes: list[tuple[ServerLoad, int]] = field(default_factory=list)  # with this job's in flight
     batch_cap: BatchCap = field(default_factory=BatchCap)
     scrape_count: int = 0
+    # KV-cache use from which the server is full (the controller's ``kv_high``): a job takes its share at
+    # once then, its fit counted again or not
+    kv_full: float = DEFAULT_TUNING.kv_high
 
     def scraped(self, load: ServerLoad) -> None:
         self.scrape_count += 1
@@ -255,10 +256,10 @@ class ServerShare:
         return settled
 
     def _kv_room(self) -> bool:
-        """Whether the last scrape shows the KV cache with room (below :data:`KV_FULL`): the others hold
+        """Whether the last scrape shows the KV cache with room (below ``kv_full``): the others hold
         more than this job's fit as first counted, and the server takes them; a full one is overloaded."""
         kv = self.scrapes[-1][0].kv_usage if self.scrapes else None
-        return kv is not None and kv < KV_FULL
+        return kv is not None and kv < self.kv_full
 
     def own_part(self, load: ServerLoad, limit: int) -> float:
         """This job's part of what a scrape shows on the server: 1 alone, less beside other jobs."""
