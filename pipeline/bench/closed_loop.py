@@ -41,6 +41,7 @@ from pipeline.servers.capacity import RequestFit
 from pipeline.servers.client_load import ClientLoad, ClientMeter
 from pipeline.servers.knee_search import KneeMemory
 from pipeline.servers.limits import AdaptiveLimit, LimitChange
+from pipeline.servers.peers import PeerBoard, sending
 from pipeline.servers.router import METRICS_EVERY_S, TICK_S
 from pipeline.servers.window import DEFAULT_TUNING, ServerLoad, Tuning
 from pipeline.sim.engine import KV_THRASH, Engine, Sequence
@@ -202,6 +203,8 @@ class LoadRun:
     knee_at: float | None = None
     core: asyncio.Lock = field(default_factory=asyncio.Lock)  # the client's one event-loop thread
     busy_s: float = 0.0  # its CPU seconds so far
+    board: PeerBoard | None = None  # where the jobs on this server say what they hold (run_jobs's)
+    sent_all_at: float | None = None  # when a job's last record was sent (its requests drain after)
 
     async def on_core(self, cpu_s: float) -> None:
         """Wait for the event loop's thread, then keep it busy for ``cpu_s`` (the client's seconds)."""
@@ -220,6 +223,7 @@ class LoadRun:
         while self.in_flight < self.limit and self.left != 0:
             if self.left is not None:
                 self.left -= 1
+                self.sent_all_at = self.engine.now() if self.left == 0 else None
             self.in_flight += 1
             task = asyncio.create_task(self.request())
             requests.add(task)
@@ -259,6 +263,9 @@ class LoadRun:
             if self.controller is not None and self.scenario.metrics:
                 load = ServerLoad(metrics.running, metrics.waiting, metrics.kv_usage, metrics.preemptions)
                 self.controller.on_server_load(load)
+                if self.board is not None:  # as an endpoint does after each scrape
+                    said = sending(self.in_flight, self.controller.limit)
+                    self.controller.on_peers(self.board.exchange(self.in_flight, sending=said))
 
     async def adapt(self, controller: AdaptiveLimit) -> None:
         """The router's ticks: its timers late by the loop's lag, the client's load with each scrape."""
@@ -290,16 +297,26 @@ def start_fit(scenario: Scenario, kv_tokens: int) -> RequestFit:
 
 
 def prepare(
-    scenario: Scenario, fixed: int | None, server: ServerModel, clock: Callable[[], float], *, seed: int = 0
+    scenario: Scenario,
+    fixed: int | None,
+    server: ServerModel,
+    clock: Callable[[], float],
+    *,
+    seed: int = 0,
+    board: PeerBoard | None = None,
 ) -> LoadRun:
     """One client of ``server`` (``clock`` is the client's) and, for ``auto``, its controller, started as
-    a run starts it: at the fit (``fit_start``), at its share when other clients' requests run there."""
+    a run starts it: at the fit (``fit_start``), at its share when other clients' requests run there
+    or other jobs on ``board`` start with it."""
     limit = new_limit(scenario, fixed, clock)
     if limit is not None and scenario.fit_start:
         numbers = server.metrics
         load = ServerLoad(numbers.running, numbers.waiting, numbers.kv_usage, numbers.preemptions)
-        limit.start_at_fit(start_fit(scenario, server.kv_cache_tokens), load if scenario.metrics else None)
-    return LoadRun(scenario, server, limit, fixed or 0, random.Random(scenario.workload.seed + seed))
+        peers = board.exchange(0) if board is not None and scenario.metrics else ()
+        fit = start_fit(scenario, server.kv_cache_tokens)
+        limit.start_at_fit(fit, load if scenario.metrics else None, peers)
+    rng = random.Random(scenario.workload.seed + seed)
+    return LoadRun(scenario, server, limit, fixed or 0, rng, board=board if limit is not None else None)
 
 
 def server_model(scenario: Scenario, clock: Callable[[], float]) -> ServerModel:

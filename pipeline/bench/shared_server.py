@@ -13,6 +13,11 @@ from dataclasses import dataclass
 from pipeline.bench.closed_loop import LoadRun, Scenario, ServerModel, prepare, server_model, stop
 from pipeline.bench.virtual_clock import VirtualClockLoop
 from pipeline.servers.limits import LimitChange
+from pipeline.servers.peers import PeerBoard, PeerTable, TableBoard
+
+#: The client's seconds a run takes to read the server before its first request (its KV cache, its
+#: tokenizer, its /metrics): jobs that start within them see each other start.
+READ_S = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +38,7 @@ class JobResult:
     answered: int
     started_s: float
     ended_s: float  # its last reply, or the scenario's end
+    sent_all_s: float  # when it sent its last record (its requests drain from then), or its end
     finished: bool  # False: still going at the scenario's duration
     timeouts: int
     replied: tuple[float, ...]  # when each reply came, in order
@@ -65,21 +71,31 @@ class JobResult:
         return next((at for at, limit in self.trace if at > after_s and limit >= level), None)
 
 
-def run_jobs(scenario: Scenario, jobs: list[Job]) -> list[JobResult]:
+def run_jobs(scenario: Scenario, jobs: list[Job], *, one_machine: bool = True) -> list[JobResult]:
     """The jobs on one server of ``scenario``, each until all its records are answered (a timed-out
-    request is sent again) or the scenario's duration is up; on the virtual clock."""
+    request is sent again) or the scenario's duration is up; on the virtual clock. ``one_machine``: the
+    jobs see each other as `pipeline run` processes on one machine do (:mod:`~pipeline.servers.peers`);
+    else only in the server's counts, as jobs on different machines."""
     with asyncio.Runner(loop_factory=VirtualClockLoop) as runner:
         loop = runner.get_loop()
-        return runner.run(_drive_jobs(scenario, jobs, loop.time))
+        return runner.run(_drive_jobs(scenario, jobs, loop.time, PeerTable() if one_machine else None))
 
 
-async def _drive_jobs(scenario: Scenario, jobs: list[Job], clock: Callable[[], float]) -> list[JobResult]:
+async def _drive_jobs(
+    scenario: Scenario, jobs: list[Job], clock: Callable[[], float], table: PeerTable | None
+) -> list[JobResult]:
     server = server_model(scenario, clock)
     started = server.now()
     end_s = started + scenario.duration_s
+    boards: list[PeerBoard | None] = [
+        None if table is None else TableBoard(table, index, clock) for index in range(len(jobs))
+    ]
     return list(
         await asyncio.gather(
-            *(_job(scenario, job, index, server, clock, started, end_s) for index, job in enumerate(jobs))
+            *(
+                _job(scenario, job, (index, boards[index]), server, clock, started, end_s)
+                for index, job in enumerate(jobs)
+            )
         )
     )
 
@@ -87,24 +103,31 @@ async def _drive_jobs(scenario: Scenario, jobs: list[Job], clock: Callable[[], f
 async def _job(
     scenario: Scenario,
     job: Job,
-    index: int,
+    place: tuple[int, PeerBoard | None],
     server: ServerModel,
     clock: Callable[[], float],
     origin: float,
     end_s: float,
 ) -> JobResult:
     """One job's client from its start: the limit's worth of its records in flight until all are answered."""
+    index, board = place
     await asyncio.sleep(job.start_s / server.speed)
-    run = prepare(scenario, job.fixed, server, clock, seed=index)
+    if board is not None:  # as a run does before it reads the server: jobs starting with it see it
+        board.exchange(0)
+        await asyncio.sleep(READ_S)
+    run = prepare(scenario, job.fixed, server, clock, seed=index, board=board)
     run.left = job.records
     started = server.now()
     ended = await _send_all(run, end_s)
+    if board is not None:
+        board.leave()
     return JobResult(
         "auto" if job.fixed is None else str(job.fixed),
         job.records,
         len(run.replies),
         started - origin,
         ended - origin,
+        (run.sent_all_at or ended) - origin,
         run.left == 0 and run.in_flight == 0,
         run.timeouts,
         tuple(at - origin for at, _ in run.replies),

@@ -19,6 +19,7 @@ from pipeline.servers.config import EndpointConfig
 from pipeline.servers.endpoint import Endpoint
 from pipeline.servers.http import http_client
 from pipeline.servers.knee_search import KneeMemory
+from pipeline.servers.peers import FileBoard
 from pipeline.servers.router import Router
 from pipeline.servers.scrape import server_load
 from pipeline.servers.sharing import others_in_flight
@@ -76,14 +77,17 @@ async def _open_endpoint(
     """One server of the run: its client (closed with the fleet), its limit, its health."""
     spec = context.spec
     client = await stack.enter_async_context(LLMClient(context.client_settings(config)))
-    return Endpoint(
+    endpoint = Endpoint(
         config,
         client,
         abort_after_failures=spec.retry.abort_after_consecutive_failures,
         timeout_s=spec.request_timeout_s,
         known_knee=_known_knee(config, knees),
         clock=anyio.current_time,
+        peers=FileBoard(config.base_url) if config.concurrency is None else None,  # auto's
     )
+    stack.callback(endpoint.leave_peers)
+    return endpoint
 
 
 async def read_counters_at_end(router: Router, timeout_s: float = 2.0) -> None:
@@ -110,18 +114,24 @@ async def _read_servers(context: RunContext, endpoints: list[Endpoint]) -> None:
     fixed = context.prompts.fixed_messages
 
     async def read(endpoint: Endpoint) -> None:
+        await endpoint.tell_peers()  # here from now: jobs on this machine starting with it see it
         reading = await read_server(endpoint.client, fixed, timeout_s=FIT_BUDGET_S, check_model=False)
         endpoint.read_before_start(reading)
         fit = RequestFit.of_reading(reading, answer_tokens=spec.max_tokens)
         if endpoint.controller is None or fit is None:
             return
         load = server_load(dict(reading.values)) if reading.metrics else None  # other jobs' requests
-        level = endpoint.controller.start_at_fit(fit, load)
+        peers = await endpoint.tell_peers()
+        level = endpoint.controller.start_at_fit(fit, load, peers)
         if level is not None:
             endpoint.limit = level
             others = others_in_flight(load, 0) if load is not None else None
             beside = (
-                f" (its share: {others:.0f} other requests there)" if others and level < fit.requests else ""
+                f" (its share: {others:.0f} other requests there)"
+                if others and level < fit.requests
+                else f" (its part: {len(peers)} other jobs on this machine start with it)"
+                if peers and level < fit.requests
+                else ""
             )
             log.info(
                 f"concurrency auto starts where this job's requests fit in the KV cache{beside}: {level}",

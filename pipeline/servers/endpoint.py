@@ -8,10 +8,12 @@ a probe that answers marks it up again.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 
 import anyio
 import httpx2
@@ -23,6 +25,7 @@ from pipeline.servers.client import LLMClient
 from pipeline.servers.config import EndpointConfig
 from pipeline.servers.knee_search import KneeMemory
 from pipeline.servers.limits import AdaptiveLimit, LimitChange
+from pipeline.servers.peers import Peer, PeerBoard, sending
 from pipeline.servers.replies import Reply
 from pipeline.servers.scrape import metrics_url, parse_metrics, server_load
 from pipeline.servers.window import ServerLoad
@@ -115,7 +118,10 @@ class Endpoint:
         timeout_s: float,
         known_knee: KneeMemory | None = None,
         clock: Callable[[], float] = time.monotonic,
+        peers: PeerBoard | None = None,
     ) -> None:
+        """``peers``: where the jobs on this machine using the same server say what they hold (auto
+        only: :mod:`~pipeline.servers.peers`)."""
         self.config = config
         self.client = client
         self.health = EndpointHealth(abort_after_failures=abort_after_failures, clock=clock)
@@ -135,6 +141,7 @@ class Endpoint:
         self.metrics_available = True
         self.server_counters = ServerCounters()
         self.reading: ServerReading | None = None  # what it said of itself before the first request
+        self.peers = peers if self.controller is not None else None
 
     def read_before_start(self, reading: ServerReading) -> None:
         """What the server said of itself before the run's first request (``read_server``): kept for the
@@ -251,4 +258,28 @@ class Endpoint:
         load = server_load(values)
         if self.controller is not None:
             self.controller.on_server_load(load)
+            await self.tell_peers()
         return load
+
+    async def tell_peers(self) -> tuple[Peer, ...]:
+        """Say this job's requests in flight to the other jobs on this machine using the server, and give
+        the controller theirs (:mod:`~pipeline.servers.peers`); none when the board cannot be written
+        (the run goes on by the server's counts alone, and says so once)."""
+        board, controller = self.peers, self.controller
+        if board is None or controller is None:
+            return ()
+        said = sending(self.in_use, self.limit)
+        try:
+            peers = await anyio.to_thread.run_sync(partial(board.exchange, self.in_use, sending=said))
+        except OSError as error:
+            self.peers = None
+            log.warning(f"other jobs on this machine are seen only in the server's counts: {error}")
+            return ()
+        controller.on_peers(peers)
+        return peers
+
+    def leave_peers(self) -> None:
+        """The run is done with this server: the other jobs stop counting it."""
+        if self.peers is not None:
+            with contextlib.suppress(OSError):  # a board gone already counts nothing either
+                self.peers.leave()

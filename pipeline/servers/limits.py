@@ -47,13 +47,14 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from pipeline.servers.capacity import RequestFit
 from pipeline.servers.client_load import ClientLoad
 from pipeline.servers.knee_search import KneeMemory, KneeSearch
-from pipeline.servers.sharing import SHARE_MOVES, ServerShare, followed_up, joining_share
+from pipeline.servers.peers import Peer
+from pipeline.servers.sharing import SHARE_MOVES, ServerShare, followed_up, start_share
 from pipeline.servers.signals import Signal, aim_up, latency_signal, preemption_signal, queue_signal, room
 from pipeline.servers.window import DEFAULT_TUNING, ServerLoad, Tuning, Window
 
@@ -109,26 +110,31 @@ class AdaptiveLimit:
         self._client_bound: ClientLoad | None = None  # the client was the bottleneck: its load then
         self._alone: int | None = None  # the best level measured before a share cut it: to go back to
         self._shared: int | None = None  # the share the limit was last set to
-        self._server_best: int | None = None  # beside others: the server's level at this job's best
+        # beside others: the server's best throughput measured and its level then (its own and theirs)
+        self._server_best: tuple[float, int] | None = None
         if fit is not None and known_knee is None:
             self.start_at_fit(fit)
 
-    def start_at_fit(self, fit: RequestFit, load: ServerLoad | None = None) -> int | None:
+    def start_at_fit(
+        self, fit: RequestFit, load: ServerLoad | None = None, peers: Sequence[Peer] = ()
+    ) -> int | None:
         """Before the first request: start at the number of this job's requests that fit in the KV cache
         (small steps from there, no ramp) when that is below the maximum, and keep ``fit`` for the job's
         share of the server; not after an earlier run's knee, nor once anything was measured. ``load``:
         the server's /metrics now; other jobs' requests there start this job at its share as it joins
-        them (:func:`~pipeline.servers.sharing.joining_share`), even from an earlier run's knee. Returns
+        them (:func:`~pipeline.servers.sharing.joining_share`), even from an earlier run's knee, as do
+        other jobs on this machine starting with it (``peers``, :mod:`~pipeline.servers.peers`). Returns
         the new start level, or None when the start stays."""
         self._server.fit = fit
         if self._measured or self._window.replies:
             return None
-        share = joining_share(fit.requests, load) if load is not None else None
+        self._server.peers = tuple(peers)
         # At or above the maximum the KV cache does not bound this job: the ramp finds the knee.
         level = fit.requests if self._opening and 0 < fit.requests < self.maximum else None
+        share = start_share(fit.requests, load, peers, level or self._limit)
         if share is not None:
             self._alone = None if self._opening else self._knee.best  # an earlier run's knee, for later
-            level = self._shared = min(level or self._limit, share)
+            level = self._shared = min(share, self.maximum)
         if level is None:
             return None
         self._limit = max(self.minimum, level)
@@ -198,6 +204,11 @@ class AdaptiveLimit:
         """The client's own load over the last interval (:mod:`~pipeline.servers.client_load`)."""
         self._window.clients.append(load)
 
+    def on_peers(self, peers: Sequence[Peer]) -> None:
+        """The other jobs on this machine that use this server: their in flight as they last said
+        (:mod:`~pipeline.servers.peers`); they split what the server's counts say among jobs."""
+        self._server.peers = tuple(peers)
+
     def on_server_load(self, load: ServerLoad) -> None:
         self._window.scrape(load)
         self._load = load
@@ -255,20 +266,20 @@ class AdaptiveLimit:
             level, action = followed_up(share, others), "up to"
             if level <= self._limit + slack:
                 return None
-            action = action if level == share else "up to what they hold,"
+            action = action if level == share else "up to what each other job holds,"
         else:
             return None
         self._shared = level
         self._knee.restart_at(min(self._knee.best, level) if action == "down to" else level)
         self._knee.heading_up = action != "down to"  # followed the others up: more paid for them
         self._at_knee = self._opening = False
-        reason = f"{others:.0f} other requests on a server {server.holds_words}: this job's share is {share}"
+        reason = f"{others.words} on a server {server.holds_words}: this job's share is {share}"
         return self._set(now, level, f"{reason}: {action} {level}")
 
     def _level_alone(self) -> int | None:
         """Beside others, the level for this job alone: the one it measured before they came, else the
         server's best level found with them (theirs and this job's); None when neither was measured."""
-        return self._alone or self._server_best
+        return self._alone or (self._server_best[1] if self._server_best is not None else None)
 
     def _alone_again(self, now: float) -> LimitChange | None:
         """The other jobs' requests are gone: back to the level for this job alone (:meth:`_level_alone`,
@@ -353,8 +364,9 @@ class AdaptiveLimit:
             words = knee.measured_best(throughput, window.error, tuning, others)
         else:
             words = knee.judge(limit, throughput, window.error, tuning, others)
-        if shared and knee.best == limit:
-            self._server_best = round(limit + others)
+        if shared and knee.best == limit and (self._server_best or (0.0, 0))[0] < throughput:
+            self._server_best = throughput, round(limit + others)  # not the last best: its tail may be
+            # the others' last requests draining
         self._measured = True
         self._opening = self._opening and knee.hi is None
         if knee.best == limit:

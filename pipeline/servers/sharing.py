@@ -52,6 +52,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from pipeline.servers.capacity import RequestFit
+from pipeline.servers.peers import Peer
 from pipeline.servers.window import DEFAULT_TUNING, ServerLoad
 
 #: Requests on the server not in this job's count that are still this job's: those that finished or were
@@ -82,18 +83,50 @@ def others_in_flight(load: ServerLoad, own_in_flight: int) -> float | None:
     return max(0.0, load.running + (load.waiting or 0.0) - own_in_flight)
 
 
-def server_share(fit: int, own_in_flight: int, load: ServerLoad) -> int | None:
+@dataclass(frozen=True, slots=True)
+class Others:
+    """The other jobs' requests on the server as one job sees them at a scrape."""
+
+    requests: float  # running and waiting there, not this job's
+    jobs: int  # how many jobs they are: 1 unless jobs on this machine say more (peers)
+    each: float | None  # what each of them still sending holds (None: every one is done sending)
+
+    @property
+    def words(self) -> str:
+        whose = f"{self.jobs} other jobs'" if self.jobs > 1 else "other"
+        return f"{self.requests:.0f} {whose} requests"
+
+
+def server_share(
+    fit: int, own_in_flight: int, load: ServerLoad, peers: Sequence[Peer] = ()
+) -> tuple[int, Others] | None:
     """This job's share of a server whose KV cache holds ``fit`` of its requests (the module docstring
-    says the rule); None when no other job's request is there (or the server does not say)."""
-    others = others_in_flight(load, own_in_flight)
-    if others is None or others < visible(fit):
+    says the rule) and the others as it sees them (``peers``: what the jobs on this machine said,
+    :mod:`~pipeline.servers.peers`); None when no other job's request is there (or the server does
+    not say)."""
+    requests = others_in_flight(load, own_in_flight)
+    if requests is None or requests < visible(fit):
         return None  # a scrape and the client's count differ by the replies between them
+    others = other_jobs(fit, requests, peers)
     # What the others leave, and at least this job's part of the fit in proportion to what it holds
     # (jobs that started together at the fit scale down together, not each to nothing)
-    share = max(fit - others, math.ceil(fit * own_in_flight / (own_in_flight + others)))
-    if own_in_flight > others:  # give way: no more than the others hold together, and a little
-        share = min(share, math.ceil(others * (1 + FAIR)))
-    return max(math.floor(share), least_share(fit))
+    share = max(fit - requests, math.ceil(fit * own_in_flight / (own_in_flight + requests)))
+    if others.each is not None and own_in_flight > others.each:  # give way: no more than the others'
+        share = min(share, math.ceil(others.each * (1 + FAIR)))  # mean job still sending, and a little
+    return max(math.floor(share), least_share(fit)), others
+
+
+def other_jobs(fit: int, requests: float, peers: Sequence[Peer]) -> Others:
+    """Who the other ``requests`` on the server are: the jobs on this machine that said they hold a
+    job's worth (``peers``), and one more when their count leaves a job's worth unclaimed (a job
+    elsewhere, or one without a say); one job when none said. A job done sending (its last requests
+    draining) sets no pace: no one gives way to it."""
+    known = [peer for peer in peers if peer.in_flight >= visible(fit)]
+    unclaimed = requests - sum(peer.in_flight for peer in known)
+    elsewhere = [unclaimed] if unclaimed >= visible(fit) or not known else []
+    sending = [float(peer.in_flight) for peer in known if peer.sending] + elsewhere
+    each = sum(sending) / len(sending) if sending else None
+    return Others(requests, max(1, len(known) + len(elsewhere)), each)
 
 
 def least_share(fit: int) -> int:
@@ -107,19 +140,39 @@ def visible(fit: int) -> int:
     return math.ceil(max(NOISE, NOISE_SHARE * fit))
 
 
-def joining_share(fit: int, load: ServerLoad) -> int | None:
+def joining_share(fit: int, load: ServerLoad, peers: Sequence[Peer] = ()) -> int | None:
     """Where a job starts on a server where ``fit`` of its requests fit and other jobs' requests already
-    run (``load``, read before its first request): what they leave of what the server holds (the fit, or
-    fewer when it queues the rest: :class:`BatchCap`), and at least half of that (the most a job holding
-    more than all the others together keeps), so that they see it and give way; None when no other
-    job's request is there."""
+    run (``load``, read before its first request): its part of what the server runs now among them all
+    (the others' level is the best they found; they see it and give way, and a server doing better
+    with more is found by every job's search), or of the fit when the server runs more. Jobs on this
+    machine starting with it (``peers`` that said nothing in flight yet) are counted too. None when no
+    other job's requests are there."""
     others = others_in_flight(load, 0)
     if others is None or others < visible(fit):
         return None
-    # At least what it runs now: a fit counted at max_tokens (this job's replies not in yet) may be a
-    # third of what the others' replies say, and half of it would cut them to a fraction of the server.
-    holds = max(BatchCap().seen(load).capacity(fit), math.floor(load.running or 0))
-    return max(least_share(holds), min(holds, max(holds - math.ceil(others), math.ceil(holds / 2))))
+    jobs = other_jobs(fit, others, peers).jobs + sum(1 for peer in peers if peer.in_flight < visible(fit))
+    # What runs now, not the fit as first counted: at max_tokens (this job's replies not in yet) the fit
+    # may be a third of what the others' replies say, and its part would cut them to a fraction.
+    runs = math.floor(load.running or others)
+    holds = runs if runs >= fit else min(fit, runs)
+    return max(least_share(holds), math.ceil(holds / (jobs + 1)))
+
+
+def start_share(fit: int, load: ServerLoad | None, peers: Sequence[Peer], start: int) -> int | None:
+    """Where a job starts beside other jobs (its share: :func:`joining_share` when their requests run,
+    else :func:`starting_share` when it is below ``start``, where it would start alone: above, the ramp
+    goes on); None when it starts as alone, or the server does not say."""
+    if load is None:
+        return None
+    share = joining_share(fit, load, peers)
+    starting = starting_share(fit, peers) if share is None else None
+    return share if share is not None else starting if starting is not None and starting < start else None
+
+
+def starting_share(fit: int, peers: Sequence[Peer]) -> int | None:
+    """Where a job starts when no other job's requests run yet but other jobs on this machine start
+    with it (``peers``): its part of the fit, not each the whole of it. None without any."""
+    return max(least_share(fit), math.ceil(fit / (len(peers) + 1))) if peers else None
 
 
 @dataclass(slots=True)
@@ -138,7 +191,7 @@ class BatchCap:
         admitting, self.last_running = running > self.last_running + NOISE, running
         if running > self.most_running + NOISE:
             self.most_running, self.queued_at_most = running, False
-        if waiting >= 1 and not admitting and running >= self.most_running - NOISE:
+        if waiting >= NOISE and not admitting and running >= self.most_running - NOISE:
             self.most_running, self.queued_at_most = max(running, self.most_running), True
         return self
 
@@ -150,22 +203,21 @@ class BatchCap:
 
 
 def settled_share(
-    fit: int, own_now: int, scrapes: Sequence[tuple[ServerLoad, int]]
-) -> tuple[int, float] | None:
-    """This job's share and the others' requests by the last :data:`SCRAPES` scrapes, each with this
-    job's in flight when it came; None unless every one shows others. Each is counted against the more
-    of this job's in flight then and now: a scrape lags the client's count, and a limit just lowered
-    drains (fewer in flight now than the server still runs), which is no other job."""
+    fit: int, own_now: int, scrapes: Sequence[tuple[ServerLoad, int]], peers: Sequence[Peer] = ()
+) -> tuple[int, Others] | None:
+    """This job's share and the others (:func:`server_share`) by the last :data:`SCRAPES` scrapes, each
+    with this job's in flight when it came; None unless every one shows others. Each is counted against
+    the more of this job's in flight then and now: a scrape lags the client's count, and a limit just
+    lowered drains (fewer in flight now than the server still runs), which is no other job."""
     if len(scrapes) < SCRAPES:
         return None
     found = []
     for load, own_then in scrapes[-SCRAPES:]:
-        own = max(own_then, own_now)
-        share = server_share(fit, own, load)
+        share = server_share(fit, max(own_then, own_now), load, peers)
         if share is None:
             return None
-        found.append((share, others_in_flight(load, own) or 0.0))
-    return max(found)
+        found.append(share)
+    return max(found, key=lambda share: share[0])
 
 
 def alone(fit: int, scrapes: Sequence[tuple[ServerLoad, int]]) -> bool:
@@ -177,11 +229,12 @@ def alone(fit: int, scrapes: Sequence[tuple[ServerLoad, int]]) -> bool:
     )
 
 
-def followed_up(share: int, others: float) -> int:
-    """How far a job its share held follows it up as the others' requests grow: to what they hold, no
-    further (beyond, only its own search takes it, on the server's throughput: two jobs that each
-    followed the other past it would ratchet each other up to the fit)."""
-    return min(share, math.ceil(others))
+def followed_up(share: int, others: Others) -> int:
+    """How far a job its share held follows it up as the others' requests grow: to what each of them
+    still sending holds, no further (beyond, only its own search takes it, on the server's throughput:
+    two jobs that each followed the other past it would ratchet each other up to the fit, three to
+    twice their part); to its share when all are done sending."""
+    return share if others.each is None else min(share, math.ceil(others.each))
 
 
 @dataclass(slots=True)
@@ -190,12 +243,14 @@ class ServerShare:
 
     fit: RequestFit | None = None
     refined: bool = False  # the fit was counted again at a window's replies
+    refit_taken: bool = False  # and the limit was given the chance to move there
     replied_tokens: tuple[int, int, int] = (0, 0, 0)  # replies, their prompt and answer tokens, until then
     share: int | None = None  # None: no other job's requests there (or nothing known)
     released: bool = False  # the others' requests were there and are gone (until the limit takes it)
     in_flight: int = 0  # this job's in flight at the last count
     own_peak: int = 0  # the most since the last scrape: the server counted at some moment since
     scrapes: list[tuple[ServerLoad, int]] = field(default_factory=list)  # with this job's in flight
+    peers: tuple[Peer, ...] = ()  # the other jobs on this machine, as they last said
     batch_cap: BatchCap = field(default_factory=BatchCap)
     scrape_count: int = 0
     # KV-cache use from which the server is full (the controller's ``kv_high``): a job takes its share at
@@ -230,22 +285,22 @@ class ServerShare:
         """What the jobs on the server share: the fit, or fewer when the server queues the rest."""
         return None if self.fit is None else self.batch_cap.capacity(self.fit.requests)
 
-    def counted(self, in_flight: int) -> tuple[int, float] | None:
-        """This job's in flight now; its share and the others' requests, when others are there."""
+    def counted(self, in_flight: int) -> tuple[int, Others] | None:
+        """This job's in flight now; its share and the others, when others are there."""
         own, self.in_flight = self.in_flight, in_flight
         self.own_peak = max(self.own_peak, in_flight)
         return self._settle(max(own, in_flight))
 
-    def _settle(self, own: int) -> tuple[int, float] | None:
+    def _settle(self, own: int) -> tuple[int, Others] | None:
         """The share while every recent scrape shows others; kept while some do, gone once none does.
         Beside others the fit is counted again at the replies' tokens as soon as a few came (each job's
         share must be of the same fit, and the first window may not come while shares move)."""
         if self.capacity is None:
             return None
-        settled = settled_share(self.capacity, own, self.scrapes)
+        settled = settled_share(self.capacity, own, self.scrapes, self.peers)
         if settled is not None and not self.refined and self.replied_tokens[0] >= REFIT_REPLIES:
             self._measure_fit()
-            settled = settled_share(self.capacity, own, self.scrapes)
+            settled = settled_share(self.capacity, own, self.scrapes, self.peers)
         if settled is not None and not self.refined and self.scrape_count < FIT_SCRAPES and self._kv_room():
             return None  # a share of a fit counted at max_tokens may be a third of the others' (theirs
             # measured): wait for this job's first replies, a few scrapes at most
@@ -275,11 +330,14 @@ class ServerShare:
             self.replied_tokens = (replies + 1, prompts + prompt_tokens, answers + answer_tokens)
 
     def refine(self) -> RequestFit | None:
-        """Once: the fit at the mean prompt and answer of the replies so far (None without any)."""
-        if self.fit is None or self.refined or not self.replied_tokens[0]:
+        """Once: the fit at the mean prompt and answer of the replies so far (None without any), also when
+        it was counted again beside others before (the limit has not moved to it yet)."""
+        if self.fit is None or self.refit_taken or not (self.refined or self.replied_tokens[0]):
             return None
-        self._measure_fit()
-        self._settle(self.in_flight)
+        if not self.refined:
+            self._measure_fit()
+            self._settle(self.in_flight)
+        self.refit_taken = True
         return self.fit
 
     def _measure_fit(self) -> None:

@@ -1,0 +1,180 @@
+"""Jobs on one machine that use one server, seen by each other: how many there are and what each holds.
+
+A server's ``/metrics`` say how many requests run there, not whose: two other jobs holding 100 each and
+one holding 200 look alike, and a job cannot tell whether it holds more than its part of three. So each
+job with `concurrency: auto` leaves a small file per server it uses (:class:`FileBoard`): its requests
+in flight and whether it has more to send, rewritten at every scrape (once a second), removed when the
+run ends. Each reads the others' at the same time. A file not rewritten for :data:`STALE_S`, or whose
+process is gone, is a job that died, and counts for nothing.
+
+The files only split what the server's counts say among jobs (:mod:`~pipeline.servers.sharing`): a job on
+another machine is still seen in the server's counts, as one job holding what no file claims.
+:class:`TableBoard` is the same board in memory, for jobs in one process on one clock (the closed loop).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NamedTuple, Protocol
+from urllib.parse import urlsplit
+
+import orjson
+
+from pipeline.servers.window import DEFAULT_TUNING
+
+#: A job's file older than this (its run rewrites it every scrape, once a second) is a job gone.
+STALE_S = 15.0
+#: Files this old are removed by whoever sees them: a run killed before it could remove its own.
+FORGOTTEN_S = 3600.0
+
+
+class Peer(NamedTuple):
+    """Another job on this machine using the same server, as it last said."""
+
+    in_flight: int  # its requests in flight (0: just starting)
+    sending: bool = True  # it has records left to send (False: its last requests drain)
+
+
+class PeerBoard(Protocol):
+    """Where the jobs that use one server say what they hold."""
+
+    def exchange(self, in_flight: int, *, sending: bool = True) -> tuple[Peer, ...]:
+        """Say this job's requests in flight and whether it has more to send; the others' as they last
+        said them."""
+        ...
+
+    def leave(self) -> None:
+        """This job is done with the server."""
+        ...
+
+
+def sending(in_flight: int, limit: int) -> bool:
+    """Whether a job with ``in_flight`` requests under ``limit`` still has records to send: it keeps its
+    limit full (as a window counts it, :class:`~pipeline.servers.window.Tuning`'s ``full_share``); one
+    that does not is done sending, or short of records, and takes no more of the server."""
+    return in_flight >= DEFAULT_TUNING.full_share * limit
+
+
+def peers_dir() -> Path:
+    """``$PIPELINE_PEERS_DIR``, else ``$XDG_RUNTIME_DIR/pipeline/peers``, else a per-user directory under
+    the system's temporary one: a place every run of this user on this machine finds."""
+    if configured := os.environ.get("PIPELINE_PEERS_DIR"):
+        return Path(configured)
+    if runtime := os.environ.get("XDG_RUNTIME_DIR"):
+        return Path(runtime) / "pipeline" / "peers"
+    user = os.getuid() if hasattr(os, "getuid") else "user"
+    return Path(tempfile.gettempdir()) / f"pipeline-{user}" / "peers"
+
+
+def server_key(base_url: str) -> str:
+    """One name per server however its URL is written (``localhost`` or ``127.0.0.1``, with or without
+    ``/v1`` and a trailing slash)."""
+    parts = urlsplit(base_url.strip())
+    host = (parts.hostname or "").lower()
+    host = "127.0.0.1" if host in {"localhost", "::1", "0.0.0.0"} else host
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    path = parts.path.rstrip("/").removesuffix("/v1").rstrip("/")
+    return hashlib.sha256(f"{host}:{port}{path}".encode()).hexdigest()[:16]
+
+
+class FileBoard:
+    """One file per job under ``directory/<server key>/``; see the module docstring."""
+
+    def __init__(self, base_url: str, directory: Path | None = None, clock: Callable[[], float] = time.time):
+        self.folder = (directory or peers_dir()) / server_key(base_url)
+        self.job = f"{os.getpid()}-{secrets.token_hex(4)}"
+        self._clock = clock
+
+    @property
+    def path(self) -> Path:
+        return self.folder / f"{self.job}.json"
+
+    def exchange(self, in_flight: int, *, sending: bool = True) -> tuple[Peer, ...]:
+        """Raises OSError when the directory cannot be written or read (the caller stops using it)."""
+        self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        now = self._clock()
+        written = self.folder / f".{self.job}.tmp"
+        written.write_bytes(orjson.dumps({"in_flight": in_flight, "sending": sending, "at": now}))
+        os.replace(written, self.path)
+        return tuple(self._others(now))
+
+    def _others(self, now: float) -> list[Peer]:
+        found = []
+        for path in self.folder.glob("*.json"):
+            if path.name == self.path.name:
+                continue
+            said = _said(path)
+            age = now - said[1] if said is not None else now - _mtime(path, now)
+            if said is not None and age < STALE_S and _alive(path):
+                found.append(said[0])
+            elif age > FORGOTTEN_S or (said is not None and not _alive(path)):
+                path.unlink(missing_ok=True)
+        return found
+
+    def leave(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def _alive(path: Path) -> bool:
+    """Whether the process that wrote a job's file runs (its name starts with its pid): a run killed
+    a moment ago is no job (a resumed one would give way to itself). Not asked where a signal 0 is no
+    question (Windows)."""
+    pid = path.name.split("-", 1)[0]
+    if os.name != "posix" or not pid.isdigit():
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's: it runs
+        return True
+    return True
+
+
+def _said(path: Path) -> tuple[Peer, float] | None:
+    """A job's file: what it said and when; None when it is gone or is not one."""
+    try:
+        data = orjson.loads(path.read_bytes())
+        return Peer(int(data["in_flight"]), bool(data.get("sending", True))), float(data["at"])
+    except (OSError, orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+        return None
+
+
+def _mtime(path: Path, default: float) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return default
+
+
+@dataclass(slots=True)
+class PeerTable:
+    """Jobs in one process sharing one server (the closed loop): job -> (what it said, when)."""
+
+    said: dict[int, tuple[Peer, float]] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class TableBoard:
+    """A job's place on a :class:`PeerTable`; it says and reads as :class:`FileBoard` does."""
+
+    table: PeerTable
+    job: int
+    clock: Callable[[], float]
+    stale_s: float = STALE_S
+
+    def exchange(self, in_flight: int, *, sending: bool = True) -> tuple[Peer, ...]:
+        now = self.clock()
+        self.table.said[self.job] = (Peer(in_flight, sending), now)
+        said = self.table.said.items()
+        return tuple(peer for job, (peer, at) in said if job != self.job and now - at < self.stale_s)
+
+    def leave(self) -> None:
+        self.table.said.pop(self.job, None)

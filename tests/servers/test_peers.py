@@ -1,0 +1,137 @@
+"""The jobs on one machine that use one server, seen by each other: the files each leaves, on real files
+and a fake clock, and the table the closed loop uses in their place."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import orjson
+import pytest
+
+from pipeline.servers.peers import (
+    FORGOTTEN_S,
+    STALE_S,
+    FileBoard,
+    Peer,
+    PeerTable,
+    TableBoard,
+    peers_dir,
+    sending,
+    server_key,
+)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_every_spelling_of_one_servers_url_is_one_server_and_another_port_another() -> None:
+    same = {
+        server_key(url)
+        for url in (
+            "http://127.0.0.1:8000/v1",
+            "http://localhost:8000/v1/",
+            "http://LOCALHOST:8000",
+            "http://127.0.0.1:8000/",
+        )
+    }
+    assert len(same) == 1
+    assert server_key("http://127.0.0.1:8001/v1") not in same
+    assert server_key("http://gpu-box-2:8000/v1") not in same
+    assert server_key("http://127.0.0.1:8000/other/v1") not in same  # a proxy's second server
+
+
+def test_two_jobs_on_one_server_see_what_each_other_holds_and_not_a_job_on_another(tmp_path: Path) -> None:
+    clock = FakeClock()
+    first = FileBoard("http://127.0.0.1:8000/v1", tmp_path, clock)
+    second = FileBoard("http://localhost:8000", tmp_path, clock)
+    elsewhere = FileBoard("http://127.0.0.1:9000/v1", tmp_path, clock)
+    assert first.exchange(0) == ()  # the first to come
+    elsewhere.exchange(50)
+    assert second.exchange(30) == (Peer(0, sending=True),)
+    assert first.exchange(64, sending=False) == (Peer(30, sending=True),)
+    assert second.exchange(31) == (Peer(64, sending=False),)
+    first.leave()
+    assert second.exchange(31) == () and not first.path.exists()
+
+
+def test_a_job_that_stopped_saying_or_whose_process_is_gone_counts_for_nothing(tmp_path: Path) -> None:
+    clock = FakeClock()
+    board = FileBoard("http://127.0.0.1:8000/v1", tmp_path, clock)
+    quiet = FileBoard("http://127.0.0.1:8000/v1", tmp_path, clock)
+    quiet.exchange(40)
+    clock.now += STALE_S + 1  # a run frozen, or killed where its pid cannot be asked
+    assert board.exchange(10) == ()
+    assert quiet.path.exists()  # it may come back: a frozen run that resumes says again
+    clock.now += FORGOTTEN_S
+    board.exchange(10)
+    assert not quiet.path.exists()  # long gone: removed by whoever sees it
+
+    dead = next(pid for pid in range(4_194_303, 1, -1) if not _runs(pid))
+    killed = board.folder / f"{dead}-0000.json"  # a run killed a moment ago
+    killed.write_bytes(orjson.dumps({"in_flight": 64, "sending": True, "at": clock.now}))
+    assert board.exchange(10) == () and not killed.exists()
+
+
+def _runs(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def test_a_garbled_or_half_written_file_is_no_job(tmp_path: Path) -> None:
+    clock = FakeClock()
+    board = FileBoard("http://127.0.0.1:8000/v1", tmp_path, clock)
+    board.exchange(1)
+    (board.folder / f"{os.getpid()}-bad.json").write_text("{not json")
+    (board.folder / f"{os.getpid()}-odd.json").write_bytes(
+        orjson.dumps({"in_flight": "many", "at": clock.now})
+    )
+    (board.folder / f".{os.getpid()}-next.tmp").write_text("{")  # being written
+    assert board.exchange(2) == ()
+
+
+def test_a_file_in_place_of_the_directory_is_an_os_error(tmp_path: Path) -> None:
+    (tmp_path / "in-the-way").write_text("")
+    with pytest.raises((FileExistsError, NotADirectoryError)):  # OSErrors: the endpoint goes on without
+        FileBoard("http://127.0.0.1:8000/v1", tmp_path / "in-the-way").exchange(1)
+
+
+def test_the_place_is_the_users_own_unless_set(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PIPELINE_PEERS_DIR", str(tmp_path / "set"))
+    assert peers_dir() == tmp_path / "set"
+    monkeypatch.delenv("PIPELINE_PEERS_DIR")
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
+    assert peers_dir() == tmp_path / "run" / "pipeline" / "peers"
+    monkeypatch.delenv("XDG_RUNTIME_DIR")
+    assert peers_dir().name == "peers" and str(os.getuid()) in peers_dir().parent.name
+
+
+def test_the_table_of_jobs_in_one_process_says_and_reads_as_the_files_do() -> None:
+    clock, table = FakeClock(), PeerTable()
+    first, second = TableBoard(table, 0, clock), TableBoard(table, 1, clock)
+    first.exchange(0)
+    assert second.exchange(30) == (Peer(0, True),)
+    assert first.exchange(20, sending=False) == (Peer(30, True),)
+    clock.now += STALE_S
+    assert second.exchange(31) == ()  # the first said nothing for too long
+    second.leave()
+    assert first.exchange(1) == ()
+
+
+@pytest.mark.parametrize(
+    ("in_flight", "limit", "still"),
+    [(64, 64, True), (58, 64, True), (70, 64, True), (57, 64, False), (0, 8, False)],
+)
+def test_a_job_sends_while_it_keeps_its_limit_full(in_flight: int, limit: int, still: bool) -> None:
+    """Above its limit it drains a cut (still sending); well under it its records ran out."""
+    assert sending(in_flight, limit) is still
