@@ -11,8 +11,9 @@ run (no knee stored: it starts where the job's requests fit) and a second (from 
 of ``--length`` reply latencies at the best level, as a share of the best fixed level's throughput; then
 two `auto` jobs of ``--records`` each started together against one job of twice as many alone (the
 pair's records over the later one's time, as a share of the lone job's rate) and each job's time; and
-the same two with the second started a quarter of the lone job's time in; and three jobs of two thirds as
-many started together (their longest time over their shortest).
+the same two with the second started a quarter of the lone job's time in; and three and four jobs sharing
+the lone job's records started together on one machine (each sees what the others hold), and three each
+on its own machine (only the server's counts), with their longest time over their shortest.
 Prints a Markdown table; nothing here is a pass/fail test (tests/servers/test_limits.py and
 tests/bench/test_shared_server.py hold the aims).
 """
@@ -26,8 +27,8 @@ from dataclasses import replace
 from auto_first_run import CASES, Case, closed_loop_scenario
 from support import print_rows
 
-from pipeline.bench.closed_loop import SERVER_MODELS, run_load
-from pipeline.bench.shared_server import Job, run_jobs
+from pipeline.bench.closed_loop import SERVER_MODELS, Scenario, run_load
+from pipeline.bench.shared_server import Job, JobResult, run_jobs
 
 DEFAULT_CASES = ("gpt-oss", "49b", "nano", "kv64", "49b-kv")
 
@@ -45,9 +46,6 @@ def row(case: Case, model: str, length: float, records: int) -> tuple[object, ..
     quarter = [Job(records), Job(records, start_s=alone.duration_s / 4)]
     late = run_jobs(replace(jobs, duration_s=10 * alone.duration_s), quarter)
     joined = sum(job.answered for job in late) / max(job.ended_s for job in late)
-    trio = run_jobs(replace(jobs, duration_s=10 * alone.duration_s), [Job(2 * records // 3)] * 3)
-    three = sum(job.answered for job in trio) / max(job.ended_s for job in trio)
-    spread = max(job.duration_s for job in trio) / min(job.duration_s for job in trio)
     return (
         case.label,
         model,
@@ -57,8 +55,23 @@ def row(case: Case, model: str, length: float, records: int) -> tuple[object, ..
         f"{together / alone.records_per_s:.3f}",
         ", ".join(f"{job.ended_s:,.0f}" for job in pair) + f" (alone: {alone.duration_s:,.0f})",
         f"{joined / alone.records_per_s:.3f}",
-        f"{three / alone.records_per_s:.3f} ({spread:.2f}x apart)",
+        *(several(jobs, alone, count, one_machine) for count, one_machine in SEVERAL),
     )
+
+
+#: The columns of several jobs started together: how many, and whether they run on one machine (each
+#: sees what the others hold: pipeline/servers/peers.py) or each on its own (only the server's counts).
+SEVERAL = ((3, True), (4, True), (3, False))
+
+
+def several(jobs: Scenario, alone: JobResult, count: int, one_machine: bool) -> str:
+    """``count`` jobs sharing the lone job's records, started together: their rate as a share of the lone
+    job's, and their longest time over their shortest."""
+    part = [Job(alone.records // count)] * count
+    ran = run_jobs(replace(jobs, duration_s=10 * alone.duration_s), part, one_machine=one_machine)
+    rate = sum(job.answered for job in ran) / max(job.ended_s for job in ran)
+    spread = max(job.duration_s for job in ran) / min(job.duration_s for job in ran)
+    return f"{rate / alone.records_per_s:.3f} ({spread:.2f}x apart)"
 
 
 def main() -> None:
@@ -84,7 +97,10 @@ def main() -> None:
         f"two auto jobs of {args.records:,} / one of {2 * args.records:,}",
         "the two jobs' times (model s)",
         "the second started a quarter in / one alone",
-        "three jobs together / one alone",
+        *(
+            f"{count} jobs together{'' if one_machine else f' on {count} machines'} / one alone"
+            for count, one_machine in SEVERAL
+        ),
     )
     print_rows(header, rows)
     print(

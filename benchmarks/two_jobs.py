@@ -18,10 +18,11 @@ nothing here is a pass/fail test.
 
 ``--processes`` measures from outside instead: `pipeline run` processes (each its own database) against
 one `pipeline sim` process with that KV cache, one auto job of 2 x records alone, then two of records
-at once, then two with the second started a quarter of the lone job's time later, then (``--fixed``,
-0 for none) two at a fixed concurrency; a job's start and end are its runs row's started_at and
-ended_at, in seconds from its setup's start. ``--logs DIR`` keeps each job's log (its limit's changes
-and their reasons).
+at once, then two with the second started a quarter of the lone job's time later, then three of two
+thirds of records at once (on one machine: each sees what the others hold, pipeline/servers/peers.py),
+then (``--fixed``, 0 for none) two at a fixed concurrency; a job's start and end are its runs row's
+started_at and ended_at, in seconds from its setup's start. ``--logs DIR`` keeps each job's log (its
+limit's changes and their reasons).
 
     .venv/bin/python benchmarks/two_jobs.py --processes --records 3000 --fixed 0     # ~5 minutes
 """
@@ -154,6 +155,8 @@ def main_processes(records: int, kv_requests: int, speed: float, fixed: int, log
                 [("first", records, "auto", 0.0), ("second", records, "auto", late)],
             ),
         ]
+        third = 2 * records // 3
+        setups.append((f"three auto jobs of {third:,}", [(name, third, "auto", 0.0) for name in "xyz"]))
         if fixed:
             pair: Jobs = [("fa", records, fixed, 0.0), ("fb", records, fixed, 0.0)]
             setups.append((f"two jobs of {records:,} at c={fixed}", pair))

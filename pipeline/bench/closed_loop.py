@@ -41,7 +41,7 @@ from pipeline.servers.capacity import RequestFit
 from pipeline.servers.client_load import ClientLoad, ClientMeter
 from pipeline.servers.knee_search import KneeMemory
 from pipeline.servers.limits import AdaptiveLimit, LimitChange
-from pipeline.servers.peers import PeerBoard, sending
+from pipeline.servers.peers import PeerBoard
 from pipeline.servers.router import METRICS_EVERY_S, TICK_S
 from pipeline.servers.window import DEFAULT_TUNING, ServerLoad, Tuning
 from pipeline.sim.engine import KV_THRASH, Engine, Sequence
@@ -264,8 +264,7 @@ class LoadRun:
                 load = ServerLoad(metrics.running, metrics.waiting, metrics.kv_usage, metrics.preemptions)
                 self.controller.on_server_load(load)
                 if self.board is not None:  # as an endpoint does after each scrape
-                    said = sending(self.in_flight, self.controller.limit)
-                    self.controller.on_peers(self.board.exchange(self.in_flight, sending=said))
+                    self.controller.on_peers(self.board.exchange(self.in_flight, self.controller.limit))
 
     async def adapt(self, controller: AdaptiveLimit) -> None:
         """The router's ticks: its timers late by the loop's lag, the client's load with each scrape."""
@@ -312,7 +311,7 @@ def prepare(
     if limit is not None and scenario.fit_start:
         numbers = server.metrics
         load = ServerLoad(numbers.running, numbers.waiting, numbers.kv_usage, numbers.preemptions)
-        peers = board.exchange(0) if board is not None and scenario.metrics else ()
+        peers = board.exchange(0, limit.limit) if board is not None and scenario.metrics else ()
         fit = start_fit(scenario, server.kv_cache_tokens)
         limit.start_at_fit(fit, load if scenario.metrics else None, peers)
     rng = random.Random(scenario.workload.seed + seed)

@@ -113,7 +113,7 @@ async def _job(
     index, board = place
     await asyncio.sleep(job.start_s / server.speed)
     if board is not None:  # as a run does before it reads the server: jobs starting with it see it
-        board.exchange(0)
+        board.exchange(0, 0)
         await asyncio.sleep(READ_S)
     run = prepare(scenario, job.fixed, server, clock, seed=index, board=board)
     run.left = job.records

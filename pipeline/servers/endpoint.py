@@ -13,7 +13,6 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import partial
 
 import anyio
 import httpx2
@@ -25,7 +24,7 @@ from pipeline.servers.client import LLMClient
 from pipeline.servers.config import EndpointConfig
 from pipeline.servers.knee_search import KneeMemory
 from pipeline.servers.limits import AdaptiveLimit, LimitChange
-from pipeline.servers.peers import Peer, PeerBoard, sending
+from pipeline.servers.peers import Peer, PeerBoard
 from pipeline.servers.replies import Reply
 from pipeline.servers.scrape import metrics_url, parse_metrics, server_load
 from pipeline.servers.window import ServerLoad
@@ -268,9 +267,8 @@ class Endpoint:
         board, controller = self.peers, self.controller
         if board is None or controller is None:
             return ()
-        said = sending(self.in_use, self.limit)
         try:
-            peers = await anyio.to_thread.run_sync(partial(board.exchange, self.in_use, sending=said))
+            peers = await anyio.to_thread.run_sync(board.exchange, self.in_use, self.limit)
         except OSError as error:
             self.peers = None
             log.warning(f"other jobs on this machine are seen only in the server's counts: {error}")

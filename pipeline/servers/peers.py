@@ -3,9 +3,10 @@
 A server's ``/metrics`` say how many requests run there, not whose: two other jobs holding 100 each and
 one holding 200 look alike, and a job cannot tell whether it holds more than its part of three. So each
 job with `concurrency: auto` leaves a small file per server it uses (:class:`FileBoard`): its requests
-in flight and whether it has more to send, rewritten at every scrape (once a second), removed when the
-run ends. Each reads the others' at the same time. A file not rewritten for :data:`STALE_S`, or whose
-process is gone, is a job that died, and counts for nothing.
+in flight and its limit (what it holds; in flight well under it: it has nothing more to send),
+rewritten at every scrape (once a second), removed when the run ends. Each reads the others' at the
+same time. A file not rewritten for :data:`STALE_S`, or whose process is gone, is a job that died, and
+counts for nothing.
 
 The files only split what the server's counts say among jobs (:mod:`~pipeline.servers.sharing`): a job on
 another machine is still seen in the server's counts, as one job holding what no file claims.
@@ -39,15 +40,25 @@ class Peer(NamedTuple):
     """Another job on this machine using the same server, as it last said."""
 
     in_flight: int  # its requests in flight (0: just starting)
-    sending: bool = True  # it has records left to send (False: its last requests drain)
+    limit: int | None = None  # its concurrency limit (None: not said, as if it were its in flight)
+
+    @property
+    def holds(self) -> int:
+        """What it holds of the server: its requests in flight, or its limit when more (one just raised
+        is sending them); a limit just lowered holds what it still has in flight until they drain."""
+        return max(self.in_flight, self.limit or 0)
+
+    @property
+    def sending(self) -> bool:
+        """It still has records to send (:func:`still_sending`); False: its last requests drain."""
+        return self.limit is None or still_sending(self.in_flight, self.limit)
 
 
 class PeerBoard(Protocol):
     """Where the jobs that use one server say what they hold."""
 
-    def exchange(self, in_flight: int, *, sending: bool = True) -> tuple[Peer, ...]:
-        """Say this job's requests in flight and whether it has more to send; the others' as they last
-        said them."""
+    def exchange(self, in_flight: int, limit: int) -> tuple[Peer, ...]:
+        """Say this job's requests in flight and its limit; the others' as they last said them."""
         ...
 
     def leave(self) -> None:
@@ -55,7 +66,7 @@ class PeerBoard(Protocol):
         ...
 
 
-def sending(in_flight: int, limit: int) -> bool:
+def still_sending(in_flight: int, limit: int) -> bool:
     """Whether a job with ``in_flight`` requests under ``limit`` still has records to send: it keeps its
     limit full (as a window counts it, :class:`~pipeline.servers.window.Tuning`'s ``full_share``); one
     that does not is done sending, or short of records, and takes no more of the server."""
@@ -96,12 +107,12 @@ class FileBoard:
     def path(self) -> Path:
         return self.folder / f"{self.job}.json"
 
-    def exchange(self, in_flight: int, *, sending: bool = True) -> tuple[Peer, ...]:
+    def exchange(self, in_flight: int, limit: int) -> tuple[Peer, ...]:
         """Raises OSError when the directory cannot be written or read (the caller stops using it)."""
         self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         now = self._clock()
         written = self.folder / f".{self.job}.tmp"
-        written.write_bytes(orjson.dumps({"in_flight": in_flight, "sending": sending, "at": now}))
+        written.write_bytes(orjson.dumps({"in_flight": in_flight, "limit": limit, "at": now}))
         os.replace(written, self.path)
         return tuple(self._others(now))
 
@@ -142,7 +153,8 @@ def _said(path: Path) -> tuple[Peer, float] | None:
     """A job's file: what it said and when; None when it is gone or is not one."""
     try:
         data = orjson.loads(path.read_bytes())
-        return Peer(int(data["in_flight"]), bool(data.get("sending", True))), float(data["at"])
+        limit = data.get("limit")
+        return Peer(int(data["in_flight"]), None if limit is None else int(limit)), float(data["at"])
     except (OSError, orjson.JSONDecodeError, KeyError, TypeError, ValueError):
         return None
 
@@ -170,9 +182,9 @@ class TableBoard:
     clock: Callable[[], float]
     stale_s: float = STALE_S
 
-    def exchange(self, in_flight: int, *, sending: bool = True) -> tuple[Peer, ...]:
+    def exchange(self, in_flight: int, limit: int) -> tuple[Peer, ...]:
         now = self.clock()
-        self.table.said[self.job] = (Peer(in_flight, sending), now)
+        self.table.said[self.job] = (Peer(in_flight, limit), now)
         said = self.table.said.items()
         return tuple(peer for job, (peer, at) in said if job != self.job and now - at < self.stale_s)
 

@@ -124,7 +124,7 @@ def other_jobs(fit: int, requests: float, peers: Sequence[Peer]) -> Others:
     known = [peer for peer in peers if peer.in_flight >= visible(fit)]
     unclaimed = requests - sum(peer.in_flight for peer in known)
     elsewhere = [unclaimed] if unclaimed >= visible(fit) or not known else []
-    sending = [float(peer.in_flight) for peer in known if peer.sending] + elsewhere
+    sending = [float(peer.holds) for peer in known if peer.sending] + elsewhere
     each = sum(sending) / len(sending) if sending else None
     return Others(requests, max(1, len(known) + len(elsewhere)), each)
 

@@ -31,14 +31,14 @@ async def test_an_auto_endpoint_says_what_it_holds_and_its_controller_hears_the_
     tmp_path: Path,
 ) -> None:
     other = FileBoard(URL, tmp_path / "peers")
-    other.exchange(40)
+    other.exchange(40, 48)
     mine = endpoint(tmp_path, FileBoard("http://localhost:8000", tmp_path / "peers"))
     mine.in_use = mine.limit
-    assert await mine.tell_peers() == (Peer(40, sending=True),)
-    assert mine.controller is not None and mine.controller._server.peers == (Peer(40, sending=True),)
-    assert other.exchange(40) == (Peer(mine.limit, sending=True),)
+    assert await mine.tell_peers() == (Peer(40, 48),)
+    assert mine.controller is not None and mine.controller._server.peers == (Peer(40, 48),)
+    assert other.exchange(40, 48) == (Peer(mine.limit, mine.limit),)
     mine.leave_peers()
-    assert other.exchange(40) == ()
+    assert other.exchange(40, 48) == ()
 
 
 @pytest.mark.anyio

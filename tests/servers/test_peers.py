@@ -17,8 +17,8 @@ from pipeline.servers.peers import (
     PeerTable,
     TableBoard,
     peers_dir,
-    sending,
     server_key,
+    still_sending,
 )
 
 
@@ -51,31 +51,31 @@ def test_two_jobs_on_one_server_see_what_each_other_holds_and_not_a_job_on_anoth
     first = FileBoard("http://127.0.0.1:8000/v1", tmp_path, clock)
     second = FileBoard("http://localhost:8000", tmp_path, clock)
     elsewhere = FileBoard("http://127.0.0.1:9000/v1", tmp_path, clock)
-    assert first.exchange(0) == ()  # the first to come
-    elsewhere.exchange(50)
-    assert second.exchange(30) == (Peer(0, sending=True),)
-    assert first.exchange(64, sending=False) == (Peer(30, sending=True),)
-    assert second.exchange(31) == (Peer(64, sending=False),)
+    assert first.exchange(0, 64) == ()  # the first to come
+    elsewhere.exchange(50, 50)
+    assert second.exchange(30, 32) == (Peer(0, 64),)
+    assert first.exchange(64, 64) == (Peer(30, 32),)
+    assert second.exchange(31, 32) == (Peer(64, 64),)
     first.leave()
-    assert second.exchange(31) == () and not first.path.exists()
+    assert second.exchange(31, 32) == () and not first.path.exists()
 
 
 def test_a_job_that_stopped_saying_or_whose_process_is_gone_counts_for_nothing(tmp_path: Path) -> None:
     clock = FakeClock()
     board = FileBoard("http://127.0.0.1:8000/v1", tmp_path, clock)
     quiet = FileBoard("http://127.0.0.1:8000/v1", tmp_path, clock)
-    quiet.exchange(40)
+    quiet.exchange(40, 40)
     clock.now += STALE_S + 1  # a run frozen, or killed where its pid cannot be asked
-    assert board.exchange(10) == ()
+    assert board.exchange(10, 10) == ()
     assert quiet.path.exists()  # it may come back: a frozen run that resumes says again
     clock.now += FORGOTTEN_S
-    board.exchange(10)
+    board.exchange(10, 10)
     assert not quiet.path.exists()  # long gone: removed by whoever sees it
 
     dead = next(pid for pid in range(4_194_303, 1, -1) if not _runs(pid))
     killed = board.folder / f"{dead}-0000.json"  # a run killed a moment ago
-    killed.write_bytes(orjson.dumps({"in_flight": 64, "sending": True, "at": clock.now}))
-    assert board.exchange(10) == () and not killed.exists()
+    killed.write_bytes(orjson.dumps({"in_flight": 64, "limit": 64, "at": clock.now}))
+    assert board.exchange(10, 10) == () and not killed.exists()
 
 
 def _runs(pid: int) -> bool:
@@ -91,19 +91,19 @@ def _runs(pid: int) -> bool:
 def test_a_garbled_or_half_written_file_is_no_job(tmp_path: Path) -> None:
     clock = FakeClock()
     board = FileBoard("http://127.0.0.1:8000/v1", tmp_path, clock)
-    board.exchange(1)
+    board.exchange(1, 1)
     (board.folder / f"{os.getpid()}-bad.json").write_text("{not json")
     (board.folder / f"{os.getpid()}-odd.json").write_bytes(
         orjson.dumps({"in_flight": "many", "at": clock.now})
     )
     (board.folder / f".{os.getpid()}-next.tmp").write_text("{")  # being written
-    assert board.exchange(2) == ()
+    assert board.exchange(2, 2) == ()
 
 
 def test_a_file_in_place_of_the_directory_is_an_os_error(tmp_path: Path) -> None:
     (tmp_path / "in-the-way").write_text("")
     with pytest.raises((FileExistsError, NotADirectoryError)):  # OSErrors: the endpoint goes on without
-        FileBoard("http://127.0.0.1:8000/v1", tmp_path / "in-the-way").exchange(1)
+        FileBoard("http://127.0.0.1:8000/v1", tmp_path / "in-the-way").exchange(1, 1)
 
 
 def test_the_place_is_the_users_own_unless_set(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -119,13 +119,13 @@ def test_the_place_is_the_users_own_unless_set(monkeypatch: pytest.MonkeyPatch, 
 def test_the_table_of_jobs_in_one_process_says_and_reads_as_the_files_do() -> None:
     clock, table = FakeClock(), PeerTable()
     first, second = TableBoard(table, 0, clock), TableBoard(table, 1, clock)
-    first.exchange(0)
-    assert second.exchange(30) == (Peer(0, True),)
-    assert first.exchange(20, sending=False) == (Peer(30, True),)
+    first.exchange(0, 8)
+    assert second.exchange(30, 30) == (Peer(0, 8),)
+    assert first.exchange(20, 40) == (Peer(30, 30),)
     clock.now += STALE_S
-    assert second.exchange(31) == ()  # the first said nothing for too long
+    assert second.exchange(31, 30) == ()  # the first said nothing for too long
     second.leave()
-    assert first.exchange(1) == ()
+    assert first.exchange(1, 40) == ()
 
 
 @pytest.mark.parametrize(
@@ -134,4 +134,7 @@ def test_the_table_of_jobs_in_one_process_says_and_reads_as_the_files_do() -> No
 )
 def test_a_job_sends_while_it_keeps_its_limit_full(in_flight: int, limit: int, still: bool) -> None:
     """Above its limit it drains a cut (still sending); well under it its records ran out."""
-    assert sending(in_flight, limit) is still
+    assert still_sending(in_flight, limit) is still
+    assert Peer(in_flight, limit).sending is still
+    assert Peer(in_flight, limit).holds == max(in_flight, limit)  # a cut drains, a raise is sent
+    assert Peer(in_flight).sending and Peer(in_flight).holds == in_flight  # one that said no limit

@@ -33,8 +33,9 @@ def load(running: float, waiting: float = 0.0) -> ServerLoad:
         pytest.param((Peer(48), Peer(48)), Others(96, 2, 48.0), id="two jobs here hold them all"),
         pytest.param((Peer(48),), Others(96, 2, 48.0), id="what no job here claims: one job elsewhere"),
         pytest.param((Peer(94),), Others(96, 1, 94.0), id="a scrape's noise unclaimed: no job"),
-        pytest.param((Peer(48, sending=False), Peer(48)), Others(96, 2, 48.0), id="one drains: the other"),
-        pytest.param((Peer(90, sending=False),), Others(96, 1, None), id="all drain: no one sets a pace"),
+        pytest.param((Peer(48, 64), Peer(48)), Others(96, 2, 48.0), id="one drains: the other sets it"),
+        pytest.param((Peer(90, 128),), Others(96, 1, None), id="all drain: no one sets a pace"),
+        pytest.param((Peer(46, 50), Peer(50)), Others(96, 2, 50.0), id="one just rose: what it will hold"),
         pytest.param((Peer(1), Peer(95)), Others(96, 1, 95.0), id="a job's first request is not yet one"),
     ],
 )
@@ -86,7 +87,7 @@ def test_a_job_joining_two_counts_itself_a_third_of_what_the_server_runs() -> No
 def test_a_job_done_sending_holds_no_one_back_and_leaves_its_room_to_the_others() -> None:
     """Beside a job whose last 10 requests drain, this one is not held to a fifth more than those 10:
     it takes what they leave."""
-    draining = server_share(64, 40, load(50), (Peer(10, sending=False),))
+    draining = server_share(64, 40, load(50), (Peer(10, 40),))
     assert draining is not None and draining[0] == 54
     sending = server_share(64, 40, load(50), (Peer(10),))
     assert sending is not None and sending[0] == 12
