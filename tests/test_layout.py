@@ -59,7 +59,6 @@ TESTED_ELSEWHERE: dict[str, str] = {
     "run/preflight.py": "tests/run/test_check.py: the preflight, beside pipeline check",
     "run/stats.py": "tests/run/test_progress.py, tests/run/test_prometheus.py: the live counters",
     "servers/config.py": "tests/job/test_spec.py: endpoint settings, validated with the job",
-    "servers/endpoint.py": "tests/servers/test_router.py: one server as the router uses it",
     "servers/lookup.py": "tests/servers/test_client.py: a name lookup that never answers",
     "servers/replies.py": "tests/extraction/test_parse.py: reading what a server answers",
     "servers/scrape.py": "tests/sim/test_metrics.py, tests/servers/test_capacity.py: reading /metrics",

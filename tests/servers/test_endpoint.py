@@ -1,5 +1,6 @@
-"""An endpoint with `concurrency: auto` tells the other jobs on this machine what it holds at each scrape
-and gives its controller theirs (:mod:`pipeline.servers.peers`); a board it cannot write costs nothing."""
+"""An endpoint (one server as a run uses it; tests/servers/test_router.py tests it in use) with
+`concurrency: auto` tells the other jobs on this machine what it holds at each scrape and gives its
+controller theirs (:mod:`pipeline.servers.peers`); a board it cannot write costs nothing."""
 
 from __future__ import annotations
 
