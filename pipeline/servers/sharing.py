@@ -14,18 +14,22 @@ answer as they are.
 
 **Several jobs on one server** (several nightly jobs on one box, each with its own database): each job's
 `auto` reads the server's ``vllm:num_requests_running`` + ``vllm:num_requests_waiting`` at every scrape;
-what it does not have in flight itself is another job's, taken. What they share is what the server
+what it does not have in flight itself is another job's, taken. Jobs on one machine also say what each
+holds (:mod:`~pipeline.servers.peers`): how many jobs those requests are, and what each holds; a job
+elsewhere is one job holding what no peer claims (:func:`other_jobs`). What they share is what the server
 holds at once: the fit, or fewer when it runs fewer and queues the rest (:class:`BatchCap`: its
 ``--max-num-seqs``, or what its KV cache admits). A job's share is what the others leave of it, or if
-more its part in proportion to what it holds; a job holding more than all the others together is held
-to :data:`FAIR` more than they hold, so the job holding fewer sets the pace. The share is a ceiling (a
-limit above it drops to it at once, after :data:`SCRAPES` scrapes that show the others, each counted
-against this job's most in flight since the one before: a scrape lags the client's count, and a
-limit moves only when its share is :data:`SHARE_MOVES` away). Within it each job searches on as alone,
+more its part in proportion to what it holds; a job holding more than the others' mean job still
+sending is held to :data:`FAIR` more than that, so the jobs holding fewer set the pace (without peers'
+word the others are one job: by the sum alone, one holding as much as two others together would look
+fair). A job whose last requests drain (in flight well under its limit) holds no one back. The share
+is a ceiling (a limit above it drops to it at once, after :data:`SCRAPES` scrapes that show the others,
+each counted against this job's most in flight since the one before: a scrape lags the client's count,
+and a limit moves only when its share is :data:`SHARE_MOVES` away). Within it each job searches on as alone,
 but judges a level by the server's throughput at the server's level (its own and the others'), the one
 curve all share: its own throughput would rise with its part of a server past its best level, so every
-job would hold on to its share of the fit. A job its share held follows the others up as far as they
-hold, no further (two that followed each other past it would ratchet each other up to the fit); one
+job would hold on to its share of the fit. A job its share held follows the others up as far as each
+holds, no further (two that followed each other past it would ratchet each other up to the fit); one
 whose search went below its share stays there. A share, and a server signal's back-off, is never below
 what the others count as a job (:func:`least_share`: fewer in flight are taken for the noise between a
 scrape and a count, and a job the others cannot see would never be given way to), and a queue is this
@@ -37,12 +41,12 @@ A job's steps beside others are of the server's level (4% of its own, half the s
 2%, a gain under the windows' noise).
 When :data:`RELEASE_SCRAPES` scrapes in a row show no other job's requests, the job goes back at once
 to the level it measured alone (else to what the server holds). A job that starts while others run
-starts at its share (:func:`joining_share`: what they leave, and at least half of what the server
-holds, so that they see it and give way); a third job does the same, and none holds more than the rest
-together for long. A run that ends beside others leaves the next night the level it measured alone, or
-the server's level it found with the others, not its share.
-Nothing is shared but the server's own counts: no file, no database, jobs of different machines and
-databases coordinate alike. A server without ``/metrics`` or its KV cache gives no share.
+starts at its part of what the server runs (:func:`joining_share`: half beside one job, a third beside
+two), so that they see it and give way; jobs on one machine starting together each start at their part
+of the fit (:func:`starting_share`). A run that ends beside others leaves the next night the level it
+measured alone, or the server's level it found with the others, not its share. No database is shared:
+jobs of different databases coordinate alike, and jobs of different machines by the counts alone. A
+server without ``/metrics`` or its KV cache gives no share.
 """
 
 from __future__ import annotations
@@ -144,9 +148,8 @@ def joining_share(fit: int, load: ServerLoad, peers: Sequence[Peer] = ()) -> int
     """Where a job starts on a server where ``fit`` of its requests fit and other jobs' requests already
     run (``load``, read before its first request): its part of what the server runs now among them all
     (the others' level is the best they found; they see it and give way, and a server doing better
-    with more is found by every job's search), or of the fit when the server runs more. Jobs on this
-    machine starting with it (``peers`` that said nothing in flight yet) are counted too. None when no
-    other job's requests are there."""
+    with more is found by every job's search). Jobs on this machine starting with it (``peers`` that
+    said nothing in flight yet) are counted too. None when no other job's requests are there."""
     others = others_in_flight(load, 0)
     if others is None or others < visible(fit):
         return None
@@ -154,8 +157,7 @@ def joining_share(fit: int, load: ServerLoad, peers: Sequence[Peer] = ()) -> int
     # What runs now, not the fit as first counted: at max_tokens (this job's replies not in yet) the fit
     # may be a third of what the others' replies say, and its part would cut them to a fraction.
     runs = math.floor(load.running or others)
-    holds = runs if runs >= fit else min(fit, runs)
-    return max(least_share(holds), math.ceil(holds / (jobs + 1)))
+    return max(least_share(runs), math.ceil(runs / (jobs + 1)))
 
 
 def start_share(fit: int, load: ServerLoad | None, peers: Sequence[Peer], start: int) -> int | None:
