@@ -242,7 +242,7 @@ class AdaptiveLimit:
     def _share_cut(self, now: float, in_flight: int) -> LimitChange | None:
         """Other jobs' requests on the server: this job's share (:func:`~pipeline.servers.sharing.
         server_share`) is a ceiling the limit drops to at once when it is well above (a scrape's counts
-        move by a few); a limit its share held follows the others up as far as they hold; when they are
+        move by a few); a limit its share held follows the others up as far as each holds; when they are
         gone, the limit goes back to the level this job measured alone, else to the server's capacity."""
         server = self._server
         settled = server.counted(in_flight)

@@ -63,9 +63,9 @@ from pipeline.servers.window import DEFAULT_TUNING, ServerLoad
 #: sent between the scrape and the count. Fewer "others" than this (or this share of the fit) are none.
 NOISE = 3
 NOISE_SHARE = 0.05
-#: A job holding more than all the others together is held to this much more than they hold: the one that
-#: holds fewer sets the pace (each job's search is of the server's throughput, to which it is indifferent
-#: which job holds what), and the other follows it down and up.
+#: A job holding more than the others' mean job still sending is held to this much more than it: the ones
+#: holding fewer set the pace (each job's search is of the server's throughput, to which it is indifferent
+#: which job holds what), and the others follow them down and up.
 FAIR = 0.2
 #: A limit moves to its share only when that is this much away: each move starts the job's search again.
 SHARE_MOVES = 0.1
