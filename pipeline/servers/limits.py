@@ -48,24 +48,20 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
+from pipeline.servers.beside_others import (
+    LimitChange as LimitChange,  # re-exported: callers take it from here
+)
+from pipeline.servers.beside_others import level_alone, share_cut
 from pipeline.servers.capacity import RequestFit
 from pipeline.servers.client_load import ClientLoad
 from pipeline.servers.knee_search import KneeMemory, KneeSearch
 from pipeline.servers.peers import Peer
-from pipeline.servers.sharing import SHARE_MOVES, ServerShare, followed_up, start_share
+from pipeline.servers.sharing import ServerShare, start_share
 from pipeline.servers.signals import Signal, aim_up, latency_signal, preemption_signal, queue_signal, room
 from pipeline.servers.window import DEFAULT_TUNING, ServerLoad, Tuning, Window
 
 DEFAULT_INITIAL = 8
-
-
-@dataclass(frozen=True, slots=True)
-class LimitChange:
-    old: int
-    new: int
-    reason: str  # plain words, for the log
 
 
 class AdaptiveLimit:
@@ -178,7 +174,7 @@ class AdaptiveLimit:
             return None
         knee = self._knee
         if self._shared is not None:  # its share is not the server's knee: a night alone searches on
-            level = self._level_alone()  # from what it measured alone, or the server's best level
+            level = level_alone(self)  # from what it measured alone, or the server's best level
             return KneeMemory(level, bracketed=False) if level is not None else None
         if self._bracket is not None and self._bracket.level == knee.best:
             return self._bracket
@@ -221,7 +217,7 @@ class AdaptiveLimit:
         full, as it is while records are pending."""
         now, window = self._clock(), self._window
         window.sample(self._limit if in_flight is None else in_flight)
-        shared = self._share_cut(now, self._limit if in_flight is None else in_flight)
+        shared = share_cut(self, now, self._limit if in_flight is None else in_flight)
         if shared is not None:
             return shared
         signal = self._server_signal(window)
@@ -238,60 +234,6 @@ class AdaptiveLimit:
         if self._ceiling_left <= 0:
             self._ceiling = None
         return self._back_off(now, *signal) if signal is not None else self._decide(now, window)
-
-    def _share_cut(self, now: float, in_flight: int) -> LimitChange | None:
-        """Other jobs' requests on the server: this job's share (:func:`~pipeline.servers.sharing.
-        server_share`) is a ceiling the limit drops to at once when it is well above (a scrape's counts
-        move by a few); a limit its share held follows the others up as far as each holds; when they are
-        gone, the limit goes back to the level this job measured alone, else to the server's capacity."""
-        server = self._server
-        settled = server.counted(in_flight)
-        if server.released:
-            return self._alone_again(now)
-        if settled is None:
-            return None
-        share, others = settled
-        slack = max(2, SHARE_MOVES * self._limit)  # the others' count moves with every reply and scrape
-        level, action = share, "down to"
-        if self._limit > share + slack:
-            if self._shared is None:  # the first cut: the level this job measured alone, if it did
-                self._alone = self._knee.best if self._measured else None
-        elif (
-            self._shared is not None
-            and self._limit >= self._knee.best >= self._shared
-            and share > self._limit + slack
-        ):
-            # The others gave way or grew: a job its share held follows. One whose search went below
-            # its share stays: the server did better with fewer there.
-            level, action = followed_up(share, others), "up to"
-            if level <= self._limit + slack:
-                return None
-            action = action if level == share else "up to what each other job holds,"
-        else:
-            return None
-        self._shared = level
-        self._knee.restart_at(min(self._knee.best, level) if action == "down to" else level)
-        self._knee.heading_up = action != "down to"  # followed the others up: more paid for them
-        self._at_knee = self._opening = False
-        reason = f"{others.words} on a server {server.holds_words}: this job's share is {share}"
-        return self._set(now, level, f"{reason}: {action} {level}")
-
-    def _level_alone(self) -> int | None:
-        """Beside others, the level for this job alone: the one it measured before they came, else the
-        server's best level found with them (theirs and this job's); None when neither was measured."""
-        return self._alone or (self._server_best[1] if self._server_best is not None else None)
-
-    def _alone_again(self, now: float) -> LimitChange | None:
-        """The other jobs' requests are gone: back to the level for this job alone (:meth:`_level_alone`,
-        else what the server holds), searched from there."""
-        server = self._server
-        server.released = False
-        self._ceiling = None  # the others' requests were behind a server signal then
-        level = min(self._level_alone() or server.capacity or self._limit, self._cap())
-        self._alone = self._shared = self._server_best = None
-        self._knee.restart_at(level)
-        self._at_knee = False
-        return self._set(now, level, f"no other job's requests on the server any more: back to {level}")
 
     def _cap(self) -> int:
         """The highest level the search may try now: the maximum, a server signal's ceiling, the share."""
