@@ -136,6 +136,7 @@ async def _read_servers(context: RunContext, endpoints: list[Endpoint]) -> None:
             log.info(
                 f"concurrency auto starts where this job's requests fit in the KV cache{beside}: {level}",
                 endpoint=endpoint.name,
+                fit=fit.requests,  # as first counted (at max_tokens): a share is of it
                 kv_tokens=fit.kv_tokens,
                 held=fit.held,  # the request it counts: the fixed part and max_tokens, until replies come
             )

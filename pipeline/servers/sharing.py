@@ -155,8 +155,10 @@ def joining_share(fit: int, load: ServerLoad, peers: Sequence[Peer] = ()) -> int
         return None
     jobs = other_jobs(fit, others, peers).jobs + sum(1 for peer in peers if peer.in_flight < visible(fit))
     # What runs now, not the fit as first counted: at max_tokens (this job's replies not in yet) the fit
-    # may be a third of what the others' replies say, and its part would cut them to a fraction.
-    runs = math.floor(load.running or others)
+    # may be a third of what the others' replies say, and its part would cut them to a fraction. What
+    # jobs here hold, when more: one that just started is still sending what its limit holds.
+    held_here = sum(peer.holds for peer in peers if peer.sending)
+    runs = max(math.floor(load.running or others), held_here)
     return max(least_share(runs), math.ceil(runs / (jobs + 1)))
 
 
