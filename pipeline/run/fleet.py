@@ -125,6 +125,7 @@ async def _read_servers(context: RunContext, endpoints: list[Endpoint]) -> None:
         level = endpoint.controller.start_at_fit(fit, load, peers)
         if level is not None:
             endpoint.limit = level
+            await endpoint.tell_peers()  # jobs starting a moment later take its start as what it holds
             others = others_in_flight(load, 0) if load is not None else None
             beside = (
                 f" (its share: {others:.0f} other requests there)"

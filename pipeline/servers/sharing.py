@@ -153,11 +153,13 @@ def joining_share(fit: int, load: ServerLoad, peers: Sequence[Peer] = ()) -> int
     others = others_in_flight(load, 0)
     if others is None or others < visible(fit):
         return None
-    jobs = other_jobs(fit, others, peers).jobs + sum(1 for peer in peers if peer.in_flight < visible(fit))
+    # Every job here is one, and the requests none of them claims another (a job here that said nothing
+    # in flight yet may be the one whose requests run: it says before it sends)
+    jobs = max(other_jobs(fit, others, peers).jobs, len(peers))
     # What runs now, not the fit as first counted: at max_tokens (this job's replies not in yet) the fit
     # may be a third of what the others' replies say, and its part would cut them to a fraction. What
     # jobs here hold, when more: one that just started is still sending what its limit holds.
-    held_here = sum(peer.holds for peer in peers if peer.sending)
+    held_here = sum(peer.holds for peer in peers)
     runs = max(math.floor(load.running or others), held_here)
     return max(least_share(runs), math.ceil(runs / (jobs + 1)))
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from tests.support.processes import pipeline_command, sim_process, subprocess_en
 
 pytestmark = pytest.mark.integration
 
-RECORDS = 150
+RECORDS = 300  # runs of a few seconds each: a share takes two scrapes (2 s)
 
 
 def test_two_auto_jobs_share_one_server_and_neither_overshoots_the_fit(tmp_path: Path) -> None:
@@ -49,7 +50,7 @@ def test_two_auto_jobs_share_one_server_and_neither_overshoots_the_fit(tmp_path:
         assert child.returncode == 0, stderr[-2000:]
     for name in ("first", "second"):
         assert table_rows(tmp_path / name / "postings.duckdb", "SELECT count(*) FROM results") == [(RECORDS,)]
-    fits, lasts = [], []
+    fits, timelines, ends = [], [], []
     for stderr in outputs:
         said = events(stderr)
         started = [e for e in said if str(e.get("event", "")).startswith("concurrency auto starts where")]
@@ -62,11 +63,20 @@ def test_two_auto_jobs_share_one_server_and_neither_overshoots_the_fit(tmp_path:
         fit = max([fit, *(int(number) for pair in measured for number in pair if number)])
         assert all(change["new"] <= fit * 1.1 for change in changes), [c["reason"] for c in changes]
         fits.append(fit)
-        # The job that ends last takes the server back once alone: its level beside the other is before.
-        shared = [e for e in changes if not e["reason"].startswith("no other job's requests")]
-        lasts.append(shared[-1]["new"] if shared else int(started[0]["event"].rsplit(" ", 1)[1]))
-    # Both started at the fit, or at their part of it when each saw the other start; together they hold
-    # what the server holds, not each the fit (twice it). Each share is reckoned from a scrape that lags
-    # the other job's count by the replies between them, so the two may hold a little more than the fit
-    # (45 + 45 of 80 on a loaded machine).
-    assert max(fits) / 4 <= sum(lasts) <= 1.2 * max(fits), (fits, lasts)
+        start = (moment(started[0]), int(started[0]["event"].rsplit(" ", 1)[1]))
+        timelines.append([start, *((moment(e), int(e["new"])) for e in changes)])
+        ends.append(max(moment(e) for e in said if "timestamp" in e))
+    # Both started at the fit, or at their part of it when each saw the other start; three scrapes after
+    # both started (a share takes two), while both still run, they hold what the server holds, not each
+    # the fit (twice it). Each share is reckoned from a scrape that lags the other job's count by the
+    # replies between them, so the two may hold a little more than the fit (45 + 45 of 80 on a loaded
+    # machine). Later the one that sends on takes what the other's last requests leave as they drain.
+    settled = max(timeline[0][0] for timeline in timelines) + 3.0
+    assert settled < min(ends), (settled, ends)
+    held = [max((at, level) for at, level in timeline if at <= settled)[1] for timeline in timelines]
+    assert max(fits) / 4 <= sum(held) <= 1.2 * max(fits), (fits, held)
+
+
+def moment(event: dict[str, object]) -> float:
+    """When a JSON log line was written, in seconds."""
+    return datetime.fromisoformat(str(event["timestamp"])).timestamp()
