@@ -23,6 +23,7 @@ from pipeline.servers.peers import FileBoard
 from pipeline.servers.router import Router
 from pipeline.servers.scrape import server_load
 from pipeline.servers.sharing import others_in_flight
+from pipeline.servers.window import ServerLoad
 
 if TYPE_CHECKING:
     from pipeline.local import LocalServerOptions
@@ -126,14 +127,7 @@ async def _read_servers(context: RunContext, endpoints: list[Endpoint]) -> None:
         if level is not None:
             endpoint.limit = level
             await endpoint.tell_peers()  # jobs starting a moment later take its start as what it holds
-            others = others_in_flight(load, 0) if load is not None else None
-            beside = (
-                f" (its share: {others:.0f} other requests there)"
-                if others and level < fit.requests
-                else f" (its part: {len(peers)} other jobs on this machine start with it)"
-                if peers and level < fit.requests
-                else ""
-            )
+            beside = _beside_words(load, len(peers)) if level < fit.requests else ""
             log.info(
                 f"concurrency auto starts where this job's requests fit in the KV cache{beside}: {level}",
                 endpoint=endpoint.name,
@@ -147,6 +141,21 @@ async def _read_servers(context: RunContext, endpoints: list[Endpoint]) -> None:
             for endpoint in endpoints:
                 if endpoint.client.context_length is not None:
                     group.start_soon(read, endpoint)
+
+
+def _beside_words(load: ServerLoad | None, peers: int) -> str:
+    """Why a run starts below its fit: other jobs' requests run there, or jobs here start with it."""
+    others = others_in_flight(load, 0) if load is not None else None
+    if others:
+        return f" (its share: {others:.0f} other requests there)"
+    if peers:
+        jobs = (
+            "1 other job on this machine starts"
+            if peers == 1
+            else f"{peers} other jobs on this machine start"
+        )
+        return f" (its part: {jobs} with it)"
+    return ""
 
 
 def _known_knee(config: EndpointConfig, knees: Mapping[str, KneeMemory]) -> KneeMemory | None:
