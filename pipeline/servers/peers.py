@@ -122,11 +122,15 @@ class FileBoard:
             if path.name == self.path.name:
                 continue
             said = _said(path)
-            age = now - said[1] if said is not None else now - _mtime(path, now)
-            if said is not None and age < STALE_S and _alive(path):
-                found.append(said[0])
-            elif age > FORGOTTEN_S or (said is not None and not _alive(path)):
+            if said is None:  # being written, or not a job's: removed only when long forgotten
+                if now - _mtime(path, now) > FORGOTTEN_S:
+                    path.unlink(missing_ok=True)
+                continue
+            peer, at = said
+            if not _alive(path) or now - at > FORGOTTEN_S:
                 path.unlink(missing_ok=True)
+            elif now - at < STALE_S:
+                found.append(peer)
         return found
 
     def leave(self) -> None:

@@ -171,8 +171,10 @@ def start_share(fit: int, load: ServerLoad | None, peers: Sequence[Peer], start:
     if load is None:
         return None
     share = joining_share(fit, load, peers)
-    starting = starting_share(fit, peers) if share is None else None
-    return share if share is not None else starting if starting is not None and starting < start else None
+    if share is not None:
+        return share
+    starting = starting_share(fit, peers)
+    return starting if starting is not None and starting < start else None
 
 
 def starting_share(fit: int, peers: Sequence[Peer]) -> int | None:
