@@ -98,7 +98,8 @@ def main() -> None:
         "the two jobs' times (model s)",
         "the second started a quarter in / one alone",
         *(
-            f"{count} jobs together{'' if one_machine else f' on {count} machines'} / one alone"
+            f"{count} jobs together{'' if one_machine else f' on {count} machines, no shared directory'}"
+            " / one alone"
             for count, one_machine in SEVERAL
         ),
     )

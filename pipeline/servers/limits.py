@@ -52,7 +52,7 @@ from collections.abc import Callable, Sequence
 from pipeline.servers.beside_others import (
     LimitChange as LimitChange,  # re-exported: callers take it from here
 )
-from pipeline.servers.beside_others import level_alone, share_cut
+from pipeline.servers.beside_others import follow, level_alone, regroup, share_cut
 from pipeline.servers.capacity import RequestFit
 from pipeline.servers.client_load import ClientLoad
 from pipeline.servers.knee_search import KneeMemory, KneeSearch
@@ -108,6 +108,9 @@ class AdaptiveLimit:
         self._shared: int | None = None  # the share the limit was last set to
         # beside others: the server's best throughput measured and its level then (its own and theirs)
         self._server_best: tuple[float, int] | None = None
+        self._following = False  # another job on this machine searches: this one holds its level
+        self._lead_seen: int | None = None  # what that job held when this one came to the server
+        self._jobs_here = 1  # the jobs on this machine using the server, this one too
         if fit is not None and known_knee is None:
             self.start_at_fit(fit)
 
@@ -125,6 +128,9 @@ class AdaptiveLimit:
         if self._measured or self._window.replies:
             return None
         self._server.peers = tuple(peers)
+        self._jobs_here = 1 + len(peers)
+        lead = self._server.lead  # it holds a level for the jobs before this one: followed once it moves
+        self._lead_seen = lead.limit if lead is not None else None
         # At or above the maximum the KV cache does not bound this job: the ramp finds the knee.
         level = fit.requests if self._opening and 0 < fit.requests < self.maximum else None
         share = start_share(fit.requests, load, peers, level or self._limit)
@@ -216,8 +222,12 @@ class AdaptiveLimit:
         ``in_flight``: requests in flight now (the limiter's borrowed tokens); None means the limit is
         full, as it is while records are pending."""
         now, window = self._clock(), self._window
-        window.sample(self._limit if in_flight is None else in_flight)
-        shared = share_cut(self, now, self._limit if in_flight is None else in_flight)
+        in_flight = self._limit if in_flight is None else in_flight
+        window.sample(in_flight)
+        lead = self._server.lead
+        if lead is not None:
+            return follow(self, now, lead, in_flight)
+        shared = regroup(self, now) or share_cut(self, now, in_flight)
         if shared is not None:
             return shared
         signal = self._server_signal(window)
@@ -301,6 +311,8 @@ class AdaptiveLimit:
         others, throughput = window.server_view(self._load) if shared else (0, window.throughput)
         # The smallest step is of the server's level: a step of this job's alone moves it too little
         # beside others (4% of a half is 2%, whose gain is under the windows' noise) and never pays.
+        # The jobs that follow this one move with it, but its window has only its own replies: the
+        # step is as large as one job's alone would be, the precision it needs as easily had.
         knee.smallest = min(knee.descent, math.log1p(tuning.min_step * (limit + others) / limit))
         if limit == knee.best:
             words = knee.measured_best(throughput, window.error, tuning, others)

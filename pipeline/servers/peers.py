@@ -8,8 +8,15 @@ rewritten at every scrape (once a second), removed when the run ends. Each reads
 same time. A file not rewritten for :data:`STALE_S`, or whose process is gone, is a job that died, and
 counts for nothing.
 
-The files only split what the server's counts say among jobs (:mod:`~pipeline.servers.sharing`): a job on
-another machine is still seen in the server's counts, as one job holding what no file claims.
+Jobs on several machines see each other the same way when ``$PIPELINE_PEERS_DIR`` is a directory all of
+them share (NFS, say; their clocks kept by NTP): another machine's job is alive while it says.
+
+The files split what the server's counts say among jobs (:mod:`~pipeline.servers.sharing`): a job on
+another machine that says nothing here is still seen in the server's counts, as one job holding what no
+file claims. They also
+say who came to the server first: that job's search finds the level for them all, and the jobs that
+came after hold what it holds (:func:`~pipeline.servers.beside_others.follow`): one search, not one per
+job, each reading the others' probes as the server's answer to its own.
 :class:`TableBoard` is the same board in memory, for jobs in one process on one clock (the closed loop).
 """
 
@@ -18,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
+import socket
 import tempfile
 import time
 from collections.abc import Callable
@@ -34,6 +42,9 @@ from pipeline.servers.window import DEFAULT_TUNING
 STALE_S = 15.0
 #: Files this old are removed by whoever sees them: a run killed before it could remove its own.
 FORGOTTEN_S = 3600.0
+#: This machine: a job's process is asked whether it runs only here (a directory the machines share,
+#: such as NFS, holds other machines' jobs too: theirs live while they say, within STALE_S).
+HOST = socket.gethostname()
 
 
 class Peer(NamedTuple):
@@ -41,6 +52,7 @@ class Peer(NamedTuple):
 
     in_flight: int  # its requests in flight (0: just starting)
     limit: int | None = None  # its concurrency limit (None: not said, as if it were its in flight)
+    earlier: bool | None = None  # it came to the server before this job (None: not known)
 
     @property
     def holds(self) -> int:
@@ -58,7 +70,8 @@ class PeerBoard(Protocol):
     """Where the jobs that use one server say what they hold."""
 
     def exchange(self, in_flight: int, limit: int) -> tuple[Peer, ...]:
-        """Say this job's requests in flight and its limit; the others' as they last said them."""
+        """Say this job's requests in flight and its limit; the others' as they last said them, the one
+        that came to the server first first."""
         ...
 
     def leave(self) -> None:
@@ -86,10 +99,11 @@ def peers_dir() -> Path:
 
 def server_key(base_url: str) -> str:
     """One name per server however its URL is written (``localhost`` or ``127.0.0.1``, with or without
-    ``/v1`` and a trailing slash)."""
+    ``/v1`` and a trailing slash); this machine's own loopback is not another's."""
     parts = urlsplit(base_url.strip())
     host = (parts.hostname or "").lower()
     host = "127.0.0.1" if host in {"localhost", "::1", "0.0.0.0"} else host
+    host = f"{host}@{HOST}" if host == "127.0.0.1" else host  # each machine's own, in a shared directory
     port = parts.port or (443 if parts.scheme == "https" else 80)
     path = parts.path.rstrip("/").removesuffix("/v1").rstrip("/")
     return hashlib.sha256(f"{host}:{port}{path}".encode()).hexdigest()[:16]
@@ -102,6 +116,7 @@ class FileBoard:
         self.folder = (directory or peers_dir()) / server_key(base_url)
         self.job = f"{os.getpid()}-{secrets.token_hex(4)}"
         self._clock = clock
+        self.since = clock()  # when this job came to the server: the one that came first leads
 
     @property
     def path(self) -> Path:
@@ -112,11 +127,14 @@ class FileBoard:
         self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         now = self._clock()
         written = self.folder / f".{self.job}.tmp"
-        written.write_bytes(orjson.dumps({"in_flight": in_flight, "limit": limit, "at": now}))
+        said = {"in_flight": in_flight, "limit": limit, "at": now, "since": self.since, "host": HOST}
+        written.write_bytes(orjson.dumps(said))
         os.replace(written, self.path)
-        return tuple(self._others(now))
+        mine, found = (self.since, self.job), sorted(self._others(now))
+        return tuple(Peer(peer.in_flight, peer.limit, order < mine) for order, peer in found)
 
-    def _others(self, now: float) -> list[Peer]:
+    def _others(self, now: float) -> list[tuple[tuple[float, str], Peer]]:
+        """The live jobs' files: each with when it came and its name (in which order they lead)."""
         found = []
         for path in self.folder.glob("*.json"):
             if path.name == self.path.name:
@@ -126,11 +144,11 @@ class FileBoard:
                 if now - _mtime(path, now) > FORGOTTEN_S:
                     path.unlink(missing_ok=True)
                 continue
-            peer, at = said
-            if not _alive(path) or now - at > FORGOTTEN_S:
+            peer, at, since, host = said
+            if (host == HOST and not _alive(path)) or now - at > FORGOTTEN_S:
                 path.unlink(missing_ok=True)
             elif now - at < STALE_S:
-                found.append(peer)
+                found.append(((since, path.stem), peer))
         return found
 
     def leave(self) -> None:
@@ -153,12 +171,14 @@ def _alive(path: Path) -> bool:
     return True
 
 
-def _said(path: Path) -> tuple[Peer, float] | None:
-    """A job's file: what it said and when; None when it is gone or is not one."""
+def _said(path: Path) -> tuple[Peer, float, float, str] | None:
+    """A job's file: what it said, when, when it came to the server, and on which machine; None when it
+    is gone or is not one."""
     try:
         data = orjson.loads(path.read_bytes())
-        limit = data.get("limit")
-        return Peer(int(data["in_flight"]), None if limit is None else int(limit)), float(data["at"])
+        limit, at = data.get("limit"), float(data["at"])
+        peer = Peer(int(data["in_flight"]), None if limit is None else int(limit))
+        return peer, at, float(data.get("since", at)), str(data.get("host", HOST))
     except (OSError, orjson.JSONDecodeError, KeyError, TypeError, ValueError):
         return None
 
@@ -175,6 +195,7 @@ class PeerTable:
     """Jobs in one process sharing one server (the closed loop): job -> (what it said, when)."""
 
     said: dict[int, tuple[Peer, float]] = field(default_factory=dict)
+    since: dict[int, float] = field(default_factory=dict)  # when each came to the server
 
 
 @dataclass(slots=True)
@@ -188,9 +209,16 @@ class TableBoard:
 
     def exchange(self, in_flight: int, limit: int) -> tuple[Peer, ...]:
         now = self.clock()
+        self.table.since.setdefault(self.job, now)
         self.table.said[self.job] = (Peer(in_flight, limit), now)
-        said = self.table.said.items()
-        return tuple(peer for job, (peer, at) in said if job != self.job and now - at < self.stale_s)
+        mine = self.table.since[self.job], self.job
+        found = sorted(
+            ((self.table.since[job], job), peer)
+            for job, (peer, at) in self.table.said.items()
+            if job != self.job and now - at < self.stale_s
+        )
+        return tuple(Peer(peer.in_flight, peer.limit, order < mine) for order, peer in found)
 
     def leave(self) -> None:
         self.table.said.pop(self.job, None)
+        self.table.since.pop(self.job, None)

@@ -16,7 +16,11 @@ answer as they are.
 `auto` reads the server's ``vllm:num_requests_running`` + ``vllm:num_requests_waiting`` at every scrape;
 what it does not have in flight itself is another job's, taken. Jobs on one machine also say what each
 holds (:mod:`~pipeline.servers.peers`): how many jobs those requests are, and what each holds; a job
-elsewhere is one job holding what no peer claims (:func:`other_jobs`). What they share is what the server
+elsewhere is one job holding what no peer claims (:func:`other_jobs`). Of the jobs on one machine, the
+one that came to the server first searches for them all and the others hold what it holds
+(:attr:`ServerShare.lead`, :func:`~pipeline.servers.beside_others.follow`): its share is of the group,
+each holding a part (they set it no pace), and the rules below are between it and jobs elsewhere. What
+they share is what the server
 holds at once: the fit, or fewer when it runs fewer and queues the rest (:class:`BatchCap`: its
 ``--max-num-seqs``, or what its KV cache admits). A job's share is what the others leave of it, or if
 more its part in proportion to what it holds; a job holding more than the others' mean job still
@@ -45,8 +49,8 @@ starts at its part of what the server runs (:func:`joining_share`: half beside o
 two), so that they see it and give way; jobs on one machine starting together each start at their part
 of the fit (:func:`starting_share`). A run that ends beside others leaves the next night the level it
 measured alone, or the server's level it found with the others, not its share. No database is shared:
-jobs of different databases coordinate alike, and jobs of different machines by the counts alone. A
-server without ``/metrics`` or its KV cache gives no share.
+jobs of different databases coordinate alike, and jobs of different machines by the counts alone (unless
+they share the peers' directory). A server without ``/metrics`` or its KV cache gives no share.
 """
 
 from __future__ import annotations
@@ -112,9 +116,15 @@ def server_share(
     if requests is None or requests < visible(fit):
         return None  # a scrape and the client's count differ by the replies between them
     others = other_jobs(fit, requests, peers)
+    # The jobs that follow this one (they came after it, on this machine) hold what it holds: they and
+    # it are one group, whose share each holds a part of
+    followers = [peer for peer in peers if peer.earlier is False]
+    beyond = max(0.0, requests - sum(peer.in_flight for peer in followers))  # the others' not theirs
+    group = len(followers) + 1
     # What the others leave, and at least this job's part of the fit in proportion to what it holds
     # (jobs that started together at the fit scale down together, not each to nothing)
-    share = max(fit - requests, math.ceil(fit * own_in_flight / (own_in_flight + requests)))
+    held = group * own_in_flight
+    share = max(fit - beyond, math.ceil(fit * held / (held + beyond))) / group
     if others.each is not None and own_in_flight > others.each:  # give way: no more than the others'
         share = min(share, math.ceil(others.each * (1 + FAIR)))  # mean job still sending, and a little
     return max(math.floor(share), least_share(fit)), others
@@ -128,7 +138,9 @@ def other_jobs(fit: int, requests: float, peers: Sequence[Peer]) -> Others:
     known = [peer for peer in peers if peer.in_flight >= visible(fit)]
     unclaimed = requests - sum(peer.in_flight for peer in known)
     elsewhere = [unclaimed] if unclaimed >= visible(fit) or not known else []
-    sending = [float(peer.holds) for peer in known if peer.sending] + elsewhere
+    # Jobs that came after this one follow its level (beside_others.follow): they set no pace for it
+    pacing = [peer for peer in known if peer.sending and peer.earlier is not False]
+    sending = [float(peer.holds) for peer in pacing] + elsewhere
     each = sum(sending) / len(sending) if sending else None
     return Others(requests, max(1, len(known) + len(elsewhere)), each)
 
@@ -325,11 +337,24 @@ class ServerShare:
         return kv is not None and kv < self.kv_full
 
     def own_part(self, load: ServerLoad, limit: int) -> float:
-        """This job's part of what a scrape shows on the server: 1 alone, less beside other jobs."""
+        """This job's part of what a scrape shows on the server: 1 alone, less beside other jobs (with
+        the jobs that follow it: they hold what it holds)."""
         others = others_in_flight(load, self.own_peak)
         if others is None or others < max(NOISE, NOISE_SHARE * limit):
             return 1.0
-        return self.own_peak / (self.own_peak + others)
+        own = self.own_peak + min(others, self.followers)
+        return own / (self.own_peak + others)
+
+    @property
+    def lead(self) -> Peer | None:
+        """The job on this machine whose search sets this job's level: the one that came to the server
+        first, when that is another (None: this job searches, alone or for the jobs that follow it)."""
+        return next((peer for peer in self.peers if peer.earlier), None)
+
+    @property
+    def followers(self) -> int:
+        """What the jobs that follow this one hold (they came to the server after it)."""
+        return sum(peer.in_flight for peer in self.peers if peer.earlier is False)
 
     def replied(self, prompt_tokens: int, answer_tokens: int) -> None:
         """A reply's tokens as the server counted them, kept until the fit is counted again."""

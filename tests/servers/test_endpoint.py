@@ -35,9 +35,9 @@ async def test_an_auto_endpoint_says_what_it_holds_and_its_controller_hears_the_
     other.exchange(40, 48)
     mine = endpoint(tmp_path, FileBoard("http://localhost:8000", tmp_path / "peers"))
     mine.in_use = mine.limit
-    assert await mine.tell_peers() == (Peer(40, 48),)
-    assert mine.controller is not None and mine.controller._server.peers == (Peer(40, 48),)
-    assert other.exchange(40, 48) == (Peer(mine.limit, mine.limit),)
+    assert await mine.tell_peers() == (Peer(40, 48, earlier=True),)  # it came first
+    assert mine.controller is not None and mine.controller._server.peers == (Peer(40, 48, earlier=True),)
+    assert other.exchange(40, 48) == (Peer(mine.limit, mine.limit, earlier=False),)
     mine.leave_peers()
     assert other.exchange(40, 48) == ()
 

@@ -14,17 +14,10 @@ from pipeline.servers.client_load import ClientLoad
 from pipeline.servers.knee_search import KneeMemory, KneeSearch
 from pipeline.servers.limits import AdaptiveLimit, LimitChange
 from pipeline.servers.window import DEFAULT_TUNING, ServerLoad
+from tests.support.clock import FakeClock
 
 TOKENS = 400
 PROMPT = 1500  # a reply's prompt tokens: only a start at the fit counts them
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @dataclass

@@ -20,14 +20,7 @@ from pipeline.servers.peers import (
     server_key,
     still_sending,
 )
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support.clock import FakeClock
 
 
 def test_every_spelling_of_one_servers_url_is_one_server_and_another_port_another() -> None:
@@ -47,21 +40,39 @@ def test_every_spelling_of_one_servers_url_is_one_server_and_another_port_anothe
 
 
 def test_two_jobs_on_one_server_see_what_each_other_holds_and_not_a_job_on_another(tmp_path: Path) -> None:
-    clock = FakeClock()
+    clock = FakeClock(1_000_000.0)
     first = FileBoard("http://127.0.0.1:8000/v1", tmp_path, clock)
+    clock.now += 0.5
     second = FileBoard("http://localhost:8000", tmp_path, clock)
     elsewhere = FileBoard("http://127.0.0.1:9000/v1", tmp_path, clock)
     assert first.exchange(0, 64) == ()  # the first to come
     elsewhere.exchange(50, 50)
-    assert second.exchange(30, 32) == (Peer(0, 64),)
-    assert first.exchange(64, 64) == (Peer(30, 32),)
-    assert second.exchange(31, 32) == (Peer(64, 64),)
+    assert second.exchange(30, 32) == (Peer(0, 64, earlier=True),)
+    assert first.exchange(64, 64) == (Peer(30, 32, earlier=False),)
+    assert second.exchange(31, 32) == (Peer(64, 64, earlier=True),)
     first.leave()
     assert second.exchange(31, 32) == () and not first.path.exists()
 
 
+def test_the_jobs_on_one_server_are_told_in_the_order_they_came_whatever_their_names(tmp_path: Path) -> None:
+    """The one that came first leads the others' level (beside_others.follow): every job must agree."""
+    clock = FakeClock(1_000_000.0)
+    boards = []
+    for _ in range(4):
+        boards.append(FileBoard("http://127.0.0.1:8000/v1", tmp_path, clock))
+        clock.now += 1.0
+    for index, board in enumerate(boards):
+        board.exchange(index, 10 + index)
+    for index, board in enumerate(boards):
+        said = board.exchange(index, 10 + index)
+        others = [i for i in range(4) if i != index]
+        assert said == tuple(Peer(i, 10 + i, earlier=i < index) for i in others)
+    boards[0].leave()
+    assert boards[2].exchange(2, 12)[0] == Peer(1, 11, earlier=True)  # the next one leads now
+
+
 def test_a_job_that_stopped_saying_or_whose_process_is_gone_counts_for_nothing(tmp_path: Path) -> None:
-    clock = FakeClock()
+    clock = FakeClock(1_000_000.0)
     board = FileBoard("http://127.0.0.1:8000/v1", tmp_path, clock)
     quiet = FileBoard("http://127.0.0.1:8000/v1", tmp_path, clock)
     quiet.exchange(40, 40)
@@ -78,6 +89,29 @@ def test_a_job_that_stopped_saying_or_whose_process_is_gone_counts_for_nothing(t
     assert board.exchange(10, 10) == () and not killed.exists()
 
 
+def test_in_a_directory_machines_share_another_machines_job_lives_while_it_says(tmp_path: Path) -> None:
+    """Its pid means nothing here (asked, it would be gone): it counts until it stops saying."""
+    clock = FakeClock(1_000_000.0)
+    board = FileBoard("http://gpu-box:8000/v1", tmp_path, clock)
+    assert board.exchange(10, 10) == ()
+    dead = next(pid for pid in range(4_194_303, 1, -1) if not _runs(pid))
+    remote = board.folder / f"{dead}-0000.json"
+    said = {"in_flight": 64, "limit": 64, "at": clock.now, "since": clock.now - 60, "host": "other-box"}
+    remote.write_bytes(orjson.dumps(said))
+    assert board.exchange(10, 10) == (Peer(64, 64, earlier=True),)
+    clock.now += STALE_S + 1
+    assert board.exchange(10, 10) == () and remote.exists()
+
+
+def test_each_machines_own_loopback_server_is_its_own_in_a_shared_directory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    here = server_key("http://localhost:8000/v1")
+    monkeypatch.setattr("pipeline.servers.peers.HOST", "other-box")
+    assert server_key("http://127.0.0.1:8000/v1") != here
+    assert server_key("http://gpu-box:8000/v1") == server_key("http://gpu-box:8000")
+
+
 def _runs(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -89,7 +123,7 @@ def _runs(pid: int) -> bool:
 
 
 def test_a_garbled_or_half_written_file_is_no_job(tmp_path: Path) -> None:
-    clock = FakeClock()
+    clock = FakeClock(1_000_000.0)
     board = FileBoard("http://127.0.0.1:8000/v1", tmp_path, clock)
     board.exchange(1, 1)
     (board.folder / f"{os.getpid()}-bad.json").write_text("{not json")
@@ -117,11 +151,11 @@ def test_the_place_is_the_users_own_unless_set(monkeypatch: pytest.MonkeyPatch, 
 
 
 def test_the_table_of_jobs_in_one_process_says_and_reads_as_the_files_do() -> None:
-    clock, table = FakeClock(), PeerTable()
+    clock, table = FakeClock(1_000_000.0), PeerTable()
     first, second = TableBoard(table, 0, clock), TableBoard(table, 1, clock)
     first.exchange(0, 8)
-    assert second.exchange(30, 30) == (Peer(0, 8),)
-    assert first.exchange(20, 40) == (Peer(30, 30),)
+    assert second.exchange(30, 30) == (Peer(0, 8, earlier=True),)
+    assert first.exchange(20, 40) == (Peer(30, 30, earlier=False),)
     clock.now += STALE_S
     assert second.exchange(31, 30) == ()  # the first said nothing for too long
     second.leave()

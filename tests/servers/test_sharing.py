@@ -22,16 +22,9 @@ from pipeline.servers.sharing import (
     server_share,
 )
 from pipeline.servers.window import ServerLoad
+from tests.support.clock import FakeClock
 
 FIT_64 = RequestFit(64 * 2000, prompt_tokens=1600, answer_tokens=400)
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def load(running: float, waiting: float = 0.0, kv: float | None = 0.5) -> ServerLoad:
