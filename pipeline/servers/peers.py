@@ -22,6 +22,7 @@ job, each reading the others' probes as the server's answer to its own.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import secrets
@@ -124,11 +125,16 @@ class FileBoard:
 
     def exchange(self, in_flight: int, limit: int) -> tuple[Peer, ...]:
         """Raises OSError when the directory cannot be written or read (the caller stops using it)."""
-        self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         now = self._clock()
         written = self.folder / f".{self.job}.tmp"
-        said = {"in_flight": in_flight, "limit": limit, "at": now, "since": self.since, "host": HOST}
-        written.write_bytes(orjson.dumps(said))
+        said = orjson.dumps(
+            {"in_flight": in_flight, "limit": limit, "at": now, "since": self.since, "host": HOST}
+        )
+        try:
+            written.write_bytes(said)
+        except FileNotFoundError:  # the first time, or a cleaner of the temporary directory removed it
+            self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+            written.write_bytes(said)
         os.replace(written, self.path)
         mine, found = (self.since, self.job), sorted(self._others(now))
         return tuple(Peer(peer.in_flight, peer.limit, order < mine) for order, peer in found)
@@ -153,6 +159,8 @@ class FileBoard:
 
     def leave(self) -> None:
         self.path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # the last job on this server leaves no empty directory
+            self.folder.rmdir()
 
 
 def _alive(path: Path) -> bool:

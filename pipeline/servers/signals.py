@@ -62,6 +62,8 @@ def queue_signal(
     waiting = Window.mean([load.waiting for load in scrapes])
     queued = sum(1 for load in scrapes if (load.waiting or 0) > 0)
     running = Window.mean([load.running for load in scrapes])
+    if running is not None and running < 1:  # running nothing: a server starting (a CPU server's first
+        return None  # prefill) or stalled (the watchdog's), not one that runs fewer than it is sent
     tolerated = tuning.queue_share * (running or 0.0)
     if waiting is None or queued < tuning.waiting_share * len(scrapes) or waiting <= tolerated:
         return None

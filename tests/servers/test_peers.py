@@ -4,6 +4,7 @@ and a fake clock, and the table the closed loop uses in their place."""
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import orjson
@@ -52,6 +53,11 @@ def test_two_jobs_on_one_server_see_what_each_other_holds_and_not_a_job_on_anoth
     assert second.exchange(31, 32) == (Peer(64, 64, earlier=True),)
     first.leave()
     assert second.exchange(31, 32) == () and not first.path.exists()
+    second.leave()
+    assert not second.folder.exists()  # the last to leave leaves no empty directory behind
+    assert elsewhere.folder.exists()
+    shutil.rmtree(elsewhere.folder)  # a cleaner of the temporary directory
+    assert elsewhere.exchange(50, 50) == () and elsewhere.path.exists()
 
 
 def test_the_jobs_on_one_server_are_told_in_the_order_they_came_whatever_their_names(tmp_path: Path) -> None:

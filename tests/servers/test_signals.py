@@ -56,6 +56,17 @@ def test_a_flood_after_a_step_up_needs_two_steady_scrapes() -> None:
     assert queue_signal(window(16, one * 2), 16, DEFAULT_TUNING, alone) is not None
 
 
+def test_a_server_running_nothing_yet_is_starting_not_queueing() -> None:
+    """The bundled CPU vLLM at a run's start: 12 waiting, 0 running for two scrapes while its first
+    prefill runs. Read as a queue, it cut the limit from 15 to 3 (what it "runs")."""
+    starting = [load(0, 12)] * 3
+    assert queue_signal(window(15, starting[:2]), 15, DEFAULT_TUNING, alone) is None
+    assert queue_signal(window(15, starting), 15, DEFAULT_TUNING, alone) is None
+    assert queue_signal(
+        window(15, [*starting, load(3, 12), load(3, 12), load(3, 12)]), 15, DEFAULT_TUNING, alone
+    )
+
+
 def test_a_queue_beside_another_jobs_requests_is_this_jobs_only_in_proportion() -> None:
     """The server runs 60 of two jobs' 128: this job, half of them, takes half the queue as its own."""
     scrapes = [load(60, 68)] * 3
