@@ -112,6 +112,8 @@ def follow(limit: Limit, now: float, lead: Peer, in_flight: int) -> LimitChange 
     limit._server.counted(in_flight)
     limit._jobs_here = 1 + len(limit._server.peers)
     said = lead.limit if lead.limit is not None else lead.in_flight
+    if said >= limit.minimum:  # what they hold together: the server's level this job knows, for a night
+        limit._server_best = (0.0, said * limit._jobs_here)
     limit._following = True
     limit._lead_seen = said if limit._lead_seen is None else limit._lead_seen
     level = min(said, limit.maximum)

@@ -176,11 +176,14 @@ class AdaptiveLimit:
     def learned(self) -> KneeMemory | None:
         """What this run measured, for the next one to start from (None before anything was): the knee
         once bracketed, else the best level so far and the nearest levels that did worse."""
-        if not self._measured or self._client_bound is not None:  # the client's knee is not the server's
+        if self._client_bound is not None:  # the client's knee is not the server's
             return None
-        knee = self._knee
-        if self._shared is not None:  # its share is not the server's knee: a night alone searches on
-            level = level_alone(self)  # from what it measured alone, or the server's best level
+        knee, grouped = self._knee, self._jobs_here > 1 or self._following
+        if self._shared is not None or grouped or not self._measured:
+            # Its share, or its part of what the jobs here hold, is not the server's knee: a night alone
+            # searches on from what it measured alone, or the server's best level (with the others)
+            part = self._measured and grouped and self._shared is None  # a share of jobs elsewhere: none
+            level = level_alone(self) or (knee.best * self._jobs_here if part else None)
             return KneeMemory(level, bracketed=False) if level is not None else None
         if self._bracket is not None and self._bracket.level == knee.best:
             return self._bracket

@@ -97,3 +97,23 @@ def test_jobs_that_follow_this_one_set_no_pace_for_it_the_job_it_follows_does() 
     assert other_jobs(64, 40, (later(20), later(20))).each is None
     assert other_jobs(64, 40, (first(20), later(20))).each == 20.0
     assert other_jobs(64, 40, (Peer(20, 20), Peer(20, 20))).each == 20.0  # order not known: as before
+
+
+def test_a_night_after_holding_a_part_stores_what_the_jobs_held_together_not_the_part() -> None:
+    """Stored as its knee, a part (a half) would start the next night alone at half the server."""
+    clock = FakeClock()
+    follower = AdaptiveLimit(maximum=512, timeout_s=900, clock=clock)
+    follower.start_at_fit(FIT_64, load(0), (first(32),))
+    assert follower.learned is None  # nothing measured, nothing followed yet
+    follower.on_peers((first(40),))
+    follower.update(in_flight=32)
+    learned = follower.learned
+    assert learned is not None and learned.level == 80 and not learned.bracketed
+
+    lead = AdaptiveLimit(maximum=512, timeout_s=900, clock=clock, initial=60)
+    lead.on_peers((later(0),))
+    lead.update(in_flight=60)
+    assert lead.limit == 30 and lead.learned is None  # nothing measured yet
+    lead._measured = True  # a window judged at 30 (the search's own tests drive windows)
+    learned = lead.learned
+    assert learned is not None and learned.level == 60 and not learned.bracketed
