@@ -61,7 +61,7 @@ def row(case: Case, model: str, length: float, records: int) -> tuple[object, ..
 
 #: The columns of several jobs started together: how many, and whether they run on one machine (each
 #: sees what the others hold: pipeline/servers/peers.py) or each on its own (only the server's counts).
-SEVERAL = ((3, True), (4, True), (3, False))
+SEVERAL = ((3, True), (4, True), (2, False), (3, False))
 
 
 def several(jobs: Scenario, alone: JobResult, count: int, one_machine: bool) -> str:

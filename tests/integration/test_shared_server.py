@@ -64,6 +64,9 @@ def test_two_auto_jobs_share_one_server_and_neither_overshoots_the_fit(tmp_path:
         start = (moment(started[0]), int(started[0]["event"].rsplit(" ", 1)[1]))
         timelines.append([start, *((moment(e), int(e["new"])) for e in changes)])
         ends.append(max(moment(e) for e in said if "timestamp" in e))
+    # One search for both: the one that came second holds what the first holds (pipeline.servers.peers)
+    said_by = [" ".join(str(e.get("reason", "")) for e in events(stderr)) for stderr in outputs]
+    assert [("came to the server first holds" in said) for said in said_by].count(True) == 1, said_by
     # One fit on one server: the job that follows the other's level (it came second) counts none itself
     for timeline in timelines:
         assert all(level <= max(fits) * 1.1 for _, level in timeline), (fits, timeline)
