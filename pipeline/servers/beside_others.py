@@ -141,9 +141,8 @@ def regroup(limit: Limit, now: float) -> LimitChange | None:
     level = max(limit.minimum, min(limit.maximum, round(held * before / jobs)))
     limit._at_knee = limit._opening = False
     limit._knee.restart_at(level)
-    if was_following:  # the fit was the others' to count again: the level they found is past it
-        limit._knee.at_fit_start = False
-    if was_following:  # what the group found is what this job knows of the server: for a night alone
+    if was_following:  # the level they found is past the fit it began with (not counted again now),
+        limit._knee.at_fit_start = False  # and what this job knows of the server, for a night alone
         limit._alone, limit._server_best = None, (0.0, round(level * jobs))
     if level == limit._limit:
         limit._set(now, level, "")  # a fresh window: the ones before were of the others' levels

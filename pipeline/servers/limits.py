@@ -314,8 +314,8 @@ class AdaptiveLimit:
         others, throughput = window.server_view(self._load) if shared else (0, window.throughput)
         # The smallest step is of the server's level: a step of this job's alone moves it too little
         # beside others (4% of a half is 2%, whose gain is under the windows' noise) and never pays.
-        # The jobs that follow this one move with it, but its window has only its own replies: the
-        # step is as large as one job's alone would be, the precision it needs as easily had.
+        # The jobs that follow this one move with it, but its window has only its own replies: steps
+        # of the group's level as small would need as many more replies to measure.
         knee.smallest = min(knee.descent, math.log1p(tuning.min_step * (limit + others) / limit))
         if limit == knee.best:
             words = knee.measured_best(throughput, window.error, tuning, others)

@@ -13,10 +13,11 @@ them share (NFS, say; their clocks kept by NTP): another machine's job is alive 
 
 The files split what the server's counts say among jobs (:mod:`~pipeline.servers.sharing`): a job on
 another machine that says nothing here is still seen in the server's counts, as one job holding what no
-file claims. They also
-say who came to the server first: that job's search finds the level for them all, and the jobs that
-came after hold what it holds (:func:`~pipeline.servers.beside_others.follow`): one search, not one per
-job, each reading the others' probes as the server's answer to its own.
+file claims. They also say who came to the server first: that job's search finds the level for them
+all, and the jobs that came after hold what it holds (:func:`~pipeline.servers.beside_others.follow`):
+one search, not one per job, each reading the others' probes as the server's answer to its own. A file
+that does not say when its job came (an earlier version's) is a job in no order: it follows no one and
+no one follows it.
 :class:`TableBoard` is the same board in memory, for jobs in one process on one clock (the closed loop).
 """
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import math
 import os
 import secrets
 import socket
@@ -136,8 +138,11 @@ class FileBoard:
             self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
             written.write_bytes(said)
         os.replace(written, self.path)
-        mine, found = (self.since, self.job), sorted(self._others(now))
-        return tuple(Peer(peer.in_flight, peer.limit, order < mine) for order, peer in found)
+        mine, found = (self.since, self.job), sorted(self._others(now), key=lambda said: said[0])
+        return tuple(
+            Peer(peer.in_flight, peer.limit, order < mine if order[0] < math.inf else None)
+            for order, peer in found
+        )
 
     def _others(self, now: float) -> list[tuple[tuple[float, str], Peer]]:
         """The live jobs' files: each with when it came and its name (in which order they lead)."""
@@ -186,7 +191,7 @@ def _said(path: Path) -> tuple[Peer, float, float, str] | None:
         data = orjson.loads(path.read_bytes())
         limit, at = data.get("limit"), float(data["at"])
         peer = Peer(int(data["in_flight"]), None if limit is None else int(limit))
-        return peer, at, float(data.get("since", at)), str(data.get("host", HOST))
+        return peer, at, float(data.get("since", math.inf)), str(data.get("host", HOST))
     except (OSError, orjson.JSONDecodeError, KeyError, TypeError, ValueError):
         return None
 

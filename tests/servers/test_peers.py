@@ -109,6 +109,16 @@ def test_in_a_directory_machines_share_another_machines_job_lives_while_it_says(
     assert board.exchange(10, 10) == () and remote.exists()
 
 
+def test_a_file_that_does_not_say_when_its_job_came_is_a_job_in_no_order(tmp_path: Path) -> None:
+    """An earlier version's: read by when it last wrote, it would lead one second and follow the next."""
+    clock = FakeClock(1_000_000.0)
+    board = FileBoard("http://127.0.0.1:8000/v1", tmp_path, clock)
+    assert board.exchange(10, 10) == ()
+    older = board.folder / f"{os.getpid()}-0000.json"
+    older.write_bytes(orjson.dumps({"in_flight": 30, "limit": 32, "at": clock.now}))
+    assert board.exchange(10, 10) == (Peer(30, 32, earlier=None),)
+
+
 def test_each_machines_own_loopback_server_is_its_own_in_a_shared_directory(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
