@@ -101,7 +101,9 @@ class AdaptiveLimit:
         self._load: ServerLoad | None = None  # the latest scrape
         first = self._precision_for(self._knee.reach_up)  # what the first step needs: a ramp's or a small one
         # From nothing in flight a short window will do: the opening level is small, or known to be good.
-        self._window = Window(self._limit, clock(), grew=True, precision=first, share=tuning.window_share)
+        self._window = Window(
+            self._limit, clock(), grew=True, precision=first, share=tuning.window_share, from_nothing=True
+        )
         self._server = ServerShare(kv_full=tuning.kv_high)  # the fit, this job's share of a server others use
         self._client_bound: ClientLoad | None = None  # the client was the bottleneck: its load then
         self._alone: int | None = None  # the best level measured before a share cut it: to go back to
@@ -145,7 +147,9 @@ class AdaptiveLimit:
         precision = self._precision_for(self._knee.reach_up)
         # Requests sent together from nothing at the fit are admitted a few a step, and wait meanwhile:
         # only later ones tell the level.
-        self._window = Window(self._limit, self._clock(), grew=True, precision=precision, lockstep=True)
+        self._window = Window(
+            self._limit, self._clock(), grew=True, precision=precision, lockstep=True, from_nothing=True
+        )
         return self._limit
 
     @property

@@ -55,6 +55,8 @@ def queue_signal(
     """The server queues what it is sent, once it stopped admitting: in ``waiting_share`` of the steady
     scrapes, more than ``queue_share`` of those running (a short queue keeps a full server busy), or
     flooded at once after a step up. ``own_part``: this job's part of a scrape's requests."""
+    if window.from_nothing and window.started_at is None:
+        return None  # still taking in what was sent together (1 running, 11 waiting on a CPU vLLM)
     scrapes = steady(window.scrapes)
     flood = window.grew and flooded(scrapes, tuning)
     if len(scrapes) < tuning.min_scrapes and not flood:

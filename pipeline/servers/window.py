@@ -83,6 +83,9 @@ class Window:
     # After a large step the requests sent with it run in lockstep (their prefills together, their KV
     # growing together), unlike any later: only replies to requests sent after the first reply count.
     lockstep: bool = False
+    # The run's first window: everything was sent together from nothing, and a server admits it a few a
+    # step (a CPU one, a prefill per step of seconds): no queue is told before the first replies.
+    from_nothing: bool = False
     started_at: float | None = None
     replies: list[tuple[float, float]] = field(default_factory=list)  # (tokens delivered, latency s)
     in_flight: list[int] = field(default_factory=list)

@@ -104,10 +104,11 @@ def test_backs_off_to_what_the_server_runs_when_a_step_floods_its_queue() -> Non
     def queue(concurrency: int) -> ServerLoad:  # --max-num-seqs 8
         return ServerLoad(min(concurrency, 8), max(concurrency - 8, 0), 0.05, 0)
 
-    changes = Server(lambda c: 19.0 * min(c, 8), queue).drive(controller, clock, 20)
-    # Two scrapes are enough (one might catch the server admitting them): half of what was sent waits.
+    changes = Server(lambda c: 19.0 * min(c, 8), queue).drive(controller, clock, 60)
+    # Sent together from nothing: the first replies tell a queue from a server admitting them a few a
+    # step (test_signals); then half of what was sent still waits: a queue, at once.
     assert steps(changes) == [(16, 8)]
-    assert changes[0].reason == "the server queues at 16: 8 waiting, 8 running (mean of 2 scrapes): down to 8"
+    assert changes[0].reason == "the server queues at 16: 8 waiting, 8 running (mean of 8 scrapes): down to 8"
     assert controller.ceiling == 8
 
 

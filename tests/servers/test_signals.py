@@ -67,6 +67,18 @@ def test_a_server_running_nothing_yet_is_starting_not_queueing() -> None:
     )
 
 
+def test_what_a_run_sent_together_from_nothing_is_no_queue_before_the_first_replies() -> None:
+    """The bundled CPU vLLM a moment later: 1 running, 11 waiting, scrape after scrape (one prefill per
+    step of seconds). Read as a flood it cut the limit to 1, and a run stores its knee."""
+    slow = [load(1, 11)] * 4
+    first = Window(15, 0.0, grew=True, precision=0.05, scrapes=list(slow), lockstep=True, from_nothing=True)
+    assert queue_signal(first, 15, DEFAULT_TUNING, alone) is None
+    first.reply(30.0, 30.0, 400, ok=True)  # the first reply: what waits now waits for room
+    first.scrapes.extend(slow)
+    assert queue_signal(first, 15, DEFAULT_TUNING, alone) is not None
+    assert queue_signal(window(15, slow), 15, DEFAULT_TUNING, alone) is not None  # any later window
+
+
 def test_a_queue_beside_another_jobs_requests_is_this_jobs_only_in_proportion() -> None:
     """The server runs 60 of two jobs' 128: this job, half of them, takes half the queue as its own."""
     scrapes = [load(60, 68)] * 3
