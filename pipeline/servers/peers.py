@@ -89,6 +89,16 @@ def still_sending(in_flight: int, limit: int) -> bool:
     return in_flight >= DEFAULT_TUNING.full_share * limit
 
 
+def in_order(found: list[tuple[tuple[float, str], Peer]], mine: tuple[float, str]) -> tuple[Peer, ...]:
+    """The other jobs, each with (when it came, its name), the one that came first first, each told
+    whether it came before this job (``mine``); one that did not say when it came (an earlier version's,
+    at infinity) is in no order."""
+    return tuple(
+        Peer(peer.in_flight, peer.limit, order < mine if order[0] < math.inf else None)
+        for order, peer in sorted(found, key=lambda said: said[0])
+    )
+
+
 def peers_dir() -> Path:
     """``$PIPELINE_PEERS_DIR``, else ``$XDG_RUNTIME_DIR/pipeline/peers``, else a per-user directory under
     the system's temporary one: a place every run of this user on this machine finds."""
@@ -138,11 +148,7 @@ class FileBoard:
             self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
             written.write_bytes(said)
         os.replace(written, self.path)
-        mine, found = (self.since, self.job), sorted(self._others(now), key=lambda said: said[0])
-        return tuple(
-            Peer(peer.in_flight, peer.limit, order < mine if order[0] < math.inf else None)
-            for order, peer in found
-        )
+        return in_order(self._others(now), (self.since, self.job))
 
     def _others(self, now: float) -> list[tuple[tuple[float, str], Peer]]:
         """The live jobs' files: each with when it came and its name (in which order they lead)."""
@@ -224,13 +230,12 @@ class TableBoard:
         now = self.clock()
         self.table.since.setdefault(self.job, now)
         self.table.said[self.job] = (Peer(in_flight, limit), now)
-        mine = self.table.since[self.job], self.job
-        found = sorted(
-            ((self.table.since[job], job), peer)
+        found = [
+            ((self.table.since[job], f"{job:09d}"), peer)
             for job, (peer, at) in self.table.said.items()
             if job != self.job and now - at < self.stale_s
-        )
-        return tuple(Peer(peer.in_flight, peer.limit, order < mine) for order, peer in found)
+        ]
+        return in_order(found, (self.table.since[self.job], f"{self.job:09d}"))  # in number order
 
     def leave(self) -> None:
         self.table.said.pop(self.job, None)

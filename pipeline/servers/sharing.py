@@ -118,9 +118,9 @@ def server_share(
     others = other_jobs(fit, requests, peers)
     # The jobs that follow this one (they came after it, on this machine) hold what it holds: they and
     # it are one group, whose share each holds a part of
-    followers = [peer for peer in peers if peer.earlier is False]
-    beyond = max(0.0, requests - sum(peer.in_flight for peer in followers))  # the others' not theirs
-    group = len(followers) + 1
+    following = followers(peers)
+    beyond = max(0.0, requests - sum(peer.in_flight for peer in following))  # the others' not theirs
+    group = len(following) + 1
     # What the others leave, and at least this job's part of the fit in proportion to what it holds
     # (jobs that started together at the fit scale down together, not each to nothing)
     held = group * own_in_flight
@@ -128,6 +128,11 @@ def server_share(
     if others.each is not None and own_in_flight > others.each:  # give way: no more than the others'
         share = min(share, math.ceil(others.each * (1 + FAIR)))  # mean job still sending, and a little
     return max(math.floor(share), least_share(fit)), others
+
+
+def followers(peers: Sequence[Peer]) -> list[Peer]:
+    """The jobs on this machine that came to the server after this one: they hold what it holds."""
+    return [peer for peer in peers if peer.earlier is False]
 
 
 def other_jobs(fit: int, requests: float, peers: Sequence[Peer]) -> Others:
@@ -354,7 +359,7 @@ class ServerShare:
     @property
     def followers(self) -> int:
         """What the jobs that follow this one hold (they came to the server after it)."""
-        return sum(peer.in_flight for peer in self.peers if peer.earlier is False)
+        return sum(peer.in_flight for peer in followers(self.peers))
 
     def replied(self, prompt_tokens: int, answer_tokens: int) -> None:
         """A reply's tokens as the server counted them, kept until the fit is counted again."""
