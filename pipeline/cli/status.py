@@ -106,6 +106,8 @@ _NEEDS_SOURCE = (
     "source_records",
     "done",
     "pending",
+    "blank",
+    "blank_ids",
     "pending_new",
     "pending_retried",
     "content_changed",
@@ -129,6 +131,8 @@ def _status_dict(report: JobStatus) -> dict[str, Any]:
         "done": report.done,
         "failed": report.failed,
         "pending": report.pending,
+        "blank": report.blank.count,
+        "blank_ids": list(report.blank.ids),
         "pending_new": report.pending_new,
         "pending_retried": report.pending_retried,
         "content_changed": report.content_changed,
@@ -311,7 +315,8 @@ def _source_lines(report: JobStatus, asked: _Asked) -> list[str]:
 
 
 def _pending_lines(report: JobStatus) -> list[str]:
-    """What a plain run would take, and why; with the done and failed, each record once."""
+    """What a plain run would take, and why, and what it would take but never sends (blank: every prompt
+    field empty); with the done and failed, each record once."""
     if report.source_problem is not None:
         return []
     retried = ", ".join(f"{name} {number(count)}" for name, count in report.pending_retried.items())
@@ -326,6 +331,8 @@ def _pending_lines(report: JobStatus) -> list[str]:
         *([f"{number(report.content_changed)} with changed content"] if report.content_changed else []),
     ]
     lines = [f"pending:  {_figure(report.pending)}" + (f" ({'; '.join(parts)})" if parts else "")]
+    if report.blank:
+        lines.append(f"blank:    {number(report.blank.count)} ({report.blank.what}; not sent)")
     if report.not_taken:
         lines.append(
             f"not taken: {counted(report.not_taken, 'record')} without a current result of the variant this "

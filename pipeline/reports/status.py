@@ -1,5 +1,5 @@
-"""``pipeline status``: done / failed / pending / stale / orphaned, tokens per record, and the rate and
-ETA of the last run, for one variant.
+"""``pipeline status``: done / failed / pending / blank / stale / orphaned, tokens per record, and the
+rate and ETA of the last run, for one variant.
 
 While a run holds the database, DuckDB lets no other process open it, so the status comes from the
 progress snapshot the run keeps beside the database instead.
@@ -21,8 +21,9 @@ from pipeline.quality.found_share import FoundShare, found_shares_sql
 from pipeline.reports.chunk_status import ChunkingStatus, chunking_status
 from pipeline.reports.variants import check_variant
 from pipeline.servers.cache_counters import hit_rate, low_hit_rate_warning
+from pipeline.source.blank import BlankRecords
 from pipeline.source.db import Database, quote
-from pipeline.source.pending import PendingQueries, pending_count
+from pipeline.source.pending import PendingQueries, accounted_blank, pending_count, read_blank
 from pipeline.source.relation import source_columns, source_relation
 from pipeline.source.versions import (
     JOB_CAUSES,
@@ -48,12 +49,14 @@ class JobStatus:
     # Why the source cannot be read (its table is not in the database, a column is missing,
     # source.query fails), with how to fix it: then only what is stored is counted.
     source_problem: str | None = None
-    # With the source, ``done + sum(failed) + pending`` is ``source_records``: each record counted once,
-    # as a plain run would see it. ``done``: a result the run keeps (stale for a job cause included);
-    # ``failed``: by class, a failure it does not retry; ``pending``: what it would take. Without the
-    # source, ``failed`` is every stored failure.
+    # With the source, ``done + sum(failed) + pending + blank`` is ``source_records``: each record
+    # counted once, as a plain run would see it. ``done``: a result the run keeps (stale for a job cause
+    # included); ``failed``: by class, a failure it does not retry; ``pending``: what it would take;
+    # ``blank``: what it would take but never sends, every prompt field empty. Without the source,
+    # ``failed`` is every stored failure.
     failed: dict[str, int] = field(default_factory=dict)
     pending: int | None = None
+    blank: BlankRecords = field(default_factory=lambda: BlankRecords(()))  # how many, the first ids
     pending_new: int = 0  # of the pending: records never tried
     pending_retried: dict[str, int] = field(default_factory=dict)  # of the pending: failures retried
     content_changed: int = 0  # of the pending: records whose prompt fields changed since
@@ -200,6 +203,19 @@ def pending_as_read(spec: JobSpec) -> tuple[int | None, ReadCopy | None]:
         connection.close()
 
 
+def blank_as_read(spec: JobSpec) -> BlankRecords | None:
+    """What a plain run would take but never sends, every prompt field empty, as :func:`job_status`
+    counts it (None: a run holds the database and has written no copy yet). Blocking."""
+    try:
+        connection = open_for_reading(spec)
+    except DatabaseLockedError:
+        return None
+    try:
+        return read_blank(connection, PendingQueries(spec, version_of(spec)))
+    finally:
+        connection.close()
+
+
 def _read_status(connection: Database, spec: JobSpec, *, running: bool = False) -> JobStatus:
     base = JobStatus(database=str(spec.database), variant=spec.variant)
     stored = spec.output.results_table.lower() in connection.table_names()
@@ -225,7 +241,7 @@ def _against_source(connection: Database, spec: JobSpec, status: JobStatus) -> J
     orphaned = counts.pop("orphaned")
     counts.pop("results")
     return dataclasses.replace(
-        _accounted(status, connection.rows(queries.accounting_sql(), parameters)),
+        _accounted(status, connection.rows(queries.accounting_sql(), parameters), spec),
         orphaned=orphaned,
         stale=counts,
         models=version.models,
@@ -233,15 +249,15 @@ def _against_source(connection: Database, spec: JobSpec, status: JobStatus) -> J
     )
 
 
-def _accounted(status: JobStatus, rows: list[tuple[Any, ...]]) -> JobStatus:
+def _accounted(status: JobStatus, rows: list[tuple[Any, ...]], spec: JobSpec) -> JobStatus:
     """``status`` with the counts of :meth:`PendingQueries.accounting_sql`'s rows."""
 
     def total(state: str, reason: str | None = None) -> int:
-        return sum(n for s, r, _, n in rows if s == state and (reason is None or r == reason))
+        return sum(n for s, r, _, n, _ in rows if s == state and (reason is None or r == reason))
 
     def by_class(state: str, reason: str | None = None) -> dict[str, int]:
         found: dict[str, int] = {}
-        for s, r, failure_class, n in sorted(rows, key=lambda row: str(row[2])):
+        for s, r, failure_class, n, _ in sorted(rows, key=lambda row: str(row[2])):
             if s == state and (reason is None or r == reason):
                 found[str(failure_class)] = found.get(str(failure_class), 0) + int(n)
         return found
@@ -252,6 +268,7 @@ def _accounted(status: JobStatus, rows: list[tuple[Any, ...]]) -> JobStatus:
         redo_failed=total("done", "failed_redo"),
         failed=by_class("failed"),
         pending=total("pending"),
+        blank=accounted_blank(rows, spec),
         pending_new=total("pending", "new"),
         pending_retried=by_class("pending", "retried"),
         content_changed=total("pending", "content"),

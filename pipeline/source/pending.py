@@ -6,25 +6,31 @@ A source record is *pending* for a variant when
 * its failure is transient, or of a class ``--retry-failed`` / ``--only-failed`` names;
 * its prompt fields changed since its result or failure was made (``content``, always redone);
 * with ``--redo-stale``: its result (or failure) was made by an older version of the job, for one of
-  the causes asked for; a record that already failed under today's version is not redone again.
+  the causes asked for; a record that already failed under today's version is not redone again;
+
+and it is not *blank* (:mod:`pipeline.source.blank`: every prompt field empty): a record a run would
+take that has nothing to extract from is never sent, and counted blank instead of pending.
 
 A re-run (variant ``A~rerun``) takes only records that have a current result of ``A`` (made by the
 version of the job it repeats): it measures how much ``A`` differs from itself, on ``A``'s records.
 
 The first four need no record text and are found by one join over ids and version columns (phase
 *metadata*). Content changes need every record's text hashed (phase *content*): that query runs while
-the first requests are already out, so resuming a large job is as quick as before.
+the first requests are already out, so resuming a large job is as quick as before. Whether a record is
+blank needs its text too: the reader looks only at the ids a phase found (:meth:`blank_among_sql`),
+whose text a run reads anyway, so the metadata phase still reads none of the others'.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.errors import FailureClass
 from pipeline.job.spec import JobSpec
 from pipeline.job.variants import rerun_of
+from pipeline.source.blank import SHOWN_IDS, BlankRecords, blank_condition, blank_ids_sql
 from pipeline.source.db import Database, quote
 from pipeline.source.relation import source_relation
 from pipeline.source.versions import JOB_CAUSES, JobVersion, StaleCause, content_hash_sql, stale_conditions
@@ -55,11 +61,13 @@ def sample_sql(spec: JobSpec) -> str:
 
 def sampled_fields(connection: Database, spec: JobSpec, records: int, seed: int) -> list[dict[str, object]]:
     """The job's source fields of the seeded sample of ``records`` records (``--sample N --seed S``):
-    what the job would send for them, read once for probes and sweeps."""
+    what the job would send for them, read once for probes and sweeps; a blank one is never sent, so
+    it is left out."""
     names = spec.source.fields
     sql = (
-        f"SELECT {', '.join(quote(name) for name in names)} FROM {source_relation(spec)} "
-        f"WHERE {quote(spec.source.id_column)} IN ({sample_sql(spec)})"
+        f"SELECT {', '.join(quote(name) for name in names)} FROM {source_relation(spec)} s "
+        f"WHERE {quote(spec.source.id_column)} IN ({sample_sql(spec)}) "
+        f"AND NOT {blank_condition(spec.content_fields(), 's')}"
     )
     rows = connection.rows(sql, {"seed": seed, "sample": records})
     return [dict(zip(names, row, strict=True)) for row in rows]
@@ -143,35 +151,49 @@ class PendingQueries:
         )
 
     def ids_sql(self, phase: str, changed: str | None = None) -> str:
-        """The pending ids of phase ``metadata``, or of ``content``: the ``changed`` ids (a table of
-        :meth:`changed_sql`'s rows; by default that query itself) less those the metadata phase takes.
-        Limited by the selection's limit."""
+        """The ids a phase finds, blank ones among them: of phase ``metadata``, or of ``content``: the
+        ``changed`` ids (a table of :meth:`changed_sql`'s rows; by default that query itself) less those
+        the metadata phase takes. With a limit, in the order a limited run takes them (the stream
+        stops at the limit, once the blank ones are set aside)."""
         id_column = quote(self.spec.source.id_column)
         if phase == "metadata":
             relation, condition = source_relation(self.spec), self._metadata_condition()
         else:
             relation = changed or f"({self.changed_sql()})"
             condition = f"NOT coalesce({self._metadata_condition()}, false)"
-        limit = self.selection.limit
+        ordered = self.selection.limit is not None
         return f"SELECT s.{id_column} {self._joined(relation)} WHERE {condition}{self._restricted()}" + (
-            f" ORDER BY {_FIRST_TAKEN}, s.{id_column} LIMIT {int(limit)}" if limit is not None else ""
+            f" ORDER BY {_FIRST_TAKEN}, s.{id_column}" if ordered else ""
         )
+
+    def blank_among_sql(self, table: str) -> str:
+        """The ids of ``table`` (one column of source ids, as :meth:`ids_sql` finds them) whose record
+        is blank. Only those records' text is read: a job's new records are its last rows, whose row
+        groups alone DuckDB scans."""
+        spec = self.spec
+        id_column = spec.source.id_column
+        where = f"s.{quote(id_column)} IN (SELECT * FROM {table})"
+        return blank_ids_sql(source_relation(spec), id_column, spec.content_fields(), where)
 
     def accounting_sql(self) -> str:
         """Every source record counted once, by what a run of this selection makes of it: rows of
-        ``(state, reason, failure_class, count)``. ``pending``, with why: ``new``, ``retried`` (its
-        failure's class is retried), ``stale`` (redone on request), ``content`` (its text changed);
-        ``done``: a result the run keeps (reason ``failed_redo`` when a redo of it failed since);
-        ``failed``: a failure the run does not retry; ``outside``: a re-run's record without a current
-        result of what it repeats. The counts add up to the source's records (``pipeline status``)."""
+        ``(state, reason, failure_class, count, first_ids)``. ``pending``, with why: ``new``,
+        ``retried`` (its failure's class is retried), ``stale`` (redone on request), ``content`` (its
+        text changed); ``blank``: a record it would take, with every prompt field empty (not sent; the
+        reason it would be taken for); ``done``: a result the run keeps (reason ``failed_redo`` when a
+        redo of it failed since); ``failed``: a failure the run does not retry; ``outside``: a re-run's
+        record without a current result of what it repeats. The counts add up to the source's records
+        (``pipeline status``); ``first_ids``: the group's first few ids, in order."""
         id_column = quote(self.spec.source.id_column)
         restricted = self._restricted()
         metadata = f"{self._metadata_condition()}{restricted}"
         changed = f"s.{id_column} IN (SELECT * FROM ({self.changed_sql()})){restricted}"
         content = changed if self.has_content_phase else "false"
         kept = "r.record_id IS NOT NULL"
+        blank = blank_condition(self.spec.content_fields(), "s")
         state = (
-            f"CASE WHEN {metadata} OR {content} THEN 'pending' WHEN {kept} THEN 'done' "
+            f"CASE WHEN ({metadata} OR {content}) AND {blank} THEN 'blank' "
+            f"WHEN {metadata} OR {content} THEN 'pending' WHEN {kept} THEN 'done' "
             "WHEN f.record_id IS NOT NULL THEN 'failed' ELSE 'outside' END"
         )
         reason = (
@@ -180,7 +202,8 @@ class PendingQueries:
             f"WHEN {content} THEN 'content' WHEN {kept} AND f.record_id IS NOT NULL THEN 'failed_redo' END"
         )
         return (
-            f"SELECT {state} AS state, {reason} AS reason, f.failure_class, count(*) AS records "
+            f"SELECT {state} AS state, {reason} AS reason, f.failure_class, count(*) AS records, "
+            f"min(s.{id_column}, {SHOWN_IDS}) AS first_ids "
             f"{self._joined(source_relation(self.spec), failure_class=True)} GROUP BY ALL"
         )
 
@@ -241,7 +264,23 @@ def pending_count(connection: Database, queries: PendingQueries) -> int:
     """The records a run of ``queries``' selection takes, its limit aside (of a plain run's: what
     ``status`` calls pending), counted as :meth:`PendingQueries.accounting_sql` counts them. Blocking."""
     rows = connection.rows(queries.accounting_sql(), queries.parameters())
-    return sum(int(count) for state, _, _, count in rows if state == "pending")
+    return sum(int(row[3]) for row in rows if row[0] == "pending")
+
+
+def accounted_blank(rows: Iterable[Sequence[Any]], spec: JobSpec) -> BlankRecords:
+    """The blank records of :meth:`PendingQueries.accounting_sql`'s rows: how many, the first ids."""
+    found = BlankRecords(spec.content_fields())
+    for state, _, _, count, first_ids in rows:
+        if state == "blank":
+            found = found.plus(BlankRecords(found.fields, int(count), tuple(first_ids or ())))
+    return found
+
+
+def read_blank(connection: Database, queries: PendingQueries) -> BlankRecords:
+    """The records a run of ``queries``' selection would take but does not send, being blank, counted
+    as ``status`` counts them (what ``pipeline check`` says). Blocking."""
+    rows = connection.rows(queries.accounting_sql(), queries.parameters())
+    return accounted_blank(rows, queries.spec)
 
 
 def _any_of(conditions: dict[StaleCause, str], causes: Iterable[StaleCause]) -> str:

@@ -7,6 +7,8 @@ fields and content hash. Selecting the fields in the id query itself made DuckDB
 text before the first row came out (3.5 s, and past a 128 MB memory limit, for 10^6 records with
 9x10^5 done). Content changes need the text hashed: that phase's ids are collected into a temporary
 table by a query that runs in the background from the start, so the first requests never wait for it.
+Each phase's blank records (:mod:`pipeline.source.blank`) are then set aside from its ids, reading the
+text of those ids alone: they are never sent, and counted apart (:attr:`SourceReader.blank`).
 Memory stays flat whatever the table size: no result or record text is held beyond a batch.
 """
 
@@ -20,7 +22,8 @@ import anyio
 from anyio.abc import ObjectSendStream
 
 from pipeline.errors import DatabaseError, FatalRunError
-from pipeline.source.db import Database
+from pipeline.source.blank import BlankRecords, read_blank_ids
+from pipeline.source.db import Database, quote
 from pipeline.source.pending import PendingQueries
 from pipeline.source.versions import JOB_CAUSES, read_stale_counts
 
@@ -73,6 +76,7 @@ class SourceReader:
         self._metadata_count: int | None = None
         self._content_count: int | None = None
         self._content_lock = anyio.Lock()
+        self._blank = BlankRecords(queries.spec.content_fields())
 
     @classmethod
     async def open(cls, connection: Database, queries: PendingQueries) -> SourceReader:
@@ -84,15 +88,35 @@ class SourceReader:
             for cursor in (self._ids, self._content, self._fetcher):
                 await cursor.call(cursor.cursor.close)
 
+    @property
+    def blank(self) -> BlankRecords:
+        """The records the phases counted so far set aside, being blank: never sent."""
+        return self._blank
+
     async def count_metadata(self) -> int:
-        """New records, failures to retry, and (with --redo-stale) stale results: no text is read.
+        """New records, failures to retry, and (with --redo-stale) stale results, blank ones set aside:
+        no other record's text is read.
 
         The ids go into a temporary table that the stream then reads: the query's hash tables (every
         result's id) are freed at once instead of being held for as long as the phase streams."""
         sql = f"CREATE OR REPLACE TEMP TABLE {_METADATA_TABLE} AS {self._queries.ids_sql('metadata')}"
         await self._ids.call(self._ids.cursor.execute, sql, self._parameters)
+        await self._set_aside_blank(self._ids, _METADATA_TABLE)
         self._metadata_count = await self._ids.scalar(f"SELECT count(*) FROM {_METADATA_TABLE}", {})
         return self._metadata_count
+
+    async def _set_aside_blank(self, ids: _Cursor, table: str) -> None:
+        """Take the blank records out of ``table`` (a phase's ids), counting them."""
+        blank, id_column = f"{table}_blank", self._queries.spec.source.id_column
+        found = f"CREATE OR REPLACE TEMP TABLE {blank} AS {self._queries.blank_among_sql(table)}"
+        await ids.call(ids.cursor.execute, found, self._parameters)
+        taken_out = f"DELETE FROM {table} WHERE {quote(id_column)} IN (SELECT * FROM {blank})"
+        await ids.call(ids.cursor.execute, taken_out)
+        counted = await ids.call(
+            read_blank_ids, ids.cursor, f"SELECT * FROM {blank}", id_column, self._blank.fields
+        )
+        await ids.call(ids.cursor.execute, f"DROP TABLE {blank}")
+        self._blank = self._blank.plus(counted)
 
     @property
     def content_counted(self) -> bool:
@@ -119,6 +143,7 @@ class SourceReader:
         cursor = self._content.cursor
         for sql in (changed, pending):
             await self._content.call(cursor.execute, sql, self._parameters)
+        await self._set_aside_blank(self._content, _CONTENT_TABLE)
         return await self._content.scalar(f"SELECT count(*) FROM {_CONTENT_TABLE}", {})
 
     async def any_stale(self) -> bool:

@@ -1,6 +1,6 @@
 """What a run takes: new records, retried failures, changed content, stale results on request, a
-seeded sample, a limit over both phases. Rows are written by the real store writer and the source is
-edited with SQL, as a newer export would."""
+seeded sample, a limit over both phases; never a blank record (every prompt field empty). Rows are
+written by the real store writer and the source is edited with SQL, as a newer export would."""
 
 from __future__ import annotations
 
@@ -18,12 +18,14 @@ from pipeline.extraction.context import RunContext
 from pipeline.extraction.outcomes import Extracted, Failed, Outcome, Usage
 from pipeline.job.spec import JobSpec
 from pipeline.servers.replies import Reply
-from pipeline.source.pending import PendingQueries, Selection
+from pipeline.source.blank import BlankRecords
+from pipeline.source.db import open_database
+from pipeline.source.pending import PendingQueries, Selection, read_blank, sampled_fields
 from pipeline.source.reader import SourceReader, SourceRecord
 from pipeline.source.versions import JOB_CAUSES, StaleCause, version_of
 from pipeline.store.opening import prepare_database
 from pipeline.store.writer import StoreWriter
-from tests.support.jobs import make_job
+from tests.support.jobs import make_job, table_rows
 from tests.support.runs import WriterRun
 
 pytestmark = pytest.mark.anyio
@@ -285,3 +287,86 @@ async def test_a_rerun_of_a_declared_variant_repeats_that_variant(tmp_path: Path
     rerun = spec.for_variant("big~rerun")
     assert (rerun.model, rerun.max_tokens, rerun.variant) == ("big-model", 512, "big~rerun")
     assert sorted((await pending(rerun))[0]) == [1, 2]
+
+
+async def set_aside(spec: JobSpec, selection: Selection | None = None) -> tuple[BlankRecords, BlankRecords]:
+    """The blank records a run sets aside (its reader's count over both phases) and those ``status``
+    counts (:func:`read_blank`): one number, whichever reads it."""
+    connection = await anyio.to_thread.run_sync(prepare_database, spec)
+    queries = PendingQueries(spec, version_of(spec), selection or Selection())
+    reader = await SourceReader.open(connection, queries)
+    await reader.count_metadata()
+    await reader.count_content()
+    by_the_run = reader.blank
+    await reader.aclose()
+    by_status = read_blank(connection, queries)
+    connection.close()
+    return by_the_run, by_status
+
+
+BLANKED = "UPDATE postings SET title = NULL, description = ' \t' WHERE id IN (1, 3)"
+
+
+async def test_a_blank_record_is_not_taken_but_counted_blank(tmp_path: Path) -> None:
+    """Before, a record whose prompt fields were all empty was sent, and the model made an extraction
+    up from the system prompt alone."""
+    spec = make_job(tmp_path, records=6)
+    edit(spec, BLANKED)
+    edit(spec, "UPDATE postings SET title = '' WHERE id = 4")  # one field left with text: sent as today
+    ids, count = await pending(spec)
+    assert (sorted(ids), count) == ([0, 2, 4, 5], 4)
+    by_the_run, by_status = await set_aside(spec)
+    assert by_the_run == by_status == BlankRecords(("title", "description"), 2, (1, 3))
+
+
+async def test_a_blank_record_given_text_is_pending_again(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=4)
+    edit(spec, BLANKED)
+    await write(spec, done, [0, 2])
+    assert await pending(spec) == ([], 0)
+    edit(spec, "UPDATE postings SET description = 'Now with text' WHERE id = 3")
+    assert await pending(spec) == ([3], 1)
+    assert (await set_aside(spec))[1].ids == (1,)
+
+
+async def test_a_record_whose_text_was_emptied_is_blank_and_its_result_kept(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=4)
+    await write(spec, done, [0, 1, 2, 3])
+    edit(spec, BLANKED)  # changed content: it would be redone, but there is nothing to send
+    assert await pending(spec) == ([], 0)
+    assert await set_aside(spec) == (BlankRecords(("title", "description"), 2, (1, 3)),) * 2
+    assert len(table_rows(spec.database, "SELECT * FROM results WHERE record_id IN (1, 3)")) == 2
+
+
+async def test_a_failure_to_retry_that_is_blank_is_not_retried(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=3)
+    edit(spec, BLANKED)
+    await write(spec, failing(FailureClass.TRANSIENT), [1])
+    every = Selection(retry=frozenset(FailureClass), only_failed=True)
+    assert await pending(spec, every) == ([], 0)
+    assert (await set_aside(spec, every))[0].ids == (1,)  # an --only-failed run sets it aside too
+
+
+async def test_the_limit_counts_only_records_that_are_sent(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=8)
+    edit(spec, "UPDATE postings SET title = NULL, description = NULL WHERE id < 3")
+    ids, _ = await pending(spec, Selection(limit=2))
+    assert sorted(ids) == [3, 4]
+
+
+async def test_a_prompt_that_reads_one_field_judges_that_field_alone(tmp_path: Path) -> None:
+    spec = make_job(tmp_path, records=3, prompt={"user": "{title}"})
+    edit(spec, "UPDATE postings SET title = '   ' WHERE id = 0")
+    edit(spec, "UPDATE postings SET description = NULL WHERE id = 1")  # the prompt does not read it
+    assert sorted((await pending(spec))[0]) == [1, 2]
+
+
+def test_the_sample_probes_are_made_of_leaves_out_blank_records(tmp_path: Path) -> None:
+    """``pipeline check`` probes the server with a sample of the job's records, as a run sends them: a
+    blank one is never sent, so it probes nothing a run does."""
+    spec = make_job(tmp_path, records=6)
+    edit(spec, "UPDATE postings SET title = NULL, description = '' WHERE id < 4")
+    connection = open_database(spec.database)
+    sampled = sampled_fields(connection, spec, 6, 0)
+    connection.close()
+    assert sorted(str(fields["title"]) for fields in sampled) == ["Title 4", "Title 5"]
