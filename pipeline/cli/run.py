@@ -271,7 +271,9 @@ def _print_summary(summary: RunSummary, given: Asked, made: VariantOptions) -> N
         typer.echo(f"nothing to do: the source has no records ({summary.database}; {load})")
         return
     if summary.status is RunStatus.NOTHING_TO_DO:  # kept as a run of its own, but nothing was sent
-        typer.echo(f"nothing to do: every record is done or failed permanently ({summary.database})")
+        states = "done, failed permanently or blank" if summary.blank else "done or failed permanently"
+        typer.echo(f"nothing to do: every record is {states} ({summary.database})")
+        _print_blank(summary)
         _print_stale_kept(summary, asked, making)
         return
     numbers = summary.numbers
@@ -287,6 +289,7 @@ def _print_summary(summary: RunSummary, given: Asked, made: VariantOptions) -> N
             f"failures: table {summary.failures_table} (`{failures}` shows them, `{retry}` retries them "
             "and takes no new record)"
         )
+    _print_blank(summary)
     _print_stale_kept(summary, asked, making)
     if summary.drift:
         moved = "; ".join(entry.describe() for entry in summary.drift)
@@ -307,6 +310,12 @@ def _look_command(summary: RunSummary) -> str:
     database = json.dumps(str(summary.database), ensure_ascii=False)  # a JSON string is a Python one
     code = f"import duckdb; duckdb.connect({database}, read_only=True).sql({json.dumps(query)}).show()"
     return shlex.join([sys.executable, "-c", code])
+
+
+def _print_blank(summary: RunSummary) -> None:
+    """The records the run set aside unsent, every prompt field empty: nothing to extract from."""
+    if summary.blank:
+        typer.echo(f"blank:    {summary.blank.describe('not sent')}")
 
 
 def _print_stale_kept(summary: RunSummary, asked: Asked, making: tuple[str, ...]) -> None:

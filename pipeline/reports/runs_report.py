@@ -202,6 +202,9 @@ def _rows(report: RunsReport) -> list[tuple[str, list[Any]]]:
         ("failure rate", [run["failure_rate"] for run in runs]),
         ("records/min", [run["records_per_min"] for run in runs]),
     ]
+    blank = [run["numbers"]["blank"] for run in runs]  # set aside unsent: every prompt field empty
+    if any(blank):
+        rows.insert(3, ("blank (not sent)", blank))
     for name in ("prompt", "completion", "reasoning"):
         rows.append((f"{name} tok/record", [run["tokens_per_record"].get(name) for run in runs]))
     for name in ("p50", "p90"):

@@ -36,6 +36,7 @@ from pipeline.extraction.outcomes import Failed, Outcome, Stored
 from pipeline.run.answer_breaker import KEPT_NOTE, AnswerBreaker
 from pipeline.run.committer import FLUSH_MAX_ROWS, commit_outcomes
 from pipeline.run.fleet import read_counters_at_end
+from pipeline.run.notices import say_blank
 from pipeline.run.options import RunCommands, RunOptions, RunStatus
 from pipeline.run.progress import LogProgress
 from pipeline.run.prometheus import publish_metrics
@@ -243,12 +244,17 @@ class RunExecution:
         except FatalRunError as error:
             self._abort(error)
             return
-        numbers = self._stats.numbers
+        numbers, blank = self._stats.numbers, self._reader.blank
         pending = self._options.capped(numbers.pending_at_start + counted)
         backlog = numbers.backlog_at_start + (counted if self._backlog_counted is None else 0)
+        more_blank = blank.count > numbers.blank
         self._stats.set_pending(pending, backlog)
+        self._stats.set_blank(blank.count)
         if counted:
             log.info("content changed since extraction", records=counted)
+        if more_blank:
+            say_blank(blank)
+        if counted or more_blank:
             await self._writer.update_numbers(self._stats.now())
 
     async def _count_backlog(self, counted: anyio.Event) -> None:

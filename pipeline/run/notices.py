@@ -1,11 +1,13 @@
 """What a run tells whoever started it, besides its progress: a request timeout too short for its
-concurrency (before it starts), and the results it keeps stale because the job changed (at its end)."""
+concurrency (before it starts), the records it sets aside unsent because they have nothing to extract
+from (as each phase finds them), and the results it keeps stale because the job changed (at its end)."""
 
 from __future__ import annotations
 
 import structlog
 
 from pipeline.extraction.context import RunContext
+from pipeline.source.blank import BlankRecords
 from pipeline.source.reader import SourceReader
 
 log = structlog.get_logger("pipeline.run.runner")
@@ -25,6 +27,13 @@ async def stale_kept(reader: SourceReader, redo: str) -> dict[str, int]:
             **counts,
         )
     return counts
+
+
+def say_blank(blank: BlankRecords) -> None:
+    """The records set aside so far, being blank (every prompt field empty): once as the run begins,
+    and again if its content phase finds more."""
+    if blank:
+        log.warning(blank.describe("they are not sent"), blank=blank.count)
 
 
 def warn_if_timeout_is_short(context: RunContext) -> None:

@@ -34,6 +34,7 @@ from pipeline.job.variants import prompt_file_changes, rerun_of
 from pipeline.quality.drift import Drift
 from pipeline.reports.variants import made_with
 from pipeline.run.progress import ProgressReporter
+from pipeline.source.blank import BlankRecords
 from pipeline.source.lock import lock_holder
 from pipeline.source.pending import Selection
 from pipeline.source.versions import StaleCause
@@ -118,6 +119,8 @@ class RunSummary:
     drift: tuple[Drift, ...] = ()
     # The source's records, counted when nothing was pending (0: the source is empty, not all done).
     source_records: int | None = None
+    # What it set aside unsent, every prompt field empty: how many (``numbers.blank``) and which.
+    blank: BlankRecords | None = None
 
     @property
     def exit_code(self) -> int:

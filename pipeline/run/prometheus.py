@@ -121,6 +121,11 @@ class RunCollector:
             "records_remaining", "Records this run set out to do, not finished yet.", n.remaining
         )
         yield self._gauge("records_at_start", "Records this run set out to do.", n.pending_at_start)
+        yield self._gauge(
+            "records_blank",
+            "Records this run's options select that it set aside unsent: every prompt field empty.",
+            n.blank,
+        )
 
     def _requests(self, n: RunNumbers) -> Iterator[Metric]:
         s = self._stats

@@ -36,7 +36,7 @@ from pipeline.quality.drift import BASELINE_RUNS, Drift, ProfiledRun, describe_r
 from pipeline.run.execution import OpenRun, RunExecution, save_snapshot
 from pipeline.run.extractors import record_extractor
 from pipeline.run.fleet import knees_to_store, open_fleet
-from pipeline.run.notices import stale_kept, warn_if_timeout_is_short
+from pipeline.run.notices import say_blank, stale_kept, warn_if_timeout_is_short
 from pipeline.run.options import RunCommands, RunOptions, RunStatus, RunSummary
 from pipeline.run.preflight import warn_before_start
 from pipeline.run.prometheus import write_textfile_once
@@ -44,6 +44,7 @@ from pipeline.run.read_copies import ReadCopies
 from pipeline.run.series import RunSeries
 from pipeline.run.stats import RunStats
 from pipeline.servers.router import Router
+from pipeline.source.blank import BlankRecords
 from pipeline.source.db import Database
 from pipeline.source.lock import RunLock
 from pipeline.source.reader import SourceReader
@@ -124,6 +125,7 @@ class JobRun:
                 selected = await reader.count_metadata()
                 if selected == 0:  # only now is the content phase worth waiting for
                     selected = await reader.count_content()
+                say_blank(reader.blank)
                 if selected == 0:
                     return await self._nothing_to_do(connection, reader)
                 warn_if_timeout_is_short(self.context)
@@ -144,7 +146,9 @@ class JobRun:
                 if fatal is not None:
                     raise fatal
                 kept = await stale_kept(reader, self._commands.run("--redo-stale"))
-                return self._summary(run.writer.run_id, status, numbers, kept, drift=drift)
+                return self._summary(
+                    run.writer.run_id, status, numbers, kept, drift=drift, blank=reader.blank
+                )
 
     def _summary(
         self,
@@ -155,6 +159,7 @@ class JobRun:
         *,
         drift: tuple[Drift, ...] = (),
         source_records: int | None = None,
+        blank: BlankRecords | None = None,
     ) -> RunSummary:
         spec = self.context.spec
         return RunSummary(
@@ -168,26 +173,35 @@ class JobRun:
             variant=spec.variant,
             drift=drift,
             source_records=source_records,
+            blank=blank,
         )
 
     async def _nothing_to_do(self, connection: Database, reader: SourceReader) -> RunSummary:
         """A quiet night: no server is asked, but the run is kept (a row with nothing done, so ``report``
         says so and judges no earlier run again) and the metrics textfile is written, so its age says
         the nightly run ran."""
-        spec = self.context.spec
+        spec, blank = self.context.spec, reader.blank
         records = await anyio.to_thread.run_sync(count_records, connection, spec)
         textfile = self.options.metrics_textfile
         if textfile is not None:
-            await write_textfile_once(RunStats(pending_at_start=0, concurrency=0), spec.name, textfile)
+            stats = RunStats(pending_at_start=0, concurrency=0)
+            stats.set_blank(blank.count)
+            await write_textfile_once(stats, spec.name, textfile)
         urls = ", ".join(config.base_url for config in self.context.endpoints)
+        numbers = RunNumbers(blank=blank.count)
         start = RunStart(
-            self.context.version.job_hash, spec.model, urls, None, RunNumbers(), self.options.variant_options
+            self.context.version.job_hash, spec.model, urls, None, numbers, self.options.variant_options
         )
         writer = StoreWriter(connection, self.context)
-        run_id = await writer.record_nothing_to_do(start, f"nothing pending of {records:,} source records")
+        message = f"nothing pending of {records:,} source records" + (
+            f", {blank.count:,} blank" if blank else ""
+        )
+        run_id = await writer.record_nothing_to_do(start, message)
         log.info("nothing to do", job=spec.name, variant=spec.variant, run_id=run_id)
         kept = await stale_kept(reader, self._commands.run("--redo-stale"))
-        return self._summary(run_id, RunStatus.NOTHING_TO_DO, RunNumbers(), kept, source_records=records)
+        return self._summary(
+            run_id, RunStatus.NOTHING_TO_DO, numbers, kept, source_records=records, blank=blank
+        )
 
 
 @asynccontextmanager
@@ -205,6 +219,7 @@ async def opened_run(
         pending = options.capped(selected)
         await warn_before_start(running, router, pending, RunCommands.of(running.spec, options).check())
         stats = _new_stats(running, router, pending, selected)
+        stats.set_blank(reader.blank.count)
         writer = StoreWriter(connection, running)
         answered = await writer.recent_answers(LEARNED_WINDOW)  # what its answers start from
         kept = await ChunkStore.open(connection, running) if running.spec.chunking else None

@@ -118,6 +118,11 @@ class RunStats:
         """What the run sets out to do, once every phase of its count is in."""
         self.numbers.pending_at_start, self.numbers.backlog_at_start = pending_at_start, backlog_at_start
 
+    def set_blank(self, blank: int) -> None:
+        """What the run's options select that it sets aside unsent, every prompt field empty, as each
+        phase of its count comes in."""
+        self.numbers.blank = blank
+
     def end(self) -> RunNumbers:
         """The run ended (its workers stopped): its numbers stop here, its time too, so the row, the
         summary, the snapshot and the metrics written after all say these."""

@@ -18,6 +18,8 @@ snapshot, ``status --json``, ``report --json`` and the library's summary.
 * remaining: what this run set out to do and has not finished; backlog: the records of the job that
   its options select and that are still pending, whatever its ``--limit`` (after a plain run, what
   ``status`` calls pending).
+* blank: the records its options select that it set aside unsent, every prompt field empty (after a
+  plain run, what ``status`` calls blank).
 """
 
 from __future__ import annotations
@@ -41,6 +43,9 @@ class RunNumbers:
 
     pending_at_start: int = 0  # what the run set out to do: what its options select, at most --limit
     backlog_at_start: int = 0  # what its options select, --limit aside: the job's backlog as it began
+    # What its options select that has nothing to extract from (every prompt field empty): set aside,
+    # never sent, in neither count above (pipeline.source.blank); --limit aside too.
+    blank: int = 0
     done: int = 0  # records extracted and committed
     failed: int = 0  # records committed as failed
     failures: dict[str, int] = field(default_factory=dict)  # the failed, by class

@@ -218,3 +218,14 @@ async def test_a_variant_without_a_run_names_the_run_that_makes_one(tmp_path: Pa
         f"{spec.database}: no run of variant 'short' has a profile yet (every run keeps one from this "
         f"version on: `{run}`)"
     )
+
+
+def test_records_set_aside_blank_are_a_row_only_when_a_run_had_some() -> None:
+    """Records whose prompt fields were all empty: not sent, and counted in the run's numbers."""
+    quiet = judged_runs("linkedin", "main", [stored_run(1, 400), stored_run(2, 400)], 10)
+    assert "blank (not sent)" not in format_runs_report(quiet)
+    runs = [stored_run(1, 400), stored_run(2, 400) | {"blank": 3}]
+    report = judged_runs("linkedin", "main", runs, 10)
+    (row,) = [line for line in format_runs_report(report).splitlines() if line.startswith("blank")]
+    assert row.split() == ["blank", "(not", "sent)", "0", "3", "▁█"]
+    assert [run["numbers"]["blank"] for run in report.to_json()["runs"]] == [0, 3]

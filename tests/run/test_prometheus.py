@@ -62,6 +62,7 @@ def busy_stats(clock: FakeClock) -> RunStats:
     stats.numbers.failures.update({"invalid_json": 1, "transient": 1})
     stats.numbers.retries.update({"transient": 3, "reask": 1})
     stats.numbers.prompt_tokens, stats.numbers.completion_tokens = 1200, 345
+    stats.set_blank(3)
     return stats
 
 
@@ -89,6 +90,7 @@ def assert_busy_numbers(samples: Samples) -> None:
     assert value(samples, "pipeline_records_pending") == 14  # the transient failure is still pending
     assert value(samples, "pipeline_records_remaining") == 13  # of this run's 20
     assert value(samples, "pipeline_records_at_start") == 20
+    assert value(samples, "pipeline_records_blank") == 3  # set aside, not sent: none of the 20
     assert value(samples, "pipeline_requests_in_flight") == 1
     assert value(samples, "pipeline_concurrency") == 8
     assert value(samples, "pipeline_requests_total") == 4

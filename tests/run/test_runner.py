@@ -211,6 +211,35 @@ async def test_nothing_to_do_contacts_no_server_and_is_kept_as_a_quiet_run(tmp_p
     assert last is not None and (last["run_id"], last["status"], last["done"]) == (1, "completed", 3)
 
 
+async def test_a_blank_record_is_never_sent_and_counted_blank_everywhere(tmp_path: Path) -> None:
+    """Before, a record whose prompt fields were all empty was sent, and its extraction was the model's
+    invention. Now the run sets it aside: not sent, no result, no failure; its row, summary and
+    status count it as blank, and it is taken once it has text."""
+    spec = make_job(tmp_path, records=5)
+    with duckdb.connect(str(spec.database)) as connection:
+        connection.execute("UPDATE postings SET title = NULL, description = '  ' WHERE id IN (1, 3)")
+    server = ScriptedServer([respond(good_completion())])
+    with capture_logs() as logs:
+        summary = await run_served(spec, server)
+    assert (len(server.bodies), summary.done, summary.failed, summary.numbers.blank) == (3, 3, 0, 2)
+    assert summary.numbers.pending_at_start == 3 and summary.status is RunStatus.COMPLETED
+    assert summary.blank is not None and summary.blank.ids == (1, 3)
+    said = [entry["event"] for entry in logs if entry["log_level"] == "warning"]
+    assert "2 records have empty title and description: ids 1, 3; they are not sent" in said
+    assert table_rows(spec.database, "SELECT blank FROM runs") == [(2,)]
+    assert table_rows(spec.database, "SELECT count(*) FROM results WHERE record_id IN (1, 3)") == [(0,)]
+    assert table_rows(spec.database, "SELECT count(*) FROM failures") == [(0,)]
+    status = job_status(spec)
+    assert (status.done, status.pending, status.blank.count, status.blank.ids) == (3, 0, 2, (1, 3))
+    quiet = await run_served(spec, refuse)  # a night with nothing else: nothing sent, the blank said
+    assert quiet.status is RunStatus.NOTHING_TO_DO and quiet.numbers.blank == 2
+    assert table_rows(spec.database, "SELECT blank FROM runs WHERE run_id = 2") == [(2,)]
+    with duckdb.connect(str(spec.database)) as connection:
+        connection.execute("UPDATE postings SET description = 'Now it has text' WHERE id = 3")
+    again = await run_served(spec, server)
+    assert (len(server.bodies), again.done, again.numbers.blank) == (4, 1, 1)
+
+
 async def test_nothing_to_do_with_a_textfile_in_a_missing_folder_is_exit_2_and_keeps_nothing(
     tmp_path: Path,
 ) -> None:
