@@ -75,4 +75,6 @@ def _load_text(report: LoadReport, file: Path, spec: JobSpec, replace: bool) -> 
             f", {report.removed:,} removed (their results stay; `{Asked.of(spec).command('status')}` counts "
             "them as orphaned)"
         )
+    if report.blank:
+        text += f"\nblank:    {report.blank.describe('they will not be sent')}"
     return text

@@ -30,7 +30,7 @@ from pipeline.errors import (
 )
 from pipeline.extraction.prompt import PromptBuilder, client_settings
 from pipeline.job.spec import JobSpec
-from pipeline.reports.status import pending_as_read
+from pipeline.reports.status import blank_as_read, pending_as_read
 from pipeline.run.check_lines import (
     Check,
     answer_check,
@@ -162,6 +162,7 @@ async def check_job(
     not there or has no records (nothing to probe with), as a run says it. The backlog is said once,
     after the last endpoint, unless no endpoint could be read at all (its fail line says why)."""
     pending, copy = await _pending(spec)  # first: it loads a job's seed file, as a run would
+    blank = await anyio.to_thread.run_sync(blank_as_read, spec)
     records = await anyio.to_thread.run_sync(sample_fields, spec, probes, seed)
     counted = await anyio.to_thread.run_sync(sample_fields, spec, PROMPTS_COUNTED, seed)
     reports = [
@@ -174,6 +175,8 @@ async def check_job(
     if not all(report.unreachable for report in reports):
         speeds = [r.speed for r in reports]
         reports[-1].checks.append(backlog_check(pending, tokens, throughputs, speeds))
+    if blank:  # records a run never sends: a file loaded with a column mapped wrong makes them all so
+        reports[-1].checks.append(Check("blank", "warn", blank.describe("they will not be sent")))
     return CheckReport(reports, pending, eta, copy)
 
 

@@ -4,18 +4,21 @@ Loading is incremental and idempotent: ids new to the table are inserted, rows w
 are updated, identical rows are left alone, so the next night's export loads on top of the last one
 (and a changed posting's extraction becomes stale, see :mod:`pipeline.source.versions`). ``replace`` makes the
 table equal to the file; ids it drops keep their results, which ``status`` counts as orphaned. The
-whole load is one transaction: a failed load changes nothing.
+whole load is one transaction: a failed load changes nothing. It says which of the file's records have
+nothing to extract from (:mod:`pipeline.source.blank`): a run will not send them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline.errors import ConfigError, DatabaseError
 from pipeline.job.spec import JobSpec
+from pipeline.source.blank import BlankRecords, blank_records
 from pipeline.source.db import Database, quote
 from pipeline.source.relation import check_ids
 
@@ -41,6 +44,8 @@ class LoadReport:
     inserted: int
     updated: int = 0
     removed: int = 0  # with replace: ids that were in the table and are not in the file
+    # The file's records whose prompt fields (those the job's template reads) are all empty.
+    blank: BlankRecords = field(default_factory=lambda: BlankRecords(()))
 
     @property
     def unchanged(self) -> int:
@@ -118,7 +123,12 @@ def load_file(
     incoming, id_type = _incoming(connection, spec, path, target, rename or {}, file_format)
     try:
         with connection.transaction():
-            return _load(connection, path, incoming, target, spec.source.id_column, replace, id_type)
+            report = _load(connection, path, incoming, target, spec.source.id_column, replace, id_type)
+            blank = blank_records(
+                connection, "pipeline_incoming", spec.source.id_column, spec.content_fields()
+            )
+            connection.execute("DROP TABLE pipeline_incoming")
+            return dataclasses.replace(report, blank=blank)
     except DatabaseError as error:
         raise ConfigError(f"{path}: cannot load into table '{target}' ({error.reason})") from error
 
@@ -169,9 +179,7 @@ def _load(
     if id_type is not None:
         _read_ids_as(connection, path, table, id_column, id_type)
     check_ids(connection, "pipeline_incoming", id_column, str(path))
-    report = _insert(connection, path, table, id_column, replace)
-    connection.execute("DROP TABLE pipeline_incoming")
-    return report
+    return _insert(connection, path, table, id_column, replace)
 
 
 def _renamed(path: Path, columns: dict[str, str], rename: Mapping[str, str]) -> dict[str, str]:

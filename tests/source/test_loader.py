@@ -213,3 +213,16 @@ def test_real_adzuna_csv_with_renames(spec: JobSpec) -> None:
     assert report.inserted == 2499
     rows = table_rows(spec.database, "SELECT count(*), min(length(description)) > 0 FROM postings")
     assert rows == [(2499, True)]
+
+
+def test_a_load_says_which_records_have_nothing_to_extract_from(spec: JobSpec, tmp_path: Path) -> None:
+    """Every prompt field empty (NULL, '' or whitespace): the file's records a run will not send."""
+    csv = tmp_path / "tickets.csv"
+    csv.write_text('id,title,description\n1,Nurse,Care\n17,,\n42," ",""\n99,,"\t"\n5,,Text\n')
+    report = load(spec, csv)
+    assert (report.blank.count, report.blank.ids) == (3, (17, 42, 99))
+    assert report.blank.describe("they will not be sent") == (
+        "3 records have empty title and description: ids 17, 42, 99; they will not be sent"
+    )
+    csv.write_text("id,title,description\n17,Now,with text\n")  # the record edited since
+    assert load(spec, csv).blank.count == 0
