@@ -12,15 +12,15 @@ from __future__ import annotations
 import re
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import orjson
 import pytest
 
 from pipeline.store.numbers import RunNumbers
-from tests.support.jobs import make_source, table_rows, write_job
+from tests.support.jobs import make_source, write_job
 from tests.support.logged_run import json_log_lines
-from tests.support.processes import pipeline_command, run_pipeline, sim_metric, sim_server, subprocess_env
+from tests.support.processes import pipeline_command, run_pipeline, sim_server, subprocess_env
+from tests.support.run_numbers import prometheus, sim_requests, stored
 
 pytestmark = pytest.mark.integration
 
@@ -37,28 +37,6 @@ QUICK_RETRIES = {"backoff_initial_s": 0.01, "backoff_max_s": 0.05, "reasks": 1}
 
 def count(text: str) -> int:
     return int(text.replace(",", ""))
-
-
-def prometheus(textfile: Path) -> dict[str, float]:
-    """Each series of the textfile summed over its labels other than ``job``, and each labelled one too."""
-    values: dict[str, float] = {}
-    for line in textfile.read_text().splitlines():
-        match = re.fullmatch(r"(\w+)\{([^}]*)\} (\S+)", line)
-        if match is None:
-            continue
-        name, labels, value = match.groups()
-        other = ",".join(label for label in labels.split(",") if not label.startswith("job="))
-        values[name] = values.get(name, 0.0) + float(value)
-        if other:
-            values[f"{name}{{{other}}}"] = float(value)
-    return values
-
-
-def stored(database: Path) -> tuple[str, RunNumbers]:
-    """The newest run's status and numbers, as its row has them."""
-    with_names = table_rows(database, "SELECT to_json(runs) FROM runs ORDER BY run_id DESC LIMIT 1")
-    row: dict[str, Any] = orjson.loads(with_names[0][0])
-    return str(row["status"]), RunNumbers.of(row)
 
 
 def run(job: Path, textfile: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -173,8 +151,3 @@ def test_a_run_the_answer_breaker_aborted_says_the_same_numbers_everywhere(tmp_p
     assert status == "aborted" and 0 < numbers.finished < 300
     assert numbers.attempts == requests > 2 * numbers.finished  # re-asked, and in flight at the stop
     assert_said_alike(job, tmp_path / "test.duckdb", tmp_path / "run.prom", done)
-
-
-def sim_requests(url: str) -> int:
-    """The chat requests the simulator received (/tokenize aside)."""
-    return int(sim_metric(url, "pipeline_sim:chat_requests_total"))
