@@ -79,7 +79,7 @@ def status(
     database: DatabaseOption = None,
     variant: VariantOption = None,
 ) -> None:
-    """Done / failed / pending / stale, and the rate and ETA of the last run.
+    """Done / failed / pending / blank / stale, and the rate and ETA of the last run.
 
     A variant other than main given none of --model, --prompt-file and --local is judged with those its last run was given."""  # noqa: E501  (Typer keeps a docstring's line breaks: one paragraph, one line)
     import orjson
