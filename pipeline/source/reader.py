@@ -107,16 +107,17 @@ class SourceReader:
 
     async def _set_aside_blank(self, ids: _Cursor, table: str) -> None:
         """Take the blank records out of ``table`` (a phase's ids), counting them."""
+        self._blank = self._blank.plus(await ids.call(self._blank_taken_out, ids.cursor, table))
+
+    def _blank_taken_out(self, cursor: Database, table: str) -> BlankRecords:
         blank, id_column = f"{table}_blank", self._queries.spec.source.id_column
         found = f"CREATE OR REPLACE TEMP TABLE {blank} AS {self._queries.blank_among_sql(table)}"
-        await ids.call(ids.cursor.execute, found, self._parameters)
-        taken_out = f"DELETE FROM {table} WHERE {quote(id_column)} IN (SELECT * FROM {blank})"
-        await ids.call(ids.cursor.execute, taken_out)
-        counted = await ids.call(
-            read_blank_ids, ids.cursor, f"SELECT * FROM {blank}", id_column, self._blank.fields
-        )
-        await ids.call(ids.cursor.execute, f"DROP TABLE {blank}")
-        self._blank = self._blank.plus(counted)
+        cursor.execute(found, self._parameters)
+        counted = read_blank_ids(cursor, f"SELECT * FROM {blank}", id_column, self._blank.fields)
+        if counted:
+            cursor.execute(f"DELETE FROM {table} WHERE {quote(id_column)} IN (SELECT * FROM {blank})")
+        cursor.execute(f"DROP TABLE {blank}")
+        return counted
 
     @property
     def content_counted(self) -> bool:
