@@ -27,10 +27,11 @@ the prompt alone does not fit; newer vLLM, as the bundled 0.32, cuts the budget 
 Behind such a proxy the estimate would starve what fits: it errs towards more tokens, and a prompt 1,000
 tokens short of a 4,096 context is estimated at about its end. So a prompt never counted is estimated
 at the rate the run learned from the server's counts (:class:`~pipeline.extraction.calibration.
-Calibration`), and a budget the context cuts below what an answer needs (:meth:`~pipeline.extraction.
-calibration.Calibration.answer_need`) is never sent: on an estimate, the request waits for the run to
-learn its rate (:func:`starved`), then goes with what its floor leaves, so that the server's answer or
-its 400 counts it; on the server's count, the record is ``too_long`` with both numbers
+Calibration`), and no budget the estimate cuts is sent before the run has learned that rate, nor one
+the context cuts below what an answer needs (:meth:`~pipeline.extraction.calibration.Calibration.
+answer_need`): on an estimate, the request waits for the run to learn its rate (:func:`starved`), and
+with nothing to learn from goes with what its floor leaves, so that the server's answer or its 400
+counts it; on the server's count, the record is ``too_long`` with both numbers
 (:func:`no_room_for_answer`).
 """
 
@@ -175,13 +176,18 @@ def fitted(
     parts: PromptParts | None = None,
     calibration: Calibration | None = None,
     need: AnswerNeed | None = None,
+    *,
+    may_be_refused: bool = True,
 ) -> ChatRequest:
     """``request`` asking for at most what ``context`` leaves after its prompt (``counted``: the
     server's count of it, or of the messages it starts with; else the estimate at ``calibration``'s
-    rate). A budget cut below ``need`` (what an answer needs) is not sent: where the prompt was only
-    estimated and its floor leaves enough, it is sent with what the floor leaves (the server's answer
-    or its 400 then counts the prompt); where the count (or the floor) certainly leaves less, it is a
-    :class:`TooLongError`: the prompt alone does not fit, or leaves no room for an answer."""
+    rate). A budget cut below ``need`` (what an answer needs), or cut by the estimate before the run
+    has learned the server's rate, is not sent: where the prompt was only estimated and its floor
+    leaves enough, it is sent with what the floor leaves (the server's answer or its 400 then counts
+    the prompt); where the count (or the floor) certainly leaves less, it is a :class:`TooLongError`:
+    the prompt alone does not fit, or leaves no room for an answer. ``may_be_refused`` false (a record
+    already refused for the context, whose next 400 is not retried): an unlearned estimate's budget
+    goes as it is, as an answer cut off by it is asked again with what the reply counted."""
     if context is None:
         return request
     prompt = prompt_count(request.messages, counted, calibration)
@@ -189,7 +195,8 @@ def fitted(
     if room >= request.max_tokens:
         return request
     least = _least_budget(request, need)
-    if room < least and not prompt.exact:
+    unsound = may_be_refused and not _rate_known(calibration)
+    if not prompt.exact and (room < least or unsound):
         prompt = prompt_floor(request.messages, counted)
         room = context - prompt.tokens
     if room >= least:
@@ -207,13 +214,23 @@ def starved(
     calibration: Calibration,
     need: AnswerNeed,
 ) -> bool:
-    """Whether only the estimate (not the server's count) cuts ``request``'s budget below ``need``: it
-    waits for the run to learn the server's rate (:meth:`Calibration.wait_to_learn`) before it goes."""
+    """Whether only the estimate (not the server's count) cuts ``request``'s budget, and the run cannot
+    trust the cut yet: below ``need``, or at all before the run has learned the server's rate. It waits
+    for the run to learn the rate (:meth:`Calibration.wait_to_learn`) before it goes."""
     if context is None:
         return False
     prompt = prompt_count(request.messages, counted, calibration)
     room = context - prompt.tokens
-    return not prompt.exact and room < request.max_tokens and room < _least_budget(request, need)
+    if prompt.exact or room >= request.max_tokens:
+        return False
+    return room < _least_budget(request, need) or not calibration.learned
+
+
+def _rate_known(calibration: Calibration | None) -> bool:
+    """Whether a budget cut by the estimate may be sent as it is: the estimate is at the server's rate
+    (or the caller keeps no rate). The plain estimate is a third too many on the LinkedIn job's prompts:
+    a prompt 1,080 tokens short of a 4,096 context got 26-175, and its answer was cut off."""
+    return calibration is None or calibration.learned
 
 
 def _least_budget(request: ChatRequest, need: AnswerNeed | None) -> int:

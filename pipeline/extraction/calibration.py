@@ -22,8 +22,9 @@ server counts for what the pipeline estimates, and how many tokens its answers t
   request what an answer takes, not only the schema's floor.
 
 Both keep the run's latest :data:`LEARNED_WINDOW` values. A request whose budget only the estimate
-starves waits, while nothing is learned, for a request in flight to teach the rate
-(:meth:`Calibration.wait_to_learn`), so a run's first records do not each ask the server the same thing.
+cuts waits, while nothing is learned, for a request in flight to teach the rate
+(:meth:`Calibration.wait_to_learn`), so a run's first records do not each ask the server the same thing,
+nor go with a budget the plain estimate cut far below what the context leaves.
 Only budgets use what is learned: the chunk planner keeps the plain estimate, since whether a record is
 split changes what is sent, which must not depend on how much the run had learned when the record came.
 """

@@ -109,6 +109,7 @@ class _RecordState:
     sent: ChatRequest | None = None  # the last request sent, as fitted (the next one may be larger)
     endpoint: Endpoint | None = None  # where the last request went
     counted: CountedPrompt | None = None  # the server's count of a prompt this record sent
+    refused_for_context: bool = False  # a 400 about the context: the next one is not retried
 
     @property
     def sent_max_tokens(self) -> int:
@@ -231,6 +232,7 @@ class Extractor:
         that alone does not fit is ``too_long``; anything else fails with the numbers."""
         assert state.sent is not None  # it was sent
         assert state.endpoint is not None
+        state.refused_for_context = True
         context = error.context_length
         prompt = await self._refused_prompt(state, state.endpoint, error)
         room = context - prompt.tokens
@@ -303,7 +305,15 @@ class Extractor:
         need = calibration.answer_need(state.first.max_tokens)
         if starved(request, context, state.counted, calibration, need):
             await calibration.wait_to_learn()
-        return fitted(request, context, state.counted, state.parts, calibration, need)
+        return fitted(
+            request,
+            context,
+            state.counted,
+            state.parts,
+            calibration,
+            need,
+            may_be_refused=not state.refused_for_context,
+        )
 
     async def _counted(
         self, state: _RecordState, endpoint: Endpoint, messages: tuple[ChatMessage, ...]

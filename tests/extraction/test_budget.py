@@ -127,21 +127,48 @@ def test_a_request_asks_for_at_most_what_the_context_leaves(
 NEED = AnswerNeed(200, "what the job's answers take")
 
 
+def learned() -> Calibration:
+    """A run that has learned the server's rate, one at which (with its margin) an estimate stays what
+    it is."""
+    calibration = Calibration()
+    calibration.counted(102, 100)
+    assert calibration.learned and calibration.scaled(estimated_tokens(REQUEST.messages)) == 127
+    return calibration
+
+
 def test_a_budget_only_the_estimate_cuts_below_what_an_answer_needs_goes_with_what_the_floor_leaves() -> None:
     """The estimate (127) leaves 100 of a context of 227; an answer needs 200. The prompt may be
     shorter (its floor is 2 tokens): sent with what the floor leaves, the server's answer or its 400
     counts it. Without a need, the same 100 would go."""
-    assert starved(REQUEST, 227, None, Calibration(), NEED)
+    assert starved(REQUEST, 227, None, learned(), NEED)
     assert fitted(REQUEST, 227, None, need=NEED).max_tokens == 225
+    assert fitted(REQUEST, 227, None, calibration=learned(), need=NEED).max_tokens == 225
     assert fitted(REQUEST, 227, None).max_tokens == 100
-    assert not starved(REQUEST, 327, None, Calibration(), NEED)  # 200 left: enough
-    assert not starved(REQUEST, None, None, Calibration(), NEED)
+    assert not starved(REQUEST, 327, None, learned(), NEED)  # 200 left: enough
+    assert not starved(REQUEST, None, None, learned(), NEED)
     small = ChatRequest(REQUEST.messages, max_tokens=150)  # asks for less than an answer needs: all of it
     assert (
-        starved(small, 227, None, Calibration(), NEED)
-        and fitted(small, 227, None, need=NEED).max_tokens == 150
+        starved(small, 227, None, learned(), NEED) and fitted(small, 227, None, need=NEED).max_tokens == 150
     )
-    assert not starved(ChatRequest(REQUEST.messages, max_tokens=100), 227, None, Calibration(), NEED)
+    assert not starved(ChatRequest(REQUEST.messages, max_tokens=100), 227, None, learned(), NEED)
+
+
+def test_before_the_run_has_learned_the_rate_no_budget_the_estimate_cuts_is_sent() -> None:
+    """The plain estimate errs towards more tokens (the LinkedIn job's prompts, 1,080 tokens short of a
+    4,096 context, got budgets of 26 to 175 and their answers were cut off). Before the server has
+    counted a prompt of the run, a budget it cuts waits for the rate, however much it leaves (here 200,
+    what an answer needs); nothing to wait for, it goes with what its floor leaves, so that the server's
+    answer or its 400 counts the prompt. A budget the estimate does not cut goes as it is."""
+    unlearned = Calibration()
+    assert starved(REQUEST, 327, None, unlearned, NEED)
+    assert fitted(REQUEST, 327, None, calibration=unlearned, need=NEED).max_tokens == 325
+    assert not starved(REQUEST, 1000, None, unlearned, NEED)  # 127 + 500 fit: nothing cut
+    assert fitted(REQUEST, 1000, None, calibration=unlearned, need=NEED) is REQUEST
+    counted = CountedPrompt(REQUEST.messages, 127)  # the server's count: no rate needed
+    assert not starved(REQUEST, 327, counted, unlearned, NEED)
+    assert fitted(REQUEST, 327, counted, calibration=unlearned, need=NEED).max_tokens == 200
+    assert not starved(REQUEST, 327, None, learned(), NEED)
+    assert fitted(REQUEST, 327, None, calibration=learned(), need=NEED).max_tokens == 200
 
 
 def test_a_budget_the_servers_count_cuts_below_what_an_answer_needs_is_too_long_with_both_numbers() -> None:
