@@ -287,6 +287,7 @@ def _print_summary(summary: RunSummary, given: Asked, made: VariantOptions) -> N
             f"failures: table {summary.failures_table} (`{failures}` shows them, `{retry}` retries them "
             "and takes no new record)"
         )
+    _print_too_long_unsent(numbers.too_long_unsent, asked, making)
     _print_stale_kept(summary, asked, making)
     if summary.drift:
         moved = "; ".join(entry.describe() for entry in summary.drift)
@@ -307,6 +308,18 @@ def _look_command(summary: RunSummary) -> str:
     database = json.dumps(str(summary.database), ensure_ascii=False)  # a JSON string is a Python one
     code = f"import duckdb; duckdb.connect({database}, read_only=True).sql({json.dumps(query)}).show()"
     return shlex.join([sys.executable, "-c", code])
+
+
+def _print_too_long_unsent(unsent: int, asked: Asked, making: tuple[str, ...]) -> None:
+    """Why records failed without a request: sending them again would only fail them again."""
+    if not unsent:
+        return
+    again = asked.command("run", "--only-failed", "--class", "too_long", *making)
+    typer.echo(
+        f"too long: {counted(unsent, 'record')} not sent: by the count of its prompt (the server's, in "
+        "this run or an earlier one, or one token a word) it cannot fit the context with an answer; split "
+        f"it (`chunking:` in the job) or raise the context (the server's --max-model-len), then `{again}`"
+    )
 
 
 def _print_stale_kept(summary: RunSummary, asked: Asked, making: tuple[str, ...]) -> None:

@@ -52,6 +52,8 @@ CHARS_PER_TOKEN = 3
 TOKENS_PER_MESSAGE = 8
 #: How a floor of one token a word is named in a message.
 ONE_A_WORD = "one a word"
+#: How a message names a count the server made in an earlier run (kept by the record's failure).
+COUNTED_EARLIER = " (the server's count in an earlier run)"
 #: Said early in a ``too_long`` message when the fixed part of the prompt leaves no room (``pipeline
 #: failures`` looks for it in the messages, which it cuts to 200 characters).
 FIXED_PART_FULL = "chunking cannot help"
@@ -78,10 +80,11 @@ class PromptCount:
     tokens: int
     exact: bool  # counted by the server, not estimated
     floor: str | None = None  # a floor (the prompt has no fewer tokens), and why: ONE_A_WORD, the server's
+    earlier: bool = False  # counted by the server in an earlier run (its too_long failure kept the count)
 
     def __str__(self) -> str:
         if self.exact:
-            return f"{self.tokens} tokens"
+            return f"{self.tokens} tokens{COUNTED_EARLIER if self.earlier else ''}"
         if self.floor is not None:
             return f"at least {self.tokens} tokens ({self.floor})"
         return f"about {self.tokens} tokens (estimated)"
@@ -94,10 +97,12 @@ class PromptCount:
 
 @dataclass(frozen=True, slots=True)
 class CountedPrompt:
-    """A message list and the prompt tokens the server counted for it."""
+    """A message list and the prompt tokens the server counted for it (``earlier``: in an earlier run,
+    for the same text and job)."""
 
     messages: tuple[ChatMessage, ...]
     tokens: int
+    earlier: bool = False
 
 
 def estimated_text_tokens(text: str) -> int:
@@ -123,7 +128,9 @@ def prompt_count(
     run's learned rate, given its ``calibration``)."""
     if counted is not None and messages[: len(counted.messages)] == counted.messages:
         added = messages[len(counted.messages) :]
-        return PromptCount(counted.tokens + estimated_tokens(added), exact=not added)
+        if not added:
+            return PromptCount(counted.tokens, exact=True, earlier=counted.earlier)
+        return PromptCount(counted.tokens + estimated_tokens(added), exact=False)
     estimate = estimated_tokens(messages)
     return PromptCount(calibration.scaled(estimate) if calibration else estimate, exact=False)
 
@@ -133,7 +140,7 @@ def prompt_floor(messages: tuple[ChatMessage, ...], counted: CountedPrompt | Non
     if counted is not None and messages[: len(counted.messages)] == counted.messages:
         added = messages[len(counted.messages) :]
         if not added:
-            return PromptCount(counted.tokens, exact=True)
+            return PromptCount(counted.tokens, exact=True, earlier=counted.earlier)
         return PromptCount(counted.tokens + fewest_tokens(added), exact=False, floor=ONE_A_WORD)
     return PromptCount(fewest_tokens(messages), exact=False, floor=ONE_A_WORD)
 
@@ -248,21 +255,31 @@ def too_long(
 
 
 def no_room_for_answer(
-    prompt: PromptCount, context: int, answer: str, parts: PromptParts, messages: tuple[ChatMessage, ...]
+    prompt: PromptCount,
+    context: int,
+    answer: str,
+    parts: PromptParts,
+    messages: tuple[ChatMessage, ...],
+    answer_cut_at: int | None = None,
 ) -> TooLongError:
     """The ``too_long`` failure of a prompt that fits but leaves less of the context than an answer
-    needs: the prompt, what it leaves, ``answer`` (what an answer needs, or how one was cut off), and
-    what to do. Not the server's answers at fault, so not ``truncated``."""
+    needs: the prompt, what it leaves, ``answer`` (what an answer needs, or how one was cut off: at
+    ``answer_cut_at`` tokens), and what to do. Not the server's answers at fault, so not ``truncated``."""
     head = (
         f"the prompt leaves too little of the context for an answer: {prompt} of a context of {context} "
         f"tokens (the server's max_model_len) leaves {'' if prompt.exact else 'at most '}"
         f"{context - prompt.tokens} tokens for the answer, {answer}"
     )
-    return _too_long(head, prompt, context, parts, messages)
+    return _too_long(head, prompt, context, parts, messages, answer_cut_at)
 
 
 def _too_long(
-    head: str, prompt: PromptCount, context: int, parts: PromptParts, messages: tuple[ChatMessage, ...]
+    head: str,
+    prompt: PromptCount,
+    context: int,
+    parts: PromptParts,
+    messages: tuple[ChatMessage, ...],
+    answer_cut_at: int | None = None,
 ) -> TooLongError:
     longest = parts.longest
     fixed = fixed_part_count(parts.fixed, messages, prompt) if parts.fixed else None
@@ -280,6 +297,7 @@ def _too_long(
         context=context,
         exact=prompt.exact,
         field=longest.name if longest else None,
+        answer_cut_at=answer_cut_at,
     )
 
 
@@ -324,7 +342,8 @@ def cut_by_the_estimate(
         return False
     if context - prompt.tokens > sent.max_tokens:
         return True
-    raise no_room_for_answer(prompt, context, cut_off_below_the_job(reply, asked), parts, sent.messages)
+    answer = cut_off_below_the_job(reply, asked)
+    raise no_room_for_answer(prompt, context, answer, parts, sent.messages, reply.completion_tokens)
 
 
 def no_room_to_grow(sent: ChatRequest, context: int | None, prompt: PromptCount) -> bool:

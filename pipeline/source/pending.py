@@ -216,14 +216,25 @@ class PendingQueries:
         return not self.selection.only_failed
 
     def records_sql(self) -> str:
-        """The id, prompt fields, content hash and last truncated budget of the ids in ``$ids``."""
+        """The id, prompt fields and content hash of the ids in ``$ids``, with what their failure says
+        of their fit (:class:`~pipeline.source.reader.SourceRecord`'s fields, in order): a truncated
+        one's last budget, and a too_long one's counts, when made by today's job from today's text."""
         spec, id_column = self.spec, quote(self.spec.source.id_column)
         columns = ", ".join(f"s.{quote(name)}" for name in spec.source.fields)
+        content_hash = content_hash_sql(spec.content_fields(), "s")
+        stale = " OR ".join(stale_conditions("f").values())
+        current = (
+            f"f.failure_class = '{FailureClass.TOO_LONG}' AND f.content_hash = {content_hash} "
+            f"AND NOT ({stale})"
+        )
         return (
-            f"SELECT s.{id_column}, {columns}, {content_hash_sql(spec.content_fields(), 's')}, "
-            f"f.last_max_tokens FROM {source_relation(spec)} s "
+            f"SELECT s.{id_column}, {columns}, {content_hash}, "
+            f"CASE WHEN f.failure_class = '{FailureClass.TRUNCATED}' THEN f.last_max_tokens END, "
+            f"CASE WHEN {current} THEN f.counted_prompt_tokens END, "
+            f"CASE WHEN {current} THEN f.answer_cut_at END FROM {source_relation(spec)} s "
             f"LEFT JOIN {quote(spec.output.failures_table)} f ON f.variant = $variant "
-            f"AND f.record_id = s.{id_column} AND f.failure_class = '{FailureClass.TRUNCATED}' "
+            f"AND f.record_id = s.{id_column} "
+            f"AND f.failure_class IN ('{FailureClass.TRUNCATED}', '{FailureClass.TOO_LONG}') "
             f"WHERE s.{id_column} IN (SELECT unnest($ids))"
         )
 

@@ -32,6 +32,7 @@ from typing import Any
 
 import orjson
 
+from pipeline.errors import FailureClass
 from pipeline.extraction.outcomes import ChunkDone, Extracted, Failed, Stored
 
 
@@ -44,6 +45,9 @@ class RunNumbers:
     done: int = 0  # records extracted and committed
     failed: int = 0  # records committed as failed
     failures: dict[str, int] = field(default_factory=dict)  # the failed, by class
+    # Of the failed too_long, those never sent: a count (the server's, in this run or an earlier one,
+    # or one token a word) said they cannot fit the context.
+    too_long_unsent: int = 0
     chunks_done: int = 0  # chunks of long records (chunking:) answered and committed
     attempts: int = 0  # every request sent, as it was sent: failed, re-asked and cancelled ones too
     retries: dict[str, int] = field(default_factory=dict)  # requests repeated, by cause
@@ -81,6 +85,7 @@ class RunNumbers:
         elif isinstance(outcome, Failed):
             self.failed += 1
             _increment(self.failures, str(outcome.failure_class))
+            self.too_long_unsent += outcome.failure_class is FailureClass.TOO_LONG and not outcome.attempts
         elif isinstance(outcome, Extracted):
             self.done += 1
             self.answers_from_reasoning += outcome.from_reasoning

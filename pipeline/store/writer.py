@@ -288,6 +288,8 @@ class StoreWriter:
             usage.reasoning_tokens,
             usage.latency_s,
             *self.version.key_values(outcome.content_hash, outcome.model, chunked=outcome.chunked),
+            outcome.counted_prompt_tokens,
+            outcome.answer_cut_at,
             now,
         ]
 

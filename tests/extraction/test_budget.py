@@ -217,6 +217,7 @@ def test_an_answer_cut_off_with_a_budget_the_context_cut_is_asked_again_or_too_l
     with pytest.raises(TooLongError) as caught:  # 250 left and had: an answer does not fit beside it
         cut_by_the_estimate(reply, sent, 500, 950, exact, parts)
     assert caught.value.failure_class is FailureClass.TOO_LONG
+    assert caught.value.answer_cut_at == 250  # kept, so that a later run does not send it for nothing
     assert str(caught.value).startswith(
         "the prompt leaves too little of the context for an answer: 700 tokens of a context of 950 tokens "
         "(the server's max_model_len) leaves 250 tokens for the answer, and the answer was cut off there "
@@ -234,6 +235,25 @@ def test_an_answer_cut_off_below_the_jobs_budget_says_how() -> None:
 
 
 WORDY = ChatRequest(({"role": "system", "content": "word " * 200}, USER), max_tokens=500)
+
+
+def test_a_count_kept_from_an_earlier_run_refuses_unsent_and_says_so() -> None:
+    """The server counted the prompt in an earlier run (its too_long failure kept the count): the same
+    prompt from the same text has as many tokens, so it is judged as if counted now, and the message
+    says where the count comes from."""
+    earlier = CountedPrompt(REQUEST.messages, 4108, earlier=True)
+    assert prompt_count(REQUEST.messages, earlier) == PromptCount(4108, exact=True, earlier=True)
+    assert prompt_floor(REQUEST.messages, earlier) == PromptCount(4108, exact=True, earlier=True)
+    with pytest.raises(TooLongError) as caught:
+        fitted(REQUEST, 4096, earlier, calibration=Calibration(), need=NEED)
+    assert str(caught.value).startswith(
+        "the prompt alone does not fit the context: 4108 tokens (the server's count in an earlier run) "
+        "against a context of 4096 tokens"
+    )
+    assert caught.value.exact
+    assert fitted(REQUEST, 8192, earlier, calibration=Calibration(), need=NEED).max_tokens == 500
+    added: tuple[ChatMessage, ...] = ({"role": "assistant", "content": "a"}, USER)  # a re-ask: estimated
+    assert not prompt_count((*REQUEST.messages, *added), earlier).earlier
 
 
 @pytest.mark.parametrize(

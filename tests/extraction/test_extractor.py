@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -849,6 +850,49 @@ async def test_an_answer_cut_off_with_a_budget_the_context_cut_is_too_long_not_t
         "(300 completion tokens, 10 of them reasoning, finish_reason=length), short of the job's "
         "max_tokens 4,096; most of it is field 'description' (3,250 characters): enable chunking"
     )
+    assert (outcome.counted_prompt_tokens, outcome.answer_cut_at) == (700, 300)  # for a later run
+
+
+async def test_a_record_an_earlier_run_counted_past_the_context_is_too_long_without_a_request(
+    spec: JobSpec, make_harness: MakeHarness
+) -> None:
+    """`--only-failed --class too_long` behind a server that cannot count: its failure kept the server's
+    count (1,050 tokens, one a word leaves it room), the context is what it was: nothing to send."""
+    server = ScriptedServer([respond(good_completion())], max_model_len=CONTEXT)
+    record = dataclasses.replace(LONG_RECORD, counted_prompt_tokens=1050)
+    outcome = await make_harness(spec.with_overrides(max_tokens=4096), server).extract(record)
+    assert isinstance(outcome, Failed) and server.bodies == []
+    assert (outcome.failure_class, outcome.attempts, outcome.counted_prompt_tokens) == (
+        FailureClass.TOO_LONG,
+        0,
+        1050,
+    )
+    assert outcome.message.startswith(
+        "the prompt alone does not fit the context: 1050 tokens (the server's count in an earlier run) "
+        "against a context of 1000 tokens"
+    )
+
+
+async def test_a_record_whose_answer_was_cut_off_at_the_end_of_the_context_goes_again_only_with_more_room(
+    spec: JobSpec, make_harness: MakeHarness
+) -> None:
+    """An earlier run counted its prompt at 700 tokens and its answer took all 300 the context left: the
+    same context refuses it unsent; one of 1,100 sends it, with the 400 tokens that leaves."""
+    job = spec.with_overrides(max_tokens=4096)
+    record = dataclasses.replace(LONG_RECORD, counted_prompt_tokens=700, answer_cut_at=300)
+    server = ScriptedServer([respond(good_completion())], max_model_len=CONTEXT)
+    outcome = await make_harness(job, server).extract(record)
+    assert isinstance(outcome, Failed) and server.bodies == []
+    assert (outcome.failure_class, outcome.attempts) == (FailureClass.TOO_LONG, 0)
+    assert (outcome.counted_prompt_tokens, outcome.answer_cut_at) == (700, 300)  # still known
+    assert outcome.message.startswith(
+        "the prompt leaves too little of the context for an answer: 700 tokens (the server's count in an "
+        "earlier run) of a context of 1000 tokens (the server's max_model_len) leaves 300 tokens for the "
+        "answer, and an answer needs 301 tokens (its answer was cut off at 300 tokens in an earlier run)"
+    )
+    larger = ScriptedServer([respond(answered_with_prompt(700))], max_model_len=1100)
+    assert isinstance(await make_harness(job, larger).extract(record), Extracted)
+    assert [body["max_tokens"] for body in larger.bodies] == [400]
 
 
 async def test_an_answer_cut_off_with_a_budget_only_the_estimate_cut_is_asked_again_with_all_the_room(

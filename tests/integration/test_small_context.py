@@ -11,8 +11,11 @@ nothing changes: every record goes once with the job's budget."""
 from __future__ import annotations
 
 import random
+import re
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pytest
@@ -87,7 +90,22 @@ def server_views(job: Path) -> dict[int, ServerView]:
     return views
 
 
-def run_against_the_simulator(folder: Path, context: int, tokenize: bool) -> tuple[Path, dict[str, float]]:
+@dataclass(frozen=True, slots=True)
+class Runs:
+    """A run, a plain run after it (nothing left), then its too_long records retried twice as they are
+    (`--only-failed --class too_long`), and the simulator's /metrics after each step."""
+
+    job: Path
+    metrics: dict[str, float]  # after the run and the plain run
+    # Its failures as it left them: id, class, message, counted_prompt_tokens, answer_cut_at.
+    failures: list[tuple[Any, ...]]
+    retried: subprocess.CompletedProcess[str]
+    after_retry: dict[str, float]
+    retried_again: subprocess.CompletedProcess[str]
+    after_again: dict[str, float]
+
+
+def run_against_the_simulator(folder: Path, context: int, tokenize: bool) -> Runs:
     counting = () if tokenize else ("--no-tokenize",)
     with sim_server(
         "--model", "test-model", "--max-model-len", str(context), "--seed", str(SEED), *counting
@@ -97,15 +115,27 @@ def run_against_the_simulator(folder: Path, context: int, tokenize: bool) -> tup
         assert run.returncode in (0, 1), run.stderr[-3000:]
         again = run_pipeline("run", str(job))  # a plain run after it: nothing left, nothing judged
         assert again.returncode == 0 and "nothing to do" in again.stdout + again.stderr, again.stderr[-2000:]
-        return job, sim_metrics(url)
+        metrics = sim_metrics(url)
+        failures = table_rows(
+            folder / "jobs.duckdb",
+            "SELECT record_id, failure_class, message, counted_prompt_tokens, answer_cut_at FROM failures",
+        )
+        retry = ("run", str(job), "--only-failed", "--class", "too_long")
+        retried = run_pipeline(*retry)
+        after_retry = sim_metrics(url)
+        retried_again = run_pipeline(*retry)
+        return Runs(job, metrics, failures, retried, after_retry, retried_again, sim_metrics(url))
 
 
 @pytest.mark.parametrize("tokenize", [True, False], ids=["tokenize", "no-tokenize"])
 def test_in_a_small_context_what_fits_gets_what_the_context_leaves(tmp_path: Path, tokenize: bool) -> None:
-    job, metrics = run_against_the_simulator(tmp_path, SMALL, tokenize)
+    runs = run_against_the_simulator(tmp_path, SMALL, tokenize)
+    job, metrics = runs.job, runs.metrics
     database, views = load_job(job).database, server_views(job)
     prompts = {record_id: view.prompt for record_id, view in views.items()}
-    failures = table_rows(database, "SELECT record_id, failure_class, message FROM failures")
+    failures = [
+        (record_id, failure_class, message) for record_id, failure_class, message, *_ in runs.failures
+    ]
     results = table_rows(database, "SELECT record_id, attempts, max_tokens, completion_tokens FROM results")
     assert len(results) + len(failures) == len(prompts) > 500
     assert all(views[record_id].answer == completion for record_id, *_, completion in results)
@@ -152,13 +182,42 @@ def test_in_a_small_context_what_fits_gets_what_the_context_leaves(tmp_path: Pat
     assert metrics["pipeline_sim:context_rejections_total"] <= len(prompts) * 0.05
     assert metrics["pipeline_sim:chat_requests_total"] <= len(prompts) * 1.1
     assert min(budget for _, budget in done.values()) >= min(completion for *_, completion in results)
+    retried_too_long_unsent(runs)
+
+
+def retried_too_long_unsent(runs: Runs) -> None:
+    """Retried as they are, the records the context is known too small for are not sent: the server
+    counted their prompt past it, or their answer was cut off with all the room it leaves. Only one
+    refused for what the run's answers needed may go again (the answers measured since may need a
+    little less); the next retry sends nothing. Each stays too_long, and the summary says why."""
+    chat = "pipeline_sim:chat_requests_total"
+    failed = len(runs.failures)
+    known = {
+        record_id
+        for record_id, _, _, counted, cut in runs.failures
+        if counted is not None and (counted >= SMALL or cut is not None)
+    }
+    assert known
+    assert all(counted is not None for *_, counted, _ in runs.failures)  # each was counted
+    unsent = re.search(r"^too long: (\d+) records? not sent: ", runs.retried.stdout, re.MULTILINE)
+    assert runs.retried.returncode == 1 and unsent is not None, runs.retried.stdout
+    assert len(known) <= int(unsent[1]) <= failed
+    assert runs.after_retry[chat] - runs.metrics[chat] <= 2 * (failed - int(unsent[1]))
+    assert runs.after_again[chat] == runs.after_retry[chat]
+    assert f"\ntoo long: {failed} records not sent: " in runs.retried_again.stdout
+    assert "split it (`chunking:` in the job) or raise the context" in runs.retried_again.stdout
+    database = load_job(runs.job).database
+    assert table_rows(database, "SELECT DISTINCT failure_class, attempts FROM failures") == [("too_long", 0)]
+    assert table_rows(database, "SELECT count(*) FROM failures") == [(failed,)]
 
 
 @pytest.mark.parametrize("tokenize", [True, False], ids=["tokenize", "no-tokenize"])
 def test_in_a_large_context_every_record_goes_once_with_the_jobs_budget(
     tmp_path: Path, tokenize: bool
 ) -> None:
-    job, metrics = run_against_the_simulator(tmp_path, LARGE, tokenize)
+    runs = run_against_the_simulator(tmp_path, LARGE, tokenize)
+    job, metrics = runs.job, runs.metrics
+    assert "nothing to do" in runs.retried.stdout and runs.after_again == metrics
     database = load_job(job).database
     assert table_rows(database, "SELECT count(*) FROM failures") == [(0,)]
     assert table_rows(database, "SELECT DISTINCT attempts, max_tokens FROM results") == [(1, 4096)]

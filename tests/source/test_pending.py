@@ -18,6 +18,7 @@ from pipeline.extraction.context import RunContext
 from pipeline.extraction.outcomes import Extracted, Failed, Outcome, Usage
 from pipeline.job.spec import JobSpec
 from pipeline.servers.replies import Reply
+from pipeline.source.db import bind
 from pipeline.source.pending import PendingQueries, Selection
 from pipeline.source.reader import SourceReader, SourceRecord
 from pipeline.source.versions import JOB_CAUSES, StaleCause, version_of
@@ -36,12 +37,10 @@ async def fetch(spec: JobSpec, ids: Sequence[int]) -> dict[int, SourceRecord]:
     connection = await anyio.to_thread.run_sync(prepare_database, spec)
     queries = PendingQueries(spec, version_of(spec))
     sql = queries.records_sql()
-    rows = connection.execute(sql, {"variant": spec.variant, "ids": list(ids)}).fetchall()
+    rows = connection.execute(sql, bind(sql, {**queries.parameters(), "ids": list(ids)})).fetchall()
     connection.close()
     names = spec.source.fields
-    return {
-        row[0]: SourceRecord(row[0], dict(zip(names, row[1:3], strict=True)), row[3], row[4]) for row in rows
-    }
+    return {row[0]: SourceRecord(row[0], dict(zip(names, row[1:3], strict=True)), *row[3:]) for row in rows}
 
 
 async def write(spec: JobSpec, make: Any, ids: Sequence[int]) -> None:
@@ -259,6 +258,51 @@ async def test_records_carry_their_content_hash_and_a_truncated_budget(tmp_path:
     assert len({record.content_hash for record in records.values()}) == 3
     edit(spec, "UPDATE postings SET description = 'x' WHERE id = 0")
     assert (await fetch(spec, [0]))[0].content_hash != records[0].content_hash
+
+
+def too_long(counted: int, cut_at: int | None = None) -> Any:
+    def make(record: SourceRecord) -> Outcome:
+        return Failed(
+            record.id,
+            FailureClass.TOO_LONG,
+            "x",
+            1,
+            None,
+            Usage(),
+            256,
+            record.content_hash,
+            counted_prompt_tokens=counted,
+            answer_cut_at=cut_at,
+        )
+
+    return make
+
+
+async def test_a_too_long_failure_s_counts_come_with_its_record_only_under_today_s_job_and_text(
+    tmp_path: Path,
+) -> None:
+    """The server's count of a too_long record's prompt, and where its answer was cut off, hold for the
+    same prompt from the same text: a later run judges the record by them without sending it. Another
+    prompt, or an edit of the record, makes another prompt: nothing is known of it."""
+    spec = make_job(tmp_path, records=4)
+    await write(spec, too_long(4108), [0])
+    await write(spec, too_long(3788, cut_at=308), [1])
+    await write(spec, failing(FailureClass.TRUNCATED, max_tokens=1024), [2])
+    records = await fetch(spec, [0, 1, 2, 3])
+    assert [(r.counted_prompt_tokens, r.answer_cut_at) for r in records.values()] == [
+        (4108, None),
+        (3788, 308),
+        (None, None),
+        (None, None),
+    ]
+    assert records[2].truncated_at_max_tokens == 1024 and records[1].truncated_at_max_tokens is None
+    edited = with_prompt(spec, system="Edited.")
+    assert {(r.counted_prompt_tokens, r.answer_cut_at) for r in (await fetch(edited, [0, 1])).values()} == {
+        (None, None)
+    }
+    edit(spec, "UPDATE postings SET description = 'x' WHERE id = 1")
+    records = await fetch(spec, [0, 1])
+    assert (records[0].counted_prompt_tokens, records[1].counted_prompt_tokens) == (4108, None)
 
 
 async def test_a_rerun_takes_only_the_records_its_variant_has_a_current_result_for(tmp_path: Path) -> None:
