@@ -227,7 +227,7 @@ async def check_endpoint(
         measured, refused, failure = await send_probes(client, spec, requests, timeout)
         efforts = await effort_probes(client, spec, requests[0], measured, timeout) if measured else {}
     _fill(report, spec, config, reading, Measured(measured, counted, len(sampled.counted)), efforts, pending)
-    report.checks.insert(5, format_check(settings.response_format is not None, refused))
+    report.checks.insert(5, format_check(settings.response_format is not None, refused, bool(measured)))
     if failure is not None:
         report.checks.insert(0, failure)
     return report

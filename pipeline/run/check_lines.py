@@ -4,8 +4,9 @@ functions: the reading and the fit are :mod:`pipeline.servers.capacity`'s, the p
 :mod:`pipeline.run.check`'s.
 
 What could not be checked is ``unknown``, neither ok nor a problem: a server that does not say something
-(a proxy without ``/metrics`` or ``/tokenize``), or a probe that got no answer. It changes no exit code
-(a probe that failed has its own fail line) and a run's preflight does not warn of it.
+(a proxy without ``/metrics`` or ``/tokenize``), or what only a probe's answer shows when none answered.
+It changes no exit code (a probe that failed has its own fail line) and a run's preflight does not warn
+of it.
 """
 
 from __future__ import annotations
@@ -204,7 +205,9 @@ def effort_check(
     return Check("reasoning_effort", "ok", f"honoured ({by_effort}); {share_text}")
 
 
-def format_check(sent: bool, refused: bool) -> Check:
+def format_check(sent: bool, refused: bool, answered: bool) -> Check:
+    """Whether the server takes ``response_format``: seen only in a probe's answer (``answered``), or
+    in its refusal."""
     if not sent:
         return Check(
             "response_format", "ok", "not sent (structured_output: false): the schema is in the prompt"
@@ -215,6 +218,8 @@ def format_check(sent: bool, refused: bool) -> Check:
             "warn",
             "refused: the run sends the schema in the prompt instead and validates every answer",
         )
+    if not answered:
+        return Check("response_format", "unknown", "whether it is accepted: no probe answered")
     return Check("response_format", "ok", "accepted")
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import anyio
 import orjson
 
-from pipeline.errors import PipelineError, StructuredOutputRejectedError
+from pipeline.errors import PipelineError, RecordError, StructuredOutputRejectedError, TransientError
 from pipeline.extraction.retry import RetryPolicy
 from pipeline.job.spec import JobSpec
 from pipeline.run.check_lines import Check
@@ -27,6 +27,8 @@ from pipeline.wording import counted
 #: misses by 15% (the Adzuna ads: ~355 of ~3,230 tokens, a sample mean's spread ~105 for 3, ~26 for 50).
 PROMPTS_COUNTED = 50
 _EFFORTS = ("minimal", "low", "medium", "high")
+#: The most of a server's answer a line quotes.
+QUOTED_ANSWER = 160
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,24 +99,48 @@ async def send_probes(
                 refused = True
                 client.without_structured_output()
                 reply = await probe_reply(client, spec, request, timeout_s)
-        except TimeoutError:
-            return (
-                measured,
-                refused,
-                Check("probe", "fail", f"no reply within {timeout_s:g} s (a probe, alone)"),
-            )
+        except TimeoutError as error:
+            return measured, refused, Check("probe", "fail", str(error))
         except PipelineError as error:
             return measured, refused, Check("probe", "fail", f"a probe failed: {error}")
         measured.append(_measured(reply, request))
     return measured, refused, None
 
 
+class ProbeTimeoutError(TimeoutError):
+    """A probe that got no reply in ``timeout_s``, and what the server answered meanwhile: the errors the
+    retry policy retried (an HTTP 500 each time is not a server that is silent)."""
+
+    def __init__(self, timeout_s: float, retried: Sequence[RecordError]) -> None:
+        last = retried[-1] if retried else None
+        if last is None or (isinstance(last, TransientError) and last.timed_out):
+            said = f"no reply within {timeout_s:g} s (a probe, alone)"
+        else:
+            once = len(retried) == 1
+            times = "once, with" if once else f"{len(retried)} times, each with"
+            said = (
+                f"in {timeout_s:g} s the server answered {times} an error a run retries (a probe, "
+                f"alone); {'it' if once else 'the last'}: {_quoted(str(last))}"
+            )
+        super().__init__(said)
+
+
+def _quoted(text: str) -> str:
+    return text if len(text) <= QUOTED_ANSWER else f"{text[: QUOTED_ANSWER - 1].rstrip()}…"
+
+
 async def probe_reply(client: LLMClient, spec: JobSpec, request: ChatRequest, timeout_s: float) -> Reply:
-    """One request under the one retry policy, given ``timeout_s`` in all (TimeoutError past it)."""
-    with anyio.fail_after(timeout_s):
-        async for attempt in RetryPolicy(spec.retry).attempts():
-            with attempt:
-                return await client.complete(request)
+    """One request under the one retry policy, given ``timeout_s`` in all (:class:`ProbeTimeoutError`
+    past it, saying what the server answered meanwhile)."""
+    retried: list[RecordError] = []
+    policy = RetryPolicy(spec.retry, observer=lambda _kind, error, _attempt, _wait: retried.append(error))
+    try:
+        with anyio.fail_after(timeout_s):
+            async for attempt in policy.attempts():
+                with attempt:
+                    return await client.complete(request)
+    except TimeoutError as error:
+        raise ProbeTimeoutError(timeout_s, retried) from error
     raise AssertionError("unreachable: the retry loop returns or raises")
 
 

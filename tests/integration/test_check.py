@@ -72,3 +72,17 @@ def test_a_run_says_the_cheap_checks_at_start_and_goes_on(tmp_path: Path) -> Non
     said = [event for event in events if event.startswith("server check:")]
     assert len(said) == 2 and "kv_cache" in said[0] and "prefix_caching: off" in said[1]
     assert events.index(said[-1]) < events.index("run started")
+
+
+def test_a_server_answering_http_500_is_said_as_such_and_what_it_did_not_show_is_unknown(
+    tmp_path: Path,
+) -> None:
+    with sim_server("--model", "test-model", "--fault-server-error", "1") as url:
+        job = linkedin(tmp_path, url, model="test-model")
+        checked = run_pipeline("check", str(job), "--probe-timeout", "5")
+    lines = {line.split(":")[0].split()[-1]: line for line in checked.stdout.splitlines()}
+    assert checked.returncode == 3, checked.stdout + checked.stderr
+    assert lines["probe"].startswith("fail     probe: in 5 s the server answered ")
+    assert "an error a run retries (a probe, alone); the last: HTTP 50" in lines["probe"]
+    for name in ("answer", "response_format", "timeout"):
+        assert lines[name].startswith("unknown"), lines[name]

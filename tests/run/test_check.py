@@ -68,6 +68,7 @@ class FakeVllm:
     hang: bool = False
     reasoning: dict[str, int] = field(default_factory=lambda: {"low": 20, "medium": 200})
     speed: float | None = None  # the simulator's --speed, as `pipeline sim` says it in /metrics
+    server_error: bool = False  # every completion an HTTP 500, which the retry policy retries
     bodies: list[dict[str, object]] = field(default_factory=list)
 
     def __call__(self, request: httpx2.Request) -> Answer:
@@ -86,6 +87,8 @@ class FakeVllm:
         self.bodies.append(body)
         if self.hang:
             return HANG
+        if self.server_error:
+            return error(500, "Internal Server Error: the engine died " + "x" * 400)
         if self.refuse_format and "response_format" in body:
             return error(400, "response_format is not supported by this server")
         reasoning_tokens = self.reasoning.get(str(body.get("reasoning_effort")), 0)
@@ -257,6 +260,24 @@ async def test_a_probe_that_never_answers_is_a_failure_with_the_seconds(tmp_path
     assert report.exit_code == 3 and line(report, "answer") == ("unknown", "no probe answered")
     for name in ("timeout", "backlog"):  # nothing measured: neither ok nor a second failure
         assert line(report, name)[0] == "unknown", name
+    # Whether the server takes response_format shows only in an answer (or a refusal): none came
+    assert line(report, "response_format") == ("unknown", "whether it is accepted: no probe answered")
+
+
+async def test_a_server_answering_errors_is_said_with_its_answer_not_as_silence(tmp_path: Path) -> None:
+    """An HTTP 500 is retried as a run retries it, until the probe's time is up: the line says what the
+    server answered (shortened), not that it did not answer."""
+    spec = make_job(tmp_path, records=10)
+    async with serving(FakeVllm(server_error=True)) as served:
+        report = await check_job(spec.with_overrides(base_url=served.url), probe_timeout_s=0.3)
+    status, message = line(report, "probe")
+    assert status == "fail" and report.exit_code == 3
+    assert message.startswith(
+        "in 0.3 s the server answered once, with an error a run retries (a probe, alone); it: HTTP 500: "
+        "Internal Server Error: the engine died xxx"
+    )
+    assert message.endswith("x…") and len(message) < 250
+    assert line(report, "response_format")[0] == "unknown"
 
 
 async def test_a_proxy_without_metrics_or_tokenize_gets_unknown_not_a_traceback(tmp_path: Path) -> None:
