@@ -1,31 +1,52 @@
 """The requests ``pipeline check`` sends: the probes (a few of the job's own records, each sent alone as the
-run sends it, under the one retry policy), a contrasting effort's probe, and the count of a larger
-sample's prompts (``/tokenize``: nothing generated); and what they measured (:class:`Measured`), which
-:mod:`pipeline.run.check` turns into its lines.
+run sends it: its budget fitted to the server's context by the run's own rule, under the one retry
+policy), a contrasting effort's probe, and the counts of prompts (``/tokenize``: nothing generated) of a
+larger sample and of the pending records with the longest prompts (:func:`fit_as_run`); and what they
+measured (:class:`Measured`), which :mod:`pipeline.run.check` turns into its lines.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import anyio
 import orjson
 
-from pipeline.errors import PipelineError, RecordError, StructuredOutputRejectedError, TransientError
+from pipeline.errors import (
+    PipelineError,
+    RecordError,
+    StructuredOutputRejectedError,
+    TooLongError,
+    TransientError,
+)
+from pipeline.extraction.budget import (
+    CountedPrompt,
+    PromptParts,
+    estimated_tokens,
+    fitted,
+    longest_field,
+    prompt_count,
+)
+from pipeline.extraction.calibration import Calibration
+from pipeline.extraction.prompt import PromptBuilder
 from pipeline.extraction.retry import RetryPolicy
 from pipeline.job.spec import JobSpec
-from pipeline.run.check_lines import Check
-from pipeline.servers.client import ChatRequest, LLMClient
+from pipeline.run.check_lines import Check, PromptFit
+from pipeline.servers.client import ChatMessage, ChatRequest, LLMClient
 from pipeline.servers.replies import Reply
+from pipeline.source.reader import RecordId
 from pipeline.wording import counted
 
 #: Records whose prompts are counted (``/tokenize``: nothing generated) for the KV cache's fit: behind a
 #: long shared prefix a record's own part is a small share of its prompt, which three probes' mean
 #: misses by 15% (the Adzuna ads: ~355 of ~3,230 tokens, a sample mean's spread ~105 for 3, ~26 for 50).
 PROMPTS_COUNTED = 50
+#: The pending records with the longest prompt fields whose prompts are counted and fitted to the
+#: context: ranked by their bytes, which tokenizers turn into tokens at rates that differ a little.
+LONGEST_COUNTED = 5
 _EFFORTS = ("minimal", "low", "medium", "high")
 #: The most of a server's answer a line quotes.
 QUOTED_ANSWER = 160
@@ -83,6 +104,44 @@ async def counted_prompt(client: LLMClient, requests: Sequence[ChatRequest]) -> 
             break
         counts.append(count)
     return statistics.mean(counts) if counts else None
+
+
+async def fit_as_run(
+    client: LLMClient,
+    prompts: PromptBuilder,
+    calibration: Calibration,
+    fields: Mapping[str, object],
+    record_id: RecordId | None = None,
+) -> PromptFit:
+    """A record's first request as a run sends it to ``client``'s server: its prompt counted by the
+    server (else estimated at ``calibration``'s rate), its budget what the run's rule
+    (:func:`~pipeline.extraction.budget.fitted`) leaves it, or the ``too_long`` failure the run ends it
+    with, unsent."""
+    request = prompts.request_for(fields)
+    parts = PromptParts(longest_field(prompts.texts(fields)), prompts.fixed_messages)
+    counted_as = await _counted(client, request.messages, calibration)
+    prompt = prompt_count(request.messages, counted_as, calibration)
+    need = calibration.answer_need(request.max_tokens)
+    try:
+        sent = fitted(request, client.context_length, counted_as, parts, calibration, need)
+    except TooLongError as error:
+        return PromptFit(record_id, prompt, None, error)
+    return PromptFit(record_id, prompt, sent)
+
+
+async def _counted(
+    client: LLMClient, messages: tuple[ChatMessage, ...], calibration: Calibration
+) -> CountedPrompt | None:
+    """The server's count of ``messages``, taught to ``calibration`` as a run teaches it (None: it does
+    not count them, or not in time)."""
+    try:
+        tokens = await client.count_tokens(messages)
+    except PipelineError:
+        return None
+    if tokens is None:
+        return None
+    calibration.counted(estimated_tokens(messages), tokens)
+    return CountedPrompt(messages, tokens)
 
 
 async def send_probes(
@@ -182,9 +241,7 @@ async def effort_probes(
     contrast = LLMClient(dataclasses.replace(client.settings, reasoning_effort=other))
     try:
         async with contrast:
-            reply = await probe_reply(
-                contrast, spec, dataclasses.replace(request, max_tokens=spec.max_tokens), timeout_s
-            )
+            reply = await probe_reply(contrast, spec, request, timeout_s)
     except (PipelineError, TimeoutError):
         return {}
     if reply.reasoning_tokens is None:
