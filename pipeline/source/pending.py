@@ -215,6 +215,22 @@ class PendingQueries:
     def has_content_phase(self) -> bool:
         return not self.selection.only_failed
 
+    def longest_sql(self, top: int) -> str:
+        """The id and prompt fields of the ``top`` pending records (of both phases) whose prompts are
+        longest, by the UTF-8 bytes of the fields the template reads (as the budget's estimate counts
+        them): where the records too long for a context are, found in one scan of the text."""
+        spec, id_column = self.spec, quote(self.spec.source.id_column)
+        phases = [self.ids_sql("metadata")] + ([self.ids_sql("content")] if self.has_content_phase else [])
+        columns = ", ".join(f"s.{quote(name)}" for name in spec.source.fields)
+        size = " + ".join(
+            f"strlen(coalesce(CAST(s.{quote(name)} AS VARCHAR), ''))" for name in spec.content_fields()
+        )
+        return (
+            f"SELECT s.{id_column}, {columns} FROM {source_relation(spec)} s "
+            f"WHERE s.{id_column} IN ({' UNION ALL '.join(phases)}) "
+            f"ORDER BY {size or '0'} DESC, s.{id_column} LIMIT {int(top)}"
+        )
+
     def records_sql(self) -> str:
         """The id, prompt fields and content hash of the ids in ``$ids``, with what their failure says
         of their fit (:class:`~pipeline.source.reader.SourceRecord`'s fields, in order): a truncated

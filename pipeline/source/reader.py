@@ -184,3 +184,11 @@ class SourceReader:
             if limit is not None and sent >= limit:
                 break
         return sent
+
+
+def longest_pending(connection: Database, queries: PendingQueries, top: int) -> list[SourceRecord]:
+    """The ``top`` pending records with the longest prompts (:meth:`PendingQueries.longest_sql`), longest
+    first: what a check fits to the context before a run meets them. Blocking."""
+    names = queries.spec.source.fields
+    rows = connection.rows(queries.longest_sql(top), queries.parameters())
+    return [SourceRecord(row[0], dict(zip(names, row[1:], strict=True))) for row in rows]

@@ -20,7 +20,7 @@ from pipeline.job.spec import JobSpec
 from pipeline.servers.replies import Reply
 from pipeline.source.db import bind
 from pipeline.source.pending import PendingQueries, Selection
-from pipeline.source.reader import SourceReader, SourceRecord
+from pipeline.source.reader import SourceReader, SourceRecord, longest_pending
 from pipeline.source.versions import JOB_CAUSES, StaleCause, version_of
 from pipeline.store.opening import prepare_database
 from pipeline.store.writer import StoreWriter
@@ -329,3 +329,23 @@ async def test_a_rerun_of_a_declared_variant_repeats_that_variant(tmp_path: Path
     rerun = spec.for_variant("big~rerun")
     assert (rerun.model, rerun.max_tokens, rerun.variant) == ("big-model", 512, "big~rerun")
     assert sorted((await pending(rerun))[0]) == [1, 2]
+
+
+async def test_the_longest_pending_prompts_are_found_over_every_pending_record(tmp_path: Path) -> None:
+    """Longest first, by the bytes of the fields the template reads: a done record, however long, is not
+    pending; a done one whose text changed is; a field the prompt does not read weighs nothing."""
+    spec = make_job(tmp_path, records=500)
+    edit(spec, "ALTER TABLE postings ADD COLUMN notes VARCHAR")
+    edit(spec, "UPDATE postings SET description = repeat('é', 900) WHERE id = 7")  # 1,800 bytes
+    edit(spec, "UPDATE postings SET description = repeat('a', 5000) WHERE id = 3")
+    edit(spec, "UPDATE postings SET description = repeat('b', 1000) WHERE id = 400")
+    edit(spec, "UPDATE postings SET notes = repeat('n', 9000) WHERE id = 9")
+    await write(spec, done, [3, 400])
+    edit(spec, "UPDATE postings SET description = repeat('c', 1500) WHERE id = 400")  # changed since
+    connection = await anyio.to_thread.run_sync(prepare_database, spec)
+    try:
+        longest = longest_pending(connection, PendingQueries(spec, version_of(spec)), 3)
+    finally:
+        connection.close()
+    assert [record.id for record in longest] == [7, 400, 100]
+    assert longest[1].fields == {"title": "Title 400", "description": "c" * 1500}
