@@ -58,8 +58,8 @@ RetryClassOption = Annotated[
     list[str] | None,
     typer.Option(
         "--class",
-        help=f"With --retry-failed or --only-failed: only this failure class (repeatable): "
-        f"{', '.join(FAILURE_CLASSES)}.",
+        help=f"Retry only this failure class (repeatable): {', '.join(FAILURE_CLASSES)}. Alone it is "
+        "--retry-failed --class (new records too); with --only-failed, nothing new.",
     ),
 ]
 RedoStaleOption = Annotated[
@@ -213,7 +213,7 @@ def _run_options(
 
     return RunOptions(
         limit=selection.limit,
-        retry_failed=selection.retry_failed or bool(selection.retry_class),
+        retry_failed=selection.retry_failed,
         retry_classes=_failure_classes(selection.retry_class or [], selection.only_failed),
         only_failed=selection.only_failed,
         redo_stale=_redo_causes(selection.redo_stale, selection.only_failed),

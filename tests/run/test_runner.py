@@ -15,7 +15,15 @@ import orjson
 import pytest
 from structlog.testing import capture_logs
 
-from pipeline.errors import ConfigError, FatalRunError
+from pipeline.errors import (
+    EXIT_ABORTED,
+    EXIT_CONFIG,
+    ConfigError,
+    EndpointUnreachableError,
+    FatalRunError,
+    ModelNotServedError,
+    exit_code_for,
+)
 from pipeline.extraction.context import RunContext
 from pipeline.reports.status import job_status
 from pipeline.run.runner import CANCELLED, RunStatus, _opened_source, opened_run, run_job
@@ -189,14 +197,16 @@ def refuse(request: httpx2.Request) -> httpx2.Response:
     raise AssertionError("no request expected")
 
 
-async def test_nothing_to_do_contacts_no_server_and_is_kept_as_a_quiet_run(tmp_path: Path) -> None:
+async def test_nothing_to_do_sends_no_record_and_is_kept_as_a_quiet_run(tmp_path: Path) -> None:
     """Issue 29: a quiet night left no trace, so `report --fail-on-drift` judged the night before again
     and the metrics textfile aged past the alert of docs/running.md."""
     spec = make_job(tmp_path, records=3)
     await run_served(spec, ScriptedServer([respond(good_completion())]))
     textfile = tmp_path / "pipeline.prom"
-    summary = await run_served(spec, refuse, metrics_textfile=textfile, variant_options=("--model", "m"))
+    server = ScriptedServer([refuse])  # its model list only: the check a run makes before its first request
+    summary = await run_served(spec, server, metrics_textfile=textfile, variant_options=("--model", "m"))
     assert summary.status is RunStatus.NOTHING_TO_DO and summary.run_id == 2 and summary.exit_code == 0
+    assert server.bodies == []
     row = table_rows(
         spec.database,
         "SELECT status, done, failed, pending_at_start, concurrency, ended_at >= started_at, profile, "
@@ -211,6 +221,32 @@ async def test_nothing_to_do_contacts_no_server_and_is_kept_as_a_quiet_run(tmp_p
     assert last is not None and (last["run_id"], last["status"], last["done"]) == (1, "completed", 3)
 
 
+async def test_nothing_to_do_with_a_model_the_server_does_not_serve_is_the_same_error_as_with_work(
+    tmp_path: Path,
+) -> None:
+    """A nightly job whose model name went wrong said "nothing to do" and exit 0 until records came."""
+    spec = make_job(tmp_path, records=2)
+    await run_served(spec, ScriptedServer([respond(good_completion())]))
+    served_models = "does not serve model 'nosuch/model'; it serves: test-model"
+    with pytest.raises(ModelNotServedError, match=f"^--model nosuch/model: .* {served_models}$") as caught:
+        await run_served(spec.with_overrides(model="nosuch/model"), ScriptedServer([refuse]))
+    assert exit_code_for(caught.value) == EXIT_CONFIG
+    assert table_rows(spec.database, "SELECT run_id, status FROM runs") == [(1, "completed")]
+
+
+async def test_nothing_to_do_against_a_server_that_is_down_is_exit_3_and_keeps_no_quiet_run(
+    tmp_path: Path,
+) -> None:
+    """Tomorrow's records would fail the same way: the quiet night says so now."""
+    spec = make_job(tmp_path, records=2)
+    await run_served(spec, ScriptedServer([respond(good_completion())]))
+    url = dead_url()
+    with pytest.raises(EndpointUnreachableError, match=f"cannot connect to {url}") as caught:
+        await run_job(spec.with_overrides(base_url=url), options())
+    assert exit_code_for(caught.value) == EXIT_ABORTED
+    assert table_rows(spec.database, "SELECT run_id, status FROM runs") == [(1, "completed")]
+
+
 async def test_nothing_to_do_with_a_textfile_in_a_missing_folder_is_exit_2_and_keeps_nothing(
     tmp_path: Path,
 ) -> None:
@@ -218,7 +254,7 @@ async def test_nothing_to_do_with_a_textfile_in_a_missing_folder_is_exit_2_and_k
     await run_served(spec, ScriptedServer([respond(good_completion())]))
     textfile = tmp_path / "absent" / "pipeline.prom"
     with pytest.raises(ConfigError, match=f"^--metrics-textfile {textfile}: folder"):
-        await run_served(spec, refuse, metrics_textfile=textfile)
+        await run_served(spec, ScriptedServer([refuse]), metrics_textfile=textfile)
     assert table_rows(spec.database, "SELECT run_id, status FROM runs") == [(1, "completed")]
 
 
