@@ -275,18 +275,27 @@ class ContextFullError(RecordError):
 class TooLongError(RecordError):
     """The record's prompt alone does not fit the model's context (``tokens`` against ``context``; the
     server's count when ``exact``), so it is not sent: class ``too_long``. ``field`` is the prompt field
-    with the most text (what chunking would split, or what to shorten), ``None`` when unknown."""
+    with the most text (what chunking would split, or what to shorten), ``None`` when unknown;
+    ``answer_cut_at``: the tokens its answer was cut off at with all the room the context left."""
 
     failure_class = FailureClass.TOO_LONG
 
     def __init__(
-        self, message: str, *, tokens: int, context: int, exact: bool, field: str | None = None
+        self,
+        message: str,
+        *,
+        tokens: int,
+        context: int,
+        exact: bool,
+        field: str | None = None,
+        answer_cut_at: int | None = None,
     ) -> None:
         super().__init__(message)
         self.tokens = tokens
         self.context = context
         self.exact = exact
         self.field = field
+        self.answer_cut_at = answer_cut_at
 
 
 class PermanentRecordError(RecordError):

@@ -27,7 +27,6 @@ TESTED_ELSEWHERE: dict[str, str] = {
         "tests/reports/test_failures.py, tests/reports/test_export.py, tests/reports/test_runs_report.py: "
         "the failures, export and report commands"
     ),
-    "cli/run.py": "tests/cli/test_cli.py, tests/cli/test_bad_input.py: `pipeline run`, its exits and output",
     "cli/servers.py": "tests/bench/test_bench.py: `pipeline bench` through the CLI",
     "extraction/outcomes.py": "tests/extraction/test_extractor.py: the outcome each record ends in",
     "job/examples.py": "tests/job/test_variants.py: few-shot examples, checked when the job loads",

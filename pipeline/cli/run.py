@@ -58,8 +58,8 @@ RetryClassOption = Annotated[
     list[str] | None,
     typer.Option(
         "--class",
-        help=f"With --retry-failed or --only-failed: only this failure class (repeatable): "
-        f"{', '.join(FAILURE_CLASSES)}.",
+        help=f"Retry only this failure class (repeatable): {', '.join(FAILURE_CLASSES)}. Alone it is "
+        "--retry-failed --class (new records too); with --only-failed, nothing new.",
     ),
 ]
 RedoStaleOption = Annotated[
@@ -213,7 +213,7 @@ def _run_options(
 
     return RunOptions(
         limit=selection.limit,
-        retry_failed=selection.retry_failed or bool(selection.retry_class),
+        retry_failed=selection.retry_failed,
         retry_classes=_failure_classes(selection.retry_class or [], selection.only_failed),
         only_failed=selection.only_failed,
         redo_stale=_redo_causes(selection.redo_stale, selection.only_failed),
@@ -289,6 +289,7 @@ def _print_summary(summary: RunSummary, given: Asked, made: VariantOptions) -> N
             f"failures: table {summary.failures_table} (`{failures}` shows them, `{retry}` retries them "
             "and takes no new record)"
         )
+    _print_too_long_unsent(numbers.too_long_unsent, asked, making)
     _print_blank(summary)
     _print_stale_kept(summary, asked, making)
     if summary.drift:
@@ -316,6 +317,18 @@ def _print_blank(summary: RunSummary) -> None:
     """The records the run set aside unsent, every prompt field empty: nothing to extract from."""
     if summary.blank:
         typer.echo(f"blank:    {summary.blank.describe('not sent')}")
+
+
+def _print_too_long_unsent(unsent: int, asked: Asked, making: tuple[str, ...]) -> None:
+    """Why records failed without a request: sending them again would only fail them again."""
+    if not unsent:
+        return
+    again = asked.command("run", "--only-failed", "--class", "too_long", *making)
+    typer.echo(
+        f"too long: {counted(unsent, 'record')} not sent: by the count of its prompt (the server's, in "
+        "this run or an earlier one, or one token a word) it cannot fit the context with an answer; split "
+        f"it (`chunking:` in the job) or raise the context (the server's --max-model-len), then `{again}`"
+    )
 
 
 def _print_stale_kept(summary: RunSummary, asked: Asked, making: tuple[str, ...]) -> None:

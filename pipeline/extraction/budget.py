@@ -27,10 +27,11 @@ the prompt alone does not fit; newer vLLM, as the bundled 0.32, cuts the budget 
 Behind such a proxy the estimate would starve what fits: it errs towards more tokens, and a prompt 1,000
 tokens short of a 4,096 context is estimated at about its end. So a prompt never counted is estimated
 at the rate the run learned from the server's counts (:class:`~pipeline.extraction.calibration.
-Calibration`), and a budget the context cuts below what an answer needs (:meth:`~pipeline.extraction.
-calibration.Calibration.answer_need`) is never sent: on an estimate, the request waits for the run to
-learn its rate (:func:`starved`), then goes with what its floor leaves, so that the server's answer or
-its 400 counts it; on the server's count, the record is ``too_long`` with both numbers
+Calibration`), and no budget the estimate cuts is sent before the run has learned that rate, nor one
+the context cuts below what an answer needs (:meth:`~pipeline.extraction.calibration.Calibration.
+answer_need`): on an estimate, the request waits for the run to learn its rate (:func:`starved`), and
+with nothing to learn from goes with what its floor leaves, so that the server's answer or its 400
+counts it; on the server's count, the record is ``too_long`` with both numbers
 (:func:`no_room_for_answer`).
 """
 
@@ -51,6 +52,8 @@ CHARS_PER_TOKEN = 3
 TOKENS_PER_MESSAGE = 8
 #: How a floor of one token a word is named in a message.
 ONE_A_WORD = "one a word"
+#: How a message names a count the server made in an earlier run (kept by the record's failure).
+COUNTED_EARLIER = " (the server's count in an earlier run)"
 #: Said early in a ``too_long`` message when the fixed part of the prompt leaves no room (``pipeline
 #: failures`` looks for it in the messages, which it cuts to 200 characters).
 FIXED_PART_FULL = "chunking cannot help"
@@ -77,10 +80,11 @@ class PromptCount:
     tokens: int
     exact: bool  # counted by the server, not estimated
     floor: str | None = None  # a floor (the prompt has no fewer tokens), and why: ONE_A_WORD, the server's
+    earlier: bool = False  # counted by the server in an earlier run (its too_long failure kept the count)
 
     def __str__(self) -> str:
         if self.exact:
-            return f"{self.tokens} tokens"
+            return f"{self.tokens} tokens{COUNTED_EARLIER if self.earlier else ''}"
         if self.floor is not None:
             return f"at least {self.tokens} tokens ({self.floor})"
         return f"about {self.tokens} tokens (estimated)"
@@ -93,10 +97,12 @@ class PromptCount:
 
 @dataclass(frozen=True, slots=True)
 class CountedPrompt:
-    """A message list and the prompt tokens the server counted for it."""
+    """A message list and the prompt tokens the server counted for it (``earlier``: in an earlier run,
+    for the same text and job)."""
 
     messages: tuple[ChatMessage, ...]
     tokens: int
+    earlier: bool = False
 
 
 def estimated_text_tokens(text: str) -> int:
@@ -122,7 +128,9 @@ def prompt_count(
     run's learned rate, given its ``calibration``)."""
     if counted is not None and messages[: len(counted.messages)] == counted.messages:
         added = messages[len(counted.messages) :]
-        return PromptCount(counted.tokens + estimated_tokens(added), exact=not added)
+        if not added:
+            return PromptCount(counted.tokens, exact=True, earlier=counted.earlier)
+        return PromptCount(counted.tokens + estimated_tokens(added), exact=False)
     estimate = estimated_tokens(messages)
     return PromptCount(calibration.scaled(estimate) if calibration else estimate, exact=False)
 
@@ -132,7 +140,7 @@ def prompt_floor(messages: tuple[ChatMessage, ...], counted: CountedPrompt | Non
     if counted is not None and messages[: len(counted.messages)] == counted.messages:
         added = messages[len(counted.messages) :]
         if not added:
-            return PromptCount(counted.tokens, exact=True)
+            return PromptCount(counted.tokens, exact=True, earlier=counted.earlier)
         return PromptCount(counted.tokens + fewest_tokens(added), exact=False, floor=ONE_A_WORD)
     return PromptCount(fewest_tokens(messages), exact=False, floor=ONE_A_WORD)
 
@@ -175,13 +183,18 @@ def fitted(
     parts: PromptParts | None = None,
     calibration: Calibration | None = None,
     need: AnswerNeed | None = None,
+    *,
+    may_be_refused: bool = True,
 ) -> ChatRequest:
     """``request`` asking for at most what ``context`` leaves after its prompt (``counted``: the
     server's count of it, or of the messages it starts with; else the estimate at ``calibration``'s
-    rate). A budget cut below ``need`` (what an answer needs) is not sent: where the prompt was only
-    estimated and its floor leaves enough, it is sent with what the floor leaves (the server's answer
-    or its 400 then counts the prompt); where the count (or the floor) certainly leaves less, it is a
-    :class:`TooLongError`: the prompt alone does not fit, or leaves no room for an answer."""
+    rate). A budget cut below ``need`` (what an answer needs), or cut by the estimate before the run
+    has learned the server's rate, is not sent: where the prompt was only estimated and its floor
+    leaves enough, it is sent with what the floor leaves (the server's answer or its 400 then counts
+    the prompt); where the count (or the floor) certainly leaves less, it is a :class:`TooLongError`:
+    the prompt alone does not fit, or leaves no room for an answer. ``may_be_refused`` false (a record
+    already refused for the context, whose next 400 is not retried): an unlearned estimate's budget
+    goes as it is, as an answer cut off by it is asked again with what the reply counted."""
     if context is None:
         return request
     prompt = prompt_count(request.messages, counted, calibration)
@@ -189,7 +202,8 @@ def fitted(
     if room >= request.max_tokens:
         return request
     least = _least_budget(request, need)
-    if room < least and not prompt.exact:
+    unsound = may_be_refused and not _rate_known(calibration)
+    if not prompt.exact and (room < least or unsound):
         prompt = prompt_floor(request.messages, counted)
         room = context - prompt.tokens
     if room >= least:
@@ -207,13 +221,23 @@ def starved(
     calibration: Calibration,
     need: AnswerNeed,
 ) -> bool:
-    """Whether only the estimate (not the server's count) cuts ``request``'s budget below ``need``: it
-    waits for the run to learn the server's rate (:meth:`Calibration.wait_to_learn`) before it goes."""
+    """Whether only the estimate (not the server's count) cuts ``request``'s budget, and the run cannot
+    trust the cut yet: below ``need``, or at all before the run has learned the server's rate. It waits
+    for the run to learn the rate (:meth:`Calibration.wait_to_learn`) before it goes."""
     if context is None:
         return False
     prompt = prompt_count(request.messages, counted, calibration)
     room = context - prompt.tokens
-    return not prompt.exact and room < request.max_tokens and room < _least_budget(request, need)
+    if prompt.exact or room >= request.max_tokens:
+        return False
+    return room < _least_budget(request, need) or not calibration.learned
+
+
+def _rate_known(calibration: Calibration | None) -> bool:
+    """Whether a budget cut by the estimate may be sent as it is: the estimate is at the server's rate
+    (or the caller keeps no rate). The plain estimate is a third too many on the LinkedIn job's prompts:
+    a prompt 1,080 tokens short of a 4,096 context got 26-175, and its answer was cut off."""
+    return calibration is None or calibration.learned
 
 
 def _least_budget(request: ChatRequest, need: AnswerNeed | None) -> int:
@@ -231,21 +255,31 @@ def too_long(
 
 
 def no_room_for_answer(
-    prompt: PromptCount, context: int, answer: str, parts: PromptParts, messages: tuple[ChatMessage, ...]
+    prompt: PromptCount,
+    context: int,
+    answer: str,
+    parts: PromptParts,
+    messages: tuple[ChatMessage, ...],
+    answer_cut_at: int | None = None,
 ) -> TooLongError:
     """The ``too_long`` failure of a prompt that fits but leaves less of the context than an answer
-    needs: the prompt, what it leaves, ``answer`` (what an answer needs, or how one was cut off), and
-    what to do. Not the server's answers at fault, so not ``truncated``."""
+    needs: the prompt, what it leaves, ``answer`` (what an answer needs, or how one was cut off: at
+    ``answer_cut_at`` tokens), and what to do. Not the server's answers at fault, so not ``truncated``."""
     head = (
         f"the prompt leaves too little of the context for an answer: {prompt} of a context of {context} "
         f"tokens (the server's max_model_len) leaves {'' if prompt.exact else 'at most '}"
         f"{context - prompt.tokens} tokens for the answer, {answer}"
     )
-    return _too_long(head, prompt, context, parts, messages)
+    return _too_long(head, prompt, context, parts, messages, answer_cut_at)
 
 
 def _too_long(
-    head: str, prompt: PromptCount, context: int, parts: PromptParts, messages: tuple[ChatMessage, ...]
+    head: str,
+    prompt: PromptCount,
+    context: int,
+    parts: PromptParts,
+    messages: tuple[ChatMessage, ...],
+    answer_cut_at: int | None = None,
 ) -> TooLongError:
     longest = parts.longest
     fixed = fixed_part_count(parts.fixed, messages, prompt) if parts.fixed else None
@@ -263,6 +297,7 @@ def _too_long(
         context=context,
         exact=prompt.exact,
         field=longest.name if longest else None,
+        answer_cut_at=answer_cut_at,
     )
 
 
@@ -307,7 +342,8 @@ def cut_by_the_estimate(
         return False
     if context - prompt.tokens > sent.max_tokens:
         return True
-    raise no_room_for_answer(prompt, context, cut_off_below_the_job(reply, asked), parts, sent.messages)
+    answer = cut_off_below_the_job(reply, asked)
+    raise no_room_for_answer(prompt, context, answer, parts, sent.messages, reply.completion_tokens)
 
 
 def no_room_to_grow(sent: ChatRequest, context: int | None, prompt: PromptCount) -> bool:

@@ -19,11 +19,13 @@ server counts for what the pipeline estimates, and how many tokens its answers t
   hold this record's answer either, but it may: it is sent, and an answer cut off is ``too_long``.
   A run starts from the answers of the variant's latest results (the run reads them once from its
   database): a ``--only-failed`` run of a few records the context barely holds knows from its first
-  request what an answer takes, not only the schema's floor.
+  request what an answer takes, not only the schema's floor; and a record whose answer an earlier run
+  saw cut off with all the room the context left needs more than that.
 
 Both keep the run's latest :data:`LEARNED_WINDOW` values. A request whose budget only the estimate
-starves waits, while nothing is learned, for a request in flight to teach the rate
-(:meth:`Calibration.wait_to_learn`), so a run's first records do not each ask the server the same thing.
+cuts waits, while nothing is learned, for a request in flight to teach the rate
+(:meth:`Calibration.wait_to_learn`), so a run's first records do not each ask the server the same thing,
+nor go with a budget the plain estimate cut far below what the context leaves.
 Only budgets use what is learned: the chunk planner keeps the plain estimate, since whether a record is
 split changes what is sent, which must not depend on how much the run had learned when the record came.
 """
@@ -133,8 +135,17 @@ class Calibration:
             self._answers.add(completion_tokens)
             self._answered += 1
 
-    def answer_need(self, max_tokens: int) -> AnswerNeed:
-        """What an answer needs, never more than the job's budget ``max_tokens``."""
+    def answer_need(self, max_tokens: int, cut_before: int | None = None) -> AnswerNeed:
+        """What an answer needs, never more than the job's budget ``max_tokens``; for a record whose
+        answer an earlier run saw cut off at ``cut_before`` tokens (all the context left it), more than
+        that, if more than the run's answers need."""
+        need = self._run_need(max_tokens)
+        if cut_before is not None and need.tokens <= cut_before < max_tokens:
+            why = f"its answer was cut off at {cut_before:,} tokens in an earlier run"
+            return AnswerNeed(cut_before + 1, why)
+        return need
+
+    def _run_need(self, max_tokens: int) -> AnswerNeed:
         if len(self._answers) >= ANSWERS_TO_MEASURE:
             tokens = math.ceil(self._answers.at(SHORTEST_SHARE))
             measured = len(self._answers)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Protocol
 
 import orjson
@@ -36,6 +35,7 @@ from pipeline.errors import (
     RepetitionLoopError,
     ServerUnreachableError,
     StructuredOutputRejectedError,
+    TooLongError,
     TransientError,
     TruncatedError,
 )
@@ -66,13 +66,14 @@ from pipeline.extraction.parse import (
     reask_request,
 )
 from pipeline.extraction.prompt import PromptBuilder
+from pipeline.extraction.record_state import RecordState
 from pipeline.extraction.retry import RetryPolicy
 from pipeline.quality.grounding import Grounder
 from pipeline.servers.client import ChatMessage, ChatRequest
 from pipeline.servers.endpoint import Endpoint, EndpointEvacuatedError
 from pipeline.servers.replies import Reply
 from pipeline.servers.router import Router
-from pipeline.source.reader import RecordId, SourceRecord
+from pipeline.source.reader import SourceRecord
 
 __all__ = ["BudgetGrowth", "Extractor", "RequestCounters"]  # BudgetGrowth: pipeline.extraction.budget's
 
@@ -95,24 +96,6 @@ class RequestCounters(Protocol):
         """Count a reply's tokens."""
 
     def timed_out(self) -> None: ...
-
-
-@dataclass(slots=True)
-class _RecordState:
-    record_id: RecordId
-    first: ChatRequest
-    request: ChatRequest  # the next request, before it is fitted to an endpoint's context
-    parts: PromptParts  # its longest field and the fixed part, for a too_long failure
-    attempts: int = 0
-    last_raw_output: str | None = None
-    usage: Usage = field(default_factory=Usage)
-    sent: ChatRequest | None = None  # the last request sent, as fitted (the next one may be larger)
-    endpoint: Endpoint | None = None  # where the last request went
-    counted: CountedPrompt | None = None  # the server's count of a prompt this record sent
-
-    @property
-    def sent_max_tokens(self) -> int:
-        return self.sent.max_tokens if self.sent is not None else 0
 
 
 class Extractor:
@@ -142,12 +125,7 @@ class Extractor:
     async def extract(self, record: SourceRecord, follow_up: ChatMessage | None = None) -> Outcome:
         """``follow_up``: a last message after the record's (a later pass over a chunk says what earlier
         ones found); re-asks keep it, being part of the first request."""
-        budget = record.truncated_at_max_tokens
-        first = self._prompts.request_for(record.fields, self._growth.after(budget) if budget else None)
-        if follow_up is not None:
-            first = dataclasses.replace(first, messages=(*first.messages, follow_up))
-        parts = PromptParts(longest_field(self._prompts.texts(record.fields)), self._fixed)
-        state = _RecordState(record.id, first=first, request=first, parts=parts)
+        state = self._state(record, follow_up)
         try:
             async for attempt in self._policy.attempts():
                 with attempt:
@@ -170,6 +148,15 @@ class Extractor:
             return self._failed(record, state, error)
         raise AssertionError("the retry loop ends with a result or an error")
 
+    def _state(self, record: SourceRecord, follow_up: ChatMessage | None) -> RecordState:
+        """The record's first request, started above the budget an earlier truncated answer had."""
+        budget = record.truncated_at_max_tokens
+        first = self._prompts.request_for(record.fields, self._growth.after(budget) if budget else None)
+        if follow_up is not None:  # a chunk, a record of its own: no earlier failure of it is known
+            first = dataclasses.replace(first, messages=(*first.messages, follow_up))
+        parts = PromptParts(longest_field(self._prompts.texts(record.fields)), self._fixed)
+        return RecordState.of(record, first, parts)
+
     def _grounding(self, value: BaseModel, record: SourceRecord) -> str | None:
         if self._grounder is None:
             return None
@@ -177,7 +164,7 @@ class Extractor:
         grounding = self._grounder.ground(value.model_dump(mode="json"), texts)
         return orjson.dumps(grounding.to_json()).decode()
 
-    async def _attempt(self, state: _RecordState) -> tuple[Reply, BaseModel]:
+    async def _attempt(self, state: RecordState) -> tuple[Reply, BaseModel]:
         try:
             reply = await self._send(state)
         except ContextLengthError as error:
@@ -196,7 +183,7 @@ class Extractor:
             state.request = reask_request(budget, error)
             raise
 
-    def _after_truncation(self, state: _RecordState, reply: Reply, error: TruncatedError) -> None:
+    def _after_truncation(self, state: RecordState, reply: Reply, error: TruncatedError) -> None:
         """The next request after a cut-off answer: the same, fitted to the server's count, when only
         the estimate cut its budget (``too_long`` when the context did); another way after a loop; or
         with a larger budget."""
@@ -225,12 +212,13 @@ class Extractor:
         else:
             state.request = larger_budget_request(sent, self._growth.factor, self._growth.ceiling)
 
-    async def _refused_for_context(self, state: _RecordState, error: ContextLengthError) -> None:
+    async def _refused_for_context(self, state: RecordState, error: ContextLengthError) -> None:
         """The server refused the request for its context (the client now uses the length it named):
         retried once when a smaller budget fits, or may (a prompt only its floor says fits); a prompt
         that alone does not fit is ``too_long``; anything else fails with the numbers."""
         assert state.sent is not None  # it was sent
         assert state.endpoint is not None
+        state.refused_for_context = True
         context = error.context_length
         prompt = await self._refused_prompt(state, state.endpoint, error)
         room = context - prompt.tokens
@@ -250,7 +238,7 @@ class Extractor:
         )
 
     async def _refused_prompt(
-        self, state: _RecordState, endpoint: Endpoint, error: ContextLengthError
+        self, state: RecordState, endpoint: Endpoint, error: ContextLengthError
     ) -> PromptCount:
         """The prompt's tokens after a 400 about the context: as the 400 names them (kept for the
         retry), else the server's count or the estimate, else (both past the context) the floor."""
@@ -266,7 +254,7 @@ class Extractor:
             return prompt
         return await self._counted(state, endpoint, messages) or prompt_floor(messages, state.counted)
 
-    async def _send(self, state: _RecordState) -> Reply:
+    async def _send(self, state: RecordState) -> Reply:
         """One attempt, on an endpoint with room. A request that never reached a server (refused),
         lost its connection to a server that is gone, was taken off a stalled endpoint, or was refused
         for its response_format goes again, elsewhere or without it: that costs the record nothing."""
@@ -293,20 +281,23 @@ class Extractor:
                         raise PermanentRecordError(str(error)) from error
                     _without_structured_output(endpoint, error)
 
-    async def _fitted(self, state: _RecordState, endpoint: Endpoint) -> ChatRequest:
+    async def _fitted(self, state: RecordState, endpoint: Endpoint) -> ChatRequest:
         """The next request as it may go to ``endpoint``: its budget within what the context leaves,
         the prompt counted by the server first when the estimate puts it near the context; a budget
         only the estimate starves waits for the run to learn the server's rate first."""
         context, request, calibration = endpoint.context_length, state.request, self.calibration
         if needs_count(request, context, prompt_count(request.messages, state.counted)):
             await self._counted(state, endpoint, request.messages)
-        need = calibration.answer_need(state.first.max_tokens)
+        need = calibration.answer_need(state.first.max_tokens, state.answer_cut_at)
         if starved(request, context, state.counted, calibration, need):
             await calibration.wait_to_learn()
-        return fitted(request, context, state.counted, state.parts, calibration, need)
+        refusable = not state.refused_for_context
+        return fitted(
+            request, context, state.counted, state.parts, calibration, need, may_be_refused=refusable
+        )
 
     async def _counted(
-        self, state: _RecordState, endpoint: Endpoint, messages: tuple[ChatMessage, ...]
+        self, state: RecordState, endpoint: Endpoint, messages: tuple[ChatMessage, ...]
     ) -> PromptCount | None:
         """The server's count of ``messages`` (kept for the record's later requests), or ``None`` from a
         server that cannot count."""
@@ -357,18 +348,19 @@ class Extractor:
         self.calibration.counted(estimated_tokens(request.messages), reply.prompt_tokens)
         return reply
 
-    def _finished(self, state: _RecordState, error: RecordError | None) -> None:
+    def _finished(self, state: RecordState, error: RecordError | None) -> None:
         if state.endpoint is not None:
             server_side = error is not None and error.failure_class in _SERVER_SIDE
             self._router.record_finished(state.endpoint, server_side_failure=server_side, error=str(error))
 
-    def _model(self, state: _RecordState) -> str | None:
+    def _model(self, state: RecordState) -> str | None:
         return state.endpoint.config.model if state.endpoint is not None else None
 
-    def _failed(self, record: SourceRecord, state: _RecordState, error: RecordError) -> Failed:
+    def _failed(self, record: SourceRecord, state: RecordState, error: RecordError) -> Failed:
         failure_class = error.failure_class
         log.info("record failed", record_id=record.id, failure_class=str(failure_class), error=str(error))
         self._finished(state, error)
+        counted, cut_at = state.fit_kept(error) if isinstance(error, TooLongError) else (None, None)
         return Failed(
             record.id,
             failure_class,
@@ -379,6 +371,8 @@ class Extractor:
             state.sent_max_tokens or state.request.max_tokens,
             record.content_hash,
             self._model(state),
+            counted_prompt_tokens=counted,
+            answer_cut_at=cut_at,
         )
 
 

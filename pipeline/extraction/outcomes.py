@@ -74,6 +74,11 @@ class Failed:
     content_hash: int | None = None
     model: str | None = None
     chunked: bool = False  # a long record that failed in one of its chunks
+    # A record too long for the context: the server's count of its prompt as first sent, and the tokens
+    # its answer was cut off at with all the room the context left. A later run of the same job on the
+    # same text judges its fit from them without sending it (the failures' columns of those names).
+    counted_prompt_tokens: int | None = None
+    answer_cut_at: int | None = None
 
 
 Outcome = Extracted | Failed

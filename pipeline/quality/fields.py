@@ -14,6 +14,7 @@ of objects both as a whole and sub-field by sub-field.
 
 from __future__ import annotations
 
+import dataclasses
 import decimal
 import difflib
 import enum
@@ -55,6 +56,12 @@ class FieldSpec:
     item_kind: FieldKind | None = None  # LIST: the kind of its items
     choices: tuple[Any, ...] = ()  # CHOICE (and a LIST of choices): the allowed values
     integer: bool = False  # NUMBER (and a LIST of numbers): whole numbers only (an int)
+    # The type one value is declared as, Optional and Annotated unwrapped (date, Decimal, an Enum, a
+    # Literal; a list's items'); None for a model. What `export --flatten` types a column by.
+    value_type: Any = dataclasses.field(default=None, compare=False)
+    listed: bool = False  # a list (set, tuple[X, ...]) of value_type: LIST, or OTHER of such items
+    # A Decimal's max_digits and decimal_places, where the schema gives them.
+    digits: tuple[int | None, int | None] = (None, None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +71,8 @@ class _TypeShape:
     item_kind: FieldKind | None = None
     choices: tuple[Any, ...] = ()
     integer: bool = False
+    value_type: Any = None
+    listed: bool = False
 
 
 def schema_fields(schema: type[BaseModel]) -> tuple[FieldSpec, ...]:
@@ -89,7 +98,25 @@ def _field_spec(name: str, info: FieldInfo, expanded: frozenset[type[BaseModel]]
         item_kind=shape.item_kind,
         choices=shape.choices,
         integer=shape.integer,
+        value_type=shape.value_type,
+        listed=shape.listed,
+        digits=_decimal_digits(info),
     )
+
+
+def _decimal_digits(info: FieldInfo) -> tuple[int | None, int | None]:
+    """``max_digits`` and ``decimal_places`` wherever the schema gives them: ``Field(...)``,
+    ``condecimal(...)``, an ``Annotated`` layer, a list's items."""
+    pending: list[Any] = [*info.metadata, info.annotation]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, FieldInfo):
+            pending.extend(item.metadata)
+        elif getattr(item, "decimal_places", None) is not None:
+            return getattr(item, "max_digits", None), item.decimal_places
+        else:
+            pending.extend(typing.get_args(item))  # Annotated, Optional, list[...]: their members
+    return None, None
 
 
 def _marked_grounded(info: FieldInfo) -> bool:
@@ -114,17 +141,18 @@ def _unwrap(annotation: Any) -> Any:
 
 def _scalar_shape(annotation: Any) -> _TypeShape | None:
     if typing.get_origin(annotation) is Literal:
-        return _TypeShape(FieldKind.CHOICE, choices=typing.get_args(annotation))
+        return _TypeShape(FieldKind.CHOICE, choices=typing.get_args(annotation), value_type=annotation)
     if not isinstance(annotation, type):
         return None
     if issubclass(annotation, enum.Enum):
-        return _TypeShape(FieldKind.CHOICE, choices=tuple(member.value for member in annotation))
+        choices = tuple(member.value for member in annotation)
+        return _TypeShape(FieldKind.CHOICE, choices=choices, value_type=annotation)
     if issubclass(annotation, bool):
-        return _TypeShape(FieldKind.BOOLEAN)
+        return _TypeShape(FieldKind.BOOLEAN, value_type=annotation)
     if issubclass(annotation, int | float | decimal.Decimal):
-        return _TypeShape(FieldKind.NUMBER, integer=issubclass(annotation, int))
+        return _TypeShape(FieldKind.NUMBER, integer=issubclass(annotation, int), value_type=annotation)
     if issubclass(annotation, str):
-        return _TypeShape(FieldKind.TEXT)
+        return _TypeShape(FieldKind.TEXT, value_type=annotation)
     return None
 
 
@@ -148,7 +176,7 @@ def _shape(annotation: Any) -> _TypeShape:
         return _TypeShape(FieldKind.OBJECT, model=annotation)
     item = _item_annotation(annotation)
     if item is None:
-        return _TypeShape(FieldKind.OTHER)
+        return _TypeShape(FieldKind.OTHER, value_type=annotation)
     item = _unwrap(item)
     item_scalar = _scalar_shape(item)
     if item_scalar is not None:
@@ -157,10 +185,12 @@ def _shape(annotation: Any) -> _TypeShape:
             item_kind=item_scalar.kind,
             choices=item_scalar.choices,
             integer=item_scalar.integer,
+            value_type=item,
+            listed=True,
         )
     if isinstance(item, type) and issubclass(item, BaseModel):
         return _TypeShape(FieldKind.OBJECT_LIST, model=item)
-    return _TypeShape(FieldKind.OTHER)
+    return _TypeShape(FieldKind.OTHER, value_type=item, listed=True)
 
 
 def grounded_paths(schema: type[BaseModel]) -> tuple[str, ...]:

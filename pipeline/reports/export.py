@@ -23,7 +23,7 @@ from pipeline.defaults import ExportFormat as ExportFormat
 from pipeline.errors import ConfigError, DatabaseError
 from pipeline.job.spec import JobSpec
 from pipeline.quality.fields import schema_fields
-from pipeline.reports.flatten import flat_columns, select_list
+from pipeline.reports.flatten import SESSION_SETTINGS, flat_columns, select_list
 from pipeline.source.db import Database, memory_limit_or_default, quote
 from pipeline.source.relation import source_relation
 from pipeline.store.opening import open_job_output
@@ -148,6 +148,8 @@ def export_results(
     # Keeping the rows' order buffers them in memory, past the memory limit on a big table; each row
     # carries its id, so the order does not matter.
     connection.execute("SET preserve_insertion_order = false")
+    for setting in SESSION_SETTINGS if flatten else ():
+        connection.execute(setting)
     written: list[tuple[Path, Path]] = []  # (temporary file, final path)
     try:
         copy = functools.partial(_copy, connection, spec.variant, fmt, written=written)

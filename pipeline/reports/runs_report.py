@@ -202,9 +202,12 @@ def _rows(report: RunsReport) -> list[tuple[str, list[Any]]]:
         ("failure rate", [run["failure_rate"] for run in runs]),
         ("records/min", [run["records_per_min"] for run in runs]),
     ]
-    blank = [run["numbers"]["blank"] for run in runs]  # set aside unsent: every prompt field empty
-    if any(blank):
-        rows.insert(3, ("blank (not sent)", blank))
+    # Records never sent, each a row only when a run had some: blank ones (every prompt field empty,
+    # set aside) and too_long ones (failed unsent: a count of the prompt said it cannot fit).
+    for label, name in (("too long (not sent)", "too_long_unsent"), ("blank (not sent)", "blank")):
+        unsent = [run["numbers"][name] for run in runs]
+        if any(unsent):
+            rows.insert(3, (label, unsent))
     for name in ("prompt", "completion", "reasoning"):
         rows.append((f"{name} tok/record", [run["tokens_per_record"].get(name) for run in runs]))
     for name in ("p50", "p90"):

@@ -2,9 +2,12 @@
 
 Per endpoint: the server's own word (:func:`~pipeline.servers.capacity.read_server`: context, KV cache,
 prefix caching, the shared prefix's tokens), then a few probes made from a seeded sample of the job's
-own records, sent as the run sends them (the job's prompt and settings, the production client, the one
-retry policy), one at a time so each measures a reply alone; then the lines of
-:mod:`pipeline.run.check_lines`. Exit 0 all ok, 1 a warning, 3 the server cannot serve the job.
+own records, sent as the run sends them (the job's prompt and settings, the budget the run's rule leaves
+them in this context, the production client, the one retry policy), one at a time so each measures a
+reply alone; then the prompts of the pending records with the longest prompt fields, counted by the
+server and fitted to its context as a run fits them (a record a run refuses, the check says it refuses);
+then the lines of :mod:`pipeline.run.check_lines`. Exit 0 all ok, 1 a warning, 3 the server cannot serve
+the job.
 
 With several endpoints, the top-level numbers are the first endpoint's, ``endpoints`` has each one's,
 ``checks`` has all of them (each with its ``endpoint``), and the backlog's ETA is over all of them.
@@ -28,11 +31,14 @@ from pipeline.errors import (
     FatalRunError,
     exit_code_for,
 )
+from pipeline.extraction.budget import estimated_tokens
+from pipeline.extraction.calibration import LEARNED_WINDOW, Calibration, fewest_answer_tokens
 from pipeline.extraction.prompt import PromptBuilder, client_settings
 from pipeline.job.spec import JobSpec
 from pipeline.reports.status import blank_as_read, pending_as_read
 from pipeline.run.check_lines import (
     Check,
+    PromptFit,
     answer_check,
     backlog_check,
     backlog_eta_s,
@@ -40,15 +46,18 @@ from pipeline.run.check_lines import (
     effort_check,
     format_check,
     kv_check,
+    longest_first,
     prefix_check,
     timeout_check,
 )
 from pipeline.run.probes import (
+    LONGEST_COUNTED,
     PROMPTS_COUNTED,
     Measured,
     Probe,
     counted_prompt,
     effort_probes,
+    fit_as_run,
     honored,
     send_probes,
 )
@@ -63,9 +72,12 @@ from pipeline.servers.capacity import (
 )
 from pipeline.servers.client import LLMClient
 from pipeline.servers.config import EndpointConfig
-from pipeline.source.pending import sampled_fields
+from pipeline.source.pending import PendingQueries, sampled_fields
+from pipeline.source.reader import SourceRecord, longest_pending
+from pipeline.source.versions import version_of
 from pipeline.store.opening import open_for_reading
 from pipeline.store.read_copy import ReadCopy
+from pipeline.store.writer import recent_answers
 
 
 @dataclass(slots=True)
@@ -81,6 +93,7 @@ class EndpointReport:
     throughput_tok_s: float = 0.0  # expected at the job's concurrency, for the backlog (the model's)
     speed: float = 1.0  # a simulator's --speed (its seconds are this many of the model's), else 1
     tokens_per_record: float | None = None
+    longest_prompt: dict[str, Any] | None = None  # the longest pending prompt, counted and fitted
     checks: list[Check] = field(default_factory=list)
     unreachable: bool = False  # the server could not be read: its one line is the fail that says why
 
@@ -101,6 +114,7 @@ _JSON_KEYS = (
     "prefix_caching",
     "answer_in_reasoning",
     "reasoning_effort_honored",
+    "longest_prompt",
     "eta_s",
     "checks",
 )
@@ -163,10 +177,9 @@ async def check_job(
     after the last endpoint, unless no endpoint could be read at all (its fail line says why)."""
     pending, copy = await _pending(spec)  # first: it loads a job's seed file, as a run would
     blank = await anyio.to_thread.run_sync(blank_as_read, spec)
-    records = await anyio.to_thread.run_sync(sample_fields, spec, probes, seed)
-    counted = await anyio.to_thread.run_sync(sample_fields, spec, PROMPTS_COUNTED, seed)
+    records = await anyio.to_thread.run_sync(read_records, spec, probes, seed)
     reports = [
-        await check_endpoint(spec, config, Sampled(records, counted), pending, probe_timeout_s)
+        await check_endpoint(spec, config, records, pending, probe_timeout_s)
         for config in spec.endpoint_configs()
     ]
     throughputs = [r.throughput_tok_s for r in reports]
@@ -180,16 +193,33 @@ async def check_job(
     return CheckReport(reports, pending, eta, copy)
 
 
-def sample_fields(spec: JobSpec, records: int, seed: int) -> list[dict[str, object]]:
-    """The fields of a seeded sample of ``records`` source records (``--sample N --seed S``'s)."""
+@dataclass(frozen=True, slots=True)
+class JobRecords:
+    """What a check reads of the job's records: the fields of those probed (a seeded sample), of those
+    whose prompts are counted (a larger one), the pending records with the longest prompts, and what
+    earlier runs' answers took (a run's calibration starts from them). A blank record (every prompt
+    field empty) is in none of them: a run never sends one."""
+
+    probed: Sequence[dict[str, object]]
+    counted: Sequence[dict[str, object]]
+    longest: Sequence[SourceRecord]
+    answered_before: Sequence[int]
+
+
+def read_records(spec: JobSpec, probes: int, seed: int) -> JobRecords:
+    """The records a check sends and counts, read at once (``--sample N --seed S``'s sample for the
+    probes); blocking. A source with no records is a :class:`ConfigError`: nothing to probe with."""
     connection = open_for_reading(spec)
     try:
-        fields = sampled_fields(connection, spec, records, seed)
+        probed = sampled_fields(connection, spec, probes, seed)
+        counted = sampled_fields(connection, spec, PROMPTS_COUNTED, seed)
+        longest = longest_pending(connection, PendingQueries(spec, version_of(spec)), LONGEST_COUNTED)
+        answered = recent_answers(connection, spec, LEARNED_WINDOW)
     finally:
         connection.close()
-    if not fields:
+    if not probed:
         raise ConfigError(f"{spec.source_file}: the source has no records to probe the server with")
-    return fields
+    return JobRecords(probed, counted, longest, answered)
 
 
 async def _pending(spec: JobSpec) -> tuple[int | None, ReadCopy | None]:
@@ -202,15 +232,19 @@ async def _pending(spec: JobSpec) -> tuple[int | None, ReadCopy | None]:
 
 
 @dataclass(frozen=True, slots=True)
-class Sampled:
-    """The sampled records' fields: those probed, and those whose prompts are counted."""
+class Probed:
+    """What one server's probes and counts gave: the probes, whether it refused ``response_format``, a
+    probe's fail line, reasoning tokens by effort, and the longest pending prompts as a run fits them."""
 
-    probed: Sequence[dict[str, object]]
-    counted: Sequence[dict[str, object]]
+    measured: Measured
+    refused: bool
+    failure: Check | None
+    efforts: dict[str, int]
+    longest: list[PromptFit]
 
 
 async def check_endpoint(
-    spec: JobSpec, config: EndpointConfig, sampled: Sampled, pending: int | None, probe_timeout_s: float
+    spec: JobSpec, config: EndpointConfig, records: JobRecords, pending: int | None, probe_timeout_s: float
 ) -> EndpointReport:
     """One server's report: its reading, the probes, and every line but the backlog's."""
     report = EndpointReport(config.base_url, config.model)
@@ -225,15 +259,33 @@ async def check_endpoint(
             report.checks.append(Check("server", "fail", str(error)))
             report.unreachable = True
             return report
-        counted = await counted_prompt(client, [prompts.request_for(fields) for fields in sampled.counted])
-        requests = [prompts.request_for(fields) for fields in sampled.probed]
-        measured, refused, failure = await send_probes(client, spec, requests, timeout)
-        efforts = await effort_probes(client, spec, requests[0], measured, timeout) if measured else {}
-    _fill(report, spec, config, reading, Measured(measured, counted, len(sampled.counted)), efforts, pending)
-    report.checks.insert(5, format_check(settings.response_format is not None, refused))
-    if failure is not None:
-        report.checks.insert(0, failure)
+        probed = await _probe(client, spec, prompts, records, timeout)
+    _fill(report, spec, config, reading, probed, pending)
+    answered = bool(probed.measured.probes)
+    report.checks.insert(5, format_check(settings.response_format is not None, probed.refused, answered))
+    if probed.failure is not None:
+        report.checks.insert(0, probed.failure)
     return report
+
+
+async def _probe(
+    client: LLMClient, spec: JobSpec, prompts: PromptBuilder, records: JobRecords, timeout_s: float
+) -> Probed:
+    """The sample's prompts counted, the probes sent with the budget a run gives them here (a record a
+    run refuses is not sent), the contrasting effort's probe, and the longest pending prompts fitted:
+    what an answer needs and the server's rate start where a run's do and learn as a run's learn."""
+    calibration = Calibration(fewest_answer_tokens(spec.schema_class), records.answered_before)
+    counted = await counted_prompt(client, [prompts.request_for(fields) for fields in records.counted])
+    fits = [await fit_as_run(client, prompts, calibration, fields) for fields in records.probed]
+    requests = [fit.request for fit in fits if fit.request is not None]
+    measured, refused, failure = await send_probes(client, spec, requests, timeout_s)
+    for request, probe in zip(requests, measured, strict=False):  # a reply's count teaches it too
+        calibration.counted(estimated_tokens(request.messages), probe.prompt_tokens)
+    efforts = await effort_probes(client, spec, requests[0], measured, timeout_s) if measured else {}
+    longest = [
+        await fit_as_run(client, prompts, calibration, record.fields, record.id) for record in records.longest
+    ]
+    return Probed(Measured(measured, counted, len(records.counted)), refused, failure, efforts, longest)
 
 
 def _fill(
@@ -241,11 +293,11 @@ def _fill(
     spec: JobSpec,
     config: EndpointConfig,
     reading: ServerReading,
-    measured: Measured,
-    efforts: dict[str, int],
+    probed: Probed,
     pending: int | None,
 ) -> None:
     """The numbers and the lines (all but response_format's, the probe's and the backlog's)."""
+    measured, efforts = probed.measured, probed.efforts
     probes, answer = measured.probes, measured.answer
     fit = RequestFit.of_reading(reading, answer_tokens=answer, prompt_tokens=measured.prompt)
     report.context, report.kv_tokens = reading.context, reading.kv_tokens
@@ -254,14 +306,14 @@ def _fill(
     report.answer_in_reasoning = any(p.lands == "reasoning" for p in probes) if probes else None
     report.reasoning_effort_honored = honored(efforts)
     report.tokens_per_record = answer
+    report.longest_prompt = _longest_json(probed.longest)
     report.speed = reading.time_scale
     level = _level(config, report.requests_that_fit)
     predicted = _predict(report, level, reading.time_scale, probes)
-    longest = max(((p.prompt_tokens, p.completion_tokens) for p in probes), default=(None, None))
     reasoning = [p.reasoning_tokens for p in probes if p.reasoning_tokens is not None]
     lands = [p.lands for p in probes]
     report.checks += [
-        context_check(reading.context, longest[0], longest[1], spec.max_tokens),
+        context_check(reading.context, probed.longest, spec.max_tokens, answer),
         kv_check(reading.kv_tokens, fit, config.concurrency, measured.basis),
         prefix_check(reading.prefix_caching, reading.prefix_tokens, pending, measured.prompt),
         answer_check(len(lands), lands.count("reasoning"), lands.count("cut"), lands.count("none")),
@@ -270,6 +322,21 @@ def _fill(
         ),
         timeout_check(level, predicted, spec.request_timeout_s, reading.running, reading.time_scale),
     ]
+
+
+def _longest_json(fits: Sequence[PromptFit]) -> dict[str, Any] | None:
+    """The longest of the pending prompts counted: its record, tokens (``counted``: by the server),
+    the budget a run asks for it (``max_tokens``; null: a run refuses it, unsent, as ``too_long``)."""
+    if not fits:
+        return None
+    longest = longest_first(fits)[0]
+    refused = longest.refused
+    return {
+        "record_id": longest.record_id,
+        "tokens": longest.prompt.tokens if refused is None else refused.tokens,
+        "counted": longest.prompt.exact if refused is None else refused.exact,
+        "max_tokens": None if longest.request is None else longest.request.max_tokens,
+    }
 
 
 def _level(config: EndpointConfig, fit: int | None) -> int:

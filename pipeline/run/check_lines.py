@@ -1,20 +1,26 @@
 """The lines ``pipeline check`` (and, without the probes, a run's preflight) says of one server: each an
 ok / warn / fail / unknown verdict with one sentence, from numbers already read and measured. Pure
-functions: the reading and the fit are :mod:`pipeline.servers.capacity`'s, the probing
-:mod:`pipeline.run.check`'s.
+functions: the reading and the fit are :mod:`pipeline.servers.capacity`'s, the probing and the prompts
+fitted to the context :mod:`pipeline.run.probes`'s.
 
 What could not be checked is ``unknown``, neither ok nor a problem: a server that does not say something
-(a proxy without ``/metrics`` or ``/tokenize``), or a probe that got no answer. It changes no exit code
-(a probe that failed has its own fail line) and a run's preflight does not warn of it.
+(a proxy without ``/metrics`` or ``/tokenize``), or what only a probe's answer shows when none answered.
+It changes no exit code (a probe that failed has its own fail line) and a run's preflight does not warn
+of it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from pipeline.errors import TooLongError
+from pipeline.extraction.budget import FIXED_PART_ADVICE, FIXED_PART_FULL, PromptCount
 from pipeline.servers.cache_counters import reachable_hit_rate
 from pipeline.servers.capacity import RequestFit
+from pipeline.servers.client import ChatRequest
+from pipeline.source.reader import RecordId
 from pipeline.wording import counted, duration, model_time
 
 Status = Literal["ok", "warn", "fail", "unknown"]
@@ -44,29 +50,111 @@ class Check:
         return f"{self.status:<{STATUS_WIDTH}}  {self.name}: {self.message}"
 
 
+@dataclass(frozen=True, slots=True)
+class PromptFit:
+    """One record's prompt against a server's context as a run sends it
+    (:func:`pipeline.run.probes.fit_as_run`): its tokens (the server's count, else the estimate) and its
+    request with the budget the run asks for, or ``refused``: the ``too_long`` failure a run ends the
+    record with, unsent."""
+
+    record_id: RecordId | None  # None: a record sampled for a probe, whose id is not read
+    prompt: PromptCount
+    request: ChatRequest | None
+    refused: TooLongError | None = None
+
+
 def context_check(
-    context: int | None, longest_prompt: int | None, answer: int | None, max_tokens: int
+    context: int | None, longest: Sequence[PromptFit], max_tokens: int, answer: float | None = None
 ) -> Check:
-    """Whether the longest sampled prompt fits the context with its answer (as measured) and its budget."""
+    """Whether the pending records with the longest prompts fit ``context`` as a run sends them: one a
+    run refuses unsent fails, one sent with less than ``max_tokens`` warns (``answer``: what the probes'
+    answers took, said beside what is left), all sent whole are ok; a prompt the server did not count
+    is unknown, unless even its floor does not fit (refused)."""
     if context is None:
         return Check("context", "unknown", "the server lists no max_model_len")
-    if longest_prompt is None:
-        return Check("context", "unknown", f"{context:,} tokens; whether a prompt fits: no prompt measured")
-    if answer is not None and longest_prompt + answer > context:
-        return Check(
-            "context",
-            "fail",
-            f"{context:,} tokens: the longest sampled prompt ({longest_prompt:,}) and its answer "
-            f"({answer:,}) do not fit; such records fail as too_long (use chunking:, or a longer context)",
-        )
-    if longest_prompt + max_tokens > context:
+    if not longest:
+        return Check("context", "unknown", f"{context:,} tokens; whether a prompt fits: no pending record")
+    ranked = longest_first(longest)
+    of_them = f"{context:,} tokens: of the {len(ranked)} pending records with the longest prompts, a run"
+    cut = _cut(ranked, max_tokens, answer)
+    if any(fit.refused is not None for fit in ranked):
+        return _refused(context, ranked, cut, of_them)
+    first = ranked[0]
+    said = f"the longest pending prompt is {_tokens(first.prompt)} (record {first.record_id})"
+    if not all(fit.prompt.exact for fit in ranked):
+        return Check("context", "unknown", f"{context:,} tokens; {said}: the server does not count prompts")
+    if cut:
+        return Check("context", "warn", f"{of_them} {cut}")
+    return Check("context", "ok", f"{context:,} tokens; {said}, with max_tokens {max_tokens:,}")
+
+
+def longest_first(fits: Sequence[PromptFit]) -> list[PromptFit]:
+    """``fits`` by their prompts' tokens, longest first (their fields' bytes ranked them before)."""
+    return sorted(fits, key=lambda fit: fit.prompt.tokens, reverse=True)
+
+
+def _refused(context: int, ranked: Sequence[PromptFit], cut: str, of_them: str) -> Check:
+    """The fail line of records a run refuses unsent: how many of those counted, the longest's numbers,
+    those sent with less than max_tokens (``cut``), and what to do."""
+    refused = [fit for fit in ranked if fit.refused is not None]
+    first, many = refused[0], len(refused)
+    error = first.refused
+    assert error is not None
+    which = str(many) if many < len(ranked) else f"all {many} (more may not fit: {many} were counted)"
+    prompt = f"{'' if error.exact else 'at least '}{error.tokens:,} tokens"
+    short = "" if error.tokens >= context else ", too few left for an answer"
+    if FIXED_PART_FULL in str(error):
+        advice = f"{FIXED_PART_FULL}: {FIXED_PART_ADVICE}"
+    else:
+        chunking = f"chunking: {{field: {error.field}}}" if error.field else "chunking:"
+        advice = f"use {chunking}, a longer context (the server's --max-model-len), or shorter records"
+    return Check(
+        "context",
+        "fail",
+        f"{of_them} fails {which} as too_long, unsent (record {first.record_id}: {prompt}{short})"
+        f"{f' and {cut}' if cut else ''}; {advice}",
+    )
+
+
+def _cut(ranked: Sequence[PromptFit], max_tokens: int, answer: float | None) -> str:
+    """Of the records a run sends, those with less than ``max_tokens``: how many, the least left, and
+    how many leave less than the probes' answers took (``answer``)."""
+    cut = [fit for fit in ranked if fit.request is not None and fit.request.max_tokens < max_tokens]
+    budgets = [fit.request.max_tokens for fit in cut if fit.request is not None]
+    if not cut:
+        return ""
+    least = cut[budgets.index(min(budgets))]
+    said = (
+        f"sends {len(cut)} with less than max_tokens {max_tokens:,} (the least left: {min(budgets):,}, "
+        f"beside record {least.record_id}'s {_tokens(least.prompt)})"
+    )
+    if answer is not None:
+        short = sum(1 for budget in budgets if budget < answer)
+        said += f", {short} of them less than the ~{answer:,.0f} the probes' answers took"
+    return f"{said}: an answer cut off there fails its record as too_long"
+
+
+def _tokens(prompt: PromptCount) -> str:
+    return f"{prompt.tokens:,} tokens" if prompt.exact else f"~{prompt.tokens:,} tokens, estimated"
+
+
+def fixed_part_check(context: int | None, fixed_tokens: int | None, max_tokens: int) -> Check:
+    """Whether the prompt's fixed part (system prompt, examples, template: what every record sends, as
+    the server counts it) leaves the context room for ``max_tokens``: a run's preflight, which reads
+    no record."""
+    if context is None:
+        return Check("context", "unknown", "the server lists no max_model_len")
+    if fixed_tokens is None:
+        return Check("context", "unknown", f"{context:,} tokens; the prompt's fixed part was not counted")
+    fixed = f"the prompt's fixed part (system prompt, examples, template: {fixed_tokens:,} tokens)"
+    if fixed_tokens + max_tokens > context:
         return Check(
             "context",
             "warn",
-            f"{context:,} tokens: the longest sampled prompt ({longest_prompt:,}) leaves "
-            f"{context - longest_prompt:,} of max_tokens {max_tokens:,}; such requests ask for less",
+            f"{context:,} tokens: {fixed} leaves {context - fixed_tokens:,} of max_tokens "
+            f"{max_tokens:,}; every request asks for less",
         )
-    return Check("context", "ok", f"{context:,} tokens; the longest sampled prompt is {longest_prompt:,}")
+    return Check("context", "ok", f"{context:,} tokens; {fixed}")
 
 
 def kv_check(
@@ -204,7 +292,9 @@ def effort_check(
     return Check("reasoning_effort", "ok", f"honoured ({by_effort}); {share_text}")
 
 
-def format_check(sent: bool, refused: bool) -> Check:
+def format_check(sent: bool, refused: bool, answered: bool) -> Check:
+    """Whether the server takes ``response_format``: seen only in a probe's answer (``answered``), or
+    in its refusal."""
     if not sent:
         return Check(
             "response_format", "ok", "not sent (structured_output: false): the schema is in the prompt"
@@ -215,6 +305,8 @@ def format_check(sent: bool, refused: bool) -> Check:
             "warn",
             "refused: the run sends the schema in the prompt instead and validates every answer",
         )
+    if not answered:
+        return Check("response_format", "unknown", "whether it is accepted: no probe answered")
     return Check("response_format", "ok", "accepted")
 
 

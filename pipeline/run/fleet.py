@@ -13,6 +13,7 @@ import structlog
 
 from pipeline.errors import ModelNotServedError
 from pipeline.extraction.context import RunContext
+from pipeline.job.spec import JobSpec
 from pipeline.servers.capacity import RequestFit, read_server
 from pipeline.servers.client import LLMClient
 from pipeline.servers.config import EndpointConfig
@@ -58,18 +59,43 @@ async def open_fleet(
         endpoints = [
             await _open_endpoint(stack, context, config, knees or {}) for config in context.endpoints
         ]
-        router = Router(
-            endpoints,
-            give_up_after_s=spec.operations.server_down_abort_s,
-            stall_after_s=spec.operations.stall_warning_s,
-            probe_sleep=sleep,
-        )
-        try:
-            await router.check_servers()
-        except ModelNotServedError as error:
-            raise ModelNotServedError(f"{spec.said_of('model')}: {error}") from error
+        router = _router(spec, endpoints, sleep)
+        await _check_servers(spec, router)
         await _read_servers(context, endpoints)
         yield context, router
+
+
+async def check_fleet(context: RunContext) -> None:
+    """What a run with nothing to do can still check, raising what :func:`open_fleet` raises before a
+    run's first request: the local extra is installed (the local server is not started), and every
+    server answers as an OpenAI API and serves the model. A nightly job whose setup broke says so on a
+    quiet night, not on the next night with records."""
+    if context.spec.runs_locally:
+        from pipeline.local import check_installed  # the local extra: only when asked for
+
+        check_installed()
+        return
+    async with AsyncExitStack() as stack:
+        endpoints = [await _open_endpoint(stack, context, config, {}) for config in context.endpoints]
+        await _check_servers(context.spec, _router(context.spec, endpoints, anyio.sleep))
+
+
+def _router(spec: JobSpec, endpoints: list[Endpoint], sleep: Callable[[float], Awaitable[None]]) -> Router:
+    return Router(
+        endpoints,
+        give_up_after_s=spec.operations.server_down_abort_s,
+        stall_after_s=spec.operations.stall_warning_s,
+        probe_sleep=sleep,
+    )
+
+
+async def _check_servers(spec: JobSpec, router: Router) -> None:
+    """Every server answers and serves the model (:meth:`Router.check_servers`); a model not served is
+    said with the key or option that named it."""
+    try:
+        await router.check_servers()
+    except ModelNotServedError as error:
+        raise ModelNotServedError(f"{spec.said_of('model')}: {error}") from error
 
 
 async def _open_endpoint(

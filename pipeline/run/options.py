@@ -58,8 +58,9 @@ class RunStatus(StrEnum):
 class RunOptions:
     limit: int | None = None
     retry_failed: bool = False
-    # With retry_failed or only_failed: only these classes (transient ones are retried anyway, except
-    # by only_failed with classes that leave it out); empty: every class.
+    # Only these classes (transient ones are retried anyway, except by only_failed with classes that
+    # leave it out); empty: every class. Given without only_failed they are retried with the backlog,
+    # as with retry_failed: a class named is never silently a plain run.
     retry_classes: frozenset[FailureClass] = frozenset()
     only_failed: bool = False  # retry failures and take nothing else
     redo_stale: frozenset[StaleCause] = frozenset()  # also redo results stale for these job causes
@@ -82,7 +83,7 @@ class RunOptions:
         transient = frozenset({FailureClass.TRANSIENT})
         if self.only_failed:
             return self.retry_classes or frozenset(FailureClass)
-        if self.retry_failed:
+        if self.retry_failed or self.retry_classes:
             return transient | (self.retry_classes or PERMANENT_FAILURE_CLASSES)
         return transient
 

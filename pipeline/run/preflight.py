@@ -19,7 +19,7 @@ import structlog
 
 from pipeline.extraction.context import RunContext
 from pipeline.job.spec import JobSpec
-from pipeline.run.check_lines import Check, context_check, kv_check, prefix_check
+from pipeline.run.check_lines import Check, fixed_part_check, kv_check, prefix_check
 from pipeline.servers.capacity import RequestFit, ServerReading
 from pipeline.servers.router import Router
 
@@ -52,7 +52,7 @@ def preflight_checks(
     fit = RequestFit.of_reading(reading, answer_tokens=spec.max_tokens)
     basis = f"its answer counted at max_tokens; `{check}` measures"
     return [
-        context_check(reading.context, reading.prefix_tokens, None, spec.max_tokens),
+        fixed_part_check(reading.context, reading.prefix_tokens, spec.max_tokens),
         kv_check(reading.kv_tokens, fit, concurrency, basis),
         prefix_check(reading.prefix_caching, reading.prefix_tokens, pending),
     ]

@@ -1,32 +1,55 @@
 """The requests ``pipeline check`` sends: the probes (a few of the job's own records, each sent alone as the
-run sends it, under the one retry policy), a contrasting effort's probe, and the count of a larger
-sample's prompts (``/tokenize``: nothing generated); and what they measured (:class:`Measured`), which
-:mod:`pipeline.run.check` turns into its lines.
+run sends it: its budget fitted to the server's context by the run's own rule, under the one retry
+policy), a contrasting effort's probe, and the counts of prompts (``/tokenize``: nothing generated) of a
+larger sample and of the pending records with the longest prompts (:func:`fit_as_run`); and what they
+measured (:class:`Measured`), which :mod:`pipeline.run.check` turns into its lines.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import anyio
 import orjson
 
-from pipeline.errors import PipelineError, StructuredOutputRejectedError
+from pipeline.errors import (
+    PipelineError,
+    RecordError,
+    StructuredOutputRejectedError,
+    TooLongError,
+    TransientError,
+)
+from pipeline.extraction.budget import (
+    CountedPrompt,
+    PromptParts,
+    estimated_tokens,
+    fitted,
+    longest_field,
+    prompt_count,
+)
+from pipeline.extraction.calibration import Calibration
+from pipeline.extraction.prompt import PromptBuilder
 from pipeline.extraction.retry import RetryPolicy
 from pipeline.job.spec import JobSpec
-from pipeline.run.check_lines import Check
-from pipeline.servers.client import ChatRequest, LLMClient
+from pipeline.run.check_lines import Check, PromptFit
+from pipeline.servers.client import ChatMessage, ChatRequest, LLMClient
 from pipeline.servers.replies import Reply
+from pipeline.source.reader import RecordId
 from pipeline.wording import counted
 
 #: Records whose prompts are counted (``/tokenize``: nothing generated) for the KV cache's fit: behind a
 #: long shared prefix a record's own part is a small share of its prompt, which three probes' mean
 #: misses by 15% (the Adzuna ads: ~355 of ~3,230 tokens, a sample mean's spread ~105 for 3, ~26 for 50).
 PROMPTS_COUNTED = 50
+#: The pending records with the longest prompt fields whose prompts are counted and fitted to the
+#: context: ranked by their bytes, which tokenizers turn into tokens at rates that differ a little.
+LONGEST_COUNTED = 5
 _EFFORTS = ("minimal", "low", "medium", "high")
+#: The most of a server's answer a line quotes.
+QUOTED_ANSWER = 160
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +106,44 @@ async def counted_prompt(client: LLMClient, requests: Sequence[ChatRequest]) -> 
     return statistics.mean(counts) if counts else None
 
 
+async def fit_as_run(
+    client: LLMClient,
+    prompts: PromptBuilder,
+    calibration: Calibration,
+    fields: Mapping[str, object],
+    record_id: RecordId | None = None,
+) -> PromptFit:
+    """A record's first request as a run sends it to ``client``'s server: its prompt counted by the
+    server (else estimated at ``calibration``'s rate), its budget what the run's rule
+    (:func:`~pipeline.extraction.budget.fitted`) leaves it, or the ``too_long`` failure the run ends it
+    with, unsent."""
+    request = prompts.request_for(fields)
+    parts = PromptParts(longest_field(prompts.texts(fields)), prompts.fixed_messages)
+    counted_as = await _counted(client, request.messages, calibration)
+    prompt = prompt_count(request.messages, counted_as, calibration)
+    need = calibration.answer_need(request.max_tokens)
+    try:
+        sent = fitted(request, client.context_length, counted_as, parts, calibration, need)
+    except TooLongError as error:
+        return PromptFit(record_id, prompt, None, error)
+    return PromptFit(record_id, prompt, sent)
+
+
+async def _counted(
+    client: LLMClient, messages: tuple[ChatMessage, ...], calibration: Calibration
+) -> CountedPrompt | None:
+    """The server's count of ``messages``, taught to ``calibration`` as a run teaches it (None: it does
+    not count them, or not in time)."""
+    try:
+        tokens = await client.count_tokens(messages)
+    except PipelineError:
+        return None
+    if tokens is None:
+        return None
+    calibration.counted(estimated_tokens(messages), tokens)
+    return CountedPrompt(messages, tokens)
+
+
 async def send_probes(
     client: LLMClient, spec: JobSpec, requests: Sequence[ChatRequest], timeout_s: float
 ) -> tuple[list[Probe], bool, Check | None]:
@@ -97,24 +158,48 @@ async def send_probes(
                 refused = True
                 client.without_structured_output()
                 reply = await probe_reply(client, spec, request, timeout_s)
-        except TimeoutError:
-            return (
-                measured,
-                refused,
-                Check("probe", "fail", f"no reply within {timeout_s:g} s (a probe, alone)"),
-            )
+        except TimeoutError as error:
+            return measured, refused, Check("probe", "fail", str(error))
         except PipelineError as error:
             return measured, refused, Check("probe", "fail", f"a probe failed: {error}")
         measured.append(_measured(reply, request))
     return measured, refused, None
 
 
+class ProbeTimeoutError(TimeoutError):
+    """A probe that got no reply in ``timeout_s``, and what the server answered meanwhile: the errors the
+    retry policy retried (an HTTP 500 each time is not a server that is silent)."""
+
+    def __init__(self, timeout_s: float, retried: Sequence[RecordError]) -> None:
+        last = retried[-1] if retried else None
+        if last is None or (isinstance(last, TransientError) and last.timed_out):
+            said = f"no reply within {timeout_s:g} s (a probe, alone)"
+        else:
+            once = len(retried) == 1
+            times = "once, with" if once else f"{len(retried)} times, each with"
+            said = (
+                f"in {timeout_s:g} s the server answered {times} an error a run retries (a probe, "
+                f"alone); {'it' if once else 'the last'}: {_quoted(str(last))}"
+            )
+        super().__init__(said)
+
+
+def _quoted(text: str) -> str:
+    return text if len(text) <= QUOTED_ANSWER else f"{text[: QUOTED_ANSWER - 1].rstrip()}…"
+
+
 async def probe_reply(client: LLMClient, spec: JobSpec, request: ChatRequest, timeout_s: float) -> Reply:
-    """One request under the one retry policy, given ``timeout_s`` in all (TimeoutError past it)."""
-    with anyio.fail_after(timeout_s):
-        async for attempt in RetryPolicy(spec.retry).attempts():
-            with attempt:
-                return await client.complete(request)
+    """One request under the one retry policy, given ``timeout_s`` in all (:class:`ProbeTimeoutError`
+    past it, saying what the server answered meanwhile)."""
+    retried: list[RecordError] = []
+    policy = RetryPolicy(spec.retry, observer=lambda _kind, error, _attempt, _wait: retried.append(error))
+    try:
+        with anyio.fail_after(timeout_s):
+            async for attempt in policy.attempts():
+                with attempt:
+                    return await client.complete(request)
+    except TimeoutError as error:
+        raise ProbeTimeoutError(timeout_s, retried) from error
     raise AssertionError("unreachable: the retry loop returns or raises")
 
 
@@ -156,9 +241,7 @@ async def effort_probes(
     contrast = LLMClient(dataclasses.replace(client.settings, reasoning_effort=other))
     try:
         async with contrast:
-            reply = await probe_reply(
-                contrast, spec, dataclasses.replace(request, max_tokens=spec.max_tokens), timeout_s
-            )
+            reply = await probe_reply(contrast, spec, request, timeout_s)
     except (PipelineError, TimeoutError):
         return {}
     if reply.reasoning_tokens is None:

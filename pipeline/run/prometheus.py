@@ -104,6 +104,11 @@ class RunCollector:
             _with_known_keys(n.failures, FailureClass),
         )
         yield self._counter(
+            "records_too_long_unsent_total",
+            "Of the records failed too_long, those never sent: a count of the prompt said it cannot fit.",
+            n.too_long_unsent,
+        )
+        yield self._counter(
             "chunks_done_total", "Chunks of long records (chunking:) answered and committed.", n.chunks_done
         )
         yield self._counter(

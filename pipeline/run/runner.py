@@ -35,7 +35,7 @@ from pipeline.job.spec import JobSpec
 from pipeline.quality.drift import BASELINE_RUNS, Drift, ProfiledRun, describe_runs, judge_last
 from pipeline.run.execution import OpenRun, RunExecution, save_snapshot
 from pipeline.run.extractors import record_extractor
-from pipeline.run.fleet import knees_to_store, open_fleet
+from pipeline.run.fleet import check_fleet, knees_to_store, open_fleet
 from pipeline.run.notices import say_blank, stale_kept, warn_if_timeout_is_short
 from pipeline.run.options import RunCommands, RunOptions, RunStatus, RunSummary
 from pipeline.run.preflight import warn_before_start
@@ -177,9 +177,12 @@ class JobRun:
         )
 
     async def _nothing_to_do(self, connection: Database, reader: SourceReader) -> RunSummary:
-        """A quiet night: no server is asked, but the run is kept (a row with nothing done, so ``report``
-        says so and judges no earlier run again) and the metrics textfile is written, so its age says
-        the nightly run ran."""
+        """A quiet night: no record is sent, but its servers are checked as a run's are before its first
+        request (:func:`check_fleet`: a broken setup fails tonight, with the same error, not tomorrow,
+        whether nothing is pending or every record left is blank), the run is kept (a row with nothing
+        done, its blank records counted, so ``report`` says so and judges no earlier run again) and the
+        metrics textfile is written, so its age says the nightly run ran."""
+        await check_fleet(self.context)
         spec, blank = self.context.spec, reader.blank
         records = await anyio.to_thread.run_sync(count_records, connection, spec)
         textfile = self.options.metrics_textfile

@@ -107,6 +107,8 @@ class SimMetrics:
     chat_requests: int = 0  # every chat request received, 5xx/reset/hang/400 faults included
     max_prompt_tokens: int = 0  # the largest prompt received: re-asks must not grow it without bound
     max_messages: int = 0  # the most messages in one chat request
+    # The smallest max_tokens a chat request asked for (None before any): a client must not starve one.
+    min_max_tokens: int | None = None
     context_rejections: int = 0  # chat requests refused with a 400 because they did not fit the context
     tokenize_requests: int = 0  # POST /tokenize answered
     successes: int = 0
@@ -211,6 +213,7 @@ class SimServer:
             "pipeline_sim:chat_requests_total": self.metrics.chat_requests,
             "pipeline_sim:max_prompt_tokens": self.metrics.max_prompt_tokens,
             "pipeline_sim:max_messages": self.metrics.max_messages,
+            "pipeline_sim:min_max_tokens": self.metrics.min_max_tokens or 0,
             "pipeline_sim:reasoning_tokens_total": self.metrics.reasoning_tokens,
             "pipeline_sim:context_rejections_total": self.metrics.context_rejections,
             "pipeline_sim:tokenize_requests_total": self.metrics.tokenize_requests,
@@ -270,6 +273,8 @@ class SimServer:
         self.metrics.max_prompt_tokens = max(self.metrics.max_prompt_tokens, prompt)
         self.metrics.max_messages = max(self.metrics.max_messages, len(messages))
         max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 1024)
+        least = self.metrics.min_max_tokens
+        self.metrics.min_max_tokens = max_tokens if least is None else min(least, max_tokens)
         fault = self._draw_fault()
         if fault == "context_length":
             max_tokens = self.config.max_model_len  # what the proxy in between asked for

@@ -238,15 +238,44 @@ class PendingQueries:
     def has_content_phase(self) -> bool:
         return not self.selection.only_failed
 
+    def longest_sql(self, top: int) -> str:
+        """The id and prompt fields of the ``top`` pending records (of both phases) whose prompts are
+        longest, by the UTF-8 bytes of the fields the template reads (as the budget's estimate counts
+        them): where the records too long for a context are, found in one scan of the text. A blank
+        record is not pending (a run never sends it), so it is never one of them."""
+        spec, id_column = self.spec, quote(self.spec.source.id_column)
+        phases = [self.ids_sql("metadata")] + ([self.ids_sql("content")] if self.has_content_phase else [])
+        columns = ", ".join(f"s.{quote(name)}" for name in spec.source.fields)
+        size = " + ".join(
+            f"strlen(coalesce(CAST(s.{quote(name)} AS VARCHAR), ''))" for name in spec.content_fields()
+        )
+        return (
+            f"SELECT s.{id_column}, {columns} FROM {source_relation(spec)} s "
+            f"WHERE s.{id_column} IN ({' UNION ALL '.join(phases)}) "
+            f"AND NOT {blank_condition(spec.content_fields(), 's')} "
+            f"ORDER BY {size or '0'} DESC, s.{id_column} LIMIT {int(top)}"
+        )
+
     def records_sql(self) -> str:
-        """The id, prompt fields, content hash and last truncated budget of the ids in ``$ids``."""
+        """The id, prompt fields and content hash of the ids in ``$ids``, with what their failure says
+        of their fit (:class:`~pipeline.source.reader.SourceRecord`'s fields, in order): a truncated
+        one's last budget, and a too_long one's counts, when made by today's job from today's text."""
         spec, id_column = self.spec, quote(self.spec.source.id_column)
         columns = ", ".join(f"s.{quote(name)}" for name in spec.source.fields)
+        content_hash = content_hash_sql(spec.content_fields(), "s")
+        stale = " OR ".join(stale_conditions("f").values())
+        current = (
+            f"f.failure_class = '{FailureClass.TOO_LONG}' AND f.content_hash = {content_hash} "
+            f"AND NOT ({stale})"
+        )
         return (
-            f"SELECT s.{id_column}, {columns}, {content_hash_sql(spec.content_fields(), 's')}, "
-            f"f.last_max_tokens FROM {source_relation(spec)} s "
+            f"SELECT s.{id_column}, {columns}, {content_hash}, "
+            f"CASE WHEN f.failure_class = '{FailureClass.TRUNCATED}' THEN f.last_max_tokens END, "
+            f"CASE WHEN {current} THEN f.counted_prompt_tokens END, "
+            f"CASE WHEN {current} THEN f.answer_cut_at END FROM {source_relation(spec)} s "
             f"LEFT JOIN {quote(spec.output.failures_table)} f ON f.variant = $variant "
-            f"AND f.record_id = s.{id_column} AND f.failure_class = '{FailureClass.TRUNCATED}' "
+            f"AND f.record_id = s.{id_column} "
+            f"AND f.failure_class IN ('{FailureClass.TRUNCATED}', '{FailureClass.TOO_LONG}') "
             f"WHERE s.{id_column} IN (SELECT unnest($ids))"
         )
 

@@ -43,6 +43,10 @@ class SourceRecord:
     content_hash: int | None = None  # of the prompt fields as sent (pipeline.source.versions), from DuckDB
     # A record that failed truncated before: the budget of that last attempt, to start above it.
     truncated_at_max_tokens: int | None = None
+    # A record that failed too_long before, under today's job and on today's text: the server's count of
+    # its prompt then, and the tokens its answer was cut off at with all the room the context left.
+    counted_prompt_tokens: int | None = None
+    answer_cut_at: int | None = None
 
 
 class _Cursor:
@@ -201,9 +205,16 @@ class SourceReader:
             rows = await self._fetcher.call(self._fetcher.cursor.rows, fields_sql, parameters)
             for row in rows:
                 values = dict(zip(names, row[1 : 1 + len(names)], strict=True))
-                content_hash, truncated_at = row[1 + len(names)], row[2 + len(names)]
-                await send.send(SourceRecord(row[0], values, content_hash, truncated_at))
+                await send.send(SourceRecord(row[0], values, *row[1 + len(names) :]))
             sent += len(rows)
             if limit is not None and sent >= limit:
                 break
         return sent
+
+
+def longest_pending(connection: Database, queries: PendingQueries, top: int) -> list[SourceRecord]:
+    """The ``top`` pending records with the longest prompts (:meth:`PendingQueries.longest_sql`), longest
+    first: what a check fits to the context before a run meets them. Blocking."""
+    names = queries.spec.source.fields
+    rows = connection.rows(queries.longest_sql(top), queries.parameters())
+    return [SourceRecord(row[0], dict(zip(names, row[1:], strict=True))) for row in rows]

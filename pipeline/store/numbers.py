@@ -20,6 +20,9 @@ snapshot, ``status --json``, ``report --json`` and the library's summary.
   ``status`` calls pending).
 * blank: the records its options select that it set aside unsent, every prompt field empty (after a
   plain run, what ``status`` calls blank).
+* too_long_unsent: of its records failed ``too_long``, those it never sent (a count of the prompt said
+  it cannot fit the context). With blank, the records a run did not send: each said wherever the other
+  is (the runs row, the summary, ``report``'s table, Prometheus).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from typing import Any
 
 import orjson
 
+from pipeline.errors import FailureClass
 from pipeline.extraction.outcomes import ChunkDone, Extracted, Failed, Stored
 
 
@@ -49,6 +53,9 @@ class RunNumbers:
     done: int = 0  # records extracted and committed
     failed: int = 0  # records committed as failed
     failures: dict[str, int] = field(default_factory=dict)  # the failed, by class
+    # Of the failed too_long, those never sent: a count (the server's, in this run or an earlier one,
+    # or one token a word) said they cannot fit the context.
+    too_long_unsent: int = 0
     chunks_done: int = 0  # chunks of long records (chunking:) answered and committed
     attempts: int = 0  # every request sent, as it was sent: failed, re-asked and cancelled ones too
     retries: dict[str, int] = field(default_factory=dict)  # requests repeated, by cause
@@ -86,6 +93,7 @@ class RunNumbers:
         elif isinstance(outcome, Failed):
             self.failed += 1
             _increment(self.failures, str(outcome.failure_class))
+            self.too_long_unsent += outcome.failure_class is FailureClass.TOO_LONG and not outcome.attempts
         elif isinstance(outcome, Extracted):
             self.done += 1
             self.answers_from_reasoning += outcome.from_reasoning

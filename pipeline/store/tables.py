@@ -82,6 +82,10 @@ _FAILURE_COLUMNS = [
     ("reasoning_tokens", "INTEGER"),
     ("latency_s", "DOUBLE"),
     *VERSION_COLUMNS,
+    # A too_long record's fit, for a later run to judge it unsent: the server's count of its prompt,
+    # and the tokens its answer was cut off at with all the room the context left.
+    ("counted_prompt_tokens", "INTEGER"),
+    ("answer_cut_at", "INTEGER"),
 ]
 _RUN_COLUMNS = [
     ("run_id", "INTEGER PRIMARY KEY"),

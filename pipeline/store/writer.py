@@ -22,6 +22,7 @@ import structlog
 from pipeline.errors import ANSWER_FAILURE_CLASSES
 from pipeline.extraction.context import RunContext
 from pipeline.extraction.outcomes import ChunkDone, Extracted, Failed, Stored
+from pipeline.job.spec import JobSpec
 from pipeline.servers.knee_search import KneeMemory
 from pipeline.source.db import UTC_NOW, Database, quote
 from pipeline.source.reader import RecordId
@@ -136,14 +137,8 @@ class StoreWriter:
         return frozenset(row[0] for row in rows)
 
     async def recent_answers(self, most: int) -> list[int]:
-        """The completion tokens of the variant's latest ``most`` results, oldest first: what its answers
-        took, for a run to start from (:class:`~pipeline.extraction.calibration.Calibration`)."""
-        sql = (
-            f"SELECT completion_tokens FROM {quote(self.spec.output.results_table)} "
-            "WHERE variant = ? AND completion_tokens > 0 ORDER BY created_at DESC LIMIT ?"
-        )
-        rows = await self._call(lambda: self.connection.rows(sql, [self.spec.variant, most]))
-        return [int(tokens) for (tokens,) in reversed(rows)]
+        """The variant's latest answers' completion tokens, oldest first (:func:`recent_answers`)."""
+        return await self._call(lambda: recent_answers(self.connection, self.spec, most))
 
     async def save_series(self, points: Sequence[Mapping[str, Any]]) -> None:
         """The run's time series (run/series.py) in its row, replacing what was there."""
@@ -288,6 +283,8 @@ class StoreWriter:
             usage.reasoning_tokens,
             usage.latency_s,
             *self.version.key_values(outcome.content_hash, outcome.model, chunked=outcome.chunked),
+            outcome.counted_prompt_tokens,
+            outcome.answer_cut_at,
             now,
         ]
 
@@ -301,3 +298,14 @@ class StoreWriter:
             f"ended_at = CASE WHEN ? IS NULL THEN ended_at ELSE {UTC_NOW} END WHERE run_id = ?",
             [*numbers.row_values(), status, message, knees, status, self.run_id],
         )
+
+
+def recent_answers(connection: Database, spec: JobSpec, most: int) -> list[int]:
+    """The completion tokens of the variant's latest ``most`` results, oldest first: what its answers
+    took, for a run (or a check) to start from (:class:`~pipeline.extraction.calibration.Calibration`).
+    Blocking."""
+    sql = (
+        f"SELECT completion_tokens FROM {quote(spec.output.results_table)} "
+        "WHERE variant = ? AND completion_tokens > 0 ORDER BY created_at DESC LIMIT ?"
+    )
+    return [int(tokens) for (tokens,) in reversed(connection.rows(sql, [spec.variant, most]))]

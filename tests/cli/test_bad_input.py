@@ -16,6 +16,7 @@ from typing import Any
 
 import anyio
 import duckdb
+import httpx2
 import pytest
 
 from pipeline.extraction.prompt import PromptBuilder
@@ -23,6 +24,7 @@ from pipeline.job.spec import JobSpec, load_job
 from pipeline.run.progress import LogProgress
 from tests.support.cli import cli_run, error_line
 from tests.support.fakes import ScriptedServer, good_completion, respond
+from tests.support.http import routed_to
 from tests.support.jobs import job_dict, make_source, table_rows, write_job
 from tests.support.local_vllm import LOCAL_EXTRA, hide_the_local_extra
 from tests.support.process_guard import starts_a_process
@@ -76,6 +78,11 @@ def previous(tmp_path: Path, previous_database: Path) -> Path:
     shutil.copyfile(previous_database, tmp_path / "test.duckdb")
     write_job(tmp_path)
     return tmp_path
+
+
+def model_list(request: httpx2.Request) -> httpx2.Response:
+    """A server's ``/v1/models`` listing the job's model: all a run with nothing to do asks."""
+    return respond({"object": "list", "data": [{"id": "test-model"}]})
 
 
 def assert_nothing_lost(folder: Path, before: dict[str, list[tuple[Any, ...]]]) -> None:
@@ -610,7 +617,8 @@ def test_an_unknown_log_level_names_the_option_and_the_levels(previous: Path, le
 
 
 def test_a_log_level_in_capitals_is_taken(previous: Path) -> None:
-    result = cli_run("run", str(previous / "job.yaml"), "--log-level", "WARNING")
+    with routed_to(model_list):  # nothing to do: the server is asked its model list only
+        result = cli_run("run", str(previous / "job.yaml"), "--log-level", "WARNING")
     assert result.exit_code == 0, result.output
     assert "nothing to do" in result.stdout
 
@@ -764,13 +772,15 @@ def test_an_empty_file_is_refused_as_empty(previous: Path, name: str, content: b
 
 
 def test_a_header_only_csv_loads_0_records_and_run_says_the_source_has_none(tmp_path: Path) -> None:
-    job = write_job(tmp_path, endpoint={"base_url": "http://127.0.0.1:9/v1"})  # never asked: nothing to do
+    job = write_job(tmp_path)
     data = tmp_path / "header.csv"
     data.write_text("id,title,description\n")
     loaded = cli_run("load", str(data), "--job", str(job))
     assert loaded.exit_code == 0, loaded.output
     assert loaded.stdout.startswith(f"loaded 0 records from {data} into table postings")
-    result = cli_run("run", str(job), "--log-format", "json")
+    with routed_to(model_list) as asked:
+        result = cli_run("run", str(job), "--log-format", "json")
+    assert [request.url.path for request in asked] == ["/v1/models"]  # checked as for a run with work
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith(f"nothing to do: the source has no records ({tmp_path / 'test.duckdb'}")
     assert "done or failed permanently" not in result.stdout

@@ -29,6 +29,7 @@ KEYS = {
     "prefix_caching",
     "answer_in_reasoning",
     "reasoning_effort_honored",
+    "longest_prompt",
     "eta_s",
     "checks",
 }

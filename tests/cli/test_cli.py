@@ -98,6 +98,29 @@ def test_run_again_has_nothing_to_do(tmp_path: Path, sim_url: str) -> None:
     assert again.returncode == 0 and "nothing to do" in again.stdout
 
 
+@pytest.mark.parametrize(("wrong", "code"), [("model", 2), ("endpoint without /v1", 2), ("endpoint down", 3)])
+def test_a_run_with_nothing_to_do_fails_as_one_with_work_when_its_server_is_wrong(
+    tmp_path: Path, sim_url: str, wrong: str, code: int
+) -> None:
+    """A nightly job whose model, endpoint or server went wrong said "nothing to do", exit 0, on every
+    quiet night; it fails as soon as records come, so it says so now."""
+    job = write_job(tmp_path, endpoint={"base_url": sim_url})
+    make_source(tmp_path / "test.duckdb", 3)
+    assert run_pipeline("run", str(job)).returncode == 0
+    make_source(tmp_path / "todo.duckdb", 3)
+    option = {
+        "model": ["--model", "nosuch/model"],
+        "endpoint without /v1": ["--endpoint", sim_url.removesuffix("/v1")],
+        "endpoint down": ["--endpoint", f"http://127.0.0.1:{free_port()}/v1"],
+    }[wrong]
+    quiet = run_pipeline("run", str(job), *option)
+    with_work = run_pipeline("run", str(job), "--database", str(tmp_path / "todo.duckdb"), *option)
+    assert (quiet.returncode, with_work.returncode) == (code, code), quiet.stdout
+    said = quiet.stderr.strip().splitlines()[-1]
+    assert said.startswith("error: ") and said == with_work.stderr.strip().splitlines()[-1]
+    assert table_rows(tmp_path / "test.duckdb", "SELECT count(*) FROM runs") == [(1,)]  # no quiet night
+
+
 def test_overrides_limit_and_concurrency(tmp_path: Path, sim_url: str) -> None:
     job = write_job(tmp_path, endpoint={"base_url": "http://127.0.0.1:1/v1"}, model="other")
     make_source(tmp_path / "test.duckdb", 30)

@@ -67,7 +67,8 @@ def test_results_of_the_bundled_model_say_so_and_the_same_override_counts_them_c
         assert orjson.loads(run_pipeline("status", str(job), *same, "--json").stdout)["stale"]["total"] == 0
     report = orjson.loads(run_pipeline("status", str(job), "--json").stdout)
     assert (report["models"], report["stale_models"]) == (["openai/gpt-oss-120b"], {LOCAL_MODEL: 12})
-    kept = run_pipeline("run", str(job), "--endpoint", url)  # nothing to do: no request is sent
+    with sim_server("--model", "openai/gpt-oss-120b") as url:  # nothing to do: its model list only
+        kept = run_pipeline("run", str(job), "--endpoint", url)
     assert f"`{PROGRAM} status {job}` says which model made them" in kept.stdout
 
 

@@ -127,21 +127,48 @@ def test_a_request_asks_for_at_most_what_the_context_leaves(
 NEED = AnswerNeed(200, "what the job's answers take")
 
 
+def learned() -> Calibration:
+    """A run that has learned the server's rate, one at which (with its margin) an estimate stays what
+    it is."""
+    calibration = Calibration()
+    calibration.counted(102, 100)
+    assert calibration.learned and calibration.scaled(estimated_tokens(REQUEST.messages)) == 127
+    return calibration
+
+
 def test_a_budget_only_the_estimate_cuts_below_what_an_answer_needs_goes_with_what_the_floor_leaves() -> None:
     """The estimate (127) leaves 100 of a context of 227; an answer needs 200. The prompt may be
     shorter (its floor is 2 tokens): sent with what the floor leaves, the server's answer or its 400
     counts it. Without a need, the same 100 would go."""
-    assert starved(REQUEST, 227, None, Calibration(), NEED)
+    assert starved(REQUEST, 227, None, learned(), NEED)
     assert fitted(REQUEST, 227, None, need=NEED).max_tokens == 225
+    assert fitted(REQUEST, 227, None, calibration=learned(), need=NEED).max_tokens == 225
     assert fitted(REQUEST, 227, None).max_tokens == 100
-    assert not starved(REQUEST, 327, None, Calibration(), NEED)  # 200 left: enough
-    assert not starved(REQUEST, None, None, Calibration(), NEED)
+    assert not starved(REQUEST, 327, None, learned(), NEED)  # 200 left: enough
+    assert not starved(REQUEST, None, None, learned(), NEED)
     small = ChatRequest(REQUEST.messages, max_tokens=150)  # asks for less than an answer needs: all of it
     assert (
-        starved(small, 227, None, Calibration(), NEED)
-        and fitted(small, 227, None, need=NEED).max_tokens == 150
+        starved(small, 227, None, learned(), NEED) and fitted(small, 227, None, need=NEED).max_tokens == 150
     )
-    assert not starved(ChatRequest(REQUEST.messages, max_tokens=100), 227, None, Calibration(), NEED)
+    assert not starved(ChatRequest(REQUEST.messages, max_tokens=100), 227, None, learned(), NEED)
+
+
+def test_before_the_run_has_learned_the_rate_no_budget_the_estimate_cuts_is_sent() -> None:
+    """The plain estimate errs towards more tokens (the LinkedIn job's prompts, 1,080 tokens short of a
+    4,096 context, got budgets of 26 to 175 and their answers were cut off). Before the server has
+    counted a prompt of the run, a budget it cuts waits for the rate, however much it leaves (here 200,
+    what an answer needs); nothing to wait for, it goes with what its floor leaves, so that the server's
+    answer or its 400 counts the prompt. A budget the estimate does not cut goes as it is."""
+    unlearned = Calibration()
+    assert starved(REQUEST, 327, None, unlearned, NEED)
+    assert fitted(REQUEST, 327, None, calibration=unlearned, need=NEED).max_tokens == 325
+    assert not starved(REQUEST, 1000, None, unlearned, NEED)  # 127 + 500 fit: nothing cut
+    assert fitted(REQUEST, 1000, None, calibration=unlearned, need=NEED) is REQUEST
+    counted = CountedPrompt(REQUEST.messages, 127)  # the server's count: no rate needed
+    assert not starved(REQUEST, 327, counted, unlearned, NEED)
+    assert fitted(REQUEST, 327, counted, calibration=unlearned, need=NEED).max_tokens == 200
+    assert not starved(REQUEST, 327, None, learned(), NEED)
+    assert fitted(REQUEST, 327, None, calibration=learned(), need=NEED).max_tokens == 200
 
 
 def test_a_budget_the_servers_count_cuts_below_what_an_answer_needs_is_too_long_with_both_numbers() -> None:
@@ -190,6 +217,7 @@ def test_an_answer_cut_off_with_a_budget_the_context_cut_is_asked_again_or_too_l
     with pytest.raises(TooLongError) as caught:  # 250 left and had: an answer does not fit beside it
         cut_by_the_estimate(reply, sent, 500, 950, exact, parts)
     assert caught.value.failure_class is FailureClass.TOO_LONG
+    assert caught.value.answer_cut_at == 250  # kept, so that a later run does not send it for nothing
     assert str(caught.value).startswith(
         "the prompt leaves too little of the context for an answer: 700 tokens of a context of 950 tokens "
         "(the server's max_model_len) leaves 250 tokens for the answer, and the answer was cut off there "
@@ -207,6 +235,25 @@ def test_an_answer_cut_off_below_the_jobs_budget_says_how() -> None:
 
 
 WORDY = ChatRequest(({"role": "system", "content": "word " * 200}, USER), max_tokens=500)
+
+
+def test_a_count_kept_from_an_earlier_run_refuses_unsent_and_says_so() -> None:
+    """The server counted the prompt in an earlier run (its too_long failure kept the count): the same
+    prompt from the same text has as many tokens, so it is judged as if counted now, and the message
+    says where the count comes from."""
+    earlier = CountedPrompt(REQUEST.messages, 4108, earlier=True)
+    assert prompt_count(REQUEST.messages, earlier) == PromptCount(4108, exact=True, earlier=True)
+    assert prompt_floor(REQUEST.messages, earlier) == PromptCount(4108, exact=True, earlier=True)
+    with pytest.raises(TooLongError) as caught:
+        fitted(REQUEST, 4096, earlier, calibration=Calibration(), need=NEED)
+    assert str(caught.value).startswith(
+        "the prompt alone does not fit the context: 4108 tokens (the server's count in an earlier run) "
+        "against a context of 4096 tokens"
+    )
+    assert caught.value.exact
+    assert fitted(REQUEST, 8192, earlier, calibration=Calibration(), need=NEED).max_tokens == 500
+    added: tuple[ChatMessage, ...] = ({"role": "assistant", "content": "a"}, USER)  # a re-ask: estimated
+    assert not prompt_count((*REQUEST.messages, *added), earlier).earlier
 
 
 @pytest.mark.parametrize(

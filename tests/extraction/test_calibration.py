@@ -82,6 +82,19 @@ def test_once_answers_are_measured_an_answer_needs_what_nearly_all_of_them_took(
     assert calibration.answer_need(250).tokens == 250
 
 
+def test_a_record_whose_answer_an_earlier_run_saw_cut_off_needs_more_than_that() -> None:
+    """Its answer took every token the context left (308) and did not end: at temperature 0 it takes as
+    many again, so a context that leaves no more refuses it unsent; what the run's answers need decides
+    when that is more, and nothing past the job's budget is needed."""
+    calibration = Calibration(5, [250] * ANSWERS_TO_MEASURE)
+    assert calibration.answer_need(4096, cut_before=308) == AnswerNeed(
+        309, "its answer was cut off at 308 tokens in an earlier run"
+    )
+    assert calibration.answer_need(4096, cut_before=200).tokens == 250
+    assert calibration.answer_need(4096, cut_before=None).tokens == 250
+    assert calibration.answer_need(300, cut_before=308).tokens == 250
+
+
 def test_a_run_starts_from_what_earlier_runs_answers_took_until_its_own_push_them_out() -> None:
     before = [0, *range(400, 400 + LEARNED_WINDOW)]  # oldest first; a row without usage says nothing
     calibration = Calibration(5, before)

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
+import math
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -12,7 +14,7 @@ from httpx2 import Request, Response
 
 from pipeline.errors import FailureClass, FatalRunError
 from pipeline.extraction.budget import FIXED_PART_ADVICE, FIXED_PART_FULL, estimated_tokens, fewest_tokens
-from pipeline.extraction.calibration import RATE_MARGIN
+from pipeline.extraction.calibration import RATE_MARGIN, Calibration
 from pipeline.extraction.extractor import BudgetGrowth, Extractor
 from pipeline.extraction.outcomes import Extracted, Failed, Outcome
 from pipeline.extraction.prompt import PromptBuilder
@@ -58,6 +60,8 @@ class Harness:
         self.stats = RunStats(pending_at_start=1, concurrency=1)
         self.prompts = PromptBuilder(spec)
         self.endpoint: Endpoint | None = None
+        # What the run learned (one per run, as the run's extractor has): its records teach each other.
+        self.calibration: Calibration | None = None
         self._down_for_probes = 0
 
     async def extract(self, record: SourceRecord = RECORD) -> Extracted | Failed:
@@ -75,6 +79,9 @@ class Harness:
                 BudgetGrowth(spec.retry.truncation_growth, spec.max_tokens_ceiling),
                 self.stats,
             )
+            if self.calibration is None:
+                self.calibration = extractor.calibration
+            extractor.calibration = self.calibration
             return await extractor.extract(record)
 
     async def restart_server(self, down_for_probes: int) -> None:
@@ -322,16 +329,29 @@ async def test_no_request_asks_for_more_than_the_context_leaves(
     )
 
 
-async def test_a_prompt_the_server_has_not_counted_is_estimated_on_the_safe_side(
+async def test_before_any_count_a_budget_the_estimate_cuts_goes_with_what_the_floor_leaves(
     spec: JobSpec, make_harness: MakeHarness
 ) -> None:
-    server = ScriptedServer([respond(good_completion())], max_model_len=CONTEXT)
+    """No /tokenize, nothing counted yet: the plain estimate errs towards more tokens (the LinkedIn
+    job's prompts, 1,080 tokens short of a 4,096 context, were sent with 26-175 and their answers cut
+    off). The run's first request goes with what its floor leaves: vLLM 0.32 cuts such a budget itself
+    and answers (here), an older one's 400 names the count. The reply's count teaches the run the rate,
+    and the next record's budget is cut at that rate, on the safe side of what the server counts."""
+    server = ScriptedServer([respond(good_completion())] * 2, max_model_len=CONTEXT)
     harness = make_harness(spec.with_overrides(max_tokens=4096), server)
-    assert isinstance(await harness.extract(), Extracted)
     messages = harness.prompts.request_for(RECORD.fields).messages
     estimate = estimated_tokens(messages)
-    assert server.bodies[0]["max_tokens"] == CONTEXT - estimate
     assert estimate > sum(len(message["content"]) for message in messages) / 3.7  # SmolLM2: 3.7 chars/token
+    assert isinstance(await harness.extract(), Extracted)
+    assert isinstance(await harness.extract(), Extracted)
+    first, second = (body["max_tokens"] for body in server.bodies)
+    assert first == CONTEXT - fewest_tokens(messages)
+    assert harness.calibration is not None  # the reply counted 100 tokens: the rate, and its margin
+    assert (
+        second
+        == CONTEXT - harness.calibration.scaled(estimate)
+        == CONTEXT - math.ceil(100 * (1 + RATE_MARGIN))
+    )
 
 
 async def test_a_reask_counts_the_prompt_the_server_counted_and_estimates_what_it_adds(
@@ -830,6 +850,49 @@ async def test_an_answer_cut_off_with_a_budget_the_context_cut_is_too_long_not_t
         "(300 completion tokens, 10 of them reasoning, finish_reason=length), short of the job's "
         "max_tokens 4,096; most of it is field 'description' (3,250 characters): enable chunking"
     )
+    assert (outcome.counted_prompt_tokens, outcome.answer_cut_at) == (700, 300)  # for a later run
+
+
+async def test_a_record_an_earlier_run_counted_past_the_context_is_too_long_without_a_request(
+    spec: JobSpec, make_harness: MakeHarness
+) -> None:
+    """`--only-failed --class too_long` behind a server that cannot count: its failure kept the server's
+    count (1,050 tokens, one a word leaves it room), the context is what it was: nothing to send."""
+    server = ScriptedServer([respond(good_completion())], max_model_len=CONTEXT)
+    record = dataclasses.replace(LONG_RECORD, counted_prompt_tokens=1050)
+    outcome = await make_harness(spec.with_overrides(max_tokens=4096), server).extract(record)
+    assert isinstance(outcome, Failed) and server.bodies == []
+    assert (outcome.failure_class, outcome.attempts, outcome.counted_prompt_tokens) == (
+        FailureClass.TOO_LONG,
+        0,
+        1050,
+    )
+    assert outcome.message.startswith(
+        "the prompt alone does not fit the context: 1050 tokens (the server's count in an earlier run) "
+        "against a context of 1000 tokens"
+    )
+
+
+async def test_a_record_whose_answer_was_cut_off_at_the_end_of_the_context_goes_again_only_with_more_room(
+    spec: JobSpec, make_harness: MakeHarness
+) -> None:
+    """An earlier run counted its prompt at 700 tokens and its answer took all 300 the context left: the
+    same context refuses it unsent; one of 1,100 sends it, with the 400 tokens that leaves."""
+    job = spec.with_overrides(max_tokens=4096)
+    record = dataclasses.replace(LONG_RECORD, counted_prompt_tokens=700, answer_cut_at=300)
+    server = ScriptedServer([respond(good_completion())], max_model_len=CONTEXT)
+    outcome = await make_harness(job, server).extract(record)
+    assert isinstance(outcome, Failed) and server.bodies == []
+    assert (outcome.failure_class, outcome.attempts) == (FailureClass.TOO_LONG, 0)
+    assert (outcome.counted_prompt_tokens, outcome.answer_cut_at) == (700, 300)  # still known
+    assert outcome.message.startswith(
+        "the prompt leaves too little of the context for an answer: 700 tokens (the server's count in an "
+        "earlier run) of a context of 1000 tokens (the server's max_model_len) leaves 300 tokens for the "
+        "answer, and an answer needs 301 tokens (its answer was cut off at 300 tokens in an earlier run)"
+    )
+    larger = ScriptedServer([respond(answered_with_prompt(700))], max_model_len=1100)
+    assert isinstance(await make_harness(job, larger).extract(record), Extracted)
+    assert [body["max_tokens"] for body in larger.bodies] == [400]
 
 
 async def test_an_answer_cut_off_with_a_budget_only_the_estimate_cut_is_asked_again_with_all_the_room(
@@ -847,7 +910,10 @@ async def test_an_answer_cut_off_with_a_budget_only_the_estimate_cut_is_asked_ag
         prompt_tokens=estimate - 100,
     )
     server = ScriptedServer([respond(cut), respond(good_completion())], max_model_len=CONTEXT)
-    outcome = await make_harness(job, server).extract()
+    harness = make_harness(job, server)
+    harness.calibration = Calibration()
+    harness.calibration.counted(102, 100)  # a rate learned: with its margin, the estimate as it is
+    outcome = await harness.extract()
     assert isinstance(outcome, Extracted) and outcome.attempts == 2
     assert [body["max_tokens"] for body in server.bodies] == [CONTEXT - estimate, CONTEXT - estimate + 100]
 

@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import duckdb
 import orjson
 import pytest
 import yaml
 
-from tests.support.jobs import linkedin_job
+from tests.support.jobs import linkedin_job, table_rows
 from tests.support.processes import run_pipeline, sim_server
 
 pytestmark = pytest.mark.integration
@@ -72,3 +73,64 @@ def test_a_run_says_the_cheap_checks_at_start_and_goes_on(tmp_path: Path) -> Non
     said = [event for event in events if event.startswith("server check:")]
     assert len(said) == 2 and "kv_cache" in said[0] and "prefix_caching: off" in said[1]
     assert events.index(said[-1]) < events.index("run started")
+
+
+def test_in_a_4096_context_the_probes_ask_for_what_the_run_asks_for_and_both_agree(tmp_path: Path) -> None:
+    """The LinkedIn job's ~3,000-token prompts leave about 1,000 of its max_tokens 4,096: the probes ask
+    for that, as the run does, and are answered (asking for 4,096, each was refused with a 400)."""
+    with sim_server("--model", "test-model", "--max-model-len", "4096") as url:
+        job = linkedin(tmp_path, url, model="test-model")
+        checked = run_pipeline("check", str(job))
+        ran = run_pipeline("run", str(job))
+    lines = {line.split(":")[0].split()[-1]: line for line in checked.stdout.splitlines()}
+    assert "probe" not in lines, checked.stdout
+    assert lines["answer"].startswith("ok") and lines["response_format"].startswith("ok")
+    assert (
+        lines["context"].startswith("warn")
+        and "a run sends 5 with less than max_tokens 4,096" in (lines["context"])
+    )
+    assert ran.returncode == 0 and "12 done, 0 failed of 12" in ran.stdout, ran.stdout + ran.stderr
+
+
+def test_a_server_answering_http_500_is_said_as_such_and_what_it_did_not_show_is_unknown(
+    tmp_path: Path,
+) -> None:
+    with sim_server("--model", "test-model", "--fault-server-error", "1") as url:
+        job = linkedin(tmp_path, url, model="test-model")
+        checked = run_pipeline("check", str(job), "--probe-timeout", "5")
+    lines = {line.split(":")[0].split()[-1]: line for line in checked.stdout.splitlines()}
+    assert checked.returncode == 3, checked.stdout + checked.stderr
+    assert lines["probe"].startswith("fail     probe: in 5 s the server answered ")
+    assert "an error a run retries (a probe, alone); the last: HTTP 50" in lines["probe"]
+    for name in ("answer", "response_format", "timeout"):
+        assert lines[name].startswith("unknown"), lines[name]
+
+
+def test_the_longest_pending_record_is_named_and_the_run_refuses_that_one(tmp_path: Path) -> None:
+    """A record of ~15,000 tokens among the LinkedIn postings, against an 8,192 context: however the
+    probes are sampled, the check names it as the run's too_long failure, and the run fails it alone."""
+    spec = linkedin_job(tmp_path / "linkedin.duckdb")
+    with duckdb.connect(str(tmp_path / "linkedin.duckdb")) as connection:
+        connection.execute(
+            "CREATE TABLE postings AS SELECT * FROM read_json_auto(?)", [spec["source"]["seed_file"]]
+        )
+        connection.execute(
+            "INSERT INTO postings BY NAME SELECT 99 AS id, title, company, location, "
+            "repeat(description || ' ', 60) AS description FROM postings LIMIT 1"
+        )
+    with sim_server("--model", "test-model", "--max-model-len", "8192") as url:
+        job = linkedin(tmp_path, url, model="test-model")
+        checked = run_pipeline("check", str(job), "--json")
+        ran = run_pipeline("run", str(job))
+    report = orjson.loads(checked.stdout)
+    context = next(check for check in report["checks"] if check["name"] == "context")
+    assert (
+        context["status"] == "fail"
+        and "a run fails 1 as too_long, unsent (record 99: " in (context["message"])
+    )
+    assert report["longest_prompt"]["record_id"] == 99 and report["longest_prompt"]["max_tokens"] is None
+    assert ran.returncode == 1 and "12 done, 1 failed of 13" in ran.stdout, ran.stdout + ran.stderr
+    failed = table_rows(
+        tmp_path / "linkedin.duckdb", "SELECT record_id, failure_class, attempts FROM failures"
+    )
+    assert failed == [(99, "too_long", 0)]

@@ -151,7 +151,8 @@ def test_a_quiet_night_after_a_drift_writes_the_metrics_and_does_not_alert_again
     assert run_pipeline("report", str(job), "--fail-on-drift").returncode == 1  # mailed once
 
     textfile = tmp_path / "pipeline.prom"
-    quiet = run_pipeline("run", str(job), "--metrics-textfile", str(textfile), "--progress", "log")
+    with sim_process("--model", "test-model", port=port):  # the night's server, asked its model list only
+        quiet = run_pipeline("run", str(job), "--metrics-textfile", str(textfile), "--progress", "log")
     assert quiet.returncode == 0 and quiet.stdout.startswith("nothing to do: every record is done"), (
         quiet.stdout + quiet.stderr
     )

@@ -253,13 +253,37 @@ async def test_run_locally_with_nothing_to_do_starts_no_server(
         raise AssertionError("no server may start when nothing is pending")
 
     monkeypatch.setattr(local, "vllm_launch", no_server)
+    monkeypatch.setattr(local, "check_installed", lambda: None)  # the one check a quiet night makes here
     spec = make_job(tmp_path, records=0, endpoint={"base_url": "local"})
-    import duckdb
-
-    with duckdb.connect(str(spec.database)) as connection:
-        connection.execute("CREATE TABLE postings (id INT, title VARCHAR, description VARCHAR)")
+    empty_source(spec.database)
     summary = await run_job_locally(spec, RunOptions())
     assert summary.status is RunStatus.NOTHING_TO_DO and summary.run_id == 1  # kept as a quiet run
+
+
+async def test_run_locally_with_nothing_to_do_without_the_extra_is_the_error_a_run_with_work_gives(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A nightly `--local` job whose venv lost the extra said "nothing to do" and exit 0 until records
+    came."""
+    hide_the_local_extra(monkeypatch)
+    (tmp_path / "quiet").mkdir()
+    quiet = make_job(tmp_path / "quiet", records=0)
+    empty_source(quiet.database)
+    with pytest.raises(LocalServerError, match="needs the 'local' extra") as quiet_night:
+        await run_job_locally(quiet, RunOptions())
+    with pytest.raises(LocalServerError) as with_work:
+        await run_job_locally(make_job(tmp_path, records=2), RunOptions())
+    assert str(quiet_night.value) == str(with_work.value)
+    assert exit_code_for(quiet_night.value) == exit_code_for(with_work.value) == EXIT_CONFIG
+    assert table_rows(quiet.database, "SELECT count(*) FROM runs") == [(0,)]  # no quiet run kept
+
+
+def empty_source(database: Path) -> None:
+    """The job's source table with no record in it: a run of the job has nothing to do."""
+    import duckdb
+
+    with duckdb.connect(str(database)) as connection:
+        connection.execute("CREATE TABLE postings (id INT, title VARCHAR, description VARCHAR)")
 
 
 @pytest.mark.parametrize("runner", [run_job, run_job_locally])
@@ -324,6 +348,7 @@ async def test_a_local_run_again_redoes_nothing_and_status_says_which_model_made
         return launch
 
     monkeypatch.setattr(local, "vllm_launch", sim_instead_of_vllm)
+    monkeypatch.setattr(local, "check_installed", lambda: None)  # what a quiet night checks, installed
     spec = make_job(tmp_path, records=6, model="openai/gpt-oss-120b")
     assert (await run_job_locally(spec, RunOptions())).done == 6
     for redo in (frozenset(), frozenset(JOB_CAUSES)):  # --local again, with or without --redo-stale

@@ -5,7 +5,10 @@ from __future__ import annotations
 import csv
 import functools
 import re
+from datetime import date, datetime, time
+from decimal import Decimal
 from pathlib import Path
+from random import Random
 from typing import Any
 
 import anyio
@@ -19,6 +22,7 @@ import pipeline.reports.export as export_module
 from pipeline.cli import app
 from pipeline.errors import ConfigError, DatabaseLockedError
 from pipeline.job.spec import JobSpec
+from pipeline.quality.fields import schema_fields
 from pipeline.reports.export import (
     ExportFormat,
     export_format,
@@ -26,10 +30,13 @@ from pipeline.reports.export import (
     export_results,
     failures_path,
 )
+from pipeline.reports.flatten import SESSION_SETTINGS, flat_columns, select_list
+from pipeline.sim.instances import InstanceGenerator
 from tests.support.fakes import completion, respond
 from tests.support.jobs import make_job
 from tests.support.outputs import database_held_by_another_process, job_with_outputs, record_number
 from tests.support.runs import run_served
+from tests.support.schema_constructs import EveryConstruct
 
 COLUMNS = [
     "id",
@@ -418,6 +425,132 @@ def test_flatten_joins_lists_in_csv_for_a_spreadsheet(linkedin_results: JobSpec,
         "1",
     )
     assert (unpaid["salary.minimum"], unpaid["explicit_skills"], unpaid["benefits"]) == ("", "", "")
+
+
+TYPED_COLUMNS = {
+    "day": "DATE",
+    "moment": "TIMESTAMP",
+    "aware": "TIMESTAMP",
+    "clock": "TIME",
+    "price": "DECIMAL(6,2)",
+    "amount": "DOUBLE",
+    "colour": "VARCHAR",
+    "level": "BIGINT",
+    "one": "BIGINT",
+    "kind": "VARCHAR",
+    "days": "DATE[]",
+    "counts": "BIGINT[]",
+    "ident": "VARCHAR",
+    "span": "VARCHAR",
+    "anything": "JSON",
+}
+
+
+def typed_answer(request: httpx2.Request) -> httpx2.Response:
+    """A TypedColumns answer: odd records give every optional field, even ones leave them null."""
+    if request.url.path.endswith("/models"):
+        return respond({"data": [{"id": "test-model"}]})
+    full = record_number(request) % 2 == 1
+    answer = {
+        "day": "2017-05-22" if full else None,
+        "moment": "2017-05-22T10:30:00",
+        "aware": "2017-05-22T10:30:00+02:00" if full else None,
+        "clock": "09:15:00",
+        "price": "12.5",
+        "amount": "3.25" if full else None,
+        "colour": "red" if full else None,
+        "level": 2,
+        "one": 1,
+        "kind": "a" if full else None,
+        "days": ["2017-05-22", "2018-01-31"] if full else None,
+        "counts": [1, 2] if full else None,
+        "ident": "12345678-1234-5678-1234-567812345678",
+        "span": "PT1H30M",
+        "anything": {"a": 1},
+    }
+    return respond(completion(orjson.dumps(answer).decode()))
+
+
+@pytest.fixture(scope="module")
+def typed_results(tmp_path_factory: pytest.TempPathFactory) -> JobSpec:
+    """Records 0-1 extracted with TypedColumns: dates, times, decimals, enums, literals, optionals."""
+    folder = tmp_path_factory.mktemp("typed")
+    spec = make_job(folder, records=2, schema="tests.support.schema_constructs:TypedColumns")
+    summary = anyio.run(functools.partial(run_served, spec, typed_answer))
+    assert (summary.done, summary.failed) == (2, 0), summary
+    return spec
+
+
+def test_flatten_types_each_column_as_the_schema_says_in_parquet(
+    typed_results: JobSpec, tmp_path: Path
+) -> None:
+    """A `date | None` field was a JSON column (and `"2017-05-22"`, quotes and all, in CSV)."""
+    out = tmp_path / "flat.parquet"
+    export_results(typed_results, out, flatten=True)
+    assert {column: parquet_type(out, column) for column in TYPED_COLUMNS} == TYPED_COLUMNS
+    nulls, full = read_rows(out, ExportFormat.PARQUET)
+    assert (full["day"], full["days"]) == (date(2017, 5, 22), [date(2017, 5, 22), date(2018, 1, 31)])
+    assert (full["moment"], full["clock"]) == (datetime(2017, 5, 22, 10, 30), time(9, 15))
+    assert full["aware"] == datetime(2017, 5, 22, 8, 30)  # its offset applied: UTC
+    assert (full["price"], full["amount"], full["colour"], full["level"]) == (
+        Decimal("12.50"),
+        3.25,
+        "red",
+        2,
+    )
+    assert (full["ident"], full["span"]) == ("12345678-1234-5678-1234-567812345678", "PT1H30M")
+    optional = ("day", "aware", "amount", "colour", "kind", "days", "counts")
+    assert [nulls[column] for column in optional] == [None] * len(optional)
+
+
+def test_flatten_writes_typed_values_as_plain_text_in_csv(typed_results: JobSpec, tmp_path: Path) -> None:
+    out = tmp_path / "flat.csv"
+    export_results(typed_results, out, flatten=True)
+    nulls, full = read_rows(out, ExportFormat.CSV)
+    assert {column: full[column] for column in TYPED_COLUMNS} == {
+        "day": "2017-05-22",
+        "moment": "2017-05-22 10:30:00",
+        "aware": "2017-05-22 08:30:00",
+        "clock": "09:15:00",
+        "price": "12.50",
+        "amount": "3.25",
+        "colour": "red",
+        "level": "2",
+        "one": "1",
+        "kind": "a",
+        "days": "2017-05-22; 2018-01-31",
+        "counts": "1; 2",
+        "ident": "12345678-1234-5678-1234-567812345678",
+        "span": "PT1H30M",
+        "anything": '{"a":1}',
+    }
+    assert (nulls["day"], nulls["days"], nulls["kind"], nulls["amount"]) == ("", "", "", "")
+
+
+def test_flatten_gives_every_construct_pydantic_emits_a_column(tmp_path: Path) -> None:
+    """Each construct of a user's schema flattens, in Parquet and CSV, and a date is a DATE there."""
+    schema = EveryConstruct.model_json_schema()
+    answers = [InstanceGenerator(schema, Random(seed)).generate() for seed in range(5)]
+    stored = [EveryConstruct.model_validate_json(orjson.dumps(value)).model_dump_json() for value in answers]
+    out = {fmt: tmp_path / f"flat.{fmt}" for fmt in (ExportFormat.PARQUET, ExportFormat.CSV)}
+    with duckdb.connect() as connection:
+        for setting in SESSION_SETTINGS:
+            connection.execute(setting)
+        connection.execute(
+            "CREATE TABLE r AS SELECT unnest(?)::JSON AS extracted, unnest(range(5)) AS id", [stored]
+        )
+        for fmt, path in out.items():
+            columns = select_list(flat_columns(schema_fields(EveryConstruct), csv=fmt is ExportFormat.CSV))
+            connection.execute(
+                f"COPY (SELECT r.id, {columns} FROM r) TO $path (FORMAT {fmt})", {"path": str(path)}
+            )
+    assert parquet_type(out[ExportFormat.PARQUET], "day") == "DATE"
+    assert parquet_type(out[ExportFormat.PARQUET], "maybe_literal") == "VARCHAR"
+    days = [orjson.loads(value)["day"] for value in stored]
+    assert [
+        row["day"].isoformat() for row in read_rows(out[ExportFormat.PARQUET], ExportFormat.PARQUET)
+    ] == days
+    assert [row["day"] for row in read_rows(out[ExportFormat.CSV], ExportFormat.CSV)] == days
 
 
 def test_flatten_applies_to_the_history_too(tmp_path: Path) -> None:

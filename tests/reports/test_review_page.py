@@ -389,6 +389,37 @@ def test_one_variant_header_counts_and_notes(one_variant_dom: Element) -> None:
     assert dom.find(id="field-label").text == "Ungrounded in" and "hidden" in dom.find(id="min-control").attrs
 
 
+def page_grounding_nothing(variants: list[str]) -> ReviewPage:
+    """A job whose schema marks no field grounded: its records carry no grounded value at all."""
+    plain = view({"title": TITLE, "seniority": "senior"})
+    records = [
+        ReviewRecord(f"n{i}", TEXTS, dict.fromkeys(variants, plain), 0.0 if len(variants) == 2 else None, ())
+        for i in (1, 2)
+    ]
+    return ReviewPage("tickets", variants, ["title", "seniority"], [], records, GENERATED_AT)
+
+
+@pytest.mark.parametrize("variants", [["base"], ["base", "new"]])
+def test_a_job_that_grounds_no_field_claims_no_grounding(
+    browser: str, tmp_path: Path, variants: list[str]
+) -> None:
+    """Every card of such a job said "all values grounded", and the summary "ungrounded: 0 values"."""
+    one = len(variants) == 1
+    # One variant filters by ungrounded fields: a filter left in its link would hide every record.
+    dom = open_page(tmp_path, page_grounding_nothing(variants), fragment="field=title" if one else "")
+    assert card_ids(dom) == ["n1", "n2"]
+    facts = {row.attrs["data-fact"]: row.find("dd").text for row in dom.find(id="summary").find_all("div")}
+    assert facts["grounding"] == "no field is grounded in this job"
+    assert not {"ungrounded", "grounded paths"} & set(facts)
+    for card in dom.find_all("article", cls="card"):
+        assert "grounded" not in card.find("header").text and not card.find_all(cls="ungrounded-count")
+    assert "hidden" in dom.find(id="legend").attrs  # its highlights are those of grounded values
+    label = next(
+        element for element in dom.iter() if element.tag == "label" and element.find_all(id="field-filter")
+    )
+    assert ("hidden" in label.attrs) is one
+
+
 def test_eval_scores_show_above_the_records_with_their_intervals(browser: str, tmp_path: Path) -> None:
     scores = [
         ScoreRow("explicit_skills", "f1", 0.6412, (0.6012, 0.6803), 200),

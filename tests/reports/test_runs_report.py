@@ -229,3 +229,16 @@ def test_records_set_aside_blank_are_a_row_only_when_a_run_had_some() -> None:
     (row,) = [line for line in format_runs_report(report).splitlines() if line.startswith("blank")]
     assert row.split() == ["blank", "(not", "sent)", "0", "3", "▁█"]
     assert [run["numbers"]["blank"] for run in report.to_json()["runs"]] == [0, 3]
+
+
+def test_records_failed_too_long_unsent_are_a_row_beside_the_blank_ones() -> None:
+    """The other number of records a run never sent: said the way the blank ones are, and only when a
+    run had some."""
+    quiet = judged_runs("linkedin", "main", [stored_run(1, 400), stored_run(2, 400)], 10)
+    assert "too long (not sent)" not in format_runs_report(quiet)
+    runs = [stored_run(1, 400) | {"too_long_unsent": 4}, stored_run(2, 400) | {"blank": 3}]
+    report = judged_runs("linkedin", "main", runs, 10)
+    lines = format_runs_report(report).splitlines()
+    (blank,) = [index for index, line in enumerate(lines) if line.startswith("blank")]
+    assert lines[blank + 1].split() == ["too", "long", "(not", "sent)", "4", "0", "█▁"]
+    assert [run["numbers"]["too_long_unsent"] for run in report.to_json()["runs"]] == [4, 0]

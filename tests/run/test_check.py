@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import httpx2
 import orjson
 import pytest
@@ -19,8 +20,9 @@ from structlog.testing import capture_logs
 from pipeline.job.commands import command
 from pipeline.job.spec import JobSpec
 from pipeline.run.check import CheckReport, check_job
-from pipeline.run.check_lines import backlog_check, timeout_check
+from pipeline.run.check_lines import Check, backlog_check, fixed_part_check, timeout_check
 from pipeline.servers.capacity import RequestFit
+from pipeline.store.opening import prepare_database
 from tests.support.fakes import (
     GOOD_ITEM,
     HANG,
@@ -31,7 +33,7 @@ from tests.support.fakes import (
     respond,
     serving,
 )
-from tests.support.jobs import make_job
+from tests.support.jobs import make_job, table_rows
 from tests.support.runs import run_served
 
 pytestmark = pytest.mark.anyio
@@ -43,12 +45,23 @@ JSON_KEYS = {
     "prefix_caching",
     "answer_in_reasoning",
     "reasoning_effort_honored",
+    "longest_prompt",
     "eta_s",
     "checks",
 }
 LINES = ["context", "kv_cache", "prefix_caching", "answer", "reasoning_effort", "response_format", "timeout"]
 PREFIX_COUNT = 50  # what the fake's /tokenize says of the fixed part (no record in it)
 PROMPT_COUNT = 100  # ... and of a record's prompt, as its completions' usage says
+LONG_RECORD = "A LONG RECORD"
+
+
+def vllm_past_context(context: int, prompt: int, max_tokens: int) -> str:
+    """vLLM's 400 for a request past its context."""
+    return (
+        f"This model's maximum context length is {context} tokens. However, you requested "
+        f"{prompt + max_tokens} tokens ({prompt} in the messages, {max_tokens} in the completion). "
+        "Please reduce the length of the messages or completion."
+    )
 
 
 @dataclass
@@ -68,6 +81,8 @@ class FakeVllm:
     hang: bool = False
     reasoning: dict[str, int] = field(default_factory=lambda: {"low": 20, "medium": 200})
     speed: float | None = None  # the simulator's --speed, as `pipeline sim` says it in /metrics
+    server_error: bool = False  # every completion an HTTP 500, which the retry policy retries
+    long_record: int = 0  # what it counts for a prompt with LONG_RECORD in it
     bodies: list[dict[str, object]] = field(default_factory=list)
 
     def __call__(self, request: httpx2.Request) -> Answer:
@@ -80,19 +95,28 @@ class FakeVllm:
         if path == "/tokenize":
             if not self.tokenize:
                 return error(404, "Not Found")
-            record = "Description of posting" in request.content.decode()
-            return respond({"count": self.counted if record else PREFIX_COUNT})
+            return respond({"count": self._prompt_tokens(request.content.decode())})
         body = orjson.loads(request.content)
         self.bodies.append(body)
         if self.hang:
             return HANG
+        if self.server_error:
+            return error(500, "Internal Server Error: the engine died " + "x" * 400)
         if self.refuse_format and "response_format" in body:
             return error(400, "response_format is not supported by this server")
+        prompt = self._prompt_tokens(request.content.decode())
+        if self.max_model_len and prompt + int(str(body["max_tokens"])) > self.max_model_len:
+            return error(400, vllm_past_context(self.max_model_len, prompt, int(str(body["max_tokens"]))))
         reasoning_tokens = self.reasoning.get(str(body.get("reasoning_effort")), 0)
         answer = orjson.dumps(GOOD_ITEM).decode()
         if self.answer_in_reasoning:
             return respond(completion(None, reasoning=answer, reasoning_tokens=reasoning_tokens))
         return respond(completion(answer, reasoning="thinking", reasoning_tokens=reasoning_tokens))
+
+    def _prompt_tokens(self, text: str) -> int:
+        if LONG_RECORD in text:
+            return self.long_record
+        return self.counted if "Description of posting" in text else PREFIX_COUNT
 
     def _metrics(self) -> str:
         return (
@@ -257,6 +281,24 @@ async def test_a_probe_that_never_answers_is_a_failure_with_the_seconds(tmp_path
     assert report.exit_code == 3 and line(report, "answer") == ("unknown", "no probe answered")
     for name in ("timeout", "backlog"):  # nothing measured: neither ok nor a second failure
         assert line(report, name)[0] == "unknown", name
+    # Whether the server takes response_format shows only in an answer (or a refusal): none came
+    assert line(report, "response_format") == ("unknown", "whether it is accepted: no probe answered")
+
+
+async def test_a_server_answering_errors_is_said_with_its_answer_not_as_silence(tmp_path: Path) -> None:
+    """An HTTP 500 is retried as a run retries it, until the probe's time is up: the line says what the
+    server answered (shortened), not that it did not answer."""
+    spec = make_job(tmp_path, records=10)
+    async with serving(FakeVllm(server_error=True)) as served:
+        report = await check_job(spec.with_overrides(base_url=served.url), probe_timeout_s=0.3)
+    status, message = line(report, "probe")
+    assert status == "fail" and report.exit_code == 3
+    assert message.startswith(
+        "in 0.3 s the server answered once, with an error a run retries (a probe, alone); it: HTTP 500: "
+        "Internal Server Error: the engine died xxx"
+    )
+    assert message.endswith("x…") and len(message) < 250
+    assert line(report, "response_format")[0] == "unknown"
 
 
 async def test_a_proxy_without_metrics_or_tokenize_gets_unknown_not_a_traceback(tmp_path: Path) -> None:
@@ -297,14 +339,102 @@ async def test_with_one_server_down_of_two_the_backlog_is_the_other_ones(tmp_pat
     assert status == "ok" and message.startswith("10 records x") and report.exit_code == 3
 
 
-async def test_a_context_that_leaves_less_than_max_tokens_warns_and_one_too_short_fails(
-    tmp_path: Path,
-) -> None:
-    report = await checked(tmp_path, FakeVllm(max_model_len=300))  # 100 + 256 > 300 > 100 + 40
+async def test_the_probes_ask_for_what_a_run_asks_for_in_a_short_context(tmp_path: Path) -> None:
+    """A context of 300 leaves a 100-token prompt 200 of max_tokens 256: the probes ask for 200, as the
+    run does (they asked for 256, the server refused each with a 400, and nothing was measured)."""
+    server = FakeVllm(max_model_len=300)
+    report = await checked(tmp_path, server)
+    assert [body["max_tokens"] for body in server.bodies] == [200] * 4  # the effort's probe too
+    assert line(report, "answer") == ("ok", "in content (3 of 3 probes)")
+    assert "probe" not in [check.name for check in report.checks]
+    assert line(report, "context") == (
+        "warn",
+        "300 tokens: of the 5 pending records with the longest prompts, a run sends 5 with less than "
+        "max_tokens 256 (the least left: 200, beside record 0's 100 tokens), 0 of them less than the ~40 "
+        "the probes' answers took: an answer cut off there fails its record as too_long",
+    )
+    ran = FakeVllm(max_model_len=300)
+    (tmp_path / "run").mkdir()
+    assert (await run_served(make_job(tmp_path / "run", records=10), ran)).done == 10
+    assert {body["max_tokens"] for body in ran.bodies} == {200}
+
+
+async def test_a_record_a_run_refuses_the_check_names_and_the_run_refuses(tmp_path: Path) -> None:
+    """The longest of all the pending records, not of a sample, counted by the server: the one a run
+    fails as too_long unsent is named by its id, and the run does fail it, unsent."""
+    server = FakeVllm(max_model_len=4096, long_record=5000)
+    spec = make_job(tmp_path, records=200)
+    edit = f"UPDATE postings SET description = '{LONG_RECORD} ' || repeat('word ', 4000) WHERE id = 142"
+    with duckdb.connect(str(spec.database)) as connection:
+        connection.execute(edit)
+    async with serving(server) as served:
+        report = await check_job(spec.with_overrides(base_url=served.url), probe_timeout_s=5)
     status, message = line(report, "context")
-    assert status == "warn" and "leaves 200 of max_tokens 256" in message
-    short = await checked(tmp_path, FakeVllm(max_model_len=120))
-    assert line(short, "context")[0] == "fail" and short.exit_code == 3
+    assert status == "fail" and report.exit_code == 3
+    assert message.startswith(
+        "4,096 tokens: of the 5 pending records with the longest prompts, a run fails 1 as too_long, "
+        "unsent (record 142: 5,000 tokens); use chunking: {field: description}, a longer context"
+    )
+    longest = {"record_id": 142, "tokens": 5000, "counted": True, "max_tokens": None}
+    assert report.as_json()["longest_prompt"] == longest
+    summary = await run_served(spec, FakeVllm(max_model_len=4096, long_record=5000))
+    assert (summary.done, summary.failed) == (199, 1)
+    failures = table_rows(spec.database, "SELECT record_id, failure_class, attempts FROM failures")
+    assert failures == [(142, "too_long", 0)]
+
+
+@pytest.mark.parametrize(
+    ("answers_before", "status", "done"),
+    [
+        ([], "warn", 10),  # an answer needs the schema's fewest: 100 tokens left is room, sent
+        ([150] * 10, "fail", 0),  # earlier runs' answers took 150: not sent
+    ],
+)
+async def test_what_an_answer_needs_starts_where_a_runs_does_from_earlier_answers(
+    tmp_path: Path, answers_before: list[int], status: str, done: int
+) -> None:
+    """A context of 200 leaves a 100-token prompt 100 tokens: a run sends it while it knows only the
+    schema's fewest, and refuses it unsent once earlier runs' answers took more. The check says so."""
+    spec = make_job(tmp_path, records=10)
+    prepare_database(spec).close()
+    with duckdb.connect(str(spec.database)) as connection:
+        for n, tokens in enumerate(answers_before):  # results of records since removed
+            connection.execute(
+                "INSERT INTO results (variant, record_id, completion_tokens) VALUES ('main', ?, ?)",
+                [1000 + n, tokens],
+            )
+    async with serving(FakeVllm(max_model_len=200)) as served:
+        report = await check_job(spec.with_overrides(base_url=served.url), probe_timeout_s=5)
+    assert line(report, "context")[0] == status
+    if status == "fail":
+        assert (
+            "a run fails all 5 (more may not fit: 5 were counted) as too_long, unsent"
+            in (line(report, "context")[1])
+        )
+        assert "(record 0: 100 tokens, too few left for an answer)" in line(report, "context")[1]
+    summary = await run_served(spec, FakeVllm(max_model_len=200))
+    assert (summary.done, summary.failed) == (done, 10 - done)
+
+
+async def test_a_server_that_counts_no_prompt_leaves_their_fit_unknown(tmp_path: Path) -> None:
+    report = await checked(tmp_path, FakeVllm(tokenize=False))
+    assert line(report, "context") == (
+        "unknown",
+        "32,768 tokens; the longest pending prompt is ~102 tokens, estimated (record 0): the server "
+        "does not count prompts",
+    )
+    assert report.exit_code == 0 and report.as_json()["longest_prompt"]["counted"] is False
+
+
+def test_a_runs_preflight_says_what_the_prompts_fixed_part_leaves() -> None:
+    assert fixed_part_check(4096, 2876, 4096) == Check(
+        "context",
+        "warn",
+        "4,096 tokens: the prompt's fixed part (system prompt, examples, template: 2,876 tokens) leaves "
+        "1,220 of max_tokens 4,096; every request asks for less",
+    )
+    assert fixed_part_check(131_072, 2876, 4096).status == "ok"
+    assert fixed_part_check(4096, None, 4096).status == "unknown"
 
 
 async def test_several_endpoints_each_have_their_report_and_share_the_backlog(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, FailureClass
 from pipeline.job.commands import command
 from pipeline.run.options import RunCommands, RunOptions, VariantOptions, options_of_variant
 from pipeline.source.lock import RunLock
@@ -98,3 +98,12 @@ async def test_kept_options_that_no_longer_apply_say_where_they_came_from(tmp_pa
         f"variant v2 was made with --prompt-file '{tmp_path / 'careful prompt.yaml'}' (kept"
     )
     assert "cannot read it" in said and said.endswith("give --model or --prompt-file to run it with others")
+
+
+def test_failure_classes_alone_are_retried_with_the_backlog_as_with_retry_failed() -> None:
+    """``RunOptions(retry_classes=...)`` without ``retry_failed`` was a plain run: the classes named
+    were never retried."""
+    truncated = frozenset({FailureClass.TRUNCATED})
+    alone = RunOptions(retry_classes=truncated)
+    assert alone.selection == RunOptions(retry_failed=True, retry_classes=truncated).selection
+    assert alone.retry == {FailureClass.TRANSIENT, FailureClass.TRUNCATED} and not alone.only_failed

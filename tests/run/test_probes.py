@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from pipeline.run.probes import Measured, Probe, counted_prompt
+from pipeline.errors import TransientError
+from pipeline.run.probes import QUOTED_ANSWER, Measured, Probe, ProbeTimeoutError, counted_prompt
 from pipeline.servers.client import ChatRequest, ClientSettings, LLMClient
 from tests.support.fakes import ScriptedServer, good_completion, respond, serving
 
@@ -50,3 +51,16 @@ async def test_the_samples_prompts_are_counted_at_the_servers_tokenize_nothing_g
 
 async def test_a_server_that_does_not_count_leaves_the_prompt_to_the_probes() -> None:
     assert await count_with(ScriptedServer([respond(good_completion())]), ["a", "b"]) is None
+
+
+def test_a_probe_out_of_time_says_what_the_server_answered_meanwhile() -> None:
+    answered = [TransientError("HTTP 503: busy"), TransientError("HTTP 500: " + "y" * 300)]
+    said = str(ProbeTimeoutError(5, answered))
+    assert said.startswith(
+        "in 5 s the server answered 2 times, each with an error a run retries (a probe, alone); the last: "
+        "HTTP 500: yyy"
+    )
+    assert said.endswith("y…") and len(said.split("the last: ")[1]) == QUOTED_ANSWER
+    timed_out = TransientError("no reply within 5 s (request_timeout_s)", timed_out=True)
+    for silent in ([], [timed_out]):  # nothing, or only the client's timeout: no reply
+        assert str(ProbeTimeoutError(5, silent)) == "no reply within 5 s (a probe, alone)"

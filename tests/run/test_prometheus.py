@@ -91,6 +91,7 @@ def assert_busy_numbers(samples: Samples) -> None:
     assert value(samples, "pipeline_records_remaining") == 13  # of this run's 20
     assert value(samples, "pipeline_records_at_start") == 20
     assert value(samples, "pipeline_records_blank") == 3  # set aside, not sent: none of the 20
+    assert value(samples, "pipeline_records_too_long_unsent_total") == 0
     assert value(samples, "pipeline_requests_in_flight") == 1
     assert value(samples, "pipeline_concurrency") == 8
     assert value(samples, "pipeline_requests_total") == 4
@@ -155,6 +156,21 @@ def test_records_pending_is_the_job_s_backlog_whatever_the_limit() -> None:
     assert value(samples, "pipeline_records_pending") == 1491 - 300 + 1
     assert value(samples, "pipeline_records_remaining") == 0
     assert value(samples, "pipeline_records_at_start") == 300
+
+
+def test_records_never_sent_are_said_both_ways_blank_and_too_long() -> None:
+    """The two numbers of records a run does not send, each a series: those set aside blank (every
+    prompt field empty), and those failed too_long unsent (a count of the prompt said it cannot fit)."""
+    stats = RunStats(pending_at_start=4, concurrency=1, clock=FakeClock())
+    stats.numbers.done, stats.numbers.failed, stats.numbers.too_long_unsent = 1, 3, 2
+    stats.numbers.failures.update({"too_long": 3})
+    stats.set_blank(5)
+    registry = CollectorRegistry()
+    registry.register(RunCollector(stats, "nightly"))
+    samples = parse(generate_latest(registry).decode())
+    assert value(samples, "pipeline_records_failed_total", **{"class": "too_long"}) == 3
+    assert value(samples, "pipeline_records_too_long_unsent_total") == 2  # of the 3: one was sent
+    assert value(samples, "pipeline_records_blank") == 5
 
 
 async def test_http_endpoint_serves_live_numbers_on_a_free_port() -> None:

@@ -15,7 +15,15 @@ import orjson
 import pytest
 from structlog.testing import capture_logs
 
-from pipeline.errors import ConfigError, FatalRunError
+from pipeline.errors import (
+    EXIT_ABORTED,
+    EXIT_CONFIG,
+    ConfigError,
+    EndpointUnreachableError,
+    FatalRunError,
+    ModelNotServedError,
+    exit_code_for,
+)
 from pipeline.extraction.context import RunContext
 from pipeline.reports.status import job_status
 from pipeline.run.runner import CANCELLED, RunStatus, _opened_source, opened_run, run_job
@@ -189,14 +197,16 @@ def refuse(request: httpx2.Request) -> httpx2.Response:
     raise AssertionError("no request expected")
 
 
-async def test_nothing_to_do_contacts_no_server_and_is_kept_as_a_quiet_run(tmp_path: Path) -> None:
+async def test_nothing_to_do_sends_no_record_and_is_kept_as_a_quiet_run(tmp_path: Path) -> None:
     """Issue 29: a quiet night left no trace, so `report --fail-on-drift` judged the night before again
     and the metrics textfile aged past the alert of docs/running.md."""
     spec = make_job(tmp_path, records=3)
     await run_served(spec, ScriptedServer([respond(good_completion())]))
     textfile = tmp_path / "pipeline.prom"
-    summary = await run_served(spec, refuse, metrics_textfile=textfile, variant_options=("--model", "m"))
+    server = ScriptedServer([refuse])  # its model list only: the check a run makes before its first request
+    summary = await run_served(spec, server, metrics_textfile=textfile, variant_options=("--model", "m"))
     assert summary.status is RunStatus.NOTHING_TO_DO and summary.run_id == 2 and summary.exit_code == 0
+    assert server.bodies == []
     row = table_rows(
         spec.database,
         "SELECT status, done, failed, pending_at_start, concurrency, ended_at >= started_at, profile, "
@@ -231,13 +241,55 @@ async def test_a_blank_record_is_never_sent_and_counted_blank_everywhere(tmp_pat
     assert table_rows(spec.database, "SELECT count(*) FROM failures") == [(0,)]
     status = job_status(spec)
     assert (status.done, status.pending, status.blank.count, status.blank.ids) == (3, 0, 2, (1, 3))
-    quiet = await run_served(spec, refuse)  # a night with nothing else: nothing sent, the blank said
-    assert quiet.status is RunStatus.NOTHING_TO_DO and quiet.numbers.blank == 2
+    checked = ScriptedServer([refuse])  # its model list only: a quiet night checks its servers too
+    quiet = await run_served(spec, checked)  # a night with nothing else: nothing sent, the blank said
+    assert quiet.status is RunStatus.NOTHING_TO_DO and quiet.numbers.blank == 2 and checked.bodies == []
     assert table_rows(spec.database, "SELECT blank FROM runs WHERE run_id = 2") == [(2,)]
     with duckdb.connect(str(spec.database)) as connection:
         connection.execute("UPDATE postings SET description = 'Now it has text' WHERE id = 3")
     again = await run_served(spec, server)
     assert (len(server.bodies), again.done, again.numbers.blank) == (4, 1, 1)
+
+
+async def test_nothing_to_do_with_a_model_the_server_does_not_serve_is_the_same_error_as_with_work(
+    tmp_path: Path,
+) -> None:
+    """A nightly job whose model name went wrong said "nothing to do" and exit 0 until records came."""
+    spec = make_job(tmp_path, records=2)
+    await run_served(spec, ScriptedServer([respond(good_completion())]))
+    served_models = "does not serve model 'nosuch/model'; it serves: test-model"
+    with pytest.raises(ModelNotServedError, match=f"^--model nosuch/model: .* {served_models}$") as caught:
+        await run_served(spec.with_overrides(model="nosuch/model"), ScriptedServer([refuse]))
+    assert exit_code_for(caught.value) == EXIT_CONFIG
+    assert table_rows(spec.database, "SELECT run_id, status FROM runs") == [(1, "completed")]
+
+
+async def test_a_night_quiet_because_every_record_left_is_blank_checks_its_servers_too(
+    tmp_path: Path,
+) -> None:
+    """Blank records are no work, but the night is a quiet one all the same: a model the server does not
+    serve fails it as it fails a run with records, and keeps no quiet run."""
+    spec = make_job(tmp_path, records=3)
+    with duckdb.connect(str(spec.database)) as connection:
+        connection.execute("UPDATE postings SET title = NULL, description = NULL WHERE id = 2")
+    await run_served(spec, ScriptedServer([respond(good_completion())]))
+    with pytest.raises(ModelNotServedError, match="does not serve model 'nosuch/model'") as caught:
+        await run_served(spec.with_overrides(model="nosuch/model"), ScriptedServer([refuse]))
+    assert exit_code_for(caught.value) == EXIT_CONFIG
+    assert table_rows(spec.database, "SELECT run_id, status, blank FROM runs") == [(1, "completed", 1)]
+
+
+async def test_nothing_to_do_against_a_server_that_is_down_is_exit_3_and_keeps_no_quiet_run(
+    tmp_path: Path,
+) -> None:
+    """Tomorrow's records would fail the same way: the quiet night says so now."""
+    spec = make_job(tmp_path, records=2)
+    await run_served(spec, ScriptedServer([respond(good_completion())]))
+    url = dead_url()
+    with pytest.raises(EndpointUnreachableError, match=f"cannot connect to {url}") as caught:
+        await run_job(spec.with_overrides(base_url=url), options())
+    assert exit_code_for(caught.value) == EXIT_ABORTED
+    assert table_rows(spec.database, "SELECT run_id, status FROM runs") == [(1, "completed")]
 
 
 async def test_nothing_to_do_with_a_textfile_in_a_missing_folder_is_exit_2_and_keeps_nothing(
@@ -247,7 +299,7 @@ async def test_nothing_to_do_with_a_textfile_in_a_missing_folder_is_exit_2_and_k
     await run_served(spec, ScriptedServer([respond(good_completion())]))
     textfile = tmp_path / "absent" / "pipeline.prom"
     with pytest.raises(ConfigError, match=f"^--metrics-textfile {textfile}: folder"):
-        await run_served(spec, refuse, metrics_textfile=textfile)
+        await run_served(spec, ScriptedServer([refuse]), metrics_textfile=textfile)
     assert table_rows(spec.database, "SELECT run_id, status FROM runs") == [(1, "completed")]
 
 

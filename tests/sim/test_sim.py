@@ -422,18 +422,23 @@ async def test_requests_in_flight_count_faulted_and_streamed_requests() -> None:
     assert 'pipeline_sim:requests_in_flight{model_name="m"} 0' in metrics  # streams counted until done
 
 
-async def test_metrics_count_every_chat_request_the_largest_prompt_and_each_fault() -> None:
+async def test_metrics_count_each_chat_request_the_largest_prompt_the_smallest_budget_and_fault() -> None:
     config = SimConfig(model="m", seed=2, faults=Faults(server_error=0.3, context_length=0.3))
     server, url, sim = await start(config)
     short = chat(messages=[{"role": "user", "content": "x" * 40}])
     long = chat(messages=[{"role": "user", "content": "x" * 400}, {"role": "user", "content": "y" * 40}])
     async with server, httpx2.AsyncClient(base_url=url, timeout=30) as client:
+        before = (await client.get("/metrics")).text
         for body in (short, long, *[short] * 18):
             await client.post("/v1/chat/completions", json=body)
+        await client.post("/v1/chat/completions", json={**short, "max_tokens": 7})
         metrics = (await client.get("/metrics")).text
-    assert 'pipeline_sim:chat_requests_total{model_name="m"} 20' in metrics  # faulted ones included
+    assert 'pipeline_sim:min_max_tokens{model_name="m"} 0' in before  # none asked yet
+    # the smallest budget asked for, whatever became of the request (the context fault sends another)
+    assert 'pipeline_sim:min_max_tokens{model_name="m"} 7' in metrics
+    assert 'pipeline_sim:chat_requests_total{model_name="m"} 21' in metrics  # faulted ones included
     assert f'pipeline_sim:requests_total{{model_name="m"}} {sim.metrics.requests}' in metrics
-    assert sim.metrics.requests < 20
+    assert sim.metrics.requests < 21
     assert 'pipeline_sim:max_prompt_tokens{model_name="m"} 118' in metrics  # (400 + 40) / 4 + 4 x 2
     assert 'pipeline_sim:max_messages{model_name="m"} 2' in metrics
     for fault in ("server_error", "context_length", "reset", "hang"):

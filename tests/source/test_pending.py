@@ -19,9 +19,9 @@ from pipeline.extraction.outcomes import Extracted, Failed, Outcome, Usage
 from pipeline.job.spec import JobSpec
 from pipeline.servers.replies import Reply
 from pipeline.source.blank import BlankRecords
-from pipeline.source.db import open_database
+from pipeline.source.db import bind, open_database
 from pipeline.source.pending import PendingQueries, Selection, read_blank, sampled_fields
-from pipeline.source.reader import SourceReader, SourceRecord
+from pipeline.source.reader import SourceReader, SourceRecord, longest_pending
 from pipeline.source.versions import JOB_CAUSES, StaleCause, version_of
 from pipeline.store.opening import prepare_database
 from pipeline.store.writer import StoreWriter
@@ -38,12 +38,10 @@ async def fetch(spec: JobSpec, ids: Sequence[int]) -> dict[int, SourceRecord]:
     connection = await anyio.to_thread.run_sync(prepare_database, spec)
     queries = PendingQueries(spec, version_of(spec))
     sql = queries.records_sql()
-    rows = connection.execute(sql, {"variant": spec.variant, "ids": list(ids)}).fetchall()
+    rows = connection.execute(sql, bind(sql, {**queries.parameters(), "ids": list(ids)})).fetchall()
     connection.close()
     names = spec.source.fields
-    return {
-        row[0]: SourceRecord(row[0], dict(zip(names, row[1:3], strict=True)), row[3], row[4]) for row in rows
-    }
+    return {row[0]: SourceRecord(row[0], dict(zip(names, row[1:3], strict=True)), *row[3:]) for row in rows}
 
 
 async def write(spec: JobSpec, make: Any, ids: Sequence[int]) -> None:
@@ -263,6 +261,51 @@ async def test_records_carry_their_content_hash_and_a_truncated_budget(tmp_path:
     assert (await fetch(spec, [0]))[0].content_hash != records[0].content_hash
 
 
+def too_long(counted: int, cut_at: int | None = None) -> Any:
+    def make(record: SourceRecord) -> Outcome:
+        return Failed(
+            record.id,
+            FailureClass.TOO_LONG,
+            "x",
+            1,
+            None,
+            Usage(),
+            256,
+            record.content_hash,
+            counted_prompt_tokens=counted,
+            answer_cut_at=cut_at,
+        )
+
+    return make
+
+
+async def test_a_too_long_failure_s_counts_come_with_its_record_only_under_today_s_job_and_text(
+    tmp_path: Path,
+) -> None:
+    """The server's count of a too_long record's prompt, and where its answer was cut off, hold for the
+    same prompt from the same text: a later run judges the record by them without sending it. Another
+    prompt, or an edit of the record, makes another prompt: nothing is known of it."""
+    spec = make_job(tmp_path, records=4)
+    await write(spec, too_long(4108), [0])
+    await write(spec, too_long(3788, cut_at=308), [1])
+    await write(spec, failing(FailureClass.TRUNCATED, max_tokens=1024), [2])
+    records = await fetch(spec, [0, 1, 2, 3])
+    assert [(r.counted_prompt_tokens, r.answer_cut_at) for r in records.values()] == [
+        (4108, None),
+        (3788, 308),
+        (None, None),
+        (None, None),
+    ]
+    assert records[2].truncated_at_max_tokens == 1024 and records[1].truncated_at_max_tokens is None
+    edited = with_prompt(spec, system="Edited.")
+    assert {(r.counted_prompt_tokens, r.answer_cut_at) for r in (await fetch(edited, [0, 1])).values()} == {
+        (None, None)
+    }
+    edit(spec, "UPDATE postings SET description = 'x' WHERE id = 1")
+    records = await fetch(spec, [0, 1])
+    assert (records[0].counted_prompt_tokens, records[1].counted_prompt_tokens) == (4108, None)
+
+
 async def test_a_rerun_takes_only_the_records_its_variant_has_a_current_result_for(tmp_path: Path) -> None:
     spec = make_job(tmp_path, records=10)
     await write(spec, done, [0, 1, 2, 3])
@@ -370,3 +413,40 @@ def test_the_sample_probes_are_made_of_leaves_out_blank_records(tmp_path: Path) 
     sampled = sampled_fields(connection, spec, 6, 0)
     connection.close()
     assert sorted(str(fields["title"]) for fields in sampled) == ["Title 4", "Title 5"]
+
+
+async def test_the_longest_pending_prompts_are_found_over_every_pending_record(tmp_path: Path) -> None:
+    """Longest first, by the bytes of the fields the template reads: a done record, however long, is not
+    pending; a done one whose text changed is; a field the prompt does not read weighs nothing."""
+    spec = make_job(tmp_path, records=500)
+    edit(spec, "ALTER TABLE postings ADD COLUMN notes VARCHAR")
+    edit(spec, "UPDATE postings SET description = repeat('é', 900) WHERE id = 7")  # 1,800 bytes
+    edit(spec, "UPDATE postings SET description = repeat('a', 5000) WHERE id = 3")
+    edit(spec, "UPDATE postings SET description = repeat('b', 1000) WHERE id = 400")
+    edit(spec, "UPDATE postings SET notes = repeat('n', 9000) WHERE id = 9")
+    await write(spec, done, [3, 400])
+    edit(spec, "UPDATE postings SET description = repeat('c', 1500) WHERE id = 400")  # changed since
+    connection = await anyio.to_thread.run_sync(prepare_database, spec)
+    try:
+        longest = longest_pending(connection, PendingQueries(spec, version_of(spec)), 3)
+    finally:
+        connection.close()
+    assert [record.id for record in longest] == [7, 400, 100]
+    assert longest[1].fields == {"title": "Title 400", "description": "c" * 1500}
+
+
+async def test_the_longest_pending_prompts_leave_out_blank_records(tmp_path: Path) -> None:
+    """A blank record is never sent, so ``pipeline check`` must not fit it to the context: one of 9,000
+    spaces was the longest by its bytes, and one emptied since its result (changed content) is no
+    longer pending either."""
+    spec = make_job(tmp_path, records=5)
+    await write(spec, done, [4])
+    edit(spec, "UPDATE postings SET title = NULL, description = repeat(' ', 9000) WHERE id = 1")
+    edit(spec, "UPDATE postings SET title = '', description = repeat(chr(9), 5000) WHERE id = 4")
+    edit(spec, "UPDATE postings SET description = repeat('a', 100) WHERE id = 2")
+    connection = await anyio.to_thread.run_sync(prepare_database, spec)
+    try:
+        longest = longest_pending(connection, PendingQueries(spec, version_of(spec)), 5)
+    finally:
+        connection.close()
+    assert [record.id for record in longest] == [2, 0, 3]

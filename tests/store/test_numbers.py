@@ -42,6 +42,15 @@ def test_committed_outcomes_count_records_done_failed_by_class_and_chunks() -> N
     assert after.plus([recovered, done(6)]).answers_from_reasoning == 1
 
 
+def test_records_too_long_never_sent_are_counted_apart() -> None:
+    """A record a count says cannot fit fails without a request: what the summary says it did not send."""
+    unsent = dataclasses.replace(failed(1, FailureClass.TOO_LONG), attempts=0)
+    sent = failed(2, FailureClass.TOO_LONG)  # its answer was cut off at the end of the context
+    other = dataclasses.replace(failed(3, FailureClass.PERMANENT), attempts=0)
+    numbers = RunNumbers().plus([unsent, sent, other])
+    assert (numbers.failures, numbers.too_long_unsent) == ({"too_long": 2, "permanent": 1}, 1)
+
+
 def test_remaining_is_the_run_s_own_and_backlog_the_job_s_whatever_the_limit() -> None:
     """A --limit 300 run of a job with 1,491 pending, one of its failures transient (a plain run takes it
     again): nothing remains of the run, 1,192 are still pending."""

@@ -104,7 +104,7 @@ async def test_results_and_failures_rows(spec: JobSpec) -> None:
         spec.database,
         "SELECT variant, record_id, run_id, failure_class, message, attempts, last_raw_output, "
         "last_max_tokens, prompt_tokens, completion_tokens, reasoning_tokens, latency_s, content_hash, "
-        "prompt_hash FROM failures",
+        "prompt_hash, counted_prompt_tokens, answer_cut_at FROM failures",
     )
     assert failures == [
         (
@@ -122,7 +122,21 @@ async def test_results_and_failures_rows(spec: JobSpec) -> None:
             0.75,
             2000,
             version.prompt_hash,
+            None,  # the fit a too_long failure keeps (below)
+            None,
         )
+    ]
+
+
+async def test_a_too_long_failure_keeps_the_servers_count_of_its_prompt_and_its_cut_answer(
+    spec: JobSpec,
+) -> None:
+    run = await started_writer(spec)
+    cut = dataclasses.replace(failed(2, FailureClass.TOO_LONG), counted_prompt_tokens=3788, answer_cut_at=308)
+    await run.write([cut])
+    run.writer.connection.close()
+    assert table_rows(spec.database, "SELECT counted_prompt_tokens, answer_cut_at FROM failures") == [
+        (3788, 308)
     ]
 
 

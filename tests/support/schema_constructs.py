@@ -172,3 +172,24 @@ class EveryConstruct(BaseModel):
     flag: bool
     nothing: None
     with_default: str = "x"
+
+
+class TypedColumns(BaseModel):
+    """A field of each type `export --flatten` gives a column of that type (tests/reports/test_export.py),
+    most of them optional: ``X | None`` is an X column with nulls."""
+
+    day: date | None
+    moment: datetime
+    aware: AwareDatetime | None
+    clock: time
+    price: condecimal(max_digits=6, decimal_places=2)  # type: ignore[valid-type]  # the con*() call form, as older schemas write it
+    amount: Decimal | None
+    colour: Colour | None
+    level: Level
+    one: Literal[1, 2]
+    kind: Literal["a", "b"] | None
+    days: list[date] | None
+    counts: list[int] | None
+    ident: UUID
+    span: timedelta
+    anything: dict[str, int]
