@@ -34,7 +34,7 @@ from pipeline.source.versions import (
 from pipeline.store.numbers import RunNumbers
 from pipeline.store.opening import open_for_reading
 from pipeline.store.read_copy import ReadCopy, read_copy_of
-from pipeline.store.run_profiles import NOTHING_TO_DO, newest_run
+from pipeline.store.run_profiles import BENCH, NOTHING_TO_DO, newest_run
 from pipeline.store.snapshot import read_snapshot
 
 
@@ -334,11 +334,12 @@ def _grounding(connection: Database, spec: JobSpec) -> dict[str, dict[str, float
 
 def _last_run(connection: Database, spec: JobSpec, *, running: bool = False) -> dict[str, Any] | None:
     as_json = _json_columns(connection, spec.output.runs_table)
-    # A quiet night (nothing to do) is no last run: its rate and counts would say nothing of the next.
+    # A quiet night (nothing to do) is no last run: its rate and counts would say nothing of the next;
+    # nor is a knee a bench sweep kept (no run at all).
     cursor = connection.execute(
-        f"SELECT * FROM {quote(spec.output.runs_table)} WHERE variant = ? AND status <> ? "
+        f"SELECT * FROM {quote(spec.output.runs_table)} WHERE variant = ? AND status NOT IN (?, ?) "
         "ORDER BY run_id DESC LIMIT 1",
-        [spec.variant, NOTHING_TO_DO],
+        [spec.variant, NOTHING_TO_DO, BENCH],
     )
     row = cursor.fetchone()
     if row is None:

@@ -27,6 +27,10 @@ from pipeline.store.numbers import RUN_NUMBER_COLUMNS, RunNumbers
 #: The status of a run that had nothing to do (``pipeline.run``'s ``RunStatus.NOTHING_TO_DO``): a quiet
 #: night, kept as a row with nothing done, no profile and no series.
 NOTHING_TO_DO = "nothing_to_do"
+#: The status of a row that is no run: a knee `pipeline bench --seed-knee` measured and kept
+#: (:func:`pipeline.store.opening.seed_knee`) for the next `concurrency: auto` run to start from. Nothing
+#: that reads a job's last or newest run takes it: it did no record and has no rate.
+BENCH = "bench"
 PROFILED_RESULTS = 50_000
 PROFILE_VERSION = 1
 _TOKENS = ("prompt", "completion", "reasoning")
@@ -204,10 +208,9 @@ def newest_run(connection: Database, spec: JobSpec, running_id: int | None = Non
     row = connection.row(
         "SELECT run_id, status, started_at, coalesce(done, 0) + coalesce(failed, 0) "
         f"FROM {quote(spec.output.runs_table)} "
-        # A 'bench' row is a knee `pipeline bench` kept (store/opening.py's seed_knee), not a run.
-        "WHERE variant = $variant AND status <> 'bench' AND run_id <> $running "
+        "WHERE variant = $variant AND status <> $bench AND run_id <> $running "
         "ORDER BY run_id DESC LIMIT 1",
-        {"variant": spec.variant, "running": running_id or 0},
+        {"variant": spec.variant, "bench": BENCH, "running": running_id or 0},
     )
     if row is None:
         return None
