@@ -313,16 +313,15 @@ def _answers_from_reasoning(connection: Database, spec: JobSpec) -> int:
 
 
 def _tokens_per_done(connection: Database, spec: JobSpec) -> dict[str, float] | None:
-    """What a finished record costs, failures and retries included: the runs' totals over their done."""
-    row = connection.execute(
-        "SELECT sum(done), sum(prompt_tokens), sum(completion_tokens), sum(reasoning_tokens) "
+    """What a done record costs over the variant's runs, as one run's numbers say it of that run
+    (:attr:`RunNumbers.tokens_per_done`): their tokens, every request's, over their records done."""
+    counts = ("done", "prompt_tokens", "completion_tokens", "reasoning_tokens")
+    row = connection.row(
+        f"SELECT {', '.join(f'sum({name})' for name in counts)} "
         f"FROM {quote(spec.output.runs_table)} WHERE variant = ?",
         [spec.variant],
-    ).fetchone()
-    if not row or not row[0]:
-        return None
-    done = float(row[0])
-    return {"prompt": row[1] / done, "completion": row[2] / done, "reasoning": (row[3] or 0) / done}
+    )
+    return RunNumbers.of(dict(zip(counts, row or (), strict=False))).tokens_per_done
 
 
 def _grounding(connection: Database, spec: JobSpec) -> dict[str, dict[str, float]]:
