@@ -49,9 +49,9 @@ RULE = (
     f"by more than {Z:g} combined standard errors (its sampling error, theirs, and their run-to-run spread) "
     f"and by more than {SHARE_FLOOR:g} for a share, {AMOUNT_FLOOR:.0%} for an amount, or a factor of "
     f"{SPEED_RATIO:g} for a reply time or records/min (judged from {SPREAD_RUNS} earlier runs on); the "
-    "run's costs have a better side (a lower failure rate, fewer output or reasoning tokens, faster "
-    "replies, more records/min), which is reported and fails nothing, while a field's fill rate, grounded "
-    "share, length or choices and the prompt's length have none: a move either way is a drift; a run "
+    "run's costs have a better side (a lower failure rate, fewer tokens per done record, every request "
+    "counted, faster replies, more records/min), which is reported and fails nothing, while a field's "
+    "fill rate, grounded share, length or choices have none: a move either way is a drift; a run "
     f"under {SMALL_RUN:.0%} of the usual size, mostly retries of earlier failures, or with nothing to do "
     "is not judged"
 )

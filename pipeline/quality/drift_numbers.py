@@ -18,11 +18,13 @@ Each number of the judged run is compared with the same number in the earlier ru
   records), so they are judged only from :data:`SPREAD_RUNS` earlier runs on.
 
 A number drifted when ``|now - before|`` exceeds that. Which way it moved is :func:`change_of`'s: the
-run's costs have a worse side (a higher failure rate, more output or reasoning tokens, slower replies,
+run's costs have a worse side (a higher failure rate, more tokens per done record, slower replies,
 fewer records/min) and a better one; the output's profile (a field's fill rate, grounded share, a
-list's length, a choice's share) and the prompt's length have none: they measure the input and the
-model as much as the pipeline (a field filled twice as often may be invented values), so a move either
-way may be a drift.
+list's length, a choice's share) has none: it measures the input and the model as much as the
+pipeline (a field filled twice as often may be invented values), so a move either way may be a drift.
+The tokens per done record count every request of the run, re-asks, retries and the records that
+failed included (``RunNumbers.tokens_per_done``): a cost, so a server whose bad answers were fixed
+costs fewer prompt tokens per record, which is better, not a changed input.
 """
 
 from __future__ import annotations
@@ -73,14 +75,14 @@ class Change(StrEnum):
 
 
 # Run-level numbers with a worse side: +1 when a rise is for the worse, -1 when a fall is.
-_WORSE_SIDE = {"tokens_completion": 1, "tokens_reasoning": 1, "records_per_min": -1}
+_WORSE_SIDE = {"tokens_prompt": 1, "tokens_completion": 1, "tokens_reasoning": 1, "records_per_min": -1}
 _WORSE_UP = ("failure_rate", "latency_")  # every failure class's rate, every reply time
 
 
 def change_of(field: str, measure: str, before: float, now: float) -> Change:
     """Whether ``before -> now`` of ``measure`` (of ``field``, or of the run: :data:`RUN`) is for the
-    worse, for the better, or of a number with no better side (the output's profile, the prompt's
-    length: :data:`Change.EITHER`)."""
+    worse, for the better, or of a number with no better side (the output's profile:
+    :data:`Change.EITHER`)."""
     side = _WORSE_SIDE.get(measure, 1 if measure.startswith(_WORSE_UP) else 0) if field == RUN else 0
     if side == 0:
         return Change.EITHER

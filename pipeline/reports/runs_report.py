@@ -105,9 +105,7 @@ def _run_json(run: Mapping[str, Any]) -> dict[str, Any]:
         "records_per_min": profile.get("records_per_min"),
         "failure_rate": (profile.get("failed") or 0) / attempted if attempted else None,
         "failures": profile.get("failures") or {},
-        "tokens_per_record": {
-            name: numbers.get("mean") for name, numbers in (profile.get("tokens") or {}).items()
-        },
+        "tokens_per_record": numbers.tokens_per_done or {},  # status's figure, of this run
         "latency_s": profile.get("latency_s") or {},
         "prefix_cache_hit_rate": cache.prefix_cache_hit_rate,
         "preemptions": cache.preemptions,

@@ -35,7 +35,7 @@ from pipeline.source.versions import (
 from pipeline.store.numbers import RunNumbers
 from pipeline.store.opening import open_for_reading
 from pipeline.store.read_copy import ReadCopy, read_copy_of
-from pipeline.store.run_profiles import NOTHING_TO_DO, newest_run
+from pipeline.store.run_profiles import BENCH, NOTHING_TO_DO, newest_run
 from pipeline.store.snapshot import read_snapshot
 
 
@@ -330,16 +330,15 @@ def _answers_from_reasoning(connection: Database, spec: JobSpec) -> int:
 
 
 def _tokens_per_done(connection: Database, spec: JobSpec) -> dict[str, float] | None:
-    """What a finished record costs, failures and retries included: the runs' totals over their done."""
-    row = connection.execute(
-        "SELECT sum(done), sum(prompt_tokens), sum(completion_tokens), sum(reasoning_tokens) "
+    """What a done record costs over the variant's runs, as one run's numbers say it of that run
+    (:attr:`RunNumbers.tokens_per_done`): their tokens, every request's, over their records done."""
+    counts = ("done", "prompt_tokens", "completion_tokens", "reasoning_tokens")
+    row = connection.row(
+        f"SELECT {', '.join(f'sum({name})' for name in counts)} "
         f"FROM {quote(spec.output.runs_table)} WHERE variant = ?",
         [spec.variant],
-    ).fetchone()
-    if not row or not row[0]:
-        return None
-    done = float(row[0])
-    return {"prompt": row[1] / done, "completion": row[2] / done, "reasoning": (row[3] or 0) / done}
+    )
+    return RunNumbers.of(dict(zip(counts, row or (), strict=False))).tokens_per_done
 
 
 def _grounding(connection: Database, spec: JobSpec) -> dict[str, dict[str, float]]:
@@ -351,11 +350,12 @@ def _grounding(connection: Database, spec: JobSpec) -> dict[str, dict[str, float
 
 def _last_run(connection: Database, spec: JobSpec, *, running: bool = False) -> dict[str, Any] | None:
     as_json = _json_columns(connection, spec.output.runs_table)
-    # A quiet night (nothing to do) is no last run: its rate and counts would say nothing of the next.
+    # A quiet night (nothing to do) is no last run: its rate and counts would say nothing of the next;
+    # nor is a knee a bench sweep kept (no run at all).
     cursor = connection.execute(
-        f"SELECT * FROM {quote(spec.output.runs_table)} WHERE variant = ? AND status <> ? "
+        f"SELECT * FROM {quote(spec.output.runs_table)} WHERE variant = ? AND status NOT IN (?, ?) "
         "ORDER BY run_id DESC LIMIT 1",
-        [spec.variant, NOTHING_TO_DO],
+        [spec.variant, NOTHING_TO_DO, BENCH],
     )
     row = cursor.fetchone()
     if row is None:

@@ -34,6 +34,7 @@ log = structlog.get_logger("pipeline.run.fleet")
 #: The most a run's start waits for its servers' word (KV cache, counters, the prefix's tokens) before it
 #: starts without it.
 FIT_BUDGET_S = 1.0
+COUNTERS_READ_S = 2.0  # the most a scrape of the servers' counters takes at the run's start or end
 
 
 @asynccontextmanager
@@ -117,11 +118,17 @@ async def _open_endpoint(
     return endpoint
 
 
-async def read_counters_at_end(router: Router, timeout_s: float = 2.0) -> None:
+async def read_counters_at_end(router: Router, timeout_s: float = COUNTERS_READ_S) -> None:
     """One last scrape of each server that has shown its /metrics, so the run's prefix-cache and
     preemption counts reach its end (the scrapes come every few seconds; a server without them is not
     asked). Never an error: a server gone by now leaves the counts of the last scrape."""
-    endpoints = [e for e in router.endpoints if e.metrics_available and e.server_counters.scrapes]
+    await _scrape(
+        [e for e in router.endpoints if e.metrics_available and e.server_counters.scrapes], timeout_s
+    )
+
+
+async def _scrape(endpoints: list[Endpoint], timeout_s: float) -> None:
+    """One scrape of each of ``endpoints`` at once, within ``timeout_s``, shielded from cancelling."""
     if not endpoints:
         return
     with anyio.move_on_after(timeout_s, shield=True):
@@ -162,11 +169,14 @@ async def _read_servers(context: RunContext, endpoints: list[Endpoint]) -> None:
                 held=fit.held,  # the request it counts: the fixed part and max_tokens, until replies come
             )
 
+    readable = [endpoint for endpoint in endpoints if endpoint.client.context_length is not None]
     with anyio.move_on_after(FIT_BUDGET_S):
         async with anyio.create_task_group() as group:
-            for endpoint in endpoints:
-                if endpoint.client.context_length is not None:
-                    group.start_soon(read, endpoint)
+            for endpoint in readable:
+                group.start_soon(read, endpoint)
+    # A reading cut short kept no counters: a run shorter than the scrapes' interval then had nothing to
+    # count from at its end, and said no hit rate and no preemptions. Its counters are read alone.
+    await _scrape([endpoint for endpoint in readable if endpoint.reading is None], COUNTERS_READ_S)
 
 
 def _beside_words(load: ServerLoad | None, peers: int) -> str:

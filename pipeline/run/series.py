@@ -1,8 +1,13 @@
-"""The run over time, kept small: a point every few seconds (records/min since the last point, requests
-in flight, each endpoint's limit), at most :data:`MOST_POINTS` of them. When the run outlasts that, every
-other point is dropped and the interval doubles, so a 32-hour run keeps its whole shape in the same
-few kilobytes as a 10-minute one. The points go into the run's row (``runs.series``) now and then and
-at the end, for ``pipeline report``'s pictures.
+"""The run over time, kept small: a point every few seconds (records/min, requests in flight, each
+endpoint's limit), at most :data:`MOST_POINTS` of them. When the run outlasts that, every other point
+is dropped and the interval doubles, so a 32-hour run keeps its whole shape in the same few kilobytes
+as a 10-minute one. The points go into the run's row (``runs.series``) now and then and at the end,
+for ``pipeline report``'s pictures.
+
+A point's ``records_per_min`` is the run's own up to then (its numbers' ``records_per_min``, what the
+progress line said at that moment), so the last point, sampled after the run ended, says the run's
+rate as its summary, status and report do; ``records_per_min_since_previous`` is the rate since the
+point before, which draws the run's shape.
 
 Where the servers count them (vLLM's ``/metrics``), a point also holds the prefix-cache hits and queries
 (prompt tokens) and the preemptions since the run began, summed over the endpoints, and the hit rate
@@ -55,7 +60,10 @@ class RunSeries:
             "t": round(elapsed, 2),
             "done": numbers.done,
             "failed": numbers.failed,
-            "records_per_min": round((finished - since_finished) * 60 / span, 2) if span > 0 else None,
+            "records_per_min": numbers.records_per_min,
+            "records_per_min_since_previous": (
+                round((finished - since_finished) * 60 / span, 2) if span > 0 else None
+            ),
             "in_flight": stats.in_flight,
             "limits": {name: numbers["limit"] for name, numbers in endpoints.items()},
             **self._cache_point(endpoints),

@@ -40,6 +40,9 @@ import orjson
 from pipeline.errors import FailureClass
 from pipeline.extraction.outcomes import ChunkDone, Extracted, Failed, Stored
 
+#: The kinds of tokens a reply's usage counts, as :attr:`RunNumbers.tokens_per_done` names them.
+TOKEN_KINDS = ("prompt", "completion", "reasoning")
+
 
 @dataclass(slots=True)
 class RunNumbers:
@@ -137,6 +140,17 @@ class RunNumbers:
         return self.finished * 60.0 / self.elapsed_s if self.elapsed_s > 0 else 0.0
 
     @property
+    def tokens_per_done(self) -> dict[str, float] | None:
+        """What a done record cost: every reply's prompt, completion and reasoning tokens, as the server
+        counted them (re-asks, retries and the requests of records that failed included), over the
+        records done; None before one is done. The one per-record token figure: status, report and
+        drift read it."""
+        if self.done <= 0:
+            return None
+        spent = (self.prompt_tokens, self.completion_tokens, self.reasoning_tokens)
+        return {name: tokens / self.done for name, tokens in zip(TOKEN_KINDS, spent, strict=True)}
+
+    @property
     def output_tokens_per_s(self) -> float:
         return self.completion_tokens / self.elapsed_s if self.elapsed_s > 0 else 0.0
 
@@ -160,6 +174,7 @@ class RunNumbers:
             "backlog": self.backlog,
             "records_per_min": self.records_per_min,
             "output_tokens_per_s": self.output_tokens_per_s,
+            "tokens_per_done": self.tokens_per_done,
             "eta_s": None if eta is None else round(eta),
         }
 

@@ -33,6 +33,7 @@ from pipeline.source.loader import LoadReport, load_file
 from pipeline.source.lock import missing_folders, remove_folders
 from pipeline.source.relation import describe_source
 from pipeline.store.read_copy import open_read_copy
+from pipeline.store.run_profiles import BENCH
 from pipeline.store.tables import create_output_tables, needs_upgrade
 
 log = structlog.get_logger("pipeline.store.opening")
@@ -213,8 +214,9 @@ def known_knees(connection: Database, spec: JobSpec) -> dict[str, KneeMemory]:
 
 def seed_knee(spec: JobSpec, endpoint: EndpointConfig, knee: KneeMemory, message: str) -> int:
     """Keep a knee measured outside a run (a ``pipeline bench`` sweep) in the job's database as a row
-    of the runs table with status ``bench``, where :func:`known_knees` reads it as it reads a run's:
-    the next `concurrency: auto` run on that server starts there, until a later run learns better.
+    of the runs table with status :data:`~pipeline.store.run_profiles.BENCH` (no run: status and report
+    pass over it), where :func:`known_knees` reads it as it reads a run's: the next `concurrency: auto`
+    run on that server starts there, until a later run learns better.
     Returns the row's run id. Blocking; raises ``DatabaseLockedError`` while a run holds the database."""
     connection = prepare_database(spec)
     try:
@@ -223,7 +225,7 @@ def seed_knee(spec: JobSpec, endpoint: EndpointConfig, knee: KneeMemory, message
         connection.execute(
             f"INSERT INTO {runs} (run_id, job_name, variant, model, base_url, concurrency, started_at, "
             f"updated_at, ended_at, status, pending_at_start, message, knees) "
-            f"VALUES (?, ?, ?, ?, ?, ?, {UTC_NOW}, {UTC_NOW}, {UTC_NOW}, 'bench', 0, ?, ?)",
+            f"VALUES (?, ?, ?, ?, ?, ?, {UTC_NOW}, {UTC_NOW}, {UTC_NOW}, ?, 0, ?, ?)",
             [
                 run_id,
                 spec.name,
@@ -231,6 +233,7 @@ def seed_knee(spec: JobSpec, endpoint: EndpointConfig, knee: KneeMemory, message
                 endpoint.model,
                 endpoint.base_url,
                 knee.level,
+                BENCH,
                 message,
                 orjson.dumps({endpoint.knee_key: knee.as_json()}).decode(),
             ],

@@ -22,14 +22,17 @@ from pipeline.quality.found_share import FoundShare, found_shares
 from pipeline.quality.grounding import grounding_from_json
 from pipeline.quality.profile import profile_fields
 from pipeline.source.db import Database, quote
-from pipeline.store.numbers import RUN_NUMBER_COLUMNS, RunNumbers
+from pipeline.store.numbers import RUN_NUMBER_COLUMNS, TOKEN_KINDS, RunNumbers
 
 #: The status of a run that had nothing to do (``pipeline.run``'s ``RunStatus.NOTHING_TO_DO``): a quiet
 #: night, kept as a row with nothing done, no profile and no series.
 NOTHING_TO_DO = "nothing_to_do"
+#: The status of a row that is no run: a knee `pipeline bench --seed-knee` measured and kept
+#: (:func:`pipeline.store.opening.seed_knee`) for the next `concurrency: auto` run to start from. Nothing
+#: that reads a job's last or newest run takes it: it did no record and has no rate.
+BENCH = "bench"
 PROFILED_RESULTS = 50_000
 PROFILE_VERSION = 1
-_TOKENS = ("prompt", "completion", "reasoning")
 _FAILED_BEFORE = "pipeline_failed_before_run"  # a temporary table of the writer's connection
 
 
@@ -73,21 +76,19 @@ def _grounded(stored: Sequence[Any]) -> dict[str, FoundShare]:
 
 
 def _run_numbers(connection: Database, spec: JobSpec, parameters: Mapping[str, Any]) -> dict[str, Any]:
-    """Records, failures by class, tokens per record (mean, sd), latency p50/p90 and records/min."""
+    """Records, failures by class, tokens per done record (:func:`_tokens`), latency p50/p90 and
+    records/min."""
     results, failures = quote(spec.output.results_table), quote(spec.output.failures_table)
-    tokens = ", ".join(
-        f"avg(coalesce(total_{name}_tokens, {name}_tokens)), stddev_samp(coalesce(total_{name}_tokens, "
-        f"{name}_tokens))"
-        for name in _TOKENS
-    )
+    spreads = ", ".join(f"stddev_samp(coalesce(total_{name}_tokens, {name}_tokens))" for name in TOKEN_KINDS)
     row = (
         connection.row(
-            f"SELECT count(*), {tokens}, quantile_cont(latency_s, 0.5), quantile_cont(latency_s, 0.9) "
+            f"SELECT count(*), {spreads}, quantile_cont(latency_s, 0.5), quantile_cont(latency_s, 0.9) "
             f"FROM {results} WHERE variant = $variant AND run_id = $run_id",
             parameters,
         )
-        or (0,) * 9
+        or (0,) * 6
     )
+    numbers = run_numbers(connection, spec, parameters["run_id"])
     failed: dict[Any, Any] = dict(
         connection.rows(
             f"SELECT failure_class, count(*) FROM {failures} WHERE variant = $variant AND run_id = $run_id "
@@ -103,13 +104,18 @@ def _run_numbers(connection: Database, spec: JobSpec, parameters: Mapping[str, A
         "attempted": records + sum(failed.values()),
         "retried": _retried(connection, spec, parameters),
         "failures": {str(name): int(count) for name, count in failed.items()},
-        "tokens": {
-            name: {"mean": _float(row[1 + 2 * index]), "sd": _float(row[2 + 2 * index])}
-            for index, name in enumerate(_TOKENS)
-        },
-        "latency_s": {"p50": _float(row[7]), "p90": _float(row[8])},
-        **_speed(connection, spec, parameters),
+        "tokens": _tokens(numbers, dict(zip(TOKEN_KINDS, map(_float, row[1:4]), strict=True))),
+        "latency_s": {"p50": _float(row[4]), "p90": _float(row[5])},
+        **_speed(numbers),
     }
+
+
+def _tokens(numbers: RunNumbers | None, spreads: Mapping[str, float | None]) -> dict[str, Any]:
+    """Per kind of token, the ``mean`` a done record cost (its run's numbers say it:
+    :attr:`RunNumbers.tokens_per_done`, every request counted) and ``sd``, how much what each result
+    took over its own requests spreads, which drift judges the mean's sampling error by."""
+    means = (numbers.tokens_per_done if numbers is not None else None) or {}
+    return {name: {"mean": means.get(name), "sd": spreads.get(name)} for name in TOKEN_KINDS}
 
 
 def _retried(connection: Database, spec: JobSpec, parameters: Mapping[str, Any]) -> int | None:
@@ -135,10 +141,9 @@ def _float(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
-def _speed(connection: Database, spec: JobSpec, parameters: Mapping[str, Any]) -> dict[str, float | None]:
+def _speed(numbers: RunNumbers | None) -> dict[str, float | None]:
     """Records per minute, and the run's duration (drift judges the speed of a short run loosely): its
     numbers' (:class:`RunNumbers`), as the summary line, status and report say them."""
-    numbers = run_numbers(connection, spec, parameters["run_id"])
     if numbers is None or numbers.elapsed_s <= 0:
         return {"records_per_min": None, "duration_s": None}
     return {"records_per_min": numbers.records_per_min, "duration_s": numbers.elapsed_s}
@@ -181,8 +186,16 @@ def stored_runs(connection: Database, spec: JobSpec, most: int) -> list[dict[str
 
 
 def _stored_run(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A profiled run's row as report and drift read it. Its tokens per done record are its numbers'
+    whichever version kept the profile (one before this one kept its results' own, re-asks of the
+    records that failed left out), so every run is judged by the same figure."""
     started, ended = row["started_at"], row["ended_at"]
     numbers = {name: row[name] for name, _ in RUN_NUMBER_COLUMNS if name in row}  # an older row has fewer
+    profile = orjson.loads(row["profile"])
+    if RunNumbers.of(row).done:
+        kept = profile.get("tokens") or {}
+        spreads = {name: tokens.get("sd") for name, tokens in kept.items() if isinstance(tokens, dict)}
+        profile["tokens"] = _tokens(RunNumbers.of(row), spreads)
     return {
         "run_id": int(row["run_id"]),
         "started_at": started.isoformat() if started else None,
@@ -192,7 +205,7 @@ def _stored_run(row: Mapping[str, Any]) -> dict[str, Any]:
         "base_url": row["base_url"],
         "concurrency": row["concurrency"],
         **numbers,
-        "profile": orjson.loads(row["profile"]),
+        "profile": profile,
         "series": orjson.loads(row["series"]) if row["series"] else None,
     }
 
@@ -204,10 +217,9 @@ def newest_run(connection: Database, spec: JobSpec, running_id: int | None = Non
     row = connection.row(
         "SELECT run_id, status, started_at, coalesce(done, 0) + coalesce(failed, 0) "
         f"FROM {quote(spec.output.runs_table)} "
-        # A 'bench' row is a knee `pipeline bench` kept (store/opening.py's seed_knee), not a run.
-        "WHERE variant = $variant AND status <> 'bench' AND run_id <> $running "
+        "WHERE variant = $variant AND status <> $bench AND run_id <> $running "
         "ORDER BY run_id DESC LIMIT 1",
-        {"variant": spec.variant, "running": running_id or 0},
+        {"variant": spec.variant, "bench": BENCH, "running": running_id or 0},
     )
     if row is None:
         return None

@@ -1,42 +1,31 @@
 """One run's numbers, the same wherever they are read: the summary line (for a run an error ended, its
-last log line), ``status``, ``status --json``, ``report --json``, the runs row and the Prometheus
-textfile, and its attempts the requests the simulator counted. A normal run (with --limit), a run with
-retries and a run the answer breaker aborted, each against a real `pipeline sim` process.
+last log line), ``status``, ``status --json``, ``report``, ``report --json``, the series' last point, the
+runs row and the Prometheus textfile (tests/support/run_numbers.py), and its attempts the requests the
+simulator counted. A normal run (with --limit), a run with retries, a run the answer breaker aborted
+and a run shorter than one scrape of the server's counters, each against a real `pipeline sim` process.
 
 Before, the summary said 3,892.3 records/min and status 3,948 (two clocks); an aborted run's
-``runs.attempts`` was 93 where the server saw 799 requests (summed from what committed); and
-``pipeline_records_pending`` was 0.0 after a --limit 300 run with 1,191 still pending."""
+``runs.attempts`` was 93 where the server saw 799 requests (summed from what committed);
+``pipeline_records_pending`` was 0.0 after a --limit 300 run with 1,191 still pending; status said
+6,440 prompt tokens per done record where report said 5,153; the series' last point 2,095.6
+records/min where the rest said 1,958.0; and a run of 0.5 s whose reading of the server ran out of
+time had no prefix-cache hit rate and no preemptions."""
 
 from __future__ import annotations
 
-import re
 import subprocess
 from pathlib import Path
 
-import orjson
 import pytest
 
-from pipeline.store.numbers import RunNumbers
 from tests.support.jobs import make_source, write_job
-from tests.support.logged_run import json_log_lines
-from tests.support.processes import pipeline_command, run_pipeline, sim_server, subprocess_env
-from tests.support.run_numbers import prometheus, sim_requests, stored
+from tests.support.processes import pipeline_command, sim_server, subprocess_env
+from tests.support.proxy import round_robin_proxy
+from tests.support.run_numbers import assert_said_alike, sim_requests, stored
 
 pytestmark = pytest.mark.integration
 
-SUMMARY = re.compile(
-    r"run (\d+) (\w+): ([\d,]+) done, ([\d,]+) failed of ([\d,]+) in [\d:]+ "
-    r"\(([\d,.]+) records/min, [\d,]+ output tok/s\)"
-)
-LAST_RUN = re.compile(
-    r"last run: #(\d+) (\w+), started [^,]+, ([\d,]+) done, ([\d,]+) failed, ([\d,]+) requests? sent"
-    r"(?:, ([\d,.]+) records/min)?"
-)
 QUICK_RETRIES = {"backoff_initial_s": 0.01, "backoff_max_s": 0.05, "reasks": 1}
-
-
-def count(text: str) -> int:
-    return int(text.replace(",", ""))
 
 
 def run(job: Path, textfile: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -47,67 +36,6 @@ def run(job: Path, textfile: Path, *args: str) -> subprocess.CompletedProcess[st
         text=True,
         timeout=300,
     )
-
-
-def assert_said_alike(
-    job: Path, database: Path, textfile: Path, done: subprocess.CompletedProcess[str]
-) -> None:
-    status, numbers = stored(database)
-    rate = f"{numbers.records_per_min:,.1f}"
-    assert_summary_or_last_line(done, status, numbers)
-    assert_status(job, status, numbers, rate)
-    report = orjson.loads(run_pipeline("report", str(job), "--json").stdout)["runs"][-1]
-    assert (report["status"], report["records_per_min"]) == (status, numbers.records_per_min)
-    assert RunNumbers.of(report["numbers"]) == numbers
-    assert_prometheus(prometheus(textfile), numbers)
-
-
-def assert_summary_or_last_line(done: subprocess.CompletedProcess[str], status: str, n: RunNumbers) -> None:
-    if done.returncode in (0, 1):
-        said = SUMMARY.search(done.stdout)
-        assert said is not None, done.stdout
-        assert said.group(2) == status
-        assert [count(said.group(i)) for i in (3, 4, 5)] == [n.done, n.failed, n.pending_at_start]
-        assert said.group(6) == f"{n.records_per_min:,.1f}"
-        return
-    ended = next(line for line in json_log_lines(done.stderr) if line.get("event") == "run ended")
-    assert ended["status"] == status
-    assert (ended["done"], ended["failed"], ended["attempts"]) == (n.done, n.failed, n.attempts)
-    assert ended["records_per_min"] == round(n.records_per_min, 1)
-
-
-def assert_status(job: Path, status: str, n: RunNumbers, rate: str) -> None:
-    text = run_pipeline("status", str(job)).stdout
-    said = LAST_RUN.search(text)
-    assert said is not None, text
-    assert said.group(2) == status
-    assert [count(said.group(i)) for i in (3, 4, 5)] == [n.done, n.failed, n.attempts]
-    assert said.group(6) == rate
-    if n.prefix_cache_hit_rate is not None:
-        assert f"prefix-cache hit rate {n.prefix_cache_hit_rate:.0%}" in text
-    as_json = orjson.loads(run_pipeline("status", str(job), "--json").stdout)
-    assert RunNumbers.of(as_json["last_run"]) == n
-    assert as_json["rate_per_min"] == n.records_per_min
-    assert as_json["prefix_cache_hit_rate"] == n.prefix_cache_hit_rate
-    assert as_json["pending"] == n.backlog  # a plain run after it takes what it left
-
-
-def assert_prometheus(metrics: dict[str, float], n: RunNumbers) -> None:
-    assert metrics["pipeline_records_done_total"] == n.done
-    assert metrics["pipeline_records_failed_total"] == n.failed
-    for failure_class, failed in n.failures.items():
-        assert metrics[f'pipeline_records_failed_total{{class="{failure_class}"}}'] == failed
-    assert metrics["pipeline_requests_total"] == n.attempts
-    assert metrics["pipeline_retries_total"] == sum(n.retries.values())
-    assert metrics["pipeline_request_timeouts_total"] == n.timeouts
-    assert metrics["pipeline_prompt_tokens_total"] == n.prompt_tokens
-    assert metrics["pipeline_output_tokens_total"] == n.completion_tokens
-    assert metrics["pipeline_reasoning_tokens_total"] == n.reasoning_tokens
-    assert metrics["pipeline_records_at_start"] == n.pending_at_start
-    assert metrics["pipeline_records_remaining"] == n.remaining
-    assert metrics["pipeline_records_pending"] == n.backlog
-    assert metrics.get("pipeline_prefix_cache_hit_rate") == n.prefix_cache_hit_rate
-    assert metrics["pipeline_run_active"] == 0
 
 
 def test_a_normal_run_with_a_limit_says_the_same_numbers_everywhere(tmp_path: Path) -> None:
@@ -150,4 +78,21 @@ def test_a_run_the_answer_breaker_aborted_says_the_same_numbers_everywhere(tmp_p
     status, numbers = stored(tmp_path / "test.duckdb")
     assert status == "aborted" and 0 < numbers.finished < 300
     assert numbers.attempts == requests > 2 * numbers.finished  # re-asked, and in flight at the stop
+    assert_said_alike(job, tmp_path / "test.duckdb", tmp_path / "run.prom", done)
+
+
+def test_a_run_shorter_than_a_scrape_whose_server_reading_ran_late_has_its_hit_rate(tmp_path: Path) -> None:
+    """50 records in well under the 5 s between scrapes of the server's counters, behind a proxy that
+    answers /tokenize in 1.5 s: the reading of the server before the first request ran out of its
+    second, and the run counted its hit rate from nothing (null everywhere)."""
+    with (
+        sim_server("--profile", "gpt-oss-120b", "--speed", "2000", "--model", "test-model") as url,
+        round_robin_proxy([url], late={"/tokenize": 1.5}) as proxy,
+    ):
+        job = write_job(tmp_path, endpoint={"base_url": proxy})
+        make_source(tmp_path / "test.duckdb", 50)
+        done = run(job, tmp_path / "run.prom")
+        assert done.returncode == 0, done.stderr[-2000:]
+    _, numbers = stored(tmp_path / "test.duckdb")
+    assert numbers.elapsed_s < 5 and numbers.prefix_cache_hit_rate is not None and numbers.preemptions == 0
     assert_said_alike(job, tmp_path / "test.duckdb", tmp_path / "run.prom", done)

@@ -272,6 +272,26 @@ def test_an_improvement_is_reported_and_fails_nothing() -> None:
     assert "failure_rate 0.10 -> 0.00 (better)" in [entry.describe() for entry in verdict.drift]
 
 
+def test_a_server_whose_bad_answers_were_fixed_fails_nothing() -> None:
+    """Four nights of a server answering half its requests with invalid JSON, then one without: the
+    prompt tokens per done record (re-asks counted) fell from 5,332 to 3,150 and read as a drift with
+    no better side, `tokens_prompt 5,332 -> 3,150 (down; allowed ±2,011)`, so --fail-on-drift failed."""
+    rng = random.Random(12)
+    history = []
+    for prompt in (5332.0, 5290.0, 5400.0, 5310.0):
+        profile = nightly(rng, 50)
+        profile["failures"], profile["failed"], profile["attempted"] = {"invalid_json": 4}, 4, 54
+        profile["tokens"]["prompt"] = {"mean": prompt, "sd": 1500.0}
+        profile["tokens"]["completion"]["mean"] *= 1.7  # the re-asks' answers
+        history.append(profile)
+    fixed = nightly(rng, 50)
+    fixed["tokens"]["prompt"] = {"mean": 3150.0, "sd": 40.0}
+    verdict = judge_last(runs([*history, fixed]))
+    assert verdict.drift and {entry.change for entry in verdict.drift} == {Change.BETTER}
+    assert "tokens_prompt 5,321 -> 3,150 (better)" in [entry.describe() for entry in verdict.drift]
+    assert not verdict.fails
+
+
 def test_a_degradation_fails_and_is_listed_before_an_improvement() -> None:
     history = [speed(3000, 1000.0, 0.5, 0.8) for _ in range(5)]
     last = speed(3000, 400.0, 0.5, 0.8)  # 2.5x slower, and its completion tokens halved

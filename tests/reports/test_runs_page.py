@@ -200,7 +200,8 @@ def test_each_plot_has_a_line_per_series_and_a_point_per_run_or_sample(sample_do
     assert lines(sample_dom, "latency") == {"p50": 6, "p90": 6}
     assert lines(sample_dom, "speed") == {"records/min": 6}
     assert lines(sample_dom, "failure_rate") == {"all classes": 6, "truncated": 6, "schema_invalid": 6}
-    assert lines(sample_dom, "records_per_min") == {"records/min": 49}  # the first sample has none yet
+    # The first sample has none yet.
+    assert lines(sample_dom, "records_per_min") == {"since the start": 49, "since the point before": 49}
     assert lines(sample_dom, "in_flight") == {"in flight": 50}
     assert lines(sample_dom, "limits") == dict.fromkeys(ENDPOINTS, 50)
     fill_rate = sample_dom.find("svg", data_plot="fill_rate")

@@ -13,9 +13,12 @@ from pipeline.errors import ConfigError
 from pipeline.job.commands import command
 from pipeline.quality.drift import NewestRun
 from pipeline.reports.runs_report import format_runs_report, judged_runs, runs_report, sparkline
+from pipeline.reports.status import job_status
+from tests.support.cli import cli_run
 from tests.support.fakes import ScriptedServer, good_completion, respond
 from tests.support.jobs import make_job
 from tests.support.runs import run_served
+from tests.support.variants import main_answer, run_variant, variants_job
 
 
 def test_a_sparkline_draws_lowest_to_highest_with_gaps_for_missing_values() -> None:
@@ -242,3 +245,22 @@ def test_records_failed_too_long_unsent_are_a_row_beside_the_blank_ones() -> Non
     (blank,) = [index for index, line in enumerate(lines) if line.startswith("blank")]
     assert lines[blank + 1].split() == ["too", "long", "(not", "sent)", "4", "0", "█▁"]
     assert [run["numbers"]["too_long_unsent"] for run in report.to_json()["runs"]] == [4, 0]
+
+
+def test_tokens_per_done_record_are_one_number_in_status_and_report(tmp_path: Path) -> None:
+    """One definition, every request's tokens over the records done (re-asks and the failed record's
+    requests counted): status said 122 prompt tokens per done record and report 100 (its results'
+    own) for the same run, as status said 6,440 and report 5,153 for a run against a faulty server."""
+    spec = variants_job(tmp_path)  # 9 done, 1 failed after 2 requests; 100, 40, 10 tokens a reply
+    run_variant(spec, "main", main_answer)
+    expected = {"prompt": 1100 / 9, "completion": 440 / 9, "reasoning": 110 / 9}
+    assert job_status(spec).tokens_per_done == expected
+    (run,) = runs_report(spec).to_json()["runs"]
+    assert run["tokens_per_record"] == expected == run["numbers"]["tokens_per_done"]
+    (profiled,) = runs_report(spec).runs
+    assert {name: tokens["mean"] for name, tokens in profiled["profile"]["tokens"].items()} == expected
+    status = cli_run("status", str(spec.source_file)).stdout
+    assert "tokens:   122 prompt + 49 output (12 reasoning) per done record, every attempt counted" in status
+    report = cli_run("report", str(spec.source_file)).stdout.splitlines()
+    said = {line.split()[0]: line.split()[2] for line in report if " tok/record " in line}
+    assert said == {"prompt": "122.22", "completion": "48.89", "reasoning": "12.22"}

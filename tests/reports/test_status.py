@@ -11,7 +11,8 @@ from pipeline.job.commands import Asked, command
 from pipeline.job.spec import JobSpec, load_job
 from pipeline.reports.status import job_status
 from pipeline.run.options import VariantOptions
-from pipeline.store.opening import prepare_database
+from pipeline.servers.knee_search import KneeMemory
+from pipeline.store.opening import prepare_database, seed_knee
 from pipeline.store.read_copy import write_copy
 from pipeline.store.snapshot import write_snapshot
 from tests.support.cli import cli_run
@@ -288,3 +289,20 @@ async def test_quiet_nights_alone_are_said_without_a_last_run(tmp_path: Path) ->
     assert report.last_run is None and report.quiet_run is not None and report.quiet_run["run_id"] == 2
     lines = cli_run("status", str(spec.source_file)).stdout.splitlines()
     assert lines[-1].startswith("quiet:    run 2 (") and lines[-1].endswith(" UTC) had nothing to do")
+
+
+async def test_a_bench_sweep_kept_after_the_last_run_is_not_the_last_run_and_the_eta_stays(
+    tmp_path: Path,
+) -> None:
+    """`pipeline bench --seed-knee` keeps its knee as a runs row of status 'bench'; status took it for
+    the last run (0 done, no rate), and lost the ETA of the records still pending."""
+    spec = make_job(tmp_path, records=5)
+    await run_served(spec, ScriptedServer([respond(good_completion())]), limit=3)
+    before = job_status(spec)
+    knee = KneeMemory(8, bracketed=True)
+    assert seed_knee(spec, spec.endpoint_configs()[0], knee, "pipeline bench: c=8") == 2
+    report = job_status(spec)
+    assert report.last_run is not None and report.last_run["run_id"] == 1
+    assert report.eta_s is not None and report.eta_s == before.eta_s
+    assert report.rate_per_min == before.rate_per_min and report.quiet_run is None
+    assert "last run: #1 completed" in cli_run("status", str(spec.source_file)).stdout

@@ -25,7 +25,7 @@ def stats_on(clock: Clock) -> RunStats:
     return stats
 
 
-def test_a_point_has_the_rate_since_the_last_one_in_flight_and_limits() -> None:
+def test_a_point_has_the_runs_rate_the_rate_since_the_last_one_in_flight_and_limits() -> None:
     clock = Clock()
     stats = stats_on(clock)
     series = RunSeries(stats, interval_s=5)
@@ -37,13 +37,31 @@ def test_a_point_has_the_rate_since_the_last_one_in_flight_and_limits() -> None:
         "done": 20,
         "failed": 5,
         "records_per_min": 150.0,
+        "records_per_min_since_previous": 150.0,
         "in_flight": 1,
         "limits": {"a:1": 8, "b:2": 4},
     }
     clock.now, stats.numbers.done = 40.0, 30
     stats.request_ended(ticket, answered=True)
-    assert series.sample()["records_per_min"] == 20.0  # 10 records in the last 30 s
+    second = series.sample()
+    assert second["records_per_min_since_previous"] == 20.0  # 10 records in the last 30 s
+    assert second["records_per_min"] == 35 * 60 / 40  # the run's: 35 records in its 40 s
     assert series.points[-1]["in_flight"] == 0
+
+
+def test_the_last_point_after_the_run_ended_says_the_runs_own_rate() -> None:
+    """A run of 1.5 s sampled first at 0.1 s: its last point said 50 records over the 1.4 s since
+    then (2,142.9 records/min) where the summary, status and report say 2,000 over the run's 1.5 s."""
+    clock = Clock()
+    stats = stats_on(clock)
+    series = RunSeries(stats, interval_s=5)
+    clock.now = 0.1
+    series.sample()
+    clock.now, stats.numbers.done = 1.5, 50
+    ended = stats.end()
+    last = series.sample()
+    assert last["records_per_min"] == ended.records_per_min == 2000.0
+    assert last["records_per_min_since_previous"] == round(50 * 60 / 1.4, 2)
 
 
 def test_a_full_series_keeps_every_other_point_and_samples_half_as_often() -> None:

@@ -72,6 +72,14 @@ def test_records_per_min_and_eta_are_over_the_run_s_own_time() -> None:
     assert (idle.records_per_min, idle.eta_s, idle.seconds_for(5)) == (0.0, None, None)
 
 
+def test_tokens_per_done_record_count_every_request_over_the_records_done() -> None:
+    """Re-asks, retries and the failed record's requests are in the run's tokens: what a result cost."""
+    numbers = RunNumbers(done=4, failed=1, prompt_tokens=1000, completion_tokens=600, reasoning_tokens=200)
+    assert numbers.tokens_per_done == {"prompt": 250.0, "completion": 150.0, "reasoning": 50.0}
+    assert numbers.to_json()["tokens_per_done"] == numbers.tokens_per_done
+    assert RunNumbers(failed=3, prompt_tokens=900).tokens_per_done is None  # none done yet
+
+
 def test_a_row_an_older_version_wrote_reads_with_defaults_and_its_timestamps() -> None:
     started = dt.datetime(2026, 11, 27, 2, 0, tzinfo=dt.UTC)
     row = {

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import duckdb
 import orjson
 
 from pipeline.job.spec import JobSpec
@@ -41,8 +42,9 @@ def test_a_run_keeps_the_profile_of_what_it_wrote(tmp_path: Path) -> None:
     # 9 results and record 9 schema-invalid; every reply 100 prompt, 40 completion, 10 reasoning tokens
     assert (profile["records"], profile["failed"], profile["attempted"]) == (9, 1, 10)
     assert profile["failures"] == {"schema_invalid": 1}
-    assert profile["tokens"]["prompt"] == {"mean": 100.0, "sd": 0.0}
-    assert profile["tokens"]["reasoning"]["mean"] == 10.0
+    # Per done record, every request counted (record 9's two too); each result took 100 (sd 0).
+    assert profile["tokens"]["prompt"] == {"mean": 1100 / 9, "sd": 0.0}
+    assert profile["tokens"]["reasoning"]["mean"] == 110 / 9
     assert profile["latency_s"]["p50"] is not None and profile["records_per_min"] > 0
     skills, title = profile["fields"]["skills"], profile["fields"]["title"]
     assert (skills["fill_rate"], skills["mean_length"]) == (1.0, 2.0)
@@ -50,6 +52,25 @@ def test_a_run_keeps_the_profile_of_what_it_wrote(tmp_path: Path) -> None:
     assert title["fill_rate"] == 1.0 and title["distinct"] == 9
     series = run["series"]
     assert isinstance(series, list) and series[-1]["done"] == 9
+
+
+def test_a_profile_an_older_version_kept_reads_with_its_runs_tokens_per_done_record(tmp_path: Path) -> None:
+    """A profile kept before had its results' own tokens (100: the failed record's requests left out):
+    read back, it has its run's figure, as a new one does, so drift compares like with like."""
+    spec = variants_job(tmp_path)
+    run_variant(spec, "main", main_answer)
+    (stored,) = table_rows(spec.database, "SELECT profile FROM runs")[0]
+    older = orjson.loads(stored)
+    older["tokens"] = {
+        name: {"mean": mean, "sd": 0.0} for name, mean in (("prompt", 100.0), ("reasoning", 10.0))
+    }
+    with duckdb.connect(str(spec.database)) as connection:
+        connection.execute("UPDATE runs SET profile = ?", [orjson.dumps(older).decode()])
+    (run,) = runs_of(spec)
+    profile = run["profile"]
+    assert isinstance(profile, dict)
+    assert profile["tokens"]["prompt"] == {"mean": 1100 / 9, "sd": 0.0}
+    assert profile["tokens"]["completion"] == {"mean": 440 / 9, "sd": None}  # no spread kept for it
 
 
 def test_profiles_are_per_variant_and_in_run_order(tmp_path: Path) -> None:
@@ -62,8 +83,8 @@ def test_profiles_are_per_variant_and_in_run_order(tmp_path: Path) -> None:
     assert [run["run_id"] for run in big] == [2]
     profile = big[0]["profile"]
     assert isinstance(profile, dict) and profile["failures"] == {"truncated": 1}
-    # record 1 took two attempts: 200 prompt tokens over 9 results
-    assert profile["tokens"]["prompt"]["mean"] == (100 * 8 + 200) / 9
+    # record 1 took two requests, truncated record 8 one: 1,100 prompt tokens over 9 records done
+    assert profile["tokens"]["prompt"]["mean"] == (100 * 8 + 200 + 100) / 9
     stored = table_rows(spec.database, "SELECT profile FROM runs WHERE run_id = 2")[0][0]
     assert orjson.loads(stored) == profile
 

@@ -134,7 +134,8 @@ def sample_series(run_id: int, points: int, endpoints: Sequence[str] = ENDPOINTS
                 "t": t,
                 "done": int(t * 64 / 60),
                 "failed": number // 20,
-                "records_per_min": None if number == 0 else round(min(64.0, 8.0 * number), 1),
+                "records_per_min": None if number == 0 else 60.0 * int(t * 64 / 60) / t,
+                "records_per_min_since_previous": None if number == 0 else round(min(64.0, 8.0 * number), 1),
                 "in_flight": min(sum(limits.values()), 4 * number) if limits else min(48, 4 * number),
                 "limits": limits,
             }
