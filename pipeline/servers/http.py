@@ -12,6 +12,9 @@ Tests route every client made here to a transport of theirs (``tests/support/htt
 
 from __future__ import annotations
 
+import ssl
+from functools import cache
+
 import httpx2
 import openai
 
@@ -47,7 +50,9 @@ def http_client(*, timeout_s: float, concurrency: int | None = None) -> httpx2.A
             max_keepalive_connections=_SMALL_POOL_KEPT,
             keepalive_expiry=KEEPALIVE_EXPIRY_S,
         )
-        return httpx2.AsyncClient(timeout=timeout_s, limits=limits, transport=routed_transport)
+        return httpx2.AsyncClient(
+            timeout=timeout_s, limits=limits, transport=routed_transport, verify=_tls_context()
+        )
     limits = httpx2.Limits(
         max_connections=concurrency + POOL_HEADROOM,
         max_keepalive_connections=concurrency,
@@ -56,7 +61,16 @@ def http_client(*, timeout_s: float, concurrency: int | None = None) -> httpx2.A
     timeout = httpx2.Timeout(
         connect=CONNECT_TIMEOUT_S, read=timeout_s, write=CONNECT_TIMEOUT_S, pool=timeout_s
     )
-    return openai.DefaultAioHttpClient(limits=limits, timeout=timeout, transport=routed_transport)
+    return openai.DefaultAioHttpClient(
+        limits=limits, timeout=timeout, transport=routed_transport, verify=_tls_context()
+    )
+
+
+@cache
+def _tls_context() -> ssl.SSLContext:
+    """httpx's default context, built once: each build reads the system's certificates again (0.1 s),
+    and a run makes several clients, against an http:// server too."""
+    return httpx2.create_ssl_context()
 
 
 async def text_if_ok(client: httpx2.AsyncClient, url: str) -> str | None:
