@@ -76,5 +76,5 @@ def _load_text(report: LoadReport, file: Path, spec: JobSpec, replace: bool) -> 
             "them as orphaned)"
         )
     if report.blank:
-        text += f"\nblank:    {report.blank.describe('they will not be sent')}"
+        text += f"\nblank:    {report.blank.not_sent()}"
     return text

@@ -72,6 +72,7 @@ from pipeline.servers.capacity import (
 )
 from pipeline.servers.client import LLMClient
 from pipeline.servers.config import EndpointConfig
+from pipeline.source.blank import BlankRecords
 from pipeline.source.pending import PendingQueries, sampled_fields
 from pipeline.source.reader import SourceRecord, longest_pending
 from pipeline.source.versions import version_of
@@ -173,11 +174,14 @@ async def check_job(
     probe_timeout_s: float = DEFAULT_PROBE_TIMEOUT_S,
 ) -> CheckReport:
     """Check every endpoint of ``spec`` for this job; raises :class:`ConfigError` for a source that is
-    not there or has no records (nothing to probe with), as a run says it. The backlog is said once,
-    after the last endpoint, unless no endpoint could be read at all (its fail line says why)."""
+    not there or has no record to probe with (none, or only blank ones), as a run says it. The backlog
+    is said once, after the last endpoint, unless no endpoint could be read at all (its fail line says
+    why)."""
     pending, copy = await _pending(spec)  # first: it loads a job's seed file, as a run would
     blank = await anyio.to_thread.run_sync(blank_as_read, spec)
     records = await anyio.to_thread.run_sync(read_records, spec, probes, seed)
+    if not records.probed:
+        raise ConfigError(f"{spec.source_file}: {_nothing_to_probe(blank)}")
     reports = [
         await check_endpoint(spec, config, records, pending, probe_timeout_s)
         for config in spec.endpoint_configs()
@@ -189,7 +193,7 @@ async def check_job(
         speeds = [r.speed for r in reports]
         reports[-1].checks.append(backlog_check(pending, tokens, throughputs, speeds))
     if blank:  # records a run never sends: a file loaded with a column mapped wrong makes them all so
-        reports[-1].checks.append(Check("blank", "warn", blank.describe("they will not be sent")))
+        reports[-1].checks.append(Check("blank", "warn", blank.not_sent()))
     return CheckReport(reports, pending, eta, copy)
 
 
@@ -208,7 +212,7 @@ class JobRecords:
 
 def read_records(spec: JobSpec, probes: int, seed: int) -> JobRecords:
     """The records a check sends and counts, read at once (``--sample N --seed S``'s sample for the
-    probes); blocking. A source with no records is a :class:`ConfigError`: nothing to probe with."""
+    probes); blocking. None to probe when the source has none, or only blank ones."""
     connection = open_for_reading(spec)
     try:
         probed = sampled_fields(connection, spec, probes, seed)
@@ -217,9 +221,17 @@ def read_records(spec: JobSpec, probes: int, seed: int) -> JobRecords:
         answered = recent_answers(connection, spec, LEARNED_WINDOW)
     finally:
         connection.close()
-    if not probed:
-        raise ConfigError(f"{spec.source_file}: the source has no records to probe the server with")
     return JobRecords(probed, counted, longest, answered)
+
+
+def _nothing_to_probe(blank: BlankRecords | None) -> str:
+    """Why a check has no record to probe the server with: the source has none, or every one is blank."""
+    if not blank:
+        return "the source has no records to probe the server with"
+    return (
+        f"every record of the source is blank ({blank.describe()}), so there is nothing to probe the "
+        "server with and nothing a run would send: load records with text in those fields"
+    )
 
 
 async def _pending(spec: JobSpec) -> tuple[int | None, ReadCopy | None]:

@@ -33,7 +33,7 @@ def say_blank(blank: BlankRecords) -> None:
     """The records set aside so far, being blank (every prompt field empty): once as the run begins,
     and again if its content phase finds more."""
     if blank:
-        log.warning(blank.describe("they are not sent"), blank=blank.count)
+        log.warning(blank.not_sent(now=True), blank=blank.count)
 
 
 def warn_if_timeout_is_short(context: RunContext) -> None:

@@ -66,6 +66,13 @@ class BlankRecords:
         have = "has" if self.count == 1 else "have"
         return f"{counted(self.count, 'record')} {have} {self.what}" + (f"; {then}" if then else "")
 
+    def not_sent(self, *, now: bool = False) -> str:
+        """:meth:`describe`, then ``they will not be sent`` (``now``: ``they are not sent``), of one
+        record ``it``."""
+        one = self.count == 1
+        verb = ("is" if one else "are") + " not" if now else "will not be"
+        return self.describe(f"{'it' if one else 'they'} {verb} sent")
+
 
 def _order(value: int | str) -> tuple[str, int | str]:
     """Ids of one column are all numbers or all text; the type name keeps a mix from failing."""

@@ -17,6 +17,7 @@ import orjson
 import pytest
 from structlog.testing import capture_logs
 
+from pipeline.errors import ConfigError
 from pipeline.job.commands import command
 from pipeline.job.spec import JobSpec
 from pipeline.run.check import CheckReport, check_job
@@ -325,6 +326,22 @@ async def test_a_server_that_is_down_cannot_serve_the_job_in_one_line(tmp_path: 
     assert status == "fail" and "cannot connect" in message and report.exit_code == 3
     assert [check.name for check in report.checks] == ["server"]  # no backlog of a server not there
     assert set(report.as_json()) >= JSON_KEYS and report.as_json()["kv_tokens"] is None
+
+
+async def test_a_source_whose_every_record_is_blank_is_said_as_such(tmp_path: Path) -> None:
+    """Found by the property tests: one record, every prompt field empty, and check said the source
+    had no records."""
+    spec = make_job(tmp_path, records=0)
+    with duckdb.connect(str(spec.database)) as connection:
+        connection.execute("CREATE TABLE postings AS SELECT 7 AS id, '' AS title, ' ' AS description")
+    async with serving(FakeVllm()) as served:
+        with pytest.raises(ConfigError) as blank:
+            await check_job(spec.with_overrides(base_url=served.url), probe_timeout_s=5)
+    assert str(blank.value) == (
+        f"{spec.source_file}: every record of the source is blank (1 record has empty title and "
+        "description: id 7), so there is nothing to probe the server with and nothing a run would send: "
+        "load records with text in those fields"
+    )
 
 
 async def test_with_one_server_down_of_two_the_backlog_is_the_other_ones(tmp_path: Path) -> None:

@@ -50,6 +50,13 @@ def test_the_first_ids_in_order_are_kept_and_the_rest_counted(tmp_path: Path) ->
     )
 
 
+def test_one_blank_record_is_said_as_one(tmp_path: Path) -> None:
+    """Found by the property tests: one record was said as 'they will not be sent'."""
+    found = blank_ids(tmp_path, [(1, "", " "), (2, "a", "b")])
+    assert found.not_sent() == "1 record has empty subject and body: id 1; it will not be sent"
+    assert found.not_sent(now=True).endswith("; it is not sent")
+
+
 def test_nothing_blank_is_said_as_nothing(tmp_path: Path) -> None:
     found = blank_ids(tmp_path, [(1, "a", None)])
     assert (found.count, found.ids, bool(found)) == (0, (), False)
