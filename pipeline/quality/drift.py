@@ -51,7 +51,8 @@ RULE = (
     f"{SPEED_RATIO:g} for a reply time or records/min (judged from {SPREAD_RUNS} earlier runs on); the "
     "run's costs have a better side (a lower failure rate, fewer tokens per done record, every request "
     "counted, faster replies, more records/min), which is reported and fails nothing, while a field's "
-    "fill rate, grounded share, length or choices have none: a move either way is a drift; a run "
+    "fill rate, grounded share, length or choices and the prompt's length (of the records answered on "
+    "their first request) have none: a move either way is a drift; a run "
     f"under {SMALL_RUN:.0%} of the usual size, mostly retries of earlier failures, or with nothing to do "
     "is not judged"
 )

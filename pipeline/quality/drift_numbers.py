@@ -20,11 +20,13 @@ Each number of the judged run is compared with the same number in the earlier ru
 A number drifted when ``|now - before|`` exceeds that. Which way it moved is :func:`change_of`'s: the
 run's costs have a worse side (a higher failure rate, more tokens per done record, slower replies,
 fewer records/min) and a better one; the output's profile (a field's fill rate, grounded share, a
-list's length, a choice's share) has none: it measures the input and the model as much as the
-pipeline (a field filled twice as often may be invented values), so a move either way may be a drift.
-The tokens per done record count every request of the run, re-asks, retries and the records that
-failed included (``RunNumbers.tokens_per_done``): a cost, so a server whose bad answers were fixed
-costs fewer prompt tokens per record, which is better, not a changed input.
+list's length, a choice's share) and the prompt's length have none: they measure the input and the
+model as much as the pipeline (a field filled twice as often may be invented values, a prompt half as
+long may be records that lost their text), so a move either way may be a drift. The tokens per done
+record count every request of the run, re-asks, retries and the records that failed included
+(``RunNumbers.tokens_per_done``): a cost, so a server whose bad answers were fixed costs fewer prompt
+tokens per record, which is better. The prompt's length (``prompt_length``) is the input's: the prompt
+tokens of the records answered on their first request, so neither re-asks nor a fixed server move it.
 """
 
 from __future__ import annotations
@@ -116,6 +118,8 @@ def run_measures(profile: Mapping[str, Any]) -> dict[tuple[str, str], Measure]:
     records = profile.get("records") or 0
     for name, tokens in (profile.get("tokens") or {}).items():
         found[RUN, f"tokens_{name}"] = amount(tokens.get("mean"), tokens.get("sd"), records)
+    length = profile.get("prompt_length") or {}
+    found[RUN, "prompt_length"] = amount(length.get("mean"), length.get("sd"), length.get("records") or 0)
     for name, seconds in (profile.get("latency_s") or {}).items():
         found[RUN, f"latency_{name}"] = _speed(seconds, Scale.TIME)
     duration = profile.get("duration_s")

@@ -76,17 +76,20 @@ def _grounded(stored: Sequence[Any]) -> dict[str, FoundShare]:
 
 
 def _run_numbers(connection: Database, spec: JobSpec, parameters: Mapping[str, Any]) -> dict[str, Any]:
-    """Records, failures by class, tokens per done record (:func:`_tokens`), latency p50/p90 and
+    """Records, failures by class, tokens per done record (:func:`_tokens`), the prompt's length of the
+    records answered on their first request (the input's size, re-asks aside), latency p50/p90 and
     records/min."""
     results, failures = quote(spec.output.results_table), quote(spec.output.failures_table)
     spreads = ", ".join(f"stddev_samp(coalesce(total_{name}_tokens, {name}_tokens))" for name in TOKEN_KINDS)
+    first = "FILTER (WHERE attempts = 1)"  # answered on its first request: the prompt as the input made it
     row = (
         connection.row(
-            f"SELECT count(*), {spreads}, quantile_cont(latency_s, 0.5), quantile_cont(latency_s, 0.9) "
+            f"SELECT count(*), {spreads}, quantile_cont(latency_s, 0.5), quantile_cont(latency_s, 0.9), "
+            f"avg(prompt_tokens) {first}, stddev_samp(prompt_tokens) {first}, count(*) {first} "
             f"FROM {results} WHERE variant = $variant AND run_id = $run_id",
             parameters,
         )
-        or (0,) * 6
+        or (0,) * 9
     )
     numbers = run_numbers(connection, spec, parameters["run_id"])
     failed: dict[Any, Any] = dict(
@@ -105,6 +108,7 @@ def _run_numbers(connection: Database, spec: JobSpec, parameters: Mapping[str, A
         "retried": _retried(connection, spec, parameters),
         "failures": {str(name): int(count) for name, count in failed.items()},
         "tokens": _tokens(numbers, dict(zip(TOKEN_KINDS, map(_float, row[1:4]), strict=True))),
+        "prompt_length": {"mean": _float(row[6]), "sd": _float(row[7]), "records": int(row[8] or 0)},
         "latency_s": {"p50": _float(row[4]), "p90": _float(row[5])},
         **_speed(numbers),
     }

@@ -292,6 +292,29 @@ def test_a_server_whose_bad_answers_were_fixed_fails_nothing() -> None:
     assert not verdict.fails
 
 
+def test_a_fixed_server_leaves_the_prompts_length_and_an_input_that_lost_its_text_moves_it() -> None:
+    """The prompt tokens per done record are a cost (re-asks counted); the prompt's length, of the
+    records answered on their first request, is the input's: a fixed server does not move it, while
+    records whose descriptions went missing halve it, and that is a drift whichever way."""
+    rng = random.Random(14)
+    history = []
+    for length in (3120.0, 3180.0, 3150.0, 3160.0):
+        profile = nightly(rng, 50)
+        profile["tokens"]["prompt"] = {"mean": length * 1.7, "sd": 1500.0}  # half re-asked
+        profile["prompt_length"] = {"mean": length, "sd": 400.0, "records": 25}
+        history.append(profile)
+    fixed = nightly(rng, 50)
+    fixed["tokens"]["prompt"] = {"mean": 3150.0, "sd": 400.0}
+    fixed["prompt_length"] = {"mean": 3140.0, "sd": 400.0, "records": 50}
+    assert not judge_last(runs([*history, fixed])).fails
+    lost = nightly(rng, 50)
+    lost["tokens"]["prompt"] = {"mean": 1500.0, "sd": 300.0}
+    lost["prompt_length"] = {"mean": 1500.0, "sd": 300.0, "records": 50}
+    verdict = judge_last(runs([*history, lost]))
+    assert verdict.fails
+    assert ("prompt_length", Change.EITHER) in [(entry.measure, entry.change) for entry in verdict.drift]
+
+
 def test_a_degradation_fails_and_is_listed_before_an_improvement() -> None:
     history = [speed(3000, 1000.0, 0.5, 0.8) for _ in range(5)]
     last = speed(3000, 400.0, 0.5, 0.8)  # 2.5x slower, and its completion tokens halved

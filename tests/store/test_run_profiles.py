@@ -85,6 +85,8 @@ def test_profiles_are_per_variant_and_in_run_order(tmp_path: Path) -> None:
     assert isinstance(profile, dict) and profile["failures"] == {"truncated": 1}
     # record 1 took two requests, truncated record 8 one: 1,100 prompt tokens over 9 records done
     assert profile["tokens"]["prompt"]["mean"] == (100 * 8 + 200 + 100) / 9
+    # the prompt's length: the 8 records answered on their first request, record 1 left out
+    assert profile["prompt_length"] == {"mean": 100.0, "sd": 0.0, "records": 8}
     stored = table_rows(spec.database, "SELECT profile FROM runs WHERE run_id = 2")[0][0]
     assert orjson.loads(stored) == profile
 
