@@ -62,7 +62,8 @@ class JobStatus:
     content_changed: int = 0  # of the pending: records whose prompt fields changed since
     redo_failed: int = 0  # of the done: a redo failed since, the older result is kept
     not_taken: int = 0  # a re-run's records without a current result of what it repeats
-    stale: dict[str, int] = field(default_factory=dict)  # "total" and one count per cause
+    # "total" and one count per cause; every key is there, zero before any result is stored
+    stale: dict[str, int] = field(default_factory=lambda: dict.fromkeys(("total", *map(str, JOB_CAUSES)), 0))
     models: tuple[str, ...] = ()  # the models a current result is made by: the job's, its endpoints'
     stale_models: dict[str, int] = field(default_factory=dict)  # results stale for the model, by maker
     orphaned: int = 0  # results whose record is no longer in the source

@@ -80,6 +80,16 @@ def test_status_before_any_run(tmp_path: Path) -> None:
     assert (report.source_records, report.done, report.pending, report.last_run) == (5, 0, 5, None)
 
 
+async def test_the_json_has_the_same_stale_keys_before_a_run_and_after(tmp_path: Path) -> None:
+    """Found by the property tests: before any result was stored, --json said "stale": {}, and after
+    a run {"total": 0, "prompt": 0, ...}; a script reading ["stale"]["total"] failed on a new job."""
+    spec = make_job(tmp_path, records=2)
+    before = orjson.loads(cli_run("status", str(spec.source_file), "--json").stdout)["stale"]
+    await run_served(spec, ScriptedServer([respond(good_completion())] * 2))
+    after = orjson.loads(cli_run("status", str(spec.source_file), "--json").stdout)["stale"]
+    assert before == dict.fromkeys(after, 0) and "total" in after
+
+
 def test_status_without_a_database(tmp_path: Path) -> None:
     spec = make_job(tmp_path, records=0)
     with pytest.raises(ConfigError, match="does not exist yet"):
