@@ -13,7 +13,7 @@ INSTALLED := $(VENV)/.installed
 # The package alone: enough for the simulator and a run against it (no vLLM, no PyTorch).
 CORE_INSTALLED := $(VENV)/.installed-core
 
-.PHONY: setup run test check check-pythons lint dry-run clean
+.PHONY: setup run test check check-pythons lint dry-run soak clean
 
 # One environment: the package, the test tools and the local vLLM server (CPU build). It holds the
 # package too, so it stands for the core install as well.
@@ -60,6 +60,23 @@ check-pythons:
 	  echo "== make check on Python $$version ($$python)"; \
 	  $(MAKE) --no-print-directory check PYTHON=$$python VENV=.venvs/$$version EXTRAS=dev,bench || exit 1; \
 	done
+
+# The property tests (tests/properties: whole nights drawn at random) for SOAK_S seconds, round after
+# round, each from a random seed and with the soak profile's longer sequences; the first failure stops
+# it with its seed and its shortest sequence. `make test` runs them briefly from a fixed seed.
+SOAK_S ?= 3600
+SOAK_LOG ?= build/soak.jsonl
+soak: $(INSTALLED)
+	@mkdir -p $(dir $(SOAK_LOG)); rm -f $(SOAK_LOG); export PIPELINE_PROPERTY_LOG=$(SOAK_LOG); \
+	end=$$(( $$(date +%s) + $(SOAK_S) )); round=0; \
+	while [ $$(date +%s) -lt $$end ]; do \
+	  round=$$((round + 1)); seed=$$(od -An -N4 -tu4 /dev/urandom | tr -d ' '); \
+	  echo "== soak round $$round, --hypothesis-seed=$$seed"; \
+	  HYPOTHESIS_PROFILE=soak $(BIN)/pytest tests/properties -q -x -p no:cacheprovider --timeout 0 \
+	    --hypothesis-seed=$$seed --hypothesis-show-statistics \
+	    || { echo "soak: round $$round failed; again: HYPOTHESIS_PROFILE=soak $(BIN)/pytest tests/properties --hypothesis-seed=$$seed"; exit 1; }; \
+	done; echo "soak: $$round rounds in $(SOAK_S) s, no failure"; \
+	$(BIN)/python -m tests.support.properties $(SOAK_LOG)
 
 # A dry run of the LinkedIn job against the simulator instead of a model (seconds, no vLLM needed,
 # so only the package is installed: a first `make dry-run` does not download vLLM and PyTorch).

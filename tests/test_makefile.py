@@ -86,3 +86,14 @@ def test_check_pythons_refuses_a_python_it_cannot_run_in_one_line(
     assert done.returncode == 2
     assert done.stderr.splitlines()[0] == said
     assert not (tmp_path / ".venvs").exists()
+
+
+def test_soak_runs_the_property_tests_from_random_seeds_until_its_time_is_up(tmp_path: Path) -> None:
+    """`make soak`: round after round of tests/properties with the soak profile, each from a seed of its
+    own that a failure prints, no per-test timeout, and the figures of what ran at the end."""
+    planned = " ".join(planned_commands("soak", tmp_path))
+    assert "SOAK_S" not in planned and "end=$(( $(date +%s) + 3600 ))" in planned
+    assert "HYPOTHESIS_PROFILE=soak .venv/bin/pytest tests/properties" in planned
+    assert "--timeout 0" in planned and "--hypothesis-seed=$seed" in planned
+    assert "PIPELINE_PROPERTY_LOG=build/soak.jsonl" in planned
+    assert ".venv/bin/python -m tests.support.properties build/soak.jsonl" in planned
