@@ -51,6 +51,7 @@ from tests.support.nights import (
     run_rows,
 )
 from tests.support.properties import log_sequence
+from tests.support.run_numbers import assert_said_alike
 from tests.support.threaded_sim import SeenRequest, ThreadedSim
 
 # The ci profile takes about five minutes; shrinking a failure may take as long again.
@@ -88,6 +89,8 @@ SERVER_FAULTS = ("server_error", "reset")
 RATES = (0.0, 0.13, 0.25, 1.0)
 #: Records a run must judge before the answer breaker may stop it (docs/running.md).
 BREAKER_WINDOW = 32
+#: Server-side failures in a row that stop a run (retry.abort_after_consecutive_failures).
+ABORT_AFTER = 50
 
 
 class Nights(RuleBasedStateMachine):
@@ -382,8 +385,13 @@ class Nights(RuleBasedStateMachine):
         before = record_states(self.project.database)
         taken = selected(before, self.rows, self.made_from, self.version, asked)
         seen_before = [len(sim.seen) for sim in self.sims]
-        said = self.said(*args)
+        runs = len(run_rows(self.project.database))
+        textfile = self.folder / "run.prom"
+        textfile.unlink(missing_ok=True)
+        said = self.said(*args, "--metrics-textfile", str(textfile), "--log-format", "json")
         after = record_states(self.project.database)
+        if len(run_rows(self.project.database)) > runs and textfile.exists():
+            assert_said_alike(self.project.job, self.project.database, textfile, said, read=pipeline)
         changed = {record for record in after if after[record] != before.get(record)}
         note(f"selected {sorted(taken)}; changed {sorted(changed)}")
         assert changed <= taken, f"the run changed records it was not asked for: {sorted(changed - taken)}"
@@ -395,7 +403,7 @@ class Nights(RuleBasedStateMachine):
             for request in sim.seen[count:]
         ]
         self.check_requests(seen)
-        self.check_ending(said, asked, taken, after)
+        self.check_ending(said, asked, taken, after, seen)
         for record in changed:
             self.made_from[record] = Made(self.rows[record], self.version)
         self.check_status()
@@ -411,7 +419,14 @@ class Nights(RuleBasedStateMachine):
             assert len(request.user) // 4 < context, f"sent a prompt of {len(request.user) // 4} tokens"
             assert request.user.removeprefix("Title:").strip(), f"sent a blank record: {request.user!r}"
 
-    def check_ending(self, said: Said, asked: Asked, taken: set[int], after: dict[int, RecordState]) -> None:
+    def check_ending(
+        self,
+        said: Said,
+        asked: Asked,
+        taken: set[int],
+        after: dict[int, RecordState],
+        seen: list[SeenRequest],
+    ) -> None:
         """How the run ended, by what its server did."""
         config = self.sim.server.config
         worst = max(rate for _, rate in config.faults.items())
@@ -426,6 +441,8 @@ class Nights(RuleBasedStateMachine):
             return
         if worst <= 0.25:
             assert said.code in (0, 1), f"a server failing at most 25% stopped the run: {said}"
+        if worst == 1.0 and asked.limit is None:
+            self.check_broken_server(said, taken, seen, asked)
         if worst == 0.0 and asked.limit is None:
             context = config.max_model_len
             for record in taken:
@@ -436,6 +453,23 @@ class Nights(RuleBasedStateMachine):
                     )
                 elif fits is False:
                     assert state.failure and state.failure[0] == "too_long", f"record {record}: {state}"
+
+    def check_broken_server(self, said: Said, taken: set[int], seen: list[SeenRequest], asked: Asked) -> None:
+        """A server failing every request stops the run within the documented bound (docs/running.md):
+        answers that never validate, once the first 32 records to finish failed (about 3 attempts x
+        (32 + concurrency) requests); 5xx and resets after 50 failures in a row."""
+        assert self.project is not None
+        (fault,) = [name for name, rate in self.sim.server.config.faults.items() if rate == 1.0]
+        in_flight = (asked.concurrency or self.project.concurrency) * sum(sim.alive for sim in self.sims)
+        sendable = [
+            record for record in taken if fitting(self.rows[record], self.sim.server.config.max_model_len)
+        ]
+        if fault in ANSWER_FAULTS and len(sendable) >= BREAKER_WINDOW + in_flight:
+            assert said.code == 3, f"answers that never validate did not stop the run: {said}"
+            bound = 3 * (BREAKER_WINDOW + in_flight)
+            assert len(seen) <= bound, f"{len(seen)} requests before the stop, the docs say about {bound}"
+        if fault in SERVER_FAULTS and len(sendable) * 7 >= 2 * ABORT_AFTER + in_flight:
+            assert said.code == 3, f"a server failing every request did not stop the run: {said}"
 
     # ---- readers
 

@@ -34,6 +34,7 @@ class Asked:
     limit: int | None = None
     sample: int | None = None
     seed: int = 0
+    concurrency: int | None = None
 
     @classmethod
     def of(cls, words: Sequence[str]) -> Asked:
@@ -50,7 +51,7 @@ class Asked:
                 classes.add(following)
             elif word.startswith("--redo-stale"):
                 options["redo_stale"] = True
-            elif word in ("--limit", "--sample", "--seed"):
+            elif word in ("--limit", "--sample", "--seed", "--concurrency"):
                 options[word[2:]] = int(following)
         return cls(**options, classes=frozenset(classes))  # type: ignore[arg-type]  # built above
 

@@ -43,6 +43,18 @@ class Said:
     err: str
 
     @property
+    def returncode(self) -> int:
+        return self.code
+
+    @property
+    def stdout(self) -> str:
+        return self.out
+
+    @property
+    def stderr(self) -> str:
+        return self.err
+
+    @property
     def error_lines(self) -> list[str]:
         """Its stderr lines that are not log lines (JSON)."""
         return [line for line in self.err.splitlines() if line.strip() and not line.startswith("{")]

@@ -11,14 +11,14 @@ hit rate and preemptions.
 from __future__ import annotations
 
 import re
-import subprocess
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
 from pipeline.store.numbers import TOKEN_KINDS, RunNumbers
-from pipeline.store.run_profiles import BENCH
+from pipeline.store.run_profiles import BENCH, NOTHING_TO_DO
 from tests.support.jobs import table_rows
 from tests.support.logged_run import json_log_lines
 from tests.support.processes import run_pipeline, sim_metric
@@ -66,21 +66,44 @@ def count(text: str) -> int:
     return int(text.replace(",", ""))
 
 
+class Printed(Protocol):
+    """What a command printed: a finished process, or the command run in this process."""
+
+    @property
+    def returncode(self) -> int: ...
+    @property
+    def stdout(self) -> str: ...
+    @property
+    def stderr(self) -> str: ...
+
+
+#: How ``status`` and ``report`` are asked: a child process by default, or in this process.
+Reader = Callable[..., Printed]
+
+
 def assert_said_alike(
-    job: Path, database: Path, textfile: Path, done: subprocess.CompletedProcess[str]
+    job: Path, database: Path, textfile: Path, done: Printed, *, read: Reader = run_pipeline
 ) -> None:
     """The newest run's numbers, as its row in ``database`` has them, are what ``done`` (the finished
     ``pipeline run JOB --metrics-textfile TEXTFILE``) printed or logged last, what ``status`` and
-    ``report`` say of ``job`` (text and JSON), its series' last point and the textfile. The job's main
-    variant, with a runs table."""
+    ``report`` say of ``job`` (text and JSON, asked through ``read``), its series' last point and the
+    textfile. The job's main variant, with a runs table."""
     status, numbers = stored(database)
     assert_summary_or_last_line(done, status, numbers)
-    assert_status(job, database, status, numbers)
-    assert_report(job, database, status, numbers)
+    if status == NOTHING_TO_DO:  # no last run of status's nor a column of report's: status's quiet run
+        (run_id,) = table_rows(database, "SELECT max(run_id) FROM runs")[0]
+        assert orjson.loads(read("status", str(job), "--json").stdout)["quiet_run"]["run_id"] == run_id
+    else:
+        assert_status(job, database, status, numbers, read)
+        assert_report(job, database, status, numbers, read)
     assert_prometheus(prometheus(textfile), numbers)
 
 
-def assert_summary_or_last_line(done: subprocess.CompletedProcess[str], status: str, n: RunNumbers) -> None:
+def assert_summary_or_last_line(done: Printed, status: str, n: RunNumbers) -> None:
+    if status == NOTHING_TO_DO:  # a quiet night: its line says so, and its numbers are all nothing
+        assert done.returncode == 0 and "nothing to do" in done.stdout, done.stdout
+        assert (n.finished, n.attempts, n.pending_at_start) == (0, 0, 0), n
+        return
     if done.returncode in (0, 1):
         said = SUMMARY.search(done.stdout)
         assert said is not None, done.stdout
@@ -94,8 +117,8 @@ def assert_summary_or_last_line(done: subprocess.CompletedProcess[str], status: 
     assert ended["records_per_min"] == round(n.records_per_min, 1)
 
 
-def assert_status(job: Path, database: Path, status: str, n: RunNumbers) -> None:
-    text = run_pipeline("status", str(job)).stdout
+def assert_status(job: Path, database: Path, status: str, n: RunNumbers, read: Reader) -> None:
+    text = read("status", str(job)).stdout
     said = LAST_RUN.search(text)
     assert said is not None, text
     assert said.group(2) == status
@@ -109,7 +132,7 @@ def assert_status(job: Path, database: Path, status: str, n: RunNumbers) -> None
             f"tokens:   {job_tokens['prompt']:,.0f} prompt + {job_tokens['completion']:,.0f} output "
             f"({job_tokens['reasoning']:,.0f} reasoning) per done record, every attempt counted"
         ) in text
-    as_json = orjson.loads(run_pipeline("status", str(job), "--json").stdout)
+    as_json = orjson.loads(read("status", str(job), "--json").stdout)
     assert RunNumbers.of(as_json["last_run"]) == n
     assert as_json["rate_per_min"] == n.records_per_min
     assert (as_json["prefix_cache_hit_rate"], as_json["preemptions"]) == (
@@ -120,11 +143,11 @@ def assert_status(job: Path, database: Path, status: str, n: RunNumbers) -> None
     assert as_json["pending"] == n.backlog  # a plain run after it takes what it left
 
 
-def assert_report(job: Path, database: Path, status: str, n: RunNumbers) -> None:
+def assert_report(job: Path, database: Path, status: str, n: RunNumbers, read: Reader) -> None:
     """``report --json``'s entry of the newest run, its series' last point and the text table's column
     of it (none when that run kept no profile: it finished no record)."""
     (run_id,) = table_rows(database, f"SELECT max(run_id) FROM runs WHERE status <> '{BENCH}'")[0]
-    report = orjson.loads(run_pipeline("report", str(job), "--json").stdout)
+    report = orjson.loads(read("report", str(job), "--json").stdout)
     run = next((entry for entry in report["runs"] if entry["run_id"] == run_id), None)
     if run is None:
         return
@@ -134,7 +157,7 @@ def assert_report(job: Path, database: Path, status: str, n: RunNumbers) -> None
     assert (run["prefix_cache_hit_rate"], run["preemptions"]) == (n.prefix_cache_hit_rate, n.preemptions)
     series = report["series"]
     assert series["run_id"] == run_id and series["points"][-1]["records_per_min"] == n.records_per_min
-    column = report_column(run_pipeline("report", str(job)).stdout, run_id)
+    column = report_column(read("report", str(job)).stdout, run_id)
     for name, tokens in (n.tokens_per_done or {}).items():
         assert column[f"{name} tok/record"] == (f"{tokens:,.2f}" if tokens < 1000 else f"{tokens:,.0f}")
 
@@ -169,5 +192,7 @@ def assert_prometheus(metrics: dict[str, float], n: RunNumbers) -> None:
     assert metrics["pipeline_records_at_start"] == n.pending_at_start
     assert metrics["pipeline_records_remaining"] == n.remaining
     assert metrics["pipeline_records_pending"] == n.backlog
+    assert metrics["pipeline_records_blank"] == n.blank
+    assert metrics["pipeline_records_too_long_unsent_total"] == n.too_long_unsent
     assert metrics.get("pipeline_prefix_cache_hit_rate") == n.prefix_cache_hit_rate
     assert metrics["pipeline_run_active"] == 0
