@@ -3,11 +3,12 @@
 Per endpoint: the server's own word (:func:`~pipeline.servers.capacity.read_server`: context, KV cache,
 prefix caching, the shared prefix's tokens), then a few probes made from a seeded sample of the job's
 own records, sent as the run sends them (the job's prompt and settings, the budget the run's rule leaves
-them in this context, the production client, the one retry policy), one at a time so each measures a
-reply alone; then the prompts of the pending records with the longest prompt fields, counted by the
-server and fitted to its context as a run fits them (a record a run refuses, the check says it refuses);
-then the lines of :mod:`pipeline.run.check_lines`. Exit 0 all ok, 1 a warning, 3 the server cannot serve
-the job.
+them in this context, the production client, the one retry policy with a probe's smaller budget of
+transient retries, so a server answering only errors fails the check in seconds), one at a time so
+each measures a reply alone; then the prompts of the pending records with the longest prompt fields,
+counted by the server and fitted to its context as a run fits them (a record a run refuses, the check
+says it refuses); then the lines of :mod:`pipeline.run.check_lines`. Exit 0 all ok, 1 a warning, 3 the
+server cannot serve the job.
 
 With several endpoints, the top-level numbers are the first endpoint's, ``endpoints`` has each one's,
 ``checks`` has all of them (each with its ``endpoint``), and the backlog's ETA is over all of them.
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +35,7 @@ from pipeline.errors import (
 from pipeline.extraction.budget import estimated_tokens
 from pipeline.extraction.calibration import LEARNED_WINDOW, Calibration, fewest_answer_tokens
 from pipeline.extraction.prompt import PromptBuilder, client_settings
+from pipeline.extraction.retry import RetryPolicy
 from pipeline.job.spec import JobSpec
 from pipeline.reports.status import blank_as_read, pending_as_read
 from pipeline.run.check_lines import (
@@ -59,6 +61,7 @@ from pipeline.run.probes import (
     effort_probes,
     fit_as_run,
     honored,
+    probe_policy,
     send_probes,
 )
 from pipeline.run.runner import count_pending
@@ -172,18 +175,20 @@ async def check_job(
     probes: int = DEFAULT_PROBES,
     seed: int = 0,
     probe_timeout_s: float = DEFAULT_PROBE_TIMEOUT_S,
+    sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
 ) -> CheckReport:
     """Check every endpoint of ``spec`` for this job; raises :class:`ConfigError` for a source that is
     not there or has no record to probe with (none, or only blank ones), as a run says it. The backlog
     is said once, after the last endpoint, unless no endpoint could be read at all (its fail line says
-    why)."""
+    why). ``sleep`` is the probes' wait between retries."""
     pending, copy = await _pending(spec)  # first: it loads a job's seed file, as a run would
     blank = await anyio.to_thread.run_sync(blank_as_read, spec)
     records = await anyio.to_thread.run_sync(read_records, spec, probes, seed)
     if not records.probed:
         raise ConfigError(f"{spec.source_file}: {_nothing_to_probe(blank)}")
+    policy = probe_policy(spec, sleep)
     reports = [
-        await check_endpoint(spec, config, records, pending, probe_timeout_s)
+        await check_endpoint(spec, config, records, pending, probe_timeout_s, policy)
         for config in spec.endpoint_configs()
     ]
     throughputs = [r.throughput_tok_s for r in reports]
@@ -256,9 +261,15 @@ class Probed:
 
 
 async def check_endpoint(
-    spec: JobSpec, config: EndpointConfig, records: JobRecords, pending: int | None, probe_timeout_s: float
+    spec: JobSpec,
+    config: EndpointConfig,
+    records: JobRecords,
+    pending: int | None,
+    probe_timeout_s: float,
+    policy: RetryPolicy,
 ) -> EndpointReport:
-    """One server's report: its reading, the probes, and every line but the backlog's."""
+    """One server's report: its reading, the probes (retried under ``policy``), and every line but the
+    backlog's."""
     report = EndpointReport(config.base_url, config.model)
     settings = client_settings(spec, config)
     timeout = min(spec.request_timeout_s, probe_timeout_s)
@@ -271,7 +282,7 @@ async def check_endpoint(
             report.checks.append(Check("server", "fail", str(error)))
             report.unreachable = True
             return report
-        probed = await _probe(client, spec, prompts, records, timeout)
+        probed = await _probe(client, spec, policy, prompts, records, timeout)
     _fill(report, spec, config, reading, probed, pending)
     answered = bool(probed.measured.probes)
     report.checks.insert(5, format_check(settings.response_format is not None, probed.refused, answered))
@@ -281,7 +292,12 @@ async def check_endpoint(
 
 
 async def _probe(
-    client: LLMClient, spec: JobSpec, prompts: PromptBuilder, records: JobRecords, timeout_s: float
+    client: LLMClient,
+    spec: JobSpec,
+    policy: RetryPolicy,
+    prompts: PromptBuilder,
+    records: JobRecords,
+    timeout_s: float,
 ) -> Probed:
     """The sample's prompts counted, the probes sent with the budget a run gives them here (a record a
     run refuses is not sent), the contrasting effort's probe, and the longest pending prompts fitted:
@@ -290,10 +306,10 @@ async def _probe(
     counted = await counted_prompt(client, [prompts.request_for(fields) for fields in records.counted])
     fits = [await fit_as_run(client, prompts, calibration, fields) for fields in records.probed]
     requests = [fit.request for fit in fits if fit.request is not None]
-    measured, refused, failure = await send_probes(client, spec, requests, timeout_s)
+    measured, refused, failure = await send_probes(client, policy, requests, timeout_s)
     for request, probe in zip(requests, measured, strict=False):  # a reply's count teaches it too
         calibration.counted(estimated_tokens(request.messages), probe.prompt_tokens)
-    efforts = await effort_probes(client, spec, requests[0], measured, timeout_s) if measured else {}
+    efforts = await effort_probes(client, spec, policy, requests[0], measured, timeout_s) if measured else {}
     longest = [
         await fit_as_run(client, prompts, calibration, record.fields, record.id) for record in records.longest
     ]

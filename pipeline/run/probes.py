@@ -1,15 +1,16 @@
 """The requests ``pipeline check`` sends: the probes (a few of the job's own records, each sent alone as the
 run sends it: its budget fitted to the server's context by the run's own rule, under the one retry
-policy), a contrasting effort's probe, and the counts of prompts (``/tokenize``: nothing generated) of a
-larger sample and of the pending records with the longest prompts (:func:`fit_as_run`); and what they
-measured (:class:`Measured`), which :mod:`pipeline.run.check` turns into its lines.
+policy with a probe's smaller budget of transient retries), a contrasting effort's probe, and the
+counts of prompts (``/tokenize``: nothing generated) of a larger sample and of the pending records with
+the longest prompts (:func:`fit_as_run`); and what they measured (:class:`Measured`), which
+:mod:`pipeline.run.check` turns into its lines.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import anyio
@@ -50,6 +51,10 @@ LONGEST_COUNTED = 5
 _EFFORTS = ("minimal", "low", "medium", "high")
 #: The most of a server's answer a line quotes.
 QUOTED_ANSWER = 160
+#: A probe's retries of an error a run retries (an HTTP 5xx, a reset): a check is a quick look, and one
+#: request alone answered with such an error three times in a row (a few seconds of backoff) is a server
+#: that errs, not a blip. Under a run's six retries, with their backoff, a check took 106 s to say so.
+PROBE_TRANSIENT_RETRIES = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,21 +149,29 @@ async def _counted(
     return CountedPrompt(messages, tokens)
 
 
+def probe_policy(spec: JobSpec, sleep: Callable[[float], Awaitable[None]] = anyio.sleep) -> RetryPolicy:
+    """The one retry policy with ``spec``'s limits, its transient retries at most
+    :data:`PROBE_TRANSIENT_RETRIES`."""
+    retries = min(spec.retry.transient_retries, PROBE_TRANSIENT_RETRIES)
+    return RetryPolicy(spec.retry.model_copy(update={"transient_retries": retries}), sleep=sleep)
+
+
 async def send_probes(
-    client: LLMClient, spec: JobSpec, requests: Sequence[ChatRequest], timeout_s: float
+    client: LLMClient, policy: RetryPolicy, requests: Sequence[ChatRequest], timeout_s: float
 ) -> tuple[list[Probe], bool, Check | None]:
-    """Send each request alone; a refused ``response_format`` is dropped as the run drops it. Returns
-    the probes, whether the format was refused, and a fail line for a probe that did not answer."""
+    """Send each request alone under ``policy``; a refused ``response_format`` is dropped as the run
+    drops it. Returns the probes, whether the format was refused, and a fail line for a probe that did
+    not answer."""
     refused, measured = False, list[Probe]()
     for request in requests:
         try:
             try:
-                reply = await probe_reply(client, spec, request, timeout_s)
+                reply = await probe_reply(client, policy, request, timeout_s)
             except StructuredOutputRejectedError:
                 refused = True
                 client.without_structured_output()
-                reply = await probe_reply(client, spec, request, timeout_s)
-        except TimeoutError as error:
+                reply = await probe_reply(client, policy, request, timeout_s)
+        except ProbeUnansweredError as error:
             return measured, refused, Check("probe", "fail", str(error))
         except PipelineError as error:
             return measured, refused, Check("probe", "fail", f"a probe failed: {error}")
@@ -166,40 +179,53 @@ async def send_probes(
     return measured, refused, None
 
 
-class ProbeTimeoutError(TimeoutError):
-    """A probe that got no reply in ``timeout_s``, and what the server answered meanwhile: the errors the
-    retry policy retried (an HTTP 500 each time is not a server that is silent)."""
+class ProbeUnansweredError(Exception):
+    """A probe that got no reply: none in its time, or only errors a run retries until its retries were
+    spent. It says what the server answered in ``seconds`` (an HTTP 500 each time is not a server that is
+    silent): ``errors`` are those the probe got, the last the one it ended on, if any."""
 
-    def __init__(self, timeout_s: float, retried: Sequence[RecordError]) -> None:
-        last = retried[-1] if retried else None
-        if last is None or (isinstance(last, TransientError) and last.timed_out):
-            said = f"no reply within {timeout_s:g} s (a probe, alone)"
+    def __init__(self, seconds: float, errors: Sequence[RecordError]) -> None:
+        answered = [error for error in errors if _answered(error)]
+        last = errors[-1] if errors else None
+        took = f"{round(seconds, 1):g}"
+        if last is None or not _answered(last):
+            said = f"no reply within {took} s (a probe, alone)"
         else:
-            once = len(retried) == 1
-            times = "once, with" if once else f"{len(retried)} times, each with"
+            once = len(answered) == 1
+            times = "once, with" if once else f"{len(answered)} times, each with"
             said = (
-                f"in {timeout_s:g} s the server answered {times} an error a run retries (a probe, "
+                f"in {took} s the server answered {times} an error a run retries (a probe, "
                 f"alone); {'it' if once else 'the last'}: {_quoted(str(last))}"
             )
         super().__init__(said)
+
+
+def _answered(error: RecordError) -> bool:
+    """Whether the server answered, if with an error: the client's timeout is no answer."""
+    return not (isinstance(error, TransientError) and error.timed_out)
 
 
 def _quoted(text: str) -> str:
     return text if len(text) <= QUOTED_ANSWER else f"{text[: QUOTED_ANSWER - 1].rstrip()}…"
 
 
-async def probe_reply(client: LLMClient, spec: JobSpec, request: ChatRequest, timeout_s: float) -> Reply:
-    """One request under the one retry policy, given ``timeout_s`` in all (:class:`ProbeTimeoutError`
-    past it, saying what the server answered meanwhile)."""
-    retried: list[RecordError] = []
-    policy = RetryPolicy(spec.retry, observer=lambda _kind, error, _attempt, _wait: retried.append(error))
+async def probe_reply(
+    client: LLMClient, policy: RetryPolicy, request: ChatRequest, timeout_s: float
+) -> Reply:
+    """One request under ``policy`` (:func:`probe_policy`), given ``timeout_s`` in all; past it, or once
+    its transient retries are spent, :class:`ProbeUnansweredError` says what the server answered."""
+    errors: list[RecordError] = []
+    observed = dataclasses.replace(policy, observer=lambda _kind, error, _try, _wait: errors.append(error))
+    started = anyio.current_time()
     try:
         with anyio.fail_after(timeout_s):
-            async for attempt in policy.attempts():
+            async for attempt in observed.attempts():
                 with attempt:
                     return await client.complete(request)
     except TimeoutError as error:
-        raise ProbeTimeoutError(timeout_s, retried) from error
+        raise ProbeUnansweredError(timeout_s, errors) from error
+    except TransientError as error:  # its retries spent: not a blip, a server that errs (or is silent)
+        raise ProbeUnansweredError(anyio.current_time() - started, [*errors, error]) from error
     raise AssertionError("unreachable: the retry loop returns or raises")
 
 
@@ -229,7 +255,12 @@ def _is_json_object(text: str) -> bool:
 
 
 async def effort_probes(
-    client: LLMClient, spec: JobSpec, request: ChatRequest, measured: list[Probe], timeout_s: float
+    client: LLMClient,
+    spec: JobSpec,
+    policy: RetryPolicy,
+    request: ChatRequest,
+    measured: list[Probe],
+    timeout_s: float,
 ) -> dict[str, int]:
     """Reasoning tokens at the job's effort (its probes') and at a contrasting one (one more probe):
     ``low`` for a job above it, ``medium`` for a job at or below it."""
@@ -241,8 +272,8 @@ async def effort_probes(
     contrast = LLMClient(dataclasses.replace(client.settings, reasoning_effort=other))
     try:
         async with contrast:
-            reply = await probe_reply(contrast, spec, request, timeout_s)
-    except (PipelineError, TimeoutError):
+            reply = await probe_reply(contrast, policy, request, timeout_s)
+    except (PipelineError, ProbeUnansweredError):
         return {}
     if reply.reasoning_tokens is None:
         return {}

@@ -10,9 +10,11 @@ rate as its summary, status and report do; ``records_per_min_since_previous`` is
 point before, which draws the run's shape.
 
 Where the servers count them (vLLM's ``/metrics``), a point also holds the prefix-cache hits and queries
-(prompt tokens) and the preemptions since the run began, summed over the endpoints, and the hit rate
-since the point before: the last point's are the run's, which ``status`` and ``report`` read. Sampling
-is also when a low hit rate is said (:mod:`pipeline.run.server_cache`), once per endpoint.
+(prompt tokens) and the preemptions since the run began, summed over the endpoints; its
+``prefix_cache_hit_rate`` is the run's own up to then (its numbers', as the progress line said it), so
+the last point's is the run's, as its row, ``status`` and ``report`` say it, and
+``prefix_cache_hit_rate_since_previous`` is the rate since the point before. Sampling is also when a
+low hit rate is said (:mod:`pipeline.run.server_cache`), once per endpoint.
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ class RunSeries:
             ),
             "in_flight": stats.in_flight,
             "limits": {name: numbers["limit"] for name, numbers in endpoints.items()},
-            **self._cache_point(endpoints),
+            **self._cache_point(endpoints, numbers.prefix_cache_hit_rate),
         }
         stats.cache_warnings.check(endpoints)
         self.points.append(point)
@@ -77,19 +79,21 @@ class RunSeries:
             self.interval_s *= 2
         return point
 
-    def _cache_point(self, endpoints: dict[str, dict[str, Any]]) -> dict[str, Any]:
-        """The run's prefix-cache counters so far and the hit rate since the last point ({}: none)."""
+    def _cache_point(self, endpoints: dict[str, dict[str, Any]], run_rate: float | None) -> dict[str, Any]:
+        """The run's prefix-cache counters so far, its hit rate (``run_rate``, its numbers') and the hit
+        rate since the last point ({}: no server counts them)."""
         totals = cache_totals(endpoints)
         if totals is None:
             return {}
         hits, queries = totals["prefix_cache_hits"], totals["prefix_cache_queries"]
         since_hits, since_queries = self._last_cache
         self._last_cache = (hits, queries)
-        rate = hit_rate(hits - since_hits, queries - since_queries)
+        since = hit_rate(hits - since_hits, queries - since_queries)
         return {
             "prefix_cache_hits": round(hits),
             "prefix_cache_queries": round(queries),
-            "prefix_cache_hit_rate": None if rate is None else round(rate, 4),
+            "prefix_cache_hit_rate": run_rate,
+            "prefix_cache_hit_rate_since_previous": None if since is None else round(since, 4),
             "preemptions": round(totals["preemptions"]),
         }
 

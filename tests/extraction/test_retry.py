@@ -18,16 +18,9 @@ from pipeline.errors import (
 )
 from pipeline.extraction.retry import RetryKind, RetryPolicy, retry_kind
 from pipeline.job.spec import RetrySpec
+from tests.support.clock import FakeSleep
 
 pytestmark = pytest.mark.anyio
-
-
-class FakeSleep:
-    def __init__(self) -> None:
-        self.waits: list[float] = []
-
-    async def __call__(self, seconds: float) -> None:
-        self.waits.append(seconds)
 
 
 async def run_script(policy: RetryPolicy, script: Sequence[PipelineError | str]) -> tuple[str, int]:

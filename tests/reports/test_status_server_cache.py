@@ -89,11 +89,13 @@ def test_the_page_plots_the_hit_rate_over_runs_and_time_and_has_its_rows(tmp_pat
     rates = [None, 0.97, 0.96, 0.95, 0.31, 0.3]  # the first run's servers said nothing (a proxy)
     for run, rate in zip(data["runs"], rates, strict=True):
         run["prefix_cache_hit_rate"], run["preemptions"] = rate, None if rate is None else 2
-    for point, rate in zip(data["series"]["points"], (None, 0.3, 0.32, 0.29), strict=True):
-        point["prefix_cache_hit_rate"] = rate
+    for point, rate, since in zip(
+        data["series"]["points"], (None, 0.3, 0.31, 0.3), (None, 0.3, 0.32, 0.29), strict=True
+    ):
+        point["prefix_cache_hit_rate"], point["prefix_cache_hit_rate_since_previous"] = rate, since
     dom = open_page(tmp_path, data)
     assert lines(dom, "prefix_cache") == {"prefix-cache hit rate": 5}
-    assert lines(dom, "prefix_cache_over_time") == {"since the point before": 3}
+    assert lines(dom, "prefix_cache_over_time") == {"since the start": 3, "since the point before": 3}
     cells = dom.find("tr", data_measure="prefix_cache_hit_rate").find_all("td")
     assert [cell.text for cell in cells] == ["—", "97.00%", "96.00%", "95.00%", "31.00%", "30.00%"]
     assert len(dom.find("tr", data_measure="preemptions").find_all("td")) == 6

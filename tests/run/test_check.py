@@ -5,6 +5,7 @@ preflight, which says the cheap part's warnings and never holds the run up."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import MutableMapping
 from dataclasses import dataclass, field, replace
@@ -22,8 +23,10 @@ from pipeline.job.commands import command
 from pipeline.job.spec import JobSpec
 from pipeline.run.check import CheckReport, check_job
 from pipeline.run.check_lines import Check, backlog_check, fixed_part_check, timeout_check
+from pipeline.run.probes import PROBE_TRANSIENT_RETRIES
 from pipeline.servers.capacity import RequestFit
 from pipeline.store.opening import prepare_database
+from tests.support.clock import FakeSleep
 from tests.support.fakes import (
     GOOD_ITEM,
     HANG,
@@ -83,6 +86,7 @@ class FakeVllm:
     reasoning: dict[str, int] = field(default_factory=lambda: {"low": 20, "medium": 200})
     speed: float | None = None  # the simulator's --speed, as `pipeline sim` says it in /metrics
     server_error: bool = False  # every completion an HTTP 500, which the retry policy retries
+    errors_first: int = 0  # the first this many completions an HTTP 500, then answers
     long_record: int = 0  # what it counts for a prompt with LONG_RECORD in it
     bodies: list[dict[str, object]] = field(default_factory=list)
 
@@ -101,7 +105,7 @@ class FakeVllm:
         self.bodies.append(body)
         if self.hang:
             return HANG
-        if self.server_error:
+        if self.server_error or len(self.bodies) <= self.errors_first:
             return error(500, "Internal Server Error: the engine died " + "x" * 400)
         if self.refuse_format and "response_format" in body:
             return error(400, "response_format is not supported by this server")
@@ -300,6 +304,32 @@ async def test_a_server_answering_errors_is_said_with_its_answer_not_as_silence(
     )
     assert message.endswith("x…") and len(message) < 250
     assert line(report, "response_format")[0] == "unknown"
+
+
+async def test_a_server_answering_every_probe_with_an_error_fails_after_three(tmp_path: Path) -> None:
+    """At the default --probe-timeout (120 s) a probe answered HTTP 500 every time was retried as a run
+    retries it, six times with backoff: the check took 106 s to fail. It stops at the third answer."""
+    spec, server, waits = make_job(tmp_path, records=10), FakeVllm(server_error=True), FakeSleep()
+    async with serving(server) as served:
+        report = await check_job(spec.with_overrides(base_url=served.url), sleep=waits)
+    status, message = line(report, "probe")
+    assert status == "fail" and report.exit_code == 3
+    assert len(server.bodies) == PROBE_TRANSIENT_RETRIES + 1 == 3 and len(waits.waits) == 2
+    assert re.fullmatch(
+        r"in [\d.]+ s the server answered 3 times, each with an error a run retries \(a probe, alone\); "
+        r"the last: HTTP 500: Internal Server Error: the engine died x+…",
+        message,
+    ), message
+
+
+async def test_a_server_answering_an_error_once_then_answering_passes(tmp_path: Path) -> None:
+    """A blip: the first request answered HTTP 500, the retry and every probe after it answered."""
+    server, waits = FakeVllm(errors_first=1), FakeSleep()
+    spec = make_job(tmp_path, records=10)
+    async with serving(server) as served:
+        report = await check_job(spec.with_overrides(base_url=served.url), sleep=waits)
+    assert report.exit_code == 0, report.lines()
+    assert line(report, "answer") == ("ok", "in content (3 of 3 probes)") and len(waits.waits) == 1
 
 
 async def test_a_proxy_without_metrics_or_tokenize_gets_unknown_not_a_traceback(tmp_path: Path) -> None:

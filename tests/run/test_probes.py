@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from pipeline.errors import TransientError
-from pipeline.run.probes import QUOTED_ANSWER, Measured, Probe, ProbeTimeoutError, counted_prompt
+from pipeline.run.probes import QUOTED_ANSWER, Measured, Probe, ProbeUnansweredError, counted_prompt
 from pipeline.servers.client import ChatRequest, ClientSettings, LLMClient
 from tests.support.fakes import ScriptedServer, good_completion, respond, serving
 
@@ -55,7 +55,7 @@ async def test_a_server_that_does_not_count_leaves_the_prompt_to_the_probes() ->
 
 def test_a_probe_out_of_time_says_what_the_server_answered_meanwhile() -> None:
     answered = [TransientError("HTTP 503: busy"), TransientError("HTTP 500: " + "y" * 300)]
-    said = str(ProbeTimeoutError(5, answered))
+    said = str(ProbeUnansweredError(5, answered))
     assert said.startswith(
         "in 5 s the server answered 2 times, each with an error a run retries (a probe, alone); the last: "
         "HTTP 500: yyy"
@@ -63,4 +63,14 @@ def test_a_probe_out_of_time_says_what_the_server_answered_meanwhile() -> None:
     assert said.endswith("y…") and len(said.split("the last: ")[1]) == QUOTED_ANSWER
     timed_out = TransientError("no reply within 5 s (request_timeout_s)", timed_out=True)
     for silent in ([], [timed_out]):  # nothing, or only the client's timeout: no reply
-        assert str(ProbeTimeoutError(5, silent)) == "no reply within 5 s (a probe, alone)"
+        assert str(ProbeUnansweredError(5, silent)) == "no reply within 5 s (a probe, alone)"
+
+
+def test_a_probe_whose_retries_are_spent_says_the_seconds_it_took_and_the_answers_alone() -> None:
+    """The client's timeout is no answer: of a timeout and two HTTP 500s in 4.26 s, two were answered."""
+    timed_out = TransientError("no reply within 5 s (request_timeout_s)", timed_out=True)
+    answered = [timed_out, TransientError("HTTP 503: busy"), TransientError("HTTP 500: engine died")]
+    assert str(ProbeUnansweredError(4.26, answered)) == (
+        "in 4.3 s the server answered 2 times, each with an error a run retries (a probe, alone); the last: "
+        "HTTP 500: engine died"
+    )

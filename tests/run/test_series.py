@@ -64,6 +64,30 @@ def test_the_last_point_after_the_run_ended_says_the_runs_own_rate() -> None:
     assert last["records_per_min_since_previous"] == round(50 * 60 / 1.4, 2)
 
 
+def test_the_last_point_after_the_run_ended_says_the_runs_own_hit_rate() -> None:
+    """90% of the first 10,000 prompt tokens from the cache, 20% of the next 10,000: the last point said
+    20% (since the point before) where the runs row, status and report say the run's 55%."""
+    clock = Clock()
+    stats = RunStats(pending_at_start=1000, concurrency=8, clock=clock)
+    counts = {"hits": 9000, "queries": 10_000}
+
+    def endpoint_numbers() -> dict[str, dict[str, Any]]:
+        hits, queries = counts["hits"], counts["queries"]
+        cache = {"prefix_cache_hits": hits, "prefix_cache_queries": queries, "preemptions": 0}
+        return {"a:1": {"limit": 8, "prefix_cache_hit_rate": hits / queries, **cache}}
+
+    stats.endpoint_numbers = endpoint_numbers
+    series = RunSeries(stats, interval_s=5)
+    clock.now = 5.0
+    first = series.sample()
+    assert (first["prefix_cache_hit_rate"], first["prefix_cache_hit_rate_since_previous"]) == (0.9, 0.9)
+    clock.now, counts["hits"], counts["queries"] = 9.0, 11_000, 20_000
+    ended = stats.end()
+    last = series.sample()
+    assert last["prefix_cache_hit_rate"] == ended.prefix_cache_hit_rate == 0.55
+    assert last["prefix_cache_hit_rate_since_previous"] == 0.2
+
+
 def test_a_full_series_keeps_every_other_point_and_samples_half_as_often() -> None:
     clock = Clock()
     series = RunSeries(stats_on(clock), interval_s=5, most=10)

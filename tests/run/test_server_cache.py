@@ -132,7 +132,7 @@ def test_the_snapshot_status_reads_has_the_hit_rate_preemptions_and_the_warning(
     assert stats_over({"proxy:9000": PROXY}).snapshot()["prefix_cache_hit_rate"] is None  # unknown
 
 
-def test_a_series_point_keeps_the_runs_counts_and_the_hit_rate_since_the_point_before() -> None:
+def test_a_series_point_keeps_the_runs_counts_its_hit_rate_and_the_one_since_the_point_before() -> None:
     numbers = {"gpu1:8000": counted(9000, 10_000, 1)}
     clock = Clock()
     stats = stats_over(numbers, clock)
@@ -147,7 +147,9 @@ def test_a_series_point_keeps_the_runs_counts_and_the_hit_rate_since_the_point_b
         "prefix_cache_queries": 10_000,
         "preemptions": 1,
     }
-    assert (first["prefix_cache_hit_rate"], second["prefix_cache_hit_rate"]) == (0.9, 0.2)
+    assert (first["prefix_cache_hit_rate"], second["prefix_cache_hit_rate"]) == (0.9, 0.55)  # the run's
+    since = [point["prefix_cache_hit_rate_since_previous"] for point in (first, second)]
+    assert since == [0.9, 0.2]
     assert second["prefix_cache_queries"] == 20_000
     assert "prefix_cache_hits" not in RunSeries(stats_over({"proxy:9000": PROXY})).sample()
 

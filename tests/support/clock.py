@@ -1,4 +1,5 @@
-"""A clock the test moves by hand (``clock.now += 5``): pure logic takes its clock as a callable."""
+"""A clock the test moves by hand (``clock.now += 5``): pure logic takes its clock as a callable; and a
+sleep that keeps the waits it was asked for and returns at once (what takes a ``sleep`` is given it)."""
 
 from __future__ import annotations
 
@@ -9,3 +10,11 @@ class FakeClock:
 
     def __call__(self) -> float:
         return self.now
+
+
+class FakeSleep:
+    def __init__(self) -> None:
+        self.waits: list[float] = []
+
+    async def __call__(self, seconds: float) -> None:
+        self.waits.append(seconds)
