@@ -13,6 +13,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import orjson
 import pytest
 import yaml
 from hypothesis import HealthCheck, Phase, example, given, note, settings
@@ -103,22 +104,28 @@ def nights_on(servers: list[dict[str, float]]) -> Nights:
 ISSUE_SERVER = {"invalid_json": 0.5, "schema_invalid": 0.0, "server_error": 0.05, "length": 0.0}
 
 
+#: Reply times and records/min: a loaded test machine slows a night as much as a server does, so a
+#: night's speed is not the server's here and these are left out of what the property holds.
+MACHINE_SPEED = ("records_per_min", "latency_p50", "latency_p90")
+
+
 @PROFILE
 # Found from outside: four nights on a server whose answers were half invalid, then a night on it
 # fixed, failed drift ("tokens_prompt 5,332 -> 3,150 (down)"): prompt tokens per record counted re-asks.
 @example(before=[ISSUE_SERVER] * 4, last="fixed", quiet=False)
 @given(
     before=st.lists(SERVERS, min_size=3, max_size=5),
-    last=st.sampled_from(["fixed", "same", "better"]),
+    last=st.sampled_from(["fixed", "better"]),
     quiet=st.booleans(),
 )
 def test_a_night_no_worse_than_before_never_fails_drift(
     before: list[dict[str, float]], last: str, quiet: bool
 ) -> None:
+    """The last night's server is fixed, or fails each class no more often than the best night before
+    did; then nothing but the machine's speed may fail --fail-on-drift (the same server as the night
+    before is no such night: that night may have been worse than the ones before it)."""
     if last == "fixed":
         final = dict.fromkeys(FAULTS, 0.0)
-    elif last == "same":
-        final = before[-1]
     else:
         final = {name: min(server[name] for server in before) for name in FAULTS}
     nights = nights_on(before)
@@ -130,13 +137,15 @@ def test_a_night_no_worse_than_before_never_fails_drift(
             nights.sim.reconfigure(faults=Faults())
             assert "nothing to do" in pipeline("run", str(nights.job)).out
         judged = nights.drift()
+        failing = [
+            entry for entry in orjson.loads(pipeline("report", str(nights.job), "--json").out)["drift"]
+            if entry["fails"] and entry["measure"] not in MACHINE_SPEED
+        ]  # fmt: skip
     finally:
         nights.close()
         log_sequence("drift", len(nights.log))
     note("\n".join(nights.log))
-    assert judged.code == 0, (
-        f"a night no worse than those before failed --fail-on-drift:\n{judged.out[-2000:]}"
-    )
+    assert not failing, f"a night no worse than those before failed --fail-on-drift:\n{judged.out[-2000:]}"
 
 
 def test_a_server_turned_bad_after_good_nights_fails_drift() -> None:
