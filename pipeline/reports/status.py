@@ -21,7 +21,7 @@ from pipeline.quality.found_share import FoundShare, found_shares_sql
 from pipeline.reports.chunk_status import ChunkingStatus, chunking_status
 from pipeline.reports.variants import check_variant
 from pipeline.servers.cache_counters import hit_rate, low_hit_rate_warning
-from pipeline.source.blank import BlankRecords
+from pipeline.source.blank import BlankRecords, blank_records
 from pipeline.source.db import Database, quote
 from pipeline.source.pending import PendingQueries, accounted_blank, pending_count, read_blank
 from pipeline.source.relation import source_columns, source_relation
@@ -226,9 +226,13 @@ def _read_status(connection: Database, spec: JobSpec, *, running: bool = False) 
         base = dataclasses.replace(base, source_problem=str(error))
         return _stored(connection, spec, base, running=running) if stored else base
     total = connection.scalar(f"SELECT count(*) FROM {source_relation(spec)}")
+    if not stored:  # before the first run: every record is new, and pending unless it is blank
+        blank = blank_records(connection, source_relation(spec), spec.source.id_column, spec.content_fields())
+        pending = total - blank.count
+        return dataclasses.replace(
+            base, source_records=total, done=0, pending=pending, pending_new=pending, blank=blank
+        )
     base = dataclasses.replace(base, source_records=total, done=0, pending=total, pending_new=total)
-    if not stored:
-        return base
     return _against_source(connection, spec, _stored(connection, spec, base, running=running))
 
 

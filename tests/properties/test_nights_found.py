@@ -39,6 +39,12 @@ def test_a_source_of_one_blank_record_is_said_so_by_check() -> None:
     replay([("", "")], Nights.check_then_run)
 
 
+def test_blank_records_loaded_before_the_first_run_are_blank_in_status() -> None:
+    """Found by the machine: load said "2 records have empty title and body ...; they will not be
+    sent", and status --json before the first run counted them pending, blank 0."""
+    replay(POSTINGS, lambda state: state.load([("Welder", "MIG")], [], 2, 0, "csv"), Nights.status)
+
+
 def test_a_new_jobs_status_json_has_every_stale_key() -> None:
     """Found by the machine: "stale": {} before the first run, every cause's key after it."""
     replay(POSTINGS, Nights.status, lambda state: state.run(None, None, None), Nights.status)

@@ -80,6 +80,17 @@ def test_status_before_any_run(tmp_path: Path) -> None:
     assert (report.source_records, report.done, report.pending, report.last_run) == (5, 0, 5, None)
 
 
+def test_blank_records_before_any_run_are_blank_not_pending(tmp_path: Path) -> None:
+    """Found by the state machine: before the first run, status counted every record pending, blank
+    ones too, while load had just said they would not be sent."""
+    spec = make_job(tmp_path, records=5)
+    with duckdb.connect(str(spec.database)) as connection:
+        connection.execute("UPDATE postings SET title = NULL, description = ' ' WHERE id IN (1, 3)")
+    report = job_status(spec)
+    assert (report.source_records, report.pending, report.pending_new) == (5, 3, 3)
+    assert (report.blank.count, report.blank.ids) == (2, (1, 3))
+
+
 async def test_the_json_has_the_same_stale_keys_before_a_run_and_after(tmp_path: Path) -> None:
     """Found by the property tests: before any result was stored, --json said "stale": {}, and after
     a run {"total": 0, "prompt": 0, ...}; a script reading ["stale"]["total"] failed on a new job."""
