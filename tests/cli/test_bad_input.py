@@ -492,10 +492,12 @@ def test_null_empty_huge_and_control_character_fields(previous: Path, sim_url: s
 
     result = cli_run("run", str(job), "--log-format", "json")
     assert result.exit_code == 1, result.output  # finished, with one failure
-    assert "5 done, 1 failed of 6" in result.stdout
+    # NULL and empty fields alone make a blank record: nothing to extract, so never sent, and said.
+    assert "3 done, 1 failed of 4" in result.stdout
+    assert "blank:    2 records" in result.stdout, result.stdout
     done = [row[0] for row in table_rows(database, "SELECT record_id FROM results WHERE record_id >= 100")]
     failed = table_rows(database, "SELECT record_id, failure_class, message, attempts FROM failures")
-    assert sorted(done) == [100, 101, 103, 104, 105]  # NULL, empty and control characters: extracted
+    assert sorted(done) == [103, 104, 105]  # control characters and unicode: extracted
     # 1 MB does not fit the context: counted by the server (/tokenize) and never sent: too_long, with
     # the numbers and the field that made it long, not retried.
     assert len(failed) == 1
@@ -509,12 +511,6 @@ def test_null_empty_huge_and_control_character_fields(previous: Path, sim_url: s
         table_rows(database, "SELECT * FROM results WHERE record_id < 100 ORDER BY record_id")
         == earlier_results
     )
-    # A NULL field is sent as an empty string, not as "None": both prompts are the same size.
-    tokens = dict(
-        table_rows(database, "SELECT record_id, prompt_tokens FROM results WHERE record_id IN (100, 101)")
-    )
-    assert tokens[100] == tokens[101]
-
     again = cli_run("run", str(job), "--log-format", "json")
     assert again.exit_code == 0 and "nothing to do" in again.stdout  # the too_long failure stays put
 
