@@ -36,6 +36,8 @@ from hypothesis.stateful import (
 
 from pipeline.errors import EXIT_INTERRUPTED
 from pipeline.extraction.calibration import fewest_answer_tokens
+from pipeline.job.spec import load_job
+from pipeline.reports.status import job_status
 from pipeline.sim import Faults, SimConfig
 from tests.support.drawn_jobs import FORMATS, KINDS, DrawnSchema, FieldKind, Row, long_text, schemas, texts
 from tests.support.night_model import Asked, Made, blank, fitting, selected
@@ -314,6 +316,15 @@ class Nights(RuleBasedStateMachine):
         else:
             self.said(*words)
 
+    @rule()
+    def variant_night(self) -> None:
+        """A run of a variant (a smaller budget) writes its own results: the main ones stay as they were."""
+        assert self.project is not None
+        before = record_states(self.project.database)
+        said = self.said("run", str(self.project.job), "--variant", "short")
+        assert said.code in (0, 1, 3), said
+        assert record_states(self.project.database) == before, "a variant's run changed the main results"
+
     @precondition(lambda self: self.sims[0].alive)
     @rule(mistake=st.sampled_from(["model", "endpoint"]))
     def misconfigured_night(self, mistake: str) -> None:
@@ -514,6 +525,11 @@ class Nights(RuleBasedStateMachine):
         assert status["failed"] == dict(failed), status
         assert status["blank"] == len(blanks), (status, sorted(blanks))
         assert status["stale"]["total"] == len(stale), (status["stale"], sorted(stale))
+        api = job_status(load_job(self.project.job))  # the Python API the command is a call of
+        assert (api.source_records, api.done, api.pending, api.failed, api.blank.count, api.stale) == (
+            status["source_records"], status["done"], status["pending"], status["failed"], status["blank"],
+            status["stale"],
+        )  # fmt: skip
 
     @rule(file_format=st.sampled_from(["csv", "parquet", "jsonl"]))
     def export_flat(self, file_format: str) -> None:

@@ -151,6 +151,7 @@ class Project:
             "max_tokens": self.max_tokens,
             "retry": QUICK_RETRY,
             "operations": {"preflight_timeout_s": 5, "server_down_abort_s": 2, "shutdown_grace_s": 30},
+            "variants": {"short": {"max_tokens": self.max_tokens // 2}},
             **self.settings,
         }
         if len(self.urls) == 1:
