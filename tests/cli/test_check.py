@@ -43,7 +43,9 @@ def job(tmp_path: Path, records: int = 10, **overrides: object) -> Path:
 
 def test_a_good_server_is_all_ok_and_exit_0_and_json_has_every_key(tmp_path: Path) -> None:
     path = job(tmp_path)
-    with sim_server("--profile", "gpt-oss-120b", "--speed", "1000", "--model", "test-model") as url:
+    # --speed 100, not 1000: a probe's latency is the model's time x the speed, the client's own
+    # milliseconds too, and on a busy 2-core machine 20 of them at x1000 read as a slow server.
+    with sim_server("--profile", "gpt-oss-120b", "--speed", "100", "--model", "test-model") as url:
         text = run_pipeline("check", str(path), "--endpoint", url)
         data = run_pipeline("check", str(path), "--endpoint", url, "--json")
     assert text.returncode == 0, text.stdout + text.stderr
