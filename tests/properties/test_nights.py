@@ -415,7 +415,10 @@ class Nights(RuleBasedStateMachine):
         said = self.said(*args, "--metrics-textfile", str(textfile), "--log-format", "json")
         after = record_states(self.project.database)
         if len(run_rows(self.project.database)) > runs and textfile.exists():
-            assert_said_alike(self.project.job, self.project.database, textfile, said, read=pipeline)
+            variant = args[args.index("--variant") + 1] if "--variant" in args else "main"
+            assert_said_alike(
+                self.project.job, self.project.database, textfile, said, read=pipeline, variant=variant
+            )
         changed = {record for record in after if after[record] != before.get(record)}
         say(f"selected {sorted(taken)}; changed {sorted(changed)}")
         assert changed <= taken, f"the run changed records it was not asked for: {sorted(changed - taken)}"

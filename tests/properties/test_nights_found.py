@@ -45,6 +45,17 @@ def test_blank_records_loaded_before_the_first_run_are_blank_in_status() -> None
     replay(POSTINGS, lambda state: state.load([("Welder", "MIG")], [], 2, 0, "csv"), Nights.status)
 
 
+def test_a_variants_run_is_said_alike_by_the_variants_status_and_report() -> None:
+    """Found by the soak: a pasted `run --redo-stale --variant short` was compared with the main variant's
+    status, whose last run is another run (the property's reading, not the pipeline's)."""
+
+    def variant_run(state: Nights) -> None:
+        assert state.project is not None
+        state.night("run", str(state.project.job), "--variant", "short")
+
+    replay(POSTINGS, lambda state: state.run(None, None, None), variant_run)
+
+
 def test_a_new_jobs_status_json_has_every_stale_key() -> None:
     """Found by the machine: "stale": {} before the first run, every cause's key after it."""
     replay(POSTINGS, Nights.status, lambda state: state.run(None, None, None), Nights.status)

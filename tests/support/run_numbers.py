@@ -82,19 +82,31 @@ Reader = Callable[..., Printed]
 
 
 def assert_said_alike(
-    job: Path, database: Path, textfile: Path, done: Printed, *, read: Reader = run_pipeline
+    job: Path,
+    database: Path,
+    textfile: Path,
+    done: Printed,
+    *,
+    read: Reader = run_pipeline,
+    variant: str = "main",
 ) -> None:
     """The newest run's numbers, as its row in ``database`` has them, are what ``done`` (the finished
     ``pipeline run JOB --metrics-textfile TEXTFILE``) printed or logged last, what ``status`` and
-    ``report`` say of ``job`` (text and JSON, asked through ``read``), its series' last point and the
-    textfile. The job's main variant, with a runs table."""
+    ``report`` say of ``job`` (text and JSON, asked through ``read``, of the run's ``variant``), its
+    series' last point and the textfile. A job with a runs table."""
     status, numbers = stored(database)
     assert_summary_or_last_line(done, status, numbers)
+    if variant != "main":
+        base = read
+
+        def read(*args: str) -> Printed:  # status and report of the variant the run made
+            return base(*args, "--variant", variant)
+
     if status == NOTHING_TO_DO:  # no last run of status's nor a column of report's: status's quiet run
         (run_id,) = table_rows(database, "SELECT max(run_id) FROM runs")[0]
         assert orjson.loads(read("status", str(job), "--json").stdout)["quiet_run"]["run_id"] == run_id
     else:
-        assert_status(job, database, status, numbers, read)
+        assert_status(job, database, status, numbers, read, variant)
         assert_report(job, database, status, numbers, read)
     assert_prometheus(prometheus(textfile), numbers)
 
@@ -117,7 +129,9 @@ def assert_summary_or_last_line(done: Printed, status: str, n: RunNumbers) -> No
     assert ended["records_per_min"] == round(n.records_per_min, 1)
 
 
-def assert_status(job: Path, database: Path, status: str, n: RunNumbers, read: Reader) -> None:
+def assert_status(
+    job: Path, database: Path, status: str, n: RunNumbers, read: Reader, variant: str = "main"
+) -> None:
     text = read("status", str(job)).stdout
     said = LAST_RUN.search(text)
     assert said is not None, text
@@ -126,7 +140,7 @@ def assert_status(job: Path, database: Path, status: str, n: RunNumbers, read: R
     assert said.group(6) == f"{n.records_per_min:,.1f}"
     if n.prefix_cache_hit_rate is not None:
         assert f"prefix-cache hit rate {n.prefix_cache_hit_rate:.0%}" in text
-    job_tokens = job_numbers(database).tokens_per_done
+    job_tokens = job_numbers(database, variant).tokens_per_done
     if job_tokens is not None:
         assert (
             f"tokens:   {job_tokens['prompt']:,.0f} prompt + {job_tokens['completion']:,.0f} output "
@@ -172,11 +186,11 @@ def report_column(text: str, run_id: int) -> dict[str, str]:
     return {row[0]: row[index] for row in rows if len(row) > index}
 
 
-def job_numbers(database: Path) -> RunNumbers:
-    """The main variant's runs' counts summed, as status reads the job's tokens per done record."""
+def job_numbers(database: Path, variant: str = "main") -> RunNumbers:
+    """The variant's runs' counts summed, as status reads the job's tokens per done record."""
     counts = ("done", *(f"{name}_tokens" for name in TOKEN_KINDS))
     sums = ", ".join(f"sum({name})" for name in counts)
-    (row,) = table_rows(database, f"SELECT {sums} FROM runs WHERE variant = 'main'")
+    (row,) = table_rows(database, f"SELECT {sums} FROM runs WHERE variant = '{variant}'")
     return RunNumbers.of(dict(zip(counts, row, strict=True)))
 
 
