@@ -223,11 +223,13 @@ class AdaptiveLimit:
         self._load = load
         self._server.scraped(load)
 
-    def update(self, *, in_flight: int | None = None) -> LimitChange | None:
+    def update(self, *, in_flight: int | None = None, waiting: int = 0) -> LimitChange | None:
         """Decide, at most once per window (a server signal may decide sooner); None: no change.
 
         ``in_flight``: requests in flight now (the limiter's borrowed tokens); None means the limit is
-        full, as it is while records are pending."""
+        full, as it is while records are pending. ``waiting``: requests waiting for a slot (a pool of
+        several jobs shares its limit by them, :mod:`~pipeline.servers.slot_pool`; one job's limit is
+        its own)."""
         now, window = self._clock(), self._window
         in_flight = self._limit if in_flight is None else in_flight
         window.sample(in_flight)
