@@ -19,7 +19,6 @@ from pipeline.servers.limits import LimitChange
 from pipeline.servers.slot_pool import Member, SlotPool
 
 
-
 @dataclass(frozen=True, slots=True)
 class Job:
     """One job of several: its records, its fixed concurrency (None: ``auto``) and when it starts."""

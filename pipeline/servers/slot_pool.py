@@ -162,7 +162,9 @@ class SlotPool:
         held = [max(s.in_flight, min(s.allowance, d)) for s, d in zip(seats, demands, strict=True)]
         free = max(0, limit - sum(held))
         for seat, part in zip(seats, parts, strict=True):
-            seat.allowance = part if part <= seat.in_flight else max(seat.in_flight, min(seat.allowance, part))
+            seat.allowance = (
+                part if part <= seat.in_flight else max(seat.in_flight, min(seat.allowance, part))
+            )
         short = [max(0, part - seat.allowance) for seat, part in zip(seats, parts, strict=True)]
         for seat, more in zip(seats, fair_parts(free, short, self._turn), strict=True):
             seat.allowance += more
