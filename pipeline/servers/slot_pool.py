@@ -33,6 +33,12 @@ from pipeline.servers.window import ServerLoad
 Replied = tuple[float | None, int, int, bool]
 #: The pool's changes each job keeps to read; older ones are gone (a job reports four times a second).
 CHANGES_KEPT = 64
+#: A job's room grows at most this many times its requests in flight at once, and from nothing to this.
+GROWTH = 2
+FIRST_ROOM = 8
+#: The odd slots of a limit the jobs do not divide evenly go round in turn, moving every this many scrape
+#: intervals: each move makes one job drain a request and another take it.
+TURN_SCRAPES = 10
 
 
 @dataclass(slots=True)
@@ -83,6 +89,7 @@ class _Seat:
     in_flight: int = 0
     waiting: int = 0
     allowance: int = 0
+    told: int = 0  # the allowance it heard at its last report: it may hold that many until the next
     seen: int = 0  # the pool's changes this job has read
 
 
@@ -97,7 +104,7 @@ class SlotPool:
         self._seats: dict[str, _Seat] = {}
         self._changes: list[LimitChange] = []
         self._changed = 0  # every change so far, the kept ones the last
-        self._turn = 0
+        self._turn, self._turned_at = 0, clock()  # whose the odd slots are, since when
 
     @property
     def jobs(self) -> int:
@@ -138,7 +145,7 @@ class SlotPool:
             self._changed += 1
         self._share_out()
         unread = self._changes[len(self._changes) - min(len(self._changes), self._changed - seat.seen) :]
-        seat.seen = self._changed
+        seat.seen, seat.told = self._changed, seat.allowance
         return Grant(
             seat.allowance,
             controller.limit,
@@ -154,18 +161,28 @@ class SlotPool:
         seats = list(self._seats.values())
         if not seats:
             return
-        limit = self.controller.limit
+        limit, now = self.controller.limit, self._clock()
         demands = [seat.in_flight + seat.waiting for seat in seats]
-        self._turn = (self._turn + 1) % len(seats)
+        if now - self._turned_at >= TURN_SCRAPES * self._scrape_every_s:  # the odd slots move on, now
+            self._turn, self._turned_at = self._turn + 1, now  # and then: each move drains one
+        self._turn %= len(seats)
         parts = fair_parts(limit, demands, self._turn)
-        # What each holds or was granted and may still send: room granted is room taken
-        held = [max(s.in_flight, min(s.allowance, d)) for s, d in zip(seats, demands, strict=True)]
+        # What each holds, or was told it may hold (it may have sent that many since it said): room told
+        # is room taken until the job says otherwise
+        held = [
+            max(s.in_flight, min(max(s.allowance, s.told), d)) for s, d in zip(seats, demands, strict=True)
+        ]
         free = max(0, limit - sum(held))
         for seat, part in zip(seats, parts, strict=True):
             seat.allowance = (
                 part if part <= seat.in_flight else max(seat.in_flight, min(seat.allowance, part))
             )
-        short = [max(0, part - seat.allowance) for seat, part in zip(seats, parts, strict=True)]
+        # A job's room grows at most twice over a tick (from FIRST_ROOM): jobs that come together take
+        # the limit together, not the first one all of it (a server queues its burst first to last)
+        short = [
+            max(0, min(part, GROWTH * seat.in_flight + FIRST_ROOM) - seat.allowance)
+            for seat, part in zip(seats, parts, strict=True)
+        ]
         for seat, more in zip(seats, fair_parts(free, short, self._turn), strict=True):
             seat.allowance += more
 

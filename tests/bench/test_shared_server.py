@@ -1,10 +1,12 @@
-"""Several `auto` jobs on one server, each with its own client and controller, on both server models (the
-simulator's engine and the second, written apart from it), on a virtual clock: a server whose KV cache
-holds 64 of the jobs' requests and that collapses past it."""
+"""Several `auto` jobs on one server, each with its own client, on one machine taking their requests from
+one pool of slots (pipeline.servers.slot_pool), on both server models (the simulator's engine and the
+second, written apart from it), on a virtual clock: a server whose KV cache holds 64 of the jobs'
+requests and that collapses past it."""
 
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from functools import cache
 
 import pytest
@@ -88,10 +90,11 @@ def test_a_job_that_starts_while_another_runs_gets_its_share_without_the_server_
     assert half is not None and half - late <= 5 * latency_s(model)
     both = min(first.ended_s, second.ended_s)
     sending = min(first.sent_all_s, second.sent_all_s)
-    # Past the fit while the first's scrapes show the joiner and its limit drains, and for a few scrapes
-    # while the joiner's share moves from the fit it counted at max_tokens to its replies': 0.53 of a
-    # reply's latency on the second model, under one.
-    assert time_past_the_fit([first, second], late, sending) <= 0.75 * latency_s(model)
+    # One limit for both: past the fit no longer than one job alone probes past it (the second model's
+    # search steps to 74 and back), where two searches of their own overshot while they saw each other
+    lone = alone(model)
+    probing = time_past_the_fit([lone], 0.0, lone.sent_all_s)
+    assert time_past_the_fit([first, second], late, sending) <= probing + 0.75 * latency_s(model)
     served = sum(job.answered_between(late + latency_s(model), both) for job in (first, second))
     assert served / (both - late - latency_s(model)) >= 0.9 * alone(model).records_per_s  # no collapse
     assert together([first, second]) >= 0.9 * alone(model).records_per_s
@@ -164,3 +167,23 @@ def test_jobs_on_one_machine_started_together_share_the_server_as_one_job_would(
     lone = alone(model)
     probing = time_past_the_fit([lone], 0.0, lone.sent_all_s)
     assert time_past_the_fit(jobs, 0.0, sending) <= probing + 0.5 * latency_s(model)
+
+
+@pytest.mark.parametrize("model", SERVER_MODELS)
+def test_on_a_server_that_shows_the_rest_waiting_past_its_cache_jobs_share_what_one_would_hold(
+    model: str,
+) -> None:
+    """Past its KV cache the server's /metrics show 64 running and the rest waiting (as vLLM's do when
+    it preempts), and its throughput falls smoothly, to half at twice the cache: two jobs of one
+    machine, together or the second a quarter in, hold what one job alone holds (each searching on its
+    own, both backed off to 10 in flight together and never climbed back)."""
+    queued = replace(server(model), queued_past_cache=True, thrash=1.0)
+    (one,) = run_jobs(queued, [Job(RECORDS)])
+    pair = run_jobs(queued, [Job(RECORDS // 2), Job(RECORDS // 2)])
+    late = run_jobs(queued, [Job(RECORDS // 2), Job(RECORDS // 2, start_s=one.duration_s / 4)])
+    for jobs in (pair, late):
+        assert all(job.finished for job in jobs)
+        assert together(jobs) >= 0.9 * one.records_per_s
+    durations = [job.duration_s for job in pair]
+    assert max(durations) <= 1.25 * min(durations)
+    assert late[1].reached(round(0.4 * FIT), one.duration_s / 4) is not None  # the joiner gets its part

@@ -35,7 +35,8 @@ async def test_the_second_job_takes_its_part_from_the_first_jobs_pool_and_takes_
     address = f"\0pipeline-test-{secrets.token_hex(6)}"
     first, second = lease(address), lease(address)
     host = await first.open(controller())
-    assert first.hosting and host.update(in_flight=0, waiting=500) is None and host.limit == 64
+    assert first.hosting and host.update(in_flight=0, waiting=500) is None
+    assert host.pool_limit == 64 and host.limit == 8  # its room doubles a tick from 8
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(first.run, 0.05)
         member = await second.open(controller(level=8))  # its own start counts for nothing

@@ -41,13 +41,18 @@ def test_a_job_that_comes_gets_its_part_only_as_the_other_releases_slots() -> No
     pool = pool_at(64)
     first, second = Member("a", pool), Member("b", pool)
     first.update(in_flight=0, waiting=512)
+    assert first.limit == 8  # from nothing, its room doubles a tick: jobs that come together start together
+    for in_flight in (8, 24, 56):
+        first.update(in_flight=in_flight, waiting=512)
     assert first.limit == 64
     first.update(in_flight=64, waiting=448)
     second.update(in_flight=0, waiting=512)
     first.update(in_flight=64, waiting=448)  # each hears at its own tick
     assert second.limit == 0 and first.limit == 32  # the first sends nothing until under its part
-    first.update(in_flight=50, waiting=448)  # 14 replies came: 14 slots free, all the second's
+    first.update(in_flight=50, waiting=448)  # 14 replies came: 14 slots free, the second's in a tick or two
     second.update(in_flight=0, waiting=512)
+    assert second.limit == 8
+    second.update(in_flight=8, waiting=504)
     assert second.limit == 14
     second.update(in_flight=14, waiting=498)
     first.update(in_flight=32, waiting=448)
