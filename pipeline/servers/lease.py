@@ -5,8 +5,8 @@ to it and report to it at every router tick.
 The meeting place is a Unix socket in Linux's abstract namespace, named for the user and the server
 (:func:`pool_address`): no file to leave behind or clean up, gone the moment the process that bound it
 ends (killed or not), and bound by one process only, which settles two jobs starting together. The host
-serves only its own user's jobs (their credentials, ``SO_PEERCRED``). Each report and its grant is a
-line of JSON.
+serves only its own user's jobs, and a job joins only its own user's host (the other end's credentials,
+``SO_PEERCRED``). Each report and its grant is a line of JSON.
 
 When the host's job ends or dies, the others see the connection close: one of them binds the address
 and hosts a new pool, which starts from the limit and what the search learned as they last heard them,
@@ -177,7 +177,8 @@ class Lease:
                 try:
                     await self._exchange()
                 except LOST:
-                    await self._rejoin()
+                    with contextlib.suppress(OSError):  # another user's process holds the name
+                        await self._rejoin()
                 await anyio.sleep(tick_s)
         finally:
             self.close()
@@ -197,6 +198,7 @@ class Lease:
             self._line = None
 
     def _connect(self) -> bool:
+        """Connect to the pool's host; False when nobody hosts it."""
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(1.0)  # a local socket: at once, unless its backlog is full
         try:
@@ -204,8 +206,11 @@ class Lease:
         except OSError:  # nobody hosts it (ECONNREFUSED)
             sock.close()
             return False
-        self._line = Line(sock)
-        self.member.pool = None
+        line = Line(sock)
+        if not line.same_user():  # another user's process holds the name: no pool of this user's
+            line.close()
+            raise OSError("the pool's address is held by another user's process")
+        self._line, self.member.pool = line, None
         return True
 
     def _host(self, controller: AdaptiveLimit, words: str = "this job hosts it") -> None:
