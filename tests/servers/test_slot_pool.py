@@ -88,3 +88,17 @@ def test_every_jobs_replies_feed_the_one_search_and_one_scrape_an_interval_count
     assert len(window.scrapes) <= 1  # the second job's scrape of the same second is not another reading
     report = Report(32, 10, [(None, 0, 0, False)])
     assert pool.report("a", report).jobs == 2
+
+
+def test_room_a_job_was_told_counts_as_taken_until_it_says_what_it_sent() -> None:
+    """The first job heard 64 with 32 in flight; it may have sent 32 more since. A second job coming
+    before the first says so gets none of them (taken from its stale count, 214 went out where the
+    pool held 130 and the server queued)."""
+    pool = pool_at(64)
+    first, second = Member("a", pool), Member("b", pool)
+    for in_flight in (0, 8, 24, 32):
+        first.update(in_flight=in_flight, waiting=512)
+    assert first.limit == 64
+    for _ in range(2):  # the second reports again before the first does
+        second.update(in_flight=0, waiting=512)
+        assert second.limit == 0
