@@ -187,3 +187,17 @@ def test_on_a_server_that_shows_the_rest_waiting_past_its_cache_jobs_share_what_
     durations = [job.duration_s for job in pair]
     assert max(durations) <= 1.25 * min(durations)
     assert late[1].reached(round(0.4 * FIT), one.duration_s / 4) is not None  # the joiner gets its part
+
+
+@pytest.mark.parametrize("model", SERVER_MODELS)
+def test_four_jobs_on_a_server_that_runs_8_at_once_share_it_as_one_job_would(model: str) -> None:
+    """The 9B runs 8 and ~170 fit: a pool that handed the first job its whole start at once had it
+    queued at the server before the others came (it finished 1.5x before them), and room taken from
+    counts a tick old put 214 in flight where the pool held 130 (0.41 of one job alone)."""
+    scenario = roomy("nemotron-nano-9b", model)
+    (one,) = run_jobs(scenario, [Job(1200)])
+    jobs = run_jobs(scenario, [Job(300)] * 4)
+    assert all(job.finished for job in jobs)
+    durations = [job.duration_s for job in jobs]
+    assert max(durations) <= 1.25 * min(durations)
+    assert together(jobs) >= 0.9 * one.records_per_s
