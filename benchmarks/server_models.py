@@ -12,8 +12,9 @@ of ``--length`` reply latencies at the best level, as a share of the best fixed 
 two `auto` jobs of ``--records`` each started together against one job of twice as many alone (the
 pair's records over the later one's time, as a share of the lone job's rate) and each job's time; and
 the same two with the second started a quarter of the lone job's time in; and three and four jobs sharing
-the lone job's records started together on one machine (each sees what the others hold), and three each
-on its own machine (only the server's counts), with their longest time over their shortest.
+the lone job's records started together on one machine (one pool of slots for all:
+pipeline/servers/slot_pool.py), and two and three each on its own machine (only the server's counts),
+with their longest time over their shortest.
 Prints a Markdown table; nothing here is a pass/fail test (tests/servers/test_limits.py and
 tests/bench/test_shared_server.py hold the aims).
 """
@@ -59,8 +60,8 @@ def row(case: Case, model: str, length: float, records: int) -> tuple[object, ..
     )
 
 
-#: The columns of several jobs started together: how many, and whether they run on one machine (each
-#: sees what the others hold: pipeline/servers/peers.py) or each on its own (only the server's counts).
+#: The columns of several jobs started together: how many, and whether they run on one machine (one pool
+#: of slots: pipeline/servers/slot_pool.py) or each on its own (only the server's counts).
 SEVERAL = ((3, True), (4, True), (2, False), (3, False))
 
 
@@ -98,8 +99,7 @@ def main() -> None:
         "the two jobs' times (model s)",
         "the second started a quarter in / one alone",
         *(
-            f"{count} jobs together{'' if one_machine else f' on {count} machines, no shared directory'}"
-            " / one alone"
+            f"{count} jobs together{'' if one_machine else f' on {count} machines'} / one alone"
             for count, one_machine in SEVERAL
         ),
     )

@@ -7,19 +7,20 @@ clock, collapsing past its KV cache as a real server does).
 
 The server: gpt-oss-120b's curve with a KV cache that holds ``--kv-requests`` (64) of the job's
 requests (1,500-token prompts, answers of ~400 of max_tokens 2048) and --max-num-seqs 512, so its
-throughput collapses past 64 in flight. Each job starts where its requests fit (the server's
-vllm:cache_config_info) and takes the server's running + waiting beyond its own as the other's
-(pipeline/servers/sharing.py). Rows: one auto job of 2 x records alone; two auto jobs of records each
-started together; the same two as before they shared (no fit known: each ramps on its own and reads
-only its own signals); for contrast two jobs at a fixed c=256 each. A job's time is to its last reply (a
-timed-out request is sent again); the pair's throughput is both jobs' records over the later one's
+throughput collapses past 64 in flight (``--queued``: its /metrics show 64 running and the rest waiting,
+as vLLM's do when it preempts). The jobs on one machine take their requests from one pool of slots
+(pipeline/servers/slot_pool.py), started where the requests fit (the server's vllm:cache_config_info).
+Rows: one auto job of 2 x records alone; two auto jobs of records each started together; the same two
+each on its own machine (each its own limit, the other seen in the server's counts:
+pipeline/servers/sharing.py); for contrast two jobs at a fixed c=256 each. A job's time is to its last
+reply (a timed-out request is sent again); the pair's throughput is both jobs' records over the later one's
 time, against the job alone. Runs stop at ``--cap`` times the lone job's time. Prints a Markdown table;
 nothing here is a pass/fail test.
 
 ``--processes`` measures from outside instead: `pipeline run` processes (each its own database) against
 one `pipeline sim` process with that KV cache, one auto job of 2 x records alone, then two of records
 at once, then two with the second started a quarter of the lone job's time later, then three of two
-thirds of records at once (on one machine: each sees what the others hold, pipeline/servers/peers.py),
+thirds of records at once (on one machine: one pool, hosted by the first job, pipeline/servers/lease.py),
 then (``--fixed``, 0 for none) two at a fixed concurrency; a job's start and end are its runs row's
 started_at and ended_at, in seconds from its setup's start. ``--logs DIR`` keeps each job's log (its
 limit's changes and their reasons).
@@ -47,7 +48,7 @@ from pipeline.bench.shared_server import Job, JobResult, run_jobs
 from pipeline.sim.profiles import REFERENCE_OUTPUT_TOKENS, REFERENCE_PROMPT_TOKENS
 
 
-def scenario(kv_requests: int) -> Scenario:
+def scenario(kv_requests: int, queued: bool = False) -> Scenario:
     request = REFERENCE_PROMPT_TOKENS + REFERENCE_OUTPUT_TOKENS
     return Scenario(
         "gpt-oss-120b",
@@ -58,6 +59,7 @@ def scenario(kv_requests: int) -> Scenario:
         timeout_s=3600.0,
         fit_start=True,
         speed=10.0,  # replies 10x faster to the client (its scrapes stay 1 s apart): fewer ticks to run
+        queued_past_cache=queued,
     )
 
 
@@ -196,6 +198,7 @@ def main() -> None:
     parser.add_argument("--fixed", type=int, default=256, help="the contrast's fixed concurrency")
     parser.add_argument("--cap", type=float, default=10.0, help="stop runs at this x the lone job's time")
     parser.add_argument("--processes", action="store_true", help="pipeline run against pipeline sim")
+    parser.add_argument("--queued", action="store_true", help="/metrics: past the cache, the rest wait")
     parser.add_argument("--speed", type=float, default=60.0, help="--processes: the simulator's speed")
     parser.add_argument("--logs", type=Path, default=None, help="--processes: keep each job's log here")
     args = parser.parse_args()
@@ -203,17 +206,17 @@ def main() -> None:
         main_processes(args.records, args.kv_requests, args.speed, args.fixed, args.logs)
         return
     started = time.perf_counter()
-    server = scenario(args.kv_requests)
+    server = scenario(args.kv_requests, args.queued)
     (one,) = run_jobs(server, [Job(2 * args.records)])
     capped = replace(server, duration_s=args.cap * one.duration_s)
     pair = run_jobs(capped, [Job(args.records), Job(args.records)])
-    alone_each = run_jobs(replace(capped, fit_start=False), [Job(args.records), Job(args.records)])
+    apart = run_jobs(capped, [Job(args.records), Job(args.records)], one_machine=False)
     fixed = run_jobs(capped, [Job(args.records, args.fixed), Job(args.records, args.fixed)])
     alone = one.records_per_s
     rows = [
         row(f"one auto job of {2 * args.records:,}", [one], alone),
         row(f"two auto jobs of {args.records:,}", pair, alone),
-        row(f"two auto jobs of {args.records:,}, each blind to the other (before)", alone_each, alone),
+        row(f"two auto jobs of {args.records:,}, each on its own machine", apart, alone),
         row(f"two jobs of {args.records:,} at c={args.fixed}", fixed, alone),
     ]
     header = (

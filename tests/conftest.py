@@ -21,10 +21,3 @@ def _structlog_defaults() -> Iterator[None]:
     structlog.reset_defaults()
     yield
     structlog.reset_defaults()
-
-
-@pytest.fixture(autouse=True)
-def _own_peers_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each test's runs see the other jobs of that test on a server (the processes it starts inherit the
-    place), not those of another test, nor a developer's own runs on the machine."""
-    monkeypatch.setenv("PIPELINE_PEERS_DIR", str(tmp_path_factory.mktemp("peers")))

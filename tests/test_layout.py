@@ -57,6 +57,7 @@ TESTED_ELSEWHERE: dict[str, str] = {
     "run/notices.py": "tests/source/test_staleness.py, tests/run/test_runner.py: stale kept, short timeout",
     "run/preflight.py": "tests/run/test_check.py: the preflight, beside pipeline check",
     "run/stats.py": "tests/run/test_progress.py, tests/run/test_prometheus.py: the live counters",
+    "servers/beside_others.py": "tests/servers/test_sharing.py: a share cut, followed up, released",
     "servers/config.py": "tests/job/test_spec.py: endpoint settings, validated with the job",
     "servers/lookup.py": "tests/servers/test_client.py: a name lookup that never answers",
     "servers/replies.py": "tests/extraction/test_parse.py: reading what a server answers",

@@ -35,14 +35,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from pipeline.bench.step_server import SERVERS, StepServer
+from pipeline.bench.step_server import SERVERS, QueuedPastCache, StepServer
 from pipeline.bench.virtual_clock import VirtualClockLoop
 from pipeline.servers.capacity import RequestFit
 from pipeline.servers.client_load import ClientLoad, ClientMeter
 from pipeline.servers.knee_search import KneeMemory
 from pipeline.servers.limits import AdaptiveLimit, LimitChange
-from pipeline.servers.peers import PeerBoard
 from pipeline.servers.router import METRICS_EVERY_S, TICK_S
+from pipeline.servers.slot_pool import Member
 from pipeline.servers.window import DEFAULT_TUNING, ServerLoad, Tuning
 from pipeline.sim.engine import KV_THRASH, Engine, Sequence
 from pipeline.sim.profiles import PROFILES, REFERENCE_OUTPUT_TOKENS, REFERENCE_PROMPT_TOKENS
@@ -134,6 +134,9 @@ class Scenario:
     # its own seconds: past 1 / client_cpu_s replies a second the client is the bottleneck (a loaded
     # machine), and its timers fire late. 0: a client with CPU to spare.
     client_cpu_s: float = 0.0
+    # The server's /metrics count no more running than its KV cache holds (at the workload's requests),
+    # the rest waiting, as vLLM's do when it preempts past its cache; False: as the server model counts
+    queued_past_cache: bool = False
 
     @property
     def label(self) -> str:
@@ -189,7 +192,7 @@ class LoadRun:
 
     scenario: Scenario
     engine: ServerModel
-    controller: AdaptiveLimit | None
+    controller: AdaptiveLimit | Member | None  # a job's own, or its place in the machine's pool
     fixed: int
     rng: random.Random
     in_flight: int = 0
@@ -203,7 +206,6 @@ class LoadRun:
     knee_at: float | None = None
     core: asyncio.Lock = field(default_factory=asyncio.Lock)  # the client's one event-loop thread
     busy_s: float = 0.0  # its CPU seconds so far
-    board: PeerBoard | None = None  # where the jobs on this server say what they hold (run_jobs's)
     sent_all_at: float | None = None  # when a job's last record was sent (its requests drain after)
 
     async def on_core(self, cpu_s: float) -> None:
@@ -263,10 +265,8 @@ class LoadRun:
             if self.controller is not None and self.scenario.metrics:
                 load = ServerLoad(metrics.running, metrics.waiting, metrics.kv_usage, metrics.preemptions)
                 self.controller.on_server_load(load)
-                if self.board is not None:  # as an endpoint does after each scrape
-                    self.controller.on_peers(self.board.exchange(self.in_flight, self.controller.limit))
 
-    async def adapt(self, controller: AdaptiveLimit) -> None:
+    async def adapt(self, controller: AdaptiveLimit | Member) -> None:
         """The router's ticks: its timers late by the loop's lag, the client's load with each scrape."""
         loop, every = asyncio.get_running_loop(), self.scenario.update_every_s
         meter, ticks = ClientMeter(loop.time, lambda: self.busy_s), 0
@@ -278,13 +278,15 @@ class LoadRun:
             ticks += 1
             if ticks % max(1, round(self.scenario.scrape_every_s / every)) == 0:
                 controller.on_client_load(meter.read())
-            change = controller.update(in_flight=self.in_flight)
+            waiting = self.scenario.maximum if self.left is None else self.left
+            change = controller.update(in_flight=self.in_flight, waiting=waiting)
             now = self.engine.now()
             if controller.at_knee and self.knee_at is None:
                 self.knee_at = now
             if change is not None:
                 self.changes.append((now, change))
-                self.trace.append((now, change.new))
+            if controller.limit != self.trace[-1][1]:  # a pool's member: its allowance moves between changes
+                self.trace.append((now, controller.limit))
                 self.wake.set()
 
 
@@ -302,41 +304,63 @@ def prepare(
     clock: Callable[[], float],
     *,
     seed: int = 0,
-    board: PeerBoard | None = None,
 ) -> LoadRun:
     """One client of ``server`` (``clock`` is the client's) and, for ``auto``, its controller, started as
-    a run starts it: at the fit (``fit_start``), at its share when other clients' requests run there
-    or other jobs on ``board`` start with it."""
+    a run starts it: at the fit (``fit_start``), at its share when other clients' requests run there."""
     limit = new_limit(scenario, fixed, clock)
     if limit is not None and scenario.fit_start:
         numbers = server.metrics
         load = ServerLoad(numbers.running, numbers.waiting, numbers.kv_usage, numbers.preemptions)
-        peers = board.exchange(0, limit.limit) if board is not None and scenario.metrics else ()
         fit = start_fit(scenario, server.kv_cache_tokens)
-        limit.start_at_fit(fit, load if scenario.metrics else None, peers)
+        limit.start_at_fit(fit, load if scenario.metrics else None)
     rng = random.Random(scenario.workload.seed + seed)
-    return LoadRun(scenario, server, limit, fixed or 0, rng, board=board if limit is not None else None)
+    return LoadRun(scenario, server, limit, fixed or 0, rng)
 
 
 def server_model(scenario: Scenario, clock: Callable[[], float]) -> ServerModel:
+    model: ServerModel
     if scenario.server == "steps":
-        return StepServer(
+        model = StepServer(
             SERVERS[scenario.profile],
             speed=scenario.speed,
             max_num_seqs=scenario.max_num_seqs,
             kv_cache_tokens=scenario.kv_cache_tokens,
             clock=clock,
         )
-    if scenario.server != "sim":
+    elif scenario.server == "sim":
+        model = Engine(
+            PROFILES[scenario.profile],
+            thrash=scenario.thrash,
+            speed=scenario.speed,
+            max_num_seqs=scenario.max_num_seqs,
+            kv_cache_tokens=scenario.kv_cache_tokens,
+            clock=clock,
+        )
+    else:
         raise ValueError(f"server model {scenario.server!r}: one of {', '.join(SERVER_MODELS)}")
-    return Engine(
-        PROFILES[scenario.profile],
-        thrash=scenario.thrash,
-        speed=scenario.speed,
-        max_num_seqs=scenario.max_num_seqs,
-        kv_cache_tokens=scenario.kv_cache_tokens,
-        clock=clock,
-    )
+    if scenario.queued_past_cache:
+        request = scenario.workload.prompt_tokens + scenario.workload.output_tokens
+        return Queued(model, model.kv_cache_tokens // request)
+    return model
+
+
+class Queued:
+    """A server model whose ``/metrics`` show no more running than its KV cache holds, the rest waiting
+    (:class:`~pipeline.bench.step_server.QueuedPastCache`)."""
+
+    def __init__(self, server: ServerModel, holds: int) -> None:
+        self.server, self.holds = server, holds
+        self.speed, self.kv_cache_tokens = server.speed, server.kv_cache_tokens
+
+    @property
+    def metrics(self) -> ServerNumbers:
+        return QueuedPastCache(self.server.metrics, self.holds)
+
+    def now(self) -> float:
+        return self.server.now()
+
+    async def generate(self, sequence: Sequence, /) -> None:
+        await self.server.generate(sequence)
 
 
 def new_limit(scenario: Scenario, fixed: int | None, clock: Callable[[], float]) -> AdaptiveLimit | None:

@@ -1,7 +1,10 @@
 """Several jobs on one server in the closed loop (:mod:`pipeline.bench.closed_loop`), each with its own
-client, scrapes and controller, as separate `pipeline run` processes of separate databases would be: they
-share nothing but the server. A job may start later than the others (``Job.start_s``), to see one that
-joins a busy server get its share, and one left alone take the server back."""
+client and scrapes, as separate `pipeline run` processes of separate databases would be. On one machine
+they take their requests from one pool of slots (:mod:`pipeline.servers.slot_pool`: one limit, one
+search, as `pipeline run` processes on one machine do through :mod:`pipeline.servers.lease`); on
+several machines each has its own controller and they share nothing but the server. A job may start
+later than the others (``Job.start_s``), to see one that joins a busy server get its part, and one left
+alone take the server back."""
 
 from __future__ import annotations
 
@@ -13,11 +16,7 @@ from dataclasses import dataclass
 from pipeline.bench.closed_loop import LoadRun, Scenario, ServerModel, prepare, server_model, stop
 from pipeline.bench.virtual_clock import VirtualClockLoop
 from pipeline.servers.limits import LimitChange
-from pipeline.servers.peers import PeerBoard, PeerTable, TableBoard
-
-#: The client's seconds a run takes to read the server before its first request (its KV cache, its
-#: tokenizer, its /metrics): jobs that start within them see each other start.
-READ_S = 0.1
+from pipeline.servers.slot_pool import Member, SlotPool
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,53 +73,62 @@ class JobResult:
 def run_jobs(scenario: Scenario, jobs: list[Job], *, one_machine: bool = True) -> list[JobResult]:
     """The jobs on one server of ``scenario``, each until all its records are answered (a timed-out
     request is sent again) or the scenario's duration is up; on the virtual clock. ``one_machine``: the
-    jobs see each other as `pipeline run` processes on one machine do (:mod:`~pipeline.servers.peers`);
-    else only in the server's counts, as jobs on different machines."""
+    `auto` jobs take their requests from one pool, as `pipeline run` processes on one machine do
+    (:mod:`~pipeline.servers.slot_pool`); else each has its own limit and sees the others only in the
+    server's counts, as jobs on different machines."""
     with asyncio.Runner(loop_factory=VirtualClockLoop) as runner:
         loop = runner.get_loop()
-        return runner.run(_drive_jobs(scenario, jobs, loop.time, PeerTable() if one_machine else None))
+        return runner.run(_drive_jobs(scenario, jobs, loop.time, one_machine))
 
 
 async def _drive_jobs(
-    scenario: Scenario, jobs: list[Job], clock: Callable[[], float], table: PeerTable | None
+    scenario: Scenario, jobs: list[Job], clock: Callable[[], float], one_machine: bool
 ) -> list[JobResult]:
     server = server_model(scenario, clock)
     started = server.now()
     end_s = started + scenario.duration_s
-    boards: list[PeerBoard | None] = [
-        None if table is None else TableBoard(table, index, clock) for index in range(len(jobs))
-    ]
+    pools: list[SlotPool] | None = [] if one_machine else None
     return list(
         await asyncio.gather(
             *(
-                _job(scenario, job, (index, boards[index]), server, clock, started, end_s)
+                _job(scenario, job, (index, pools), server, clock, started, end_s)
                 for index, job in enumerate(jobs)
             )
         )
     )
 
 
+def _joined(run: LoadRun, index: int, pools: list[SlotPool], clock: Callable[[], float]) -> None:
+    """The job takes its requests from the machine's pool: the first job's controller becomes the pool's
+    (started as its run would start alone), and every job is a member of it."""
+    if run.controller is None or isinstance(run.controller, Member):
+        return
+    if not pools:
+        pools.append(SlotPool(run.controller, clock, run.scenario.scrape_every_s))
+    run.controller = Member(str(index), pools[0])
+    run.controller.update(in_flight=0, waiting=run.left or 0)
+
+
 async def _job(
     scenario: Scenario,
     job: Job,
-    place: tuple[int, PeerBoard | None],
+    place: tuple[int, list[SlotPool] | None],
     server: ServerModel,
     clock: Callable[[], float],
     origin: float,
     end_s: float,
 ) -> JobResult:
     """One job's client from its start: the limit's worth of its records in flight until all are answered."""
-    index, board = place
+    index, pools = place
     await asyncio.sleep(job.start_s / server.speed)
-    if board is not None:  # as a run does before it reads the server: jobs starting with it see it
-        board.exchange(0, 0)
-        await asyncio.sleep(READ_S)
-    run = prepare(scenario, job.fixed, server, clock, seed=index, board=board)
+    run = prepare(scenario, job.fixed, server, clock, seed=index)
     run.left = job.records
+    if pools is not None:
+        _joined(run, index, pools, clock)
     started = server.now()
     ended = await _send_all(run, end_s)
-    if board is not None:
-        board.leave()
+    if isinstance(run.controller, Member):
+        run.controller.leave()
     return JobResult(
         "auto" if job.fixed is None else str(job.fixed),
         job.records,

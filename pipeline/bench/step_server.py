@@ -283,3 +283,53 @@ class StepServer:
         metrics.kv_usage = min(1.0, self._held_blocks() / self.total_blocks)
         metrics.peak_running = max(metrics.peak_running, metrics.running)
         metrics.peak_waiting = max(metrics.peak_waiting, metrics.waiting)
+
+
+class Numbers(Protocol):
+    """A server model's ``/metrics`` as the closed loop reads them."""
+
+    @property
+    def running(self) -> int: ...
+    @property
+    def waiting(self) -> int: ...
+    @property
+    def kv_usage(self) -> float: ...
+    @property
+    def preemptions(self) -> int: ...
+    @property
+    def peak_running(self) -> int: ...
+    @property
+    def peak_waiting(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedPastCache:
+    """A server's numbers as vLLM shows them past its KV cache: no more running than the cache holds
+    (``holds`` requests), the rest waiting (preempted, or not admitted), whatever the model runs."""
+
+    numbers: Numbers
+    holds: int
+
+    @property
+    def running(self) -> int:
+        return min(self.numbers.running, self.holds)
+
+    @property
+    def waiting(self) -> int:
+        return self.numbers.waiting + max(0, self.numbers.running - self.holds)
+
+    @property
+    def kv_usage(self) -> float:
+        return self.numbers.kv_usage
+
+    @property
+    def preemptions(self) -> int:
+        return self.numbers.preemptions
+
+    @property
+    def peak_running(self) -> int:
+        return min(self.numbers.peak_running, self.holds)
+
+    @property
+    def peak_waiting(self) -> int:
+        return self.numbers.peak_waiting

@@ -20,8 +20,7 @@ from pipeline.servers.config import EndpointConfig
 from pipeline.servers.endpoint import Endpoint
 from pipeline.servers.http import http_client
 from pipeline.servers.knee_search import KneeMemory
-from pipeline.servers.peers import FileBoard
-from pipeline.servers.router import Router
+from pipeline.servers.router import METRICS_EVERY_S, Router
 from pipeline.servers.scrape import server_load
 from pipeline.servers.sharing import others_in_flight
 from pipeline.servers.window import ServerLoad
@@ -62,6 +61,8 @@ async def open_fleet(
         ]
         router = _router(spec, endpoints, sleep)
         await _check_servers(spec, router)
+        for endpoint in endpoints:  # before the first request, and before others may join it
+            await endpoint.join_pool(METRICS_EVERY_S)
         await _read_servers(context, endpoints)
         yield context, router
 
@@ -112,9 +113,9 @@ async def _open_endpoint(
         timeout_s=spec.request_timeout_s,
         known_knee=_known_knee(config, knees),
         clock=anyio.current_time,
-        peers=FileBoard(config.base_url) if config.concurrency is None else None,  # auto's
+        pooled=True,
     )
-    stack.callback(endpoint.leave_peers)
+    stack.callback(endpoint.leave_pool)
     return endpoint
 
 
@@ -148,19 +149,17 @@ async def _read_servers(context: RunContext, endpoints: list[Endpoint]) -> None:
     fixed = context.prompts.fixed_messages
 
     async def read(endpoint: Endpoint) -> None:
-        await endpoint.tell_peers()  # here from now: jobs on this machine starting with it see it
         reading = await read_server(endpoint.client, fixed, timeout_s=FIT_BUDGET_S, check_model=False)
         endpoint.read_before_start(reading)
         fit = RequestFit.of_reading(reading, answer_tokens=spec.max_tokens)
-        if endpoint.controller is None or fit is None:
+        controller = endpoint.deciding  # None: another job on this machine decides for the pool
+        if controller is None or fit is None:
             return
         load = server_load(dict(reading.values)) if reading.metrics else None  # other jobs' requests
-        peers = await endpoint.tell_peers()
-        level = endpoint.controller.start_at_fit(fit, load, peers)
+        level = controller.start_at_fit(fit, load)
         if level is not None:
-            endpoint.limit = level
-            await endpoint.tell_peers()  # jobs starting a moment later take its start as what it holds
-            beside = _beside_words(load, len(peers)) if level < fit.requests else ""
+            endpoint.adapt()
+            beside = _beside_words(load) if level < fit.requests else ""
             log.info(
                 f"concurrency auto starts where this job's requests fit in the KV cache{beside}: {level}",
                 endpoint=endpoint.name,
@@ -179,19 +178,10 @@ async def _read_servers(context: RunContext, endpoints: list[Endpoint]) -> None:
     await _scrape([endpoint for endpoint in readable if endpoint.reading is None], COUNTERS_READ_S)
 
 
-def _beside_words(load: ServerLoad | None, peers: int) -> str:
-    """Why a run starts below its fit: other jobs' requests run there, or jobs here start with it."""
+def _beside_words(load: ServerLoad | None) -> str:
+    """Why a run starts below its fit: other jobs' requests run there (on other machines)."""
     others = others_in_flight(load, 0) if load is not None else None
-    if others:
-        return f" (its share: {others:.0f} other requests there)"
-    if peers:
-        jobs = (
-            "1 other job on this machine starts"
-            if peers == 1
-            else f"{peers} other jobs on this machine start"
-        )
-        return f" (its part: {jobs} with it)"
-    return ""
+    return f" (its share: {others:.0f} other requests there)" if others else ""
 
 
 def _known_knee(config: EndpointConfig, knees: Mapping[str, KneeMemory]) -> KneeMemory | None:

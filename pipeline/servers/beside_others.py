@@ -1,9 +1,8 @@
 """What `concurrency: auto`'s limit (:class:`~pipeline.servers.limits.AdaptiveLimit`) does when other jobs'
-requests run on its server (:mod:`~pipeline.servers.sharing` says the rules): its share is a ceiling the
-limit drops to, a limit its share held follows the others up, and once they are gone the limit goes back
-to the level for this job alone. Of the jobs on one machine, those that came to the server after another
-hold what it holds (:func:`follow`). A part of the controller, kept apart: it reads and moves the
-controller's own state (:class:`Limit` names what it touches).
+requests run on its server (jobs of other machines: :mod:`~pipeline.servers.sharing` says the rules): its
+share is a ceiling the limit drops to, a limit its share held follows the others up, and once they are
+gone the limit goes back to the level for this job alone. A part of the controller, kept apart: it reads
+and moves the controller's own state (:class:`Limit` names what it touches).
 """
 
 from __future__ import annotations
@@ -12,7 +11,6 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from pipeline.servers.knee_search import KneeSearch
-from pipeline.servers.peers import Peer
 from pipeline.servers.sharing import SHARE_MOVES, ServerShare, followed_up
 
 
@@ -30,9 +28,6 @@ class Limit(Protocol):
     maximum: int
     _limit: int
     _knee: KneeSearch
-    _following: bool  # another job on this machine searches, and this one holds what it holds
-    _lead_seen: int | None  # what that job held when this one came (-1: it moved since; None: not seen)
-    _jobs_here: int  # the jobs on this machine using the server, this one too, at the last count
     _server: ServerShare
     _shared: int | None  # the share the limit was last set to
     _alone: int | None  # the best level measured before a share cut it: to go back to
@@ -73,7 +68,7 @@ def share_cut(limit: Limit, now: float, in_flight: int) -> LimitChange | None:
         level, action = followed_up(share, others), "up to"
         if level <= limit._limit + slack:
             return None
-        action = action if level == share else "up to what each other job holds,"
+        action = action if level == share else "up to what the others hold,"
     else:
         return None
     limit._shared = level
@@ -101,51 +96,3 @@ def alone_again(limit: Limit, now: float) -> LimitChange | None:
     limit._knee.restart_at(level)
     limit._at_knee = False
     return limit._set(now, level, f"no other job's requests on the server any more: back to {level}")
-
-
-def follow(limit: Limit, now: float, lead: Peer, in_flight: int) -> LimitChange | None:
-    """Another job on this machine came to the server first: this one holds what it holds, and its
-    search finds the level for all (one search, where each job's own would read the others' probes
-    as the server's answer to its own, and their small steps would each move the server too little to
-    measure). A level it set before this job came was for fewer jobs: this one rises to it only once
-    it moved (:func:`regroup`). The share's counts stay current, for when that job is gone."""
-    limit._server.counted(in_flight)
-    limit._jobs_here = 1 + len(limit._server.peers)
-    said = lead.limit if lead.limit is not None else lead.in_flight
-    if said >= limit.minimum:  # what they hold together: the server's level this job knows, for a night
-        limit._server_best = (0.0, said * limit._jobs_here)
-    limit._following = True
-    limit._lead_seen = said if limit._lead_seen is None else limit._lead_seen
-    level = min(said, limit.maximum)
-    if level < limit.minimum or level == limit._limit:  # nothing said yet: it is about to start
-        return None
-    if level > limit._limit and said == limit._lead_seen:
-        return None
-    limit._lead_seen = -1  # it moved: followed from now on, up and down
-    reason = f"the job on this machine that came to the server first holds {level}: so does this one"
-    return limit._set(now, level, reason)
-
-
-def regroup(limit: Limit, now: float) -> LimitChange | None:
-    """The jobs on this machine that hold what this one's search finds came or went (or the job this
-    one followed is gone, and it searches now): what they hold together stays, each holding its part,
-    and the search starts again there. None when they are as many as before."""
-    jobs = 1 + len(limit._server.peers)
-    before, limit._jobs_here = limit._jobs_here, jobs
-    was_following, limit._following, limit._lead_seen = limit._following, False, None
-    if jobs == before and not was_following:
-        return None
-    # From the best level measured (a probe unmeasured yet is no level for them all), else the limit
-    measured = limit._knee.best_tp is not None and not was_following
-    held = limit._knee.best if measured else limit._limit
-    level = max(limit.minimum, min(limit.maximum, round(held * before / jobs)))
-    limit._at_knee = limit._opening = False
-    limit._knee.restart_at(level)
-    if was_following:  # the level they found is past the fit it began with (not counted again now),
-        limit._knee.at_fit_start = False  # and what this job knows of the server, for a night alone
-        limit._alone, limit._server_best = None, (0.0, round(level * jobs))
-    if level == limit._limit:
-        limit._set(now, level, "")  # a fresh window: the ones before were of the others' levels
-        return None
-    words = f"{jobs} jobs on this machine" if jobs > 1 else "this job alone on this machine"
-    return limit._set(now, level, f"{words} where {before} were: each holds its part, {level}")

@@ -8,7 +8,6 @@ a probe that answers marks it up again.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -23,10 +22,11 @@ from pipeline.servers.capacity import ServerReading
 from pipeline.servers.client import LLMClient
 from pipeline.servers.config import EndpointConfig
 from pipeline.servers.knee_search import KneeMemory
+from pipeline.servers.lease import SHARED, Lease, pool_address
 from pipeline.servers.limits import AdaptiveLimit, LimitChange
-from pipeline.servers.peers import Peer, PeerBoard
 from pipeline.servers.replies import Reply
 from pipeline.servers.scrape import metrics_url, parse_metrics, server_load
+from pipeline.servers.slot_pool import Member
 from pipeline.servers.window import ServerLoad
 
 log = structlog.get_logger("pipeline.servers.endpoint")
@@ -117,30 +117,33 @@ class Endpoint:
         timeout_s: float,
         known_knee: KneeMemory | None = None,
         clock: Callable[[], float] = time.monotonic,
-        peers: PeerBoard | None = None,
+        pooled: bool = False,
     ) -> None:
-        """``peers``: where the jobs on this machine using the same server say what they hold (auto
-        only: :mod:`~pipeline.servers.peers`)."""
+        """``pooled``: with `auto`, this job takes its requests from the pool of this machine's jobs on
+        the server (:meth:`join_pool`, :mod:`~pipeline.servers.lease`)."""
         self.config = config
         self.client = client
         self.health = EndpointHealth(abort_after_failures=abort_after_failures, clock=clock)
-        self.controller = (
-            AdaptiveLimit(
-                maximum=config.max_concurrency, timeout_s=timeout_s, known_knee=known_knee, clock=clock
-            )
-            if config.concurrency is None
-            else None
-        )
+        self._timeout_s = timeout_s
+        self._clock = clock
+        auto = config.concurrency is None
+        self.controller: AdaptiveLimit | Member | None = self._new_controller(known_knee) if auto else None
         self.limit = self.controller.limit if self.controller else config.most_in_flight
         self.in_use = 0
         self.stats = EndpointStats(last_answer_at=clock())
-        self._clock = clock
         self._scopes: set[anyio.CancelScope] = set()
         # Auto reads the server's load there; every run its prefix cache and preemptions.
         self.metrics_available = True
         self.server_counters = ServerCounters()
         self.reading: ServerReading | None = None  # what it said of itself before the first request
-        self.peers = peers if self.controller is not None else None
+        self.lease: Lease | None = None
+        self._pooled = pooled and auto and SHARED
+
+    def _new_controller(self, known_knee: KneeMemory | None) -> AdaptiveLimit:
+        maximum = self.config.max_concurrency
+        return AdaptiveLimit(
+            maximum=maximum, timeout_s=self._timeout_s, known_knee=known_knee, clock=self._clock
+        )
 
     def read_before_start(self, reading: ServerReading) -> None:
         """What the server said of itself before the run's first request (``read_server``): kept for the
@@ -166,6 +169,15 @@ class Endpoint:
         the knee it bracketed, or else the best level it measured and the levels that did worse (None
         with a fixed concurrency, or before anything was measured)."""
         return self.controller.learned if self.controller is not None else None
+
+    @property
+    def deciding(self) -> AdaptiveLimit | None:
+        """The search that sets this endpoint's limit, when it runs in this process: its own, or the pool's
+        it hosts (None: a fixed concurrency, or another job hosts the pool)."""
+        controller = self.controller
+        if isinstance(controller, Member):
+            return controller.pool.controller if controller.pool is not None else None
+        return controller
 
     @property
     def has_room(self) -> bool:
@@ -228,13 +240,13 @@ class Endpoint:
         """How long requests have been in flight here without any answer (0 with none in flight)."""
         return self._clock() - self.stats.last_answer_at if self.in_use else 0.0
 
-    def adapt(self) -> LimitChange | None:
-        """Let the adaptive controller decide; the new limit applies to the next request."""
+    def adapt(self, waiting: int = 0) -> LimitChange | None:
+        """Let the adaptive controller decide (``waiting``: requests waiting for a slot); the new limit
+        applies to the next request."""
         if self.controller is None:
             return None
-        change = self.controller.update(in_flight=self.in_use)
-        if change is not None:
-            self.limit = change.new
+        change = self.controller.update(in_flight=self.in_use, waiting=waiting)
+        self.limit = self.controller.limit
         return change
 
     async def read_server_load(self, http: httpx2.AsyncClient) -> ServerLoad | None:
@@ -257,27 +269,38 @@ class Endpoint:
         load = server_load(values)
         if self.controller is not None:
             self.controller.on_server_load(load)
-            await self.tell_peers()
         return load
 
-    async def tell_peers(self) -> tuple[Peer, ...]:
-        """Say this job's requests in flight to the other jobs on this machine using the server, and give
-        the controller theirs (:mod:`~pipeline.servers.peers`); none when the board cannot be written
-        (the run goes on by the server's counts alone, and says so once)."""
-        board, controller = self.peers, self.controller
-        if board is None or controller is None:
-            return ()
+    async def join_pool(self, scrape_every_s: float) -> None:
+        """Take this job's requests from the pool of this machine's `auto` jobs on the server, hosted here
+        with this endpoint's controller as it starts, or by the job that came first; when neither works,
+        this job keeps its own limit (and says so)."""
+        controller = self.controller
+        if not self._pooled or not isinstance(controller, AdaptiveLimit):
+            return
+        lease = Lease(
+            pool_address(self.config.base_url),
+            self._new_controller,
+            clock=self._clock,
+            scrape_every_s=scrape_every_s,
+        )
         try:
-            peers = await anyio.to_thread.run_sync(board.exchange, self.in_use, self.limit)
+            self.controller = await lease.open(controller)
         except OSError as error:
-            self.peers = None
-            log.warning(f"other jobs on this machine are seen only in the server's counts: {error}")
-            return ()
-        controller.on_peers(peers)
-        return peers
+            log.warning(f"this job keeps its own limit: no pool of this machine's jobs ({error})")
+            return
+        self.lease, self.limit = lease, self.controller.limit
+        if not lease.hosting:
+            member = lease.member
+            log.info(
+                "concurrency auto: this job takes its part of the limit the jobs on this machine share",
+                endpoint=self.name,
+                jobs=member.jobs,
+                limit=member.pool_limit,
+                part=member.limit,
+            )
 
-    def leave_peers(self) -> None:
-        """The run is done with this server: the other jobs stop counting it."""
-        if self.peers is not None:
-            with contextlib.suppress(OSError):  # a board gone already counts nothing either
-                self.peers.leave()
+    def leave_pool(self) -> None:
+        """The run is done with this server: its slots go to the other jobs."""
+        if self.lease is not None:
+            self.lease.close()

@@ -47,17 +47,16 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from pipeline.servers.beside_others import (
     LimitChange as LimitChange,  # re-exported: callers take it from here
 )
-from pipeline.servers.beside_others import follow, level_alone, regroup, share_cut
+from pipeline.servers.beside_others import level_alone, share_cut
 from pipeline.servers.capacity import RequestFit
 from pipeline.servers.client_load import ClientLoad
 from pipeline.servers.knee_search import KneeMemory, KneeSearch
-from pipeline.servers.peers import Peer
-from pipeline.servers.sharing import ServerShare, start_share
+from pipeline.servers.sharing import ServerShare, joining_share
 from pipeline.servers.signals import Signal, aim_up, latency_signal, preemption_signal, queue_signal, room
 from pipeline.servers.window import DEFAULT_TUNING, ServerLoad, Tuning, Window
 
@@ -110,32 +109,22 @@ class AdaptiveLimit:
         self._shared: int | None = None  # the share the limit was last set to
         # beside others: the server's best throughput measured and its level then (its own and theirs)
         self._server_best: tuple[float, int] | None = None
-        self._following = False  # another job on this machine searches: this one holds its level
-        self._lead_seen: int | None = None  # what that job held when this one came to the server
-        self._jobs_here = 1  # the jobs on this machine using the server, this one too
         if fit is not None and known_knee is None:
             self.start_at_fit(fit)
 
-    def start_at_fit(
-        self, fit: RequestFit, load: ServerLoad | None = None, peers: Sequence[Peer] = ()
-    ) -> int | None:
+    def start_at_fit(self, fit: RequestFit, load: ServerLoad | None = None) -> int | None:
         """Before the first request: start at the number of this job's requests that fit in the KV cache
         (small steps from there, no ramp) when that is below the maximum, and keep ``fit`` for the job's
         share of the server; not after an earlier run's knee, nor once anything was measured. ``load``:
         the server's /metrics now; other jobs' requests there start this job at its share as it joins
-        them (:func:`~pipeline.servers.sharing.joining_share`), even from an earlier run's knee, as do
-        other jobs on this machine starting with it (``peers``, :mod:`~pipeline.servers.peers`). Returns
-        the new start level, or None when the start stays."""
+        them (:func:`~pipeline.servers.sharing.joining_share`), even from an earlier run's knee.
+        Returns the new start level, or None when the start stays."""
         self._server.fit = fit
         if self._measured or self._window.replies:
             return None
-        self._server.peers = tuple(peers)
-        self._jobs_here = 1 + len(peers)
-        lead = self._server.lead  # it holds a level for the jobs before this one: followed once it moves
-        self._lead_seen = lead.limit if lead is not None else None
         # At or above the maximum the KV cache does not bound this job: the ramp finds the knee.
         level = fit.requests if self._opening and 0 < fit.requests < self.maximum else None
-        share = start_share(fit.requests, load, peers, level or self._limit)
+        share = joining_share(fit.requests, load)
         if share is not None:
             self._alone = None if self._opening else self._knee.best  # an earlier run's knee, for later
             level = self._shared = min(share, self.maximum)
@@ -182,12 +171,11 @@ class AdaptiveLimit:
         once bracketed, else the best level so far and the nearest levels that did worse."""
         if self._client_bound is not None:  # the client's knee is not the server's
             return None
-        knee, grouped = self._knee, self._jobs_here > 1 or self._following
-        if self._shared is not None or grouped or not self._measured:
-            # Its share, or its part of what the jobs here hold, is not the server's knee: a night alone
-            # searches on from what it measured alone, or the server's best level (with the others)
-            part = self._measured and grouped and self._shared is None  # a share of jobs elsewhere: none
-            level = level_alone(self) or (knee.best * self._jobs_here if part else None)
+        knee = self._knee
+        if self._shared is not None or not self._measured:
+            # Its share is not the server's knee: a night alone searches on from what it measured
+            # alone, or the server's best level (with the others)
+            level = level_alone(self)
             return KneeMemory(level, bracketed=False) if level is not None else None
         if self._bracket is not None and self._bracket.level == knee.best:
             return self._bracket
@@ -213,28 +201,22 @@ class AdaptiveLimit:
         """The client's own load over the last interval (:mod:`~pipeline.servers.client_load`)."""
         self._window.clients.append(load)
 
-    def on_peers(self, peers: Sequence[Peer]) -> None:
-        """The other jobs on this machine that use this server: their in flight as they last said
-        (:mod:`~pipeline.servers.peers`); they split what the server's counts say among jobs."""
-        self._server.peers = tuple(peers)
-
     def on_server_load(self, load: ServerLoad) -> None:
         self._window.scrape(load)
         self._load = load
         self._server.scraped(load)
 
-    def update(self, *, in_flight: int | None = None) -> LimitChange | None:
+    def update(self, *, in_flight: int | None = None, waiting: int = 0) -> LimitChange | None:
         """Decide, at most once per window (a server signal may decide sooner); None: no change.
 
         ``in_flight``: requests in flight now (the limiter's borrowed tokens); None means the limit is
-        full, as it is while records are pending."""
+        full, as it is while records are pending. ``waiting``: requests waiting for a slot (a pool of
+        several jobs shares its limit by them, :mod:`~pipeline.servers.slot_pool`; one job's limit is
+        its own)."""
         now, window = self._clock(), self._window
         in_flight = self._limit if in_flight is None else in_flight
         window.sample(in_flight)
-        lead = self._server.lead
-        if lead is not None:
-            return follow(self, now, lead, in_flight)
-        shared = regroup(self, now) or share_cut(self, now, in_flight)
+        shared = share_cut(self, now, in_flight)
         if shared is not None:
             return shared
         signal = self._server_signal(window)
@@ -318,8 +300,6 @@ class AdaptiveLimit:
         others, throughput = window.server_view(self._load) if shared else (0, window.throughput)
         # The smallest step is of the server's level: a step of this job's alone moves it too little
         # beside others (4% of a half is 2%, whose gain is under the windows' noise) and never pays.
-        # The jobs that follow this one move with it, but its window has only its own replies: steps
-        # of the group's level as small would need as many more replies to measure.
         knee.smallest = min(knee.descent, math.log1p(tuning.min_step * (limit + others) / limit))
         if limit == knee.best:
             words = knee.measured_best(throughput, window.error, tuning, others)

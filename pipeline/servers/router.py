@@ -56,6 +56,7 @@ class Router:
         self._tasks: TaskGroup | None = None
         self._confirming = {endpoint.name: anyio.Lock() for endpoint in self.endpoints}
         self._confirmed_up_at: dict[str, float] = {}
+        self._waiting = 0  # requests waiting for an endpoint with room
 
     # -- the workers' side -------------------------------------------------------------------------
 
@@ -78,7 +79,11 @@ class Router:
                 best = min(ready, key=lambda endpoint: endpoint.load)
                 best.in_use += 1
                 return best
-            await self._changed.wait()
+            self._waiting += 1
+            try:
+                await self._changed.wait()
+            finally:
+                self._waiting -= 1
 
     def _notify(self) -> None:
         self._changed.set()
@@ -141,6 +146,8 @@ class Router:
             for endpoint in self.endpoints:
                 if not endpoint.health.up:
                     tasks.start_soon(self._probe_until_up, endpoint)
+                if endpoint.lease is not None:  # the pool of this machine's jobs on the server
+                    tasks.start_soon(endpoint.lease.run, TICK_S)
             task_status.started()
             ticks, meter = 0, ClientMeter(self._clock)
             while True:
@@ -164,7 +171,10 @@ class Router:
 
     def _adapt(self) -> None:
         for endpoint in self.endpoints:
-            change = endpoint.adapt()
+            limit = endpoint.limit
+            change = endpoint.adapt(self._waiting)
+            if endpoint.limit > limit:  # a pool's member: its part grew
+                self._notify()
             if change is not None:
                 log.info(
                     "concurrency limit changed",

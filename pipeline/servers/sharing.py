@@ -12,45 +12,35 @@ come (the first window), the fit is counted again, by the same arithmetic, at th
 completion tokens as the server counted them (``usage``): the record's text, the schema's tokens and the
 answer as they are.
 
-**Several jobs on one server** (several nightly jobs on one box, each with its own database): each job's
-`auto` reads the server's ``vllm:num_requests_running`` + ``vllm:num_requests_waiting`` at every scrape;
-what it does not have in flight itself is another job's, taken. Jobs on one machine also say what each
-holds (:mod:`~pipeline.servers.peers`): how many jobs those requests are, and what each holds; a job
-elsewhere is one job holding what no peer claims (:func:`other_jobs`). Of the jobs on one machine, the
-one that came to the server first searches for them all and the others hold what it holds
-(:attr:`ServerShare.lead`, :func:`~pipeline.servers.beside_others.follow`): its share is of the group,
-each holding a part (they set it no pace), and the rules below are between it and jobs elsewhere. What
-they share is what the server
-holds at once: the fit, or fewer when it runs fewer and queues the rest (:class:`BatchCap`: its
-``--max-num-seqs``, or what its KV cache admits). A job's share is what the others leave of it, or if
-more its part in proportion to what it holds; a job holding more than the others' mean job still
-sending is held to :data:`FAIR` more than that, so the jobs holding fewer set the pace (without peers'
-word the others are one job: by the sum alone, one holding as much as two others together would look
-fair). A job whose last requests drain (in flight well under its limit) holds no one back. The share
-is a ceiling (a limit above it drops to it at once, after :data:`SCRAPES` scrapes that show the others,
-each counted against this job's most in flight since the one before: a scrape lags the client's count,
-and a limit moves only when its share is :data:`SHARE_MOVES` away). Within it each job searches on as alone,
-but judges a level by the server's throughput at the server's level (its own and the others'), the one
-curve all share: its own throughput would rise with its part of a server past its best level, so every
-job would hold on to its share of the fit. A job its share held follows the others up as far as each
-holds, no further (two that followed each other past it would ratchet each other up to the fit); one
-whose search went below its share stays there. A share, and a server signal's back-off, is never below
-what the others count as a job (:func:`least_share`: fewer in flight are taken for the noise between a
+**Jobs on other machines** sharing the server (the `auto` jobs of one machine share one limit, and
+are one job here: :mod:`~pipeline.servers.slot_pool`): each reads the server's
+``vllm:num_requests_running`` + ``vllm:num_requests_waiting`` at every scrape; what it does not have in
+flight itself is another job's, taken, one job holding what this one does not. What they share is what
+the server holds at once: the fit, or fewer when it runs fewer and queues the rest (:class:`BatchCap`:
+its ``--max-num-seqs``, or what its KV cache admits). A job's share is what the others leave of it, or
+if more its part in proportion to what it holds; a job holding more than the others is held to
+:data:`FAIR` more than them, so the job holding fewer sets the pace. The share is a ceiling (a limit
+above it drops to it at once, after :data:`SCRAPES` scrapes that show the others, each counted against
+this job's most in flight since the one before: a scrape lags the client's count, and a limit moves
+only when its share is :data:`SHARE_MOVES` away). Within it each job searches on as alone, but judges a
+level by the server's throughput at the server's level (its own and the others'), the one curve all
+share: its own throughput would rise with its part of a server past its best level, so every job would
+hold on to its share of the fit. A job its share held follows the others up as far as they hold, no
+further (two that followed each other past it would ratchet each other up to the fit); one whose
+search went below its share stays there. A share, and a server signal's back-off, is never below what
+the others count as a job (:func:`least_share`: fewer in flight are taken for the noise between a
 scrape and a count, and a job the others cannot see would never be given way to), and a queue is this
 job's only in proportion to its part of the requests there. Beside others the fit is counted again at
-the replies' tokens after :data:`REFIT_REPLIES` of them (every job's share must be of the same fit), and
-while the KV cache has room a job waits up to :data:`FIT_SCRAPES` scrapes for them before it takes a share
-of the fit it began with.
-A job's steps beside others are of the server's level (4% of its own, half the server, would move it
-2%, a gain under the windows' noise).
+the replies' tokens after :data:`REFIT_REPLIES` of them (every job's share must be of the same fit),
+and while the KV cache has room a job waits up to :data:`FIT_SCRAPES` scrapes for them before it takes
+a share of the fit it began with. A job's steps beside others are of the server's level (4% of its own,
+half the server, would move it 2%, a gain under the windows' noise).
 When :data:`RELEASE_SCRAPES` scrapes in a row show no other job's requests, the job goes back at once
 to the level it measured alone (else to what the server holds). A job that starts while others run
-starts at its part of what the server runs (:func:`joining_share`: half beside one job, a third beside
-two), so that they see it and give way; jobs on one machine starting together each start at their part
-of the fit (:func:`starting_share`). A run that ends beside others leaves the next night the level it
-measured alone, or the server's level it found with the others, not its share. No database is shared:
-jobs of different databases coordinate alike, and jobs of different machines by the counts alone (unless
-they share the peers' directory). A server without ``/metrics`` or its KV cache gives no share.
+starts at its part of what the server runs (:func:`joining_share`: half), so that they see it and give
+way. A run that ends beside others leaves the next night the level it measured alone, or the server's
+level it found with the others, not its share. A server without ``/metrics`` or its KV cache gives no
+share. A router in front of the server is how jobs of several machines share it as one client.
 """
 
 from __future__ import annotations
@@ -60,16 +50,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from pipeline.servers.capacity import RequestFit
-from pipeline.servers.peers import Peer
 from pipeline.servers.window import DEFAULT_TUNING, ServerLoad
 
 #: Requests on the server not in this job's count that are still this job's: those that finished or were
 #: sent between the scrape and the count. Fewer "others" than this (or this share of the fit) are none.
 NOISE = 3
 NOISE_SHARE = 0.05
-#: A job holding more than the others' mean job still sending is held to this much more than it: the ones
-#: holding fewer set the pace (each job's search is of the server's throughput, to which it is indifferent
-#: which job holds what), and the others follow them down and up.
+#: A job holding more than the others is held to this much more than them: the one holding fewer sets the
+#: pace (each job's search is of the server's throughput, to which it is indifferent which job holds
+#: what), and the other follows it down and up.
 FAIR = 0.2
 #: A limit moves to its share only when that is this much away: each move starts the job's search again.
 SHARE_MOVES = 0.1
@@ -95,59 +84,26 @@ def others_in_flight(load: ServerLoad, own_in_flight: int) -> float | None:
 class Others:
     """The other jobs' requests on the server as one job sees them at a scrape."""
 
-    requests: float  # running and waiting there, not this job's
-    jobs: int  # how many jobs they are: 1 unless jobs on this machine say more (peers)
-    each: float | None  # what each of them still sending holds (None: every one is done sending)
+    requests: float  # running and waiting there, not this job's: one other job's, for all it can tell
 
     @property
     def words(self) -> str:
-        whose = f"{self.jobs} other jobs'" if self.jobs > 1 else "other"
-        return f"{self.requests:.0f} {whose} requests"
+        return f"{self.requests:.0f} other requests"
 
 
-def server_share(
-    fit: int, own_in_flight: int, load: ServerLoad, peers: Sequence[Peer] = ()
-) -> tuple[int, Others] | None:
+def server_share(fit: int, own_in_flight: int, load: ServerLoad) -> tuple[int, Others] | None:
     """This job's share of a server whose KV cache holds ``fit`` of its requests (the module docstring
-    says the rule) and the others as it sees them (``peers``: what the jobs on this machine said,
-    :mod:`~pipeline.servers.peers`); None when no other job's request is there (or the server does
-    not say)."""
+    says the rule) and the others as it sees them; None when no other job's request is there (or the
+    server does not say)."""
     requests = others_in_flight(load, own_in_flight)
     if requests is None or requests < visible(fit):
         return None  # a scrape and the client's count differ by the replies between them
-    others = other_jobs(fit, requests, peers)
-    # The jobs that follow this one (they came after it, on this machine) hold what it holds: they and
-    # it are one group, whose share each holds a part of
-    following = followers(peers)
-    beyond = max(0.0, requests - sum(peer.in_flight for peer in following))  # the others' not theirs
-    group = len(following) + 1
     # What the others leave, and at least this job's part of the fit in proportion to what it holds
     # (jobs that started together at the fit scale down together, not each to nothing)
-    held = group * own_in_flight
-    share = max(fit - beyond, math.ceil(fit * held / (held + beyond))) / group
-    if others.each is not None and own_in_flight > others.each:  # give way: no more than the others'
-        share = min(share, math.ceil(others.each * (1 + FAIR)))  # mean job still sending, and a little
-    return max(math.floor(share), least_share(fit)), others
-
-
-def followers(peers: Sequence[Peer]) -> list[Peer]:
-    """The jobs on this machine that came to the server after this one: they hold what it holds."""
-    return [peer for peer in peers if peer.earlier is False]
-
-
-def other_jobs(fit: int, requests: float, peers: Sequence[Peer]) -> Others:
-    """Who the other ``requests`` on the server are: the jobs on this machine that said they hold a
-    job's worth (``peers``), and one more when their count leaves a job's worth unclaimed (a job
-    elsewhere, or one without a say); one job when none said. A job done sending (its last requests
-    draining) sets no pace: no one gives way to it."""
-    known = [peer for peer in peers if peer.in_flight >= visible(fit)]
-    unclaimed = requests - sum(peer.in_flight for peer in known)
-    elsewhere = [unclaimed] if unclaimed >= visible(fit) or not known else []
-    # Jobs that came after this one follow its level (beside_others.follow): they set no pace for it
-    pacing = [peer for peer in known if peer.sending and peer.earlier is not False]
-    sending = [float(peer.holds) for peer in pacing] + elsewhere
-    each = sum(sending) / len(sending) if sending else None
-    return Others(requests, max(1, len(known) + len(elsewhere)), each)
+    share = max(fit - requests, math.ceil(fit * own_in_flight / (own_in_flight + requests)))
+    if own_in_flight > requests:  # give way: no more than the others hold, and a little
+        share = min(share, math.ceil(requests * (1 + FAIR)))
+    return max(math.floor(share), least_share(fit)), Others(requests)
 
 
 def least_share(fit: int) -> int:
@@ -161,43 +117,18 @@ def visible(fit: int) -> int:
     return math.ceil(max(NOISE, NOISE_SHARE * fit))
 
 
-def joining_share(fit: int, load: ServerLoad, peers: Sequence[Peer] = ()) -> int | None:
+def joining_share(fit: int, load: ServerLoad | None) -> int | None:
     """Where a job starts on a server where ``fit`` of its requests fit and other jobs' requests already
-    run (``load``, read before its first request): its part of what the server runs now among them all
-    (the others' level is the best they found; they see it and give way, and a server doing better
-    with more is found by every job's search). Jobs on this machine starting with it (``peers`` that
-    said nothing in flight yet) are counted too. None when no other job's requests are there."""
-    others = others_in_flight(load, 0)
+    run (``load``, read before its first request): its half of what the server runs now (the other's
+    level is the best it found; it sees this job and gives way, and a server doing better with more is
+    found by both searches). None when no other job's requests are there, or the server does not say."""
+    others = others_in_flight(load, 0) if load is not None else None
     if others is None or others < visible(fit):
         return None
-    # Every job here is one, and the requests none of them claims another (a job here that said nothing
-    # in flight yet may be the one whose requests run: it says before it sends)
-    jobs = max(other_jobs(fit, others, peers).jobs, len(peers))
     # What runs now, not the fit as first counted: at max_tokens (this job's replies not in yet) the fit
-    # may be a third of what the others' replies say, and its part would cut them to a fraction. What
-    # jobs here hold, when more: one that just started is still sending what its limit holds.
-    held_here = sum(peer.holds for peer in peers)
-    runs = max(math.floor(load.running or others), held_here)
-    return max(least_share(runs), math.ceil(runs / (jobs + 1)))
-
-
-def start_share(fit: int, load: ServerLoad | None, peers: Sequence[Peer], start: int) -> int | None:
-    """Where a job starts beside other jobs (its share: :func:`joining_share` when their requests run,
-    else :func:`starting_share` when it is below ``start``, where it would start alone: above, the ramp
-    goes on); None when it starts as alone, or the server does not say."""
-    if load is None:
-        return None
-    share = joining_share(fit, load, peers)
-    if share is not None:
-        return share
-    starting = starting_share(fit, peers)
-    return starting if starting is not None and starting < start else None
-
-
-def starting_share(fit: int, peers: Sequence[Peer]) -> int | None:
-    """Where a job starts when no other job's requests run yet but other jobs on this machine start
-    with it (``peers``): its part of the fit, not each the whole of it. None without any."""
-    return max(least_share(fit), math.ceil(fit / (len(peers) + 1))) if peers else None
+    # may be a third of what the others' replies say, and its part would cut them to a fraction.
+    runs = math.floor(load.running or others) if load is not None else 0
+    return max(least_share(runs), math.ceil(runs / 2))
 
 
 @dataclass(slots=True)
@@ -228,7 +159,7 @@ class BatchCap:
 
 
 def settled_share(
-    fit: int, own_now: int, scrapes: Sequence[tuple[ServerLoad, int]], peers: Sequence[Peer] = ()
+    fit: int, own_now: int, scrapes: Sequence[tuple[ServerLoad, int]]
 ) -> tuple[int, Others] | None:
     """This job's share and the others (:func:`server_share`) by the last :data:`SCRAPES` scrapes, each
     with this job's in flight when it came; None unless every one shows others. Each is counted against
@@ -238,7 +169,7 @@ def settled_share(
         return None
     found = []
     for load, own_then in scrapes[-SCRAPES:]:
-        share = server_share(fit, max(own_then, own_now), load, peers)
+        share = server_share(fit, max(own_then, own_now), load)
         if share is None:
             return None
         found.append(share)
@@ -255,11 +186,10 @@ def alone(fit: int, scrapes: Sequence[tuple[ServerLoad, int]]) -> bool:
 
 
 def followed_up(share: int, others: Others) -> int:
-    """How far a job its share held follows it up as the others' requests grow: to what each of them
-    still sending holds, no further (beyond, only its own search takes it, on the server's throughput:
-    two jobs that each followed the other past it would ratchet each other up to the fit, three to
-    twice their part); to its share when all are done sending."""
-    return share if others.each is None else min(share, math.ceil(others.each))
+    """How far a job its share held follows it up as the others' requests grow: to what they hold, no
+    further (beyond, only its own search takes it, on the server's throughput: two jobs that each
+    followed the other past it would ratchet each other up to the fit)."""
+    return min(share, math.ceil(others.requests))
 
 
 @dataclass(slots=True)
@@ -275,7 +205,6 @@ class ServerShare:
     in_flight: int = 0  # this job's in flight at the last count
     own_peak: int = 0  # the most since the last scrape: the server counted at some moment since
     scrapes: list[tuple[ServerLoad, int]] = field(default_factory=list)  # with this job's in flight
-    peers: tuple[Peer, ...] = ()  # the other jobs on this machine, as they last said
     batch_cap: BatchCap = field(default_factory=BatchCap)
     scrape_count: int = 0
     # KV-cache use from which the server is full (the controller's ``kv_high``): a job takes its share at
@@ -322,10 +251,10 @@ class ServerShare:
         share must be of the same fit, and the first window may not come while shares move)."""
         if self.capacity is None:
             return None
-        settled = settled_share(self.capacity, own, self.scrapes, self.peers)
+        settled = settled_share(self.capacity, own, self.scrapes)
         if settled is not None and not self.refined and self.replied_tokens[0] >= REFIT_REPLIES:
             self._measure_fit()
-            settled = settled_share(self.capacity, own, self.scrapes, self.peers)
+            settled = settled_share(self.capacity, own, self.scrapes)
         if settled is not None and not self.refined and self.scrape_count < FIT_SCRAPES and self._kv_room():
             return None  # a share of a fit counted at max_tokens may be a third of the others' (theirs
             # measured): wait for this job's first replies, a few scrapes at most
@@ -342,24 +271,11 @@ class ServerShare:
         return kv is not None and kv < self.kv_full
 
     def own_part(self, load: ServerLoad, limit: int) -> float:
-        """This job's part of what a scrape shows on the server: 1 alone, less beside other jobs (with
-        the jobs that follow it: they hold what it holds)."""
+        """This job's part of what a scrape shows on the server: 1 alone, less beside other jobs."""
         others = others_in_flight(load, self.own_peak)
         if others is None or others < max(NOISE, NOISE_SHARE * limit):
             return 1.0
-        own = self.own_peak + min(others, self.followers)
-        return own / (self.own_peak + others)
-
-    @property
-    def lead(self) -> Peer | None:
-        """The job on this machine whose search sets this job's level: the one that came to the server
-        first, when that is another (None: this job searches, alone or for the jobs that follow it)."""
-        return next((peer for peer in self.peers if peer.earlier), None)
-
-    @property
-    def followers(self) -> int:
-        """What the jobs that follow this one hold (they came to the server after it)."""
-        return sum(peer.in_flight for peer in followers(self.peers))
+        return self.own_peak / (self.own_peak + others)
 
     def replied(self, prompt_tokens: int, answer_tokens: int) -> None:
         """A reply's tokens as the server counted them, kept until the fit is counted again."""

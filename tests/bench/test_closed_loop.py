@@ -28,7 +28,7 @@ def test_a_controller_that_fails_fails_the_run_not_the_table(monkeypatch: pytest
     """A policy that raised would otherwise leave the run going at its last limit, and the benchmark would
     print numbers for a policy that never ran."""
 
-    def broken(self: AdaptiveLimit, *, in_flight: int | None = None) -> None:
+    def broken(self: AdaptiveLimit, *, in_flight: int | None = None, waiting: int = 0) -> None:
         raise NameError("shared")
 
     monkeypatch.setattr(AdaptiveLimit, "update", broken)

@@ -20,6 +20,7 @@ from pipeline.servers.client_load import ClientLoad
 from pipeline.servers.config import EndpointConfig
 from pipeline.servers.endpoint import Endpoint
 from pipeline.servers.knee_search import KneeMemory
+from pipeline.servers.limits import AdaptiveLimit
 from pipeline.servers.router import Router
 from tests.support.fakes import ScriptedServer, good_completion, respond
 from tests.support.jobs import make_job, write_job
@@ -36,7 +37,7 @@ def auto_endpoint(tmp_path: Path, port: int) -> Endpoint:
 def measured(endpoint: Endpoint, knee: int, client: ClientLoad | None) -> None:
     """As if the run's windows had found ``knee`` (and the client been the bottleneck in one)."""
     controller = endpoint.controller
-    assert controller is not None
+    assert isinstance(controller, AdaptiveLimit)
     controller._knee.best, controller._knee.best_tp, controller._measured = knee, 700.0, True
     controller._client_bound = client
 

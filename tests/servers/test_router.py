@@ -19,7 +19,7 @@ from pipeline.job.spec import JobSpec, load_job
 from pipeline.servers.client import LLMClient
 from pipeline.servers.config import EndpointConfig
 from pipeline.servers.endpoint import Endpoint, EndpointEvacuatedError
-from pipeline.servers.limits import LimitChange
+from pipeline.servers.limits import AdaptiveLimit, LimitChange
 from pipeline.servers.router import Router
 from tests.support.fakes import LoopbackServer, good_completion, respond, serving
 from tests.support.jobs import write_job
@@ -340,8 +340,14 @@ async def test_a_limit_change_applies_at_once_and_wakes_waiters(
 ) -> None:
     clock = Clock()
     auto = await make_endpoint(FakeServer(), None, clock)
-    assert auto.controller is not None and auto.limit == 8
-    monkeypatch.setattr(auto.controller, "update", lambda **_: LimitChange(8, 16, "throughput rose"))
+    controller = auto.controller
+    assert isinstance(controller, AdaptiveLimit) and auto.limit == 8
+
+    def moved(**_: object) -> LimitChange:
+        controller._limit = 16
+        return LimitChange(8, 16, "throughput rose")
+
+    monkeypatch.setattr(controller, "update", moved)
     router = make_router([auto], clock)
     router._adapt()
     assert auto.limit == 16

@@ -10,7 +10,6 @@ import pytest
 from pipeline.servers.capacity import RequestFit
 from pipeline.servers.knee_search import KneeMemory
 from pipeline.servers.limits import AdaptiveLimit
-from pipeline.servers.peers import Peer
 from pipeline.servers.sharing import (
     FIT_SCRAPES,
     BatchCap,
@@ -92,8 +91,8 @@ def test_the_share_of_a_server_other_jobs_use(own: int, server: ServerLoad, shar
     assert share_of(64, own, server) == share
 
 
-def share_of(fit: int, own: int, server: ServerLoad, peers: tuple[Peer, ...] = ()) -> int | None:
-    found = server_share(fit, own, server, peers)
+def share_of(fit: int, own: int, server: ServerLoad) -> int | None:
+    found = server_share(fit, own, server)
     return None if found is None else found[0]
 
 
@@ -186,7 +185,7 @@ def test_beside_others_the_fit_is_counted_again_after_a_few_replies_not_at_the_f
     settled = share.counted(30)
     assert share.refined and share.fit is not None and share.fit.requests == 70
     assert settled is not None and settled[0] == 30  # what the others leave of 70 (of 41 it would be 18)
-    assert settled[1] == Others(40.0, jobs=1, each=40.0)
+    assert settled[1] == Others(40.0)
     # Counted once; the limit may still move to it at its first window (a start at a part of the fit)
     assert share.refine() == share.fit and share.refine() is None
 
@@ -251,7 +250,7 @@ def test_a_job_its_share_held_follows_the_other_up_no_further_than_it_holds() ->
         limiter.on_server_load(load(24 + 30))  # the other's search took it to 30, leaving 34
     up = limiter.update(in_flight=24)
     assert up is not None and up.new == 30
-    assert up.reason.endswith("share is 34: up to what each other job holds, 30")
+    assert up.reason.endswith("share is 34: up to what the others hold, 30")
 
 
 def test_a_job_whose_search_went_below_its_share_stays_there_when_the_other_gives_way() -> None:
