@@ -9,7 +9,7 @@ and a failure prints the server as its parameters (a ``FamilySpec`` to paste as 
 every figure of it.
 
 Only the properties that hold today are tests (their names start with ``test_``). The others are
-written below as they will run, each with the smallest server found that breaks it as its example:
+written below as they will run, each with a server the search found that breaks it as its example:
 prefix its name with ``test_`` to switch it on once the policy meets it. ``HYPOTHESIS_PROFILE=soak``
 (``make soak``) draws more servers, with larger KV caches, from a random seed; CI runs a fixed few.
 """
