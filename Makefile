@@ -61,7 +61,8 @@ check-pythons:
 	  $(MAKE) --no-print-directory check PYTHON=$$python VENV=.venvs/$$version EXTRAS=dev,bench || exit 1; \
 	done
 
-# The property tests (tests/properties: whole nights drawn at random) for SOAK_S seconds, round after
+# The property tests (tests/properties: whole nights drawn at random, and `auto` and shared servers over
+# servers drawn from a family) for SOAK_S seconds, round after
 # round, each from a random seed and with the soak profile's longer sequences; the first failure stops
 # it with its seed and its shortest sequence. `make test` runs them briefly from a fixed seed.
 SOAK_S ?= 3600

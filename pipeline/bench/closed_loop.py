@@ -35,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from pipeline.bench.family_server import FamilyServer, FamilySpec
 from pipeline.bench.step_server import SERVERS, QueuedPastCache, StepServer
 from pipeline.bench.virtual_clock import VirtualClockLoop
 from pipeline.servers.capacity import RequestFit
@@ -49,8 +50,11 @@ from pipeline.sim.profiles import PROFILES, REFERENCE_OUTPUT_TOKENS, REFERENCE_P
 
 #: The collapse past the KV cache: decoding at (cache / demanded) ** THRASH of its speed (the 49B's fall).
 THRASH = KV_THRASH
-#: The server models a scenario may run on: the simulator's engine, and a second one written apart from it.
+#: The server models a scenario may run on from a profile: the simulator's engine, and a second one
+#: written apart from it.
 SERVER_MODELS = ("sim", "steps")
+#: The third, from parameters instead (``Scenario.family``): one server of a family drawn at random.
+FAMILY = "family"
 
 
 class ServerNumbers(Protocol):
@@ -128,8 +132,10 @@ class Scenario:
     fit_start: bool = False
     max_tokens: int = 2048
     # The server model (SERVER_MODELS): "sim", the simulator's engine (with ``thrash``), or "steps", the
-    # second model (pipeline/bench/step_server.py: its own batching and its own collapse past the cache)
+    # second model (pipeline/bench/step_server.py: its own batching and its own collapse past the cache);
+    # or FAMILY, the server ``family`` says (pipeline/bench/family_server.py; the profile is then a name)
     server: str = "sim"
+    family: FamilySpec | None = None
     # The client's CPU seconds per reply (reading, parsing, validating) on its one event-loop thread, in
     # its own seconds: past 1 / client_cpu_s replies a second the client is the bottleneck (a loaded
     # machine), and its timers fire late. 0: a client with CPU to spare.
@@ -290,11 +296,15 @@ class LoadRun:
                 self.wake.set()
 
 
-def start_fit(scenario: Scenario, kv_tokens: int) -> RequestFit:
+def start_fit(scenario: Scenario, kv_tokens: int, prefix_caching: bool = False) -> RequestFit:
     """What a run counts before any reply: the fixed part of the prompt and an answer of max_tokens. The
-    workload's requests share no blocks (Workload), so each holds its fixed part, and the fit counts it."""
+    workload's requests share no blocks (Workload), so each holds its fixed part, and the fit counts it;
+    a family server with prefix caching holds it once, and says so in its cache config."""
     prefix = scenario.workload.prefix_tokens
-    return RequestFit(kv_tokens, prompt_tokens=prefix, answer_tokens=scenario.max_tokens)
+    shared = prefix if prefix_caching else 0
+    return RequestFit(
+        kv_tokens, prefix, scenario.max_tokens, shared_prefix_tokens=shared, prefix_caching=prefix_caching
+    )
 
 
 def prepare(
@@ -311,13 +321,17 @@ def prepare(
     if limit is not None and scenario.fit_start:
         numbers = server.metrics
         load = ServerLoad(numbers.running, numbers.waiting, numbers.kv_usage, numbers.preemptions)
-        fit = start_fit(scenario, server.kv_cache_tokens)
+        caching = isinstance(server, FamilyServer) and server.spec.prefix_caching
+        fit = start_fit(scenario, server.kv_cache_tokens, caching)
         limit.start_at_fit(fit, load if scenario.metrics else None)
     rng = random.Random(scenario.workload.seed + seed)
     return LoadRun(scenario, server, limit, fixed or 0, rng)
 
 
 def server_model(scenario: Scenario, clock: Callable[[], float]) -> ServerModel:
+    if scenario.server == FAMILY and scenario.family is not None:
+        prefix = scenario.workload.prefix_tokens  # the job's fixed part, what its prompts share
+        return FamilyServer(scenario.family, speed=scenario.speed, prefix_tokens=prefix, clock=clock)
     model: ServerModel
     if scenario.server == "steps":
         model = StepServer(
@@ -337,7 +351,8 @@ def server_model(scenario: Scenario, clock: Callable[[], float]) -> ServerModel:
             clock=clock,
         )
     else:
-        raise ValueError(f"server model {scenario.server!r}: one of {', '.join(SERVER_MODELS)}")
+        models = ", ".join((*SERVER_MODELS, f"{FAMILY} (with a family spec)"))
+        raise ValueError(f"server model {scenario.server!r}: one of {models}")
     if scenario.queued_past_cache:
         request = scenario.workload.prompt_tokens + scenario.workload.output_tokens
         return Queued(model, model.kv_cache_tokens // request)
