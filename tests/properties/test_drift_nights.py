@@ -113,6 +113,18 @@ MACHINE_SPEED = ("records_per_min", "latency_p50", "latency_p90")
 # Found from outside: four nights on a server whose answers were half invalid, then a night on it
 # fixed, failed drift ("tokens_prompt 5,332 -> 3,150 (down)"): prompt tokens per record counted re-asks.
 @example(before=[ISSUE_SERVER] * 4, last="fixed", quiet=False)
+# Found by the soak: a night's 500s left transient failures that later nights' --limit retried in the
+# place of new records, so one record was still to do on the "quiet" night.
+@example(
+    before=[
+        {"invalid_json": 0.05, "length": 0.0, "schema_invalid": 0.0, "server_error": 0.5},
+        {"invalid_json": 0.25, "server_error": 0.0, "length": 0.0, "schema_invalid": 0.0},
+        {"invalid_json": 0.0, "server_error": 0.0, "schema_invalid": 0.0, "length": 0.05},
+        dict.fromkeys(FAULTS, 0.0),
+    ],
+    last="better",
+    quiet=True,
+)
 @given(
     before=st.lists(SERVERS, min_size=3, max_size=5),
     last=st.sampled_from(["fixed", "better"]),
@@ -133,9 +145,13 @@ def test_a_night_no_worse_than_before_never_fails_drift(
         for faults in before:
             nights.night(faults)
         nights.night(final)
-        if quiet:  # every record done by now: the next night has nothing to do
+        if quiet:  # a night with nothing to do, once a plain run took what the nights' limit left
             nights.sim.reconfigure(faults=Faults())
-            assert "nothing to do" in pipeline("run", str(nights.job)).out
+            if "nothing to do" not in (leftover := pipeline("run", str(nights.job))).out:
+                # Retried transient failures took new records' places under --limit: a small run
+                # (not judged) does them, and the night after it has nothing to do.
+                assert leftover.code == 0, leftover
+                assert "nothing to do" in pipeline("run", str(nights.job)).out
         judged = nights.drift()
         failing = [
             entry for entry in orjson.loads(pipeline("report", str(nights.job), "--json").out)["drift"]
