@@ -37,6 +37,7 @@ from typing import Protocol
 
 from pipeline.bench.family_server import FamilyServer, FamilySpec
 from pipeline.bench.step_server import SERVERS, QueuedPastCache, StepServer
+from pipeline.bench.step_server import Numbers as ServerNumbers
 from pipeline.bench.virtual_clock import VirtualClockLoop
 from pipeline.servers.capacity import RequestFit
 from pipeline.servers.client_load import ClientLoad, ClientMeter
@@ -55,23 +56,6 @@ THRASH = KV_THRASH
 SERVER_MODELS = ("sim", "steps")
 #: The third, from parameters instead (``Scenario.family``): one server of a family drawn at random.
 FAMILY = "family"
-
-
-class ServerNumbers(Protocol):
-    """What the closed loop reads of a server model's numbers (its /metrics, and the run's peaks)."""
-
-    @property
-    def running(self) -> int: ...
-    @property
-    def waiting(self) -> int: ...
-    @property
-    def kv_usage(self) -> float: ...
-    @property
-    def preemptions(self) -> int: ...
-    @property
-    def peak_running(self) -> int: ...
-    @property
-    def peak_waiting(self) -> int: ...
 
 
 class ServerModel(Protocol):
